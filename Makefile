@@ -1,0 +1,83 @@
+# Countersign build, test and maintenance targets. Run from the repository root.
+#
+#   make run RUN_ARGS='-addr 127.0.0.1:8080'   build and start the server (prints the login URL)
+#   make test                                  Go tests (race detector), then the browser tests
+#   make e2e E2E_ARGS='-g deny'                 only the browser tests (Playwright, /usr/bin/chromium)
+#   make vendor                                 refresh web/static/vendor from e2e/node_modules
+#
+# Front-end files in web/static/vendor are committed. To update them, change the pinned versions
+# of htmx.org / htmx-ext-ws in e2e/package.json, run `npm install` in e2e/ (updates the lock file),
+# then `make vendor` and commit the result.
+
+GO       ?= go
+BIN      := bin/countersign
+RUN_ARGS ?=
+E2E_ARGS ?=
+NPM_CI   := npm ci --no-audit --no-fund
+
+# Playwright must never download a browser: the tests use Debian's /usr/bin/chromium.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
+
+.PHONY: all generate build run fmt lint check-generated test test-go e2e e2e-deps bench vendor clean
+
+all: build
+
+generate:
+	$(GO) tool templ generate
+
+build: generate
+	$(GO) build -o $(BIN) ./cmd/web
+
+run: build
+	./$(BIN) $(RUN_ARGS)
+
+# gofmt on the Go files git knows about (tracked, plus new files that are not ignored).
+fmt:
+	git ls-files --cached --others --exclude-standard -- '*.go' \
+		| while IFS= read -r f; do [ -f "$$f" ] && printf '%s\n' "$$f"; done \
+		| xargs -r gofmt -l -w
+	$(GO) tool templ fmt web/templates
+
+lint:
+	$(GO) vet ./...
+	@if command -v staticcheck >/dev/null 2>&1; then \
+		echo staticcheck ./...; staticcheck ./...; \
+	else \
+		echo "staticcheck not installed: skipped (go vet ran)"; \
+	fi
+
+# Fails when the committed *_templ.go files differ from what `templ generate` produces.
+check-generated: generate
+	@changes=$$(git status --porcelain -- '*_templ.go'); \
+	if [ -n "$$changes" ]; then \
+		echo "generated templ files are stale or not committed (run 'make generate' and commit):"; \
+		echo "$$changes"; \
+		exit 1; \
+	fi; \
+	echo "generated templ files are up to date"
+
+# Go tests first, then the browser tests (sequential even under make -j).
+test:
+	$(MAKE) --no-print-directory test-go
+	$(MAKE) --no-print-directory e2e
+
+test-go:
+	$(GO) test -race -count=1 ./...
+
+e2e-deps:
+	@if [ ! -d e2e/node_modules ]; then cd e2e && $(NPM_CI); fi
+
+e2e: build e2e-deps
+	cd e2e && npx playwright test $(E2E_ARGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+vendor:
+	cd e2e && $(NPM_CI)
+	mkdir -p web/static/vendor
+	cp e2e/node_modules/htmx.org/dist/htmx.min.js web/static/vendor/htmx.min.js
+	cp e2e/node_modules/htmx-ext-ws/dist/ws.min.js web/static/vendor/htmx-ext-ws.min.js
+
+clean:
+	rm -rf bin e2e/test-results e2e/playwright-report e2e/blob-report e2e/.tmp

@@ -1,0 +1,330 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/models"
+	"countersign/internal/store"
+	"countersign/internal/tool"
+)
+
+// harness is a Runner over a real SQLite store in a temp dir, with the faux model replaying one
+// script and test tools.
+type harness struct {
+	t      *testing.T
+	db     *store.DB
+	runner *agent.Runner
+	broker *agent.Broker
+	sess   agent.Session
+	events *agent.Subscription
+}
+
+type scriptModels struct{ script *models.Script }
+
+func (m scriptModels) Model(name string) (agent.Model, error) {
+	if name != "faux:test" {
+		return nil, apperr.Errorf(apperr.Invalid, "unknown model %q", name)
+	}
+	return &models.Faux{Script: m.script}, nil
+}
+func (m scriptModels) Names() []string { return []string{"faux:test"} }
+
+func newHarness(t *testing.T, script string, handlers gate.Handlers, tools ...*tool.Tool) *harness {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	sc, err := models.ParseScript("test.json", []byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Name = "test"
+	reg := tool.NewRegistry()
+	for _, tl := range tools {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	broker := agent.NewBroker()
+	r := agent.New(agent.Config{Store: db, Models: scriptModels{sc}, Tools: reg, Broker: broker,
+		CallHandlers: handlers, ApprovalTimeout: time.Minute})
+	sess, err := r.CreateSession(ctx, "test", "faux:test", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, db: db, runner: r, broker: broker, sess: sess, events: broker.Subscribe(sess.ID)}
+	t.Cleanup(func() {
+		r.Shutdown("test cleanup")
+		r.Wait()
+	})
+	return h
+}
+
+// await returns the next event of type typ, failing the test after 10 s.
+func (h *harness) await(typ agent.EventType) agent.Event {
+	h.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-h.events.C:
+			if ev.Type == typ {
+				return ev
+			}
+		case <-timeout:
+			h.t.Fatalf("no %s event within 10s", typ)
+		}
+	}
+}
+
+func (h *harness) entries() []agent.Entry {
+	h.t.Helper()
+	es, err := h.db.Entries(context.Background(), h.sess.ID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return es
+}
+
+func (h *harness) toolResults() []agent.Message {
+	var out []agent.Message
+	for _, e := range h.entries() {
+		if e.Message.Role == agent.ToolResult {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+var objectSchema = json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"additionalProperties":false}`)
+
+func readOnlyTool(name string, runs *atomic.Int32) *tool.Tool {
+	return &tool.Tool{Name: name, InputSchema: objectSchema,
+		Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(true)},
+		Execute: func(ctx context.Context, args json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
+			runs.Add(1)
+			return tool.Result{Content: []tool.Content{tool.Text("read " + string(args))}}, nil
+		}}
+}
+
+func riskyTool(name string, runs *atomic.Int32) *tool.Tool {
+	return &tool.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}`),
+		Execute: func(ctx context.Context, args json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
+			runs.Add(1)
+			return tool.Result{Content: []tool.Content{tool.Text("ran " + string(args))}}, nil
+		}}
+}
+
+const approveScript = `{"steps": [
+  {"content": [{"type": "text", "text": "Reading."},
+               {"type": "toolCall", "id": "c1", "name": "peek", "arguments": {"path": "README.md"}}], "stopReason": "toolUse"},
+  {"content": [{"type": "toolCall", "id": "c2", "name": "shell", "arguments": {"command": "touch x"}}], "stopReason": "toolUse"},
+  {"content": [{"type": "text", "text": "Done: {{lastResult.text}}"}], "stopReason": "stop"}
+]}`
+
+func TestRunApprovedEndToEnd(t *testing.T) {
+	var peeks, shells atomic.Int32
+	h := newHarness(t, approveScript, nil, readOnlyTool("peek", &peeks), riskyTool("shell", &shells))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.await(agent.ApprovalRequested)
+	if got, want := ev.Approval.ToolName, "shell"; got != want {
+		t.Fatalf("approval for %s, want %s", got, want)
+	}
+	if peeks.Load() != 1 {
+		t.Fatalf("the read-only call ran %d times before the prompt, want 1 (no prompt for it)", peeks.Load())
+	}
+	if shells.Load() != 0 {
+		t.Fatal("the gated call ran before its approval")
+	}
+	// A busy session refuses a second message.
+	if err := h.runner.Send(ctx, h.sess.ID, "again"); apperr.CodeOf(err) != apperr.Conflict {
+		t.Fatalf("Send while busy: %v, want conflict", err)
+	}
+	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	end := h.await(agent.AgentEnd)
+	if end.Error != "" {
+		t.Fatalf("run ended with error %q", end.Error)
+	}
+	if shells.Load() != 1 {
+		t.Fatalf("the approved call ran %d times, want 1", shells.Load())
+	}
+	// A late decision conflicts.
+	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", By: "owner"}); apperr.CodeOf(err) != apperr.Conflict {
+		t.Fatalf("late decision: %v, want conflict", err)
+	}
+	var roles []string
+	for _, e := range h.entries() {
+		roles = append(roles, string(e.Message.Role))
+	}
+	if got, want := strings.Join(roles, ","), "user,assistant,toolResult,assistant,toolResult,assistant"; got != want {
+		t.Fatalf("transcript roles %s, want %s", got, want)
+	}
+	last := h.entries()[5].Message
+	if got, want := last.Text(), `Done: ran {"command": "touch x"}`; got != want {
+		t.Errorf("final text %q, want %q", got, want)
+	}
+	// The audit holds an automatic record for the read-only call and the human decision.
+	as, err := h.db.Approvals(ctx, h.sess.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as) != 2 || !as[0].Automatic || as[0].Status != gate.Approved || as[1].Automatic || as[1].DecidedBy != "owner" {
+		t.Fatalf("approvals %+v, want one automatic approval then the owner's", as)
+	}
+}
+
+func TestRunDeniedWithReason(t *testing.T) {
+	var peeks, shells atomic.Int32
+	h := newHarness(t, approveScript, nil, readOnlyTool("peek", &peeks), riskyTool("shell", &shells))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.await(agent.ApprovalRequested)
+	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", Reason: "not now", By: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	h.await(agent.AgentEnd)
+	if shells.Load() != 0 {
+		t.Fatal("a denied call ran")
+	}
+	res := h.toolResults()[1].Result
+	if got, want := res.TextOf(), "Denied by owner: not now"; got != want || !res.IsError {
+		t.Errorf("denied result %q (isError %v), want %q with isError", got, res.IsError, want)
+	}
+}
+
+func TestDecideForeignApprovalIsNotFound(t *testing.T) {
+	var peeks, shells atomic.Int32
+	h := newHarness(t, approveScript, nil, readOnlyTool("peek", &peeks), riskyTool("shell", &shells))
+	ctx := context.Background()
+	other, err := h.runner.CreateSession(ctx, "other", "faux:test", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.await(agent.ApprovalRequested)
+	_, err = h.runner.Decide(ctx, other.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner"})
+	if apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("decision through another session: %v, want not found", err)
+	}
+	a, err := h.db.Approval(ctx, ev.Approval.ID)
+	if err != nil || a.Status != gate.Pending {
+		t.Fatalf("approval after a foreign decision: %+v, %v; want still pending", a, err)
+	}
+	if _, err := h.runner.Decide(ctx, h.sess.ID, "no-such-id", agent.Decision{Decision: "approve", By: "owner"}); apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("unknown approval: %v, want not found", err)
+	}
+}
+
+func TestStopCancelsPendingApproval(t *testing.T) {
+	var peeks, shells atomic.Int32
+	h := newHarness(t, approveScript, nil, readOnlyTool("peek", &peeks), riskyTool("shell", &shells))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.await(agent.ApprovalRequested)
+	if err := h.runner.Stop(ctx, h.sess.ID, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	h.await(agent.AgentEnd)
+	a, err := h.db.Approval(ctx, ev.Approval.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status != gate.Cancelled || a.Reason != "Run stopped by owner" {
+		t.Errorf("approval after Stop: %s %q, want cancelled %q", a.Status, a.Reason, "Run stopped by owner")
+	}
+	if got, want := h.toolResults()[1].Result.TextOf(), "Run stopped by owner"; got != want {
+		t.Errorf("result %q, want %q", got, want)
+	}
+	if shells.Load() != 0 {
+		t.Error("the stopped call ran")
+	}
+	// The session accepts messages again (the script is exhausted, which is a clear error).
+	if err := h.runner.Send(ctx, h.sess.ID, "more"); err != nil {
+		t.Fatalf("Send after Stop: %v", err)
+	}
+	h.await(agent.AgentEnd)
+}
+
+func TestBadCallsGiveErrorResultsAndTheRunContinues(t *testing.T) {
+	script := `{"steps": [
+	  {"content": [
+	    {"type": "toolCall", "id": "a", "name": "nope", "arguments": {}},
+	    {"type": "toolCall", "id": "b", "name": "peek", "arguments": {"path": 7, "extra": true}},
+	    {"type": "toolCall", "id": "c", "name": "explode", "arguments": {}},
+	    {"type": "toolCall", "id": "d", "name": "guarded", "arguments": {}}
+	  ], "stopReason": "toolUse"},
+	  {"content": [{"type": "text", "text": "ok"}], "stopReason": "stop"}
+	]}`
+	var peeks atomic.Int32
+	explode := &tool.Tool{Name: "explode", InputSchema: json.RawMessage(`{"type":"object"}`),
+		Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(true)},
+		Execute: func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
+			panic("kaboom")
+		}}
+	guarded := readOnlyTool("guarded", &peeks)
+	blockGuarded := func(_ context.Context, ev gate.CallEvent) (gate.Verdict, error) {
+		if ev.ToolName == "guarded" {
+			return gate.Verdict{Block: true, Reason: "guarded is off limits"}, nil
+		}
+		return gate.Verdict{}, nil
+	}
+	h := newHarness(t, script, gate.Handlers{blockGuarded}, readOnlyTool("peek", &peeks), explode, guarded)
+	if err := h.runner.Send(context.Background(), h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	if end := h.await(agent.AgentEnd); end.Error != "" {
+		t.Fatalf("run error %q", end.Error)
+	}
+	rs := h.toolResults()
+	if len(rs) != 4 {
+		t.Fatalf("%d tool results, want 4", len(rs))
+	}
+	checks := []struct {
+		id       string
+		contains []string
+	}{
+		{"a", []string{`Tool "nope" not found`}},
+		{"b", []string{`Invalid arguments for tool "peek"`, "/path:", "(root):", `Received arguments: {"path": 7, "extra": true}`}},
+		{"c", []string{"tool explode panicked: kaboom"}},
+		{"d", []string{"guarded is off limits"}},
+	}
+	for i, c := range checks {
+		got := rs[i]
+		if got.ToolCallID != c.id || !got.Result.IsError {
+			t.Errorf("result %d: id %s isError %v, want %s with isError", i, got.ToolCallID, got.Result.IsError, c.id)
+		}
+		for _, s := range c.contains {
+			if !strings.Contains(got.Result.TextOf(), s) {
+				t.Errorf("result %s: %q does not contain %q", c.id, got.Result.TextOf(), s)
+			}
+		}
+	}
+	if peeks.Load() != 0 {
+		t.Error("an invalid or blocked call ran")
+	}
+	if got := h.entries()[len(h.entries())-1].Message.Text(); got != "ok" {
+		t.Errorf("final text %q, want ok: the run must continue after bad calls", got)
+	}
+}

@@ -1,0 +1,115 @@
+package agent
+
+import (
+	"encoding/json"
+	"sync"
+
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+// EventType names an event streamed to browsers and API clients (SPEC §2, pi's names).
+type EventType string
+
+// The event types.
+const (
+	AgentStart          EventType = "agent_start"
+	TurnStart           EventType = "turn_start"
+	MessageStart        EventType = "message_start"
+	MessageUpdate       EventType = "message_update"
+	MessageEnd          EventType = "message_end"
+	ToolExecutionStart  EventType = "tool_execution_start"
+	ToolExecutionUpdate EventType = "tool_execution_update"
+	ToolExecutionEnd    EventType = "tool_execution_end"
+	ApprovalRequested   EventType = "approval_requested"
+	ApprovalResolved    EventType = "approval_resolved"
+	TurnEnd             EventType = "turn_end"
+	AgentEnd            EventType = "agent_end"
+	// SessionUpdated is Countersign's own: the session's state or active tools changed.
+	SessionUpdated EventType = "session_updated"
+)
+
+// Event is one streamed event. Which fields are set depends on Type: message events carry
+// Message (the whole message so far) and, for message_update, Delta; tool events carry
+// ToolCallID, ParentToolCallID, ToolName and Arguments, Update (progress) or Result; approval
+// events carry Approval; agent_end carries Error when the run failed.
+type Event struct {
+	Type             EventType       `json:"type"`
+	SessionID        string          `json:"sessionId"`
+	MessageID        string          `json:"messageId,omitempty"`
+	Message          *Message        `json:"message,omitempty"`
+	Delta            string          `json:"delta,omitempty"`
+	ToolCallID       string          `json:"toolCallId,omitempty"`
+	ParentToolCallID string          `json:"parentToolCallId,omitempty"`
+	ToolName         string          `json:"toolName,omitempty"`
+	Arguments        json.RawMessage `json:"arguments,omitempty"`
+	Update           *tool.Update    `json:"update,omitempty"`
+	Result           *tool.Result    `json:"result,omitempty"`
+	Approval         *gate.Approval  `json:"approval,omitempty"`
+	Session          *Session        `json:"session,omitempty"`
+	Error            string          `json:"error,omitempty"`
+}
+
+// Broker fans events out to subscribers per session. Publish never blocks: each subscriber has a
+// bounded buffer, and a subscriber that falls behind is dropped (its channel closed) and must
+// re-sync from the store, as a reloaded page does.
+type Broker struct {
+	mu   sync.RWMutex
+	subs map[string]map[*Subscription]struct{}
+}
+
+// Subscription is one subscriber's event channel. C is closed when the subscriber is dropped or
+// unsubscribed.
+type Subscription struct {
+	C         <-chan Event
+	c         chan Event
+	sessionID string
+	once      sync.Once
+}
+
+// NewBroker returns a broker with no subscribers.
+func NewBroker() *Broker { return &Broker{subs: map[string]map[*Subscription]struct{}{}} }
+
+// subscriberBuffer bounds how far a subscriber may fall behind before it is dropped.
+const subscriberBuffer = 1024
+
+// Subscribe registers a subscriber for one session's events.
+func (b *Broker) Subscribe(sessionID string) *Subscription {
+	c := make(chan Event, subscriberBuffer)
+	s := &Subscription{C: c, c: c, sessionID: sessionID}
+	b.mu.Lock()
+	if b.subs[sessionID] == nil {
+		b.subs[sessionID] = map[*Subscription]struct{}{}
+	}
+	b.subs[sessionID][s] = struct{}{}
+	b.mu.Unlock()
+	return s
+}
+
+// Unsubscribe removes s and closes its channel. It is safe to call more than once.
+func (b *Broker) Unsubscribe(s *Subscription) {
+	b.mu.Lock()
+	delete(b.subs[s.sessionID], s)
+	if len(b.subs[s.sessionID]) == 0 {
+		delete(b.subs, s.sessionID)
+	}
+	b.mu.Unlock()
+	s.once.Do(func() { close(s.c) })
+}
+
+// Publish sends ev to every subscriber of ev.SessionID without blocking.
+func (b *Broker) Publish(ev Event) {
+	var slow []*Subscription
+	b.mu.RLock()
+	for s := range b.subs[ev.SessionID] {
+		select {
+		case s.c <- ev:
+		default:
+			slow = append(slow, s)
+		}
+	}
+	b.mu.RUnlock()
+	for _, s := range slow {
+		b.Unsubscribe(s)
+	}
+}

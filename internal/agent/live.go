@@ -1,0 +1,126 @@
+package agent
+
+import (
+	"encoding/json"
+	"slices"
+	"sync"
+
+	"countersign/internal/tool"
+)
+
+// LiveCall is the in-memory state of a call of the running run: what a page reloaded mid-run
+// needs besides the store (progress, nested calls not yet recorded in their parent's result).
+type LiveCall struct {
+	ToolCallID       string          `json:"toolCallId"`
+	ParentToolCallID string          `json:"parentToolCallId,omitempty"`
+	MessageID        string          `json:"messageId"`
+	ToolName         string          `json:"toolName"`
+	Arguments        json.RawMessage `json:"arguments,omitempty"`
+	Running          bool            `json:"running"`
+	Update           *tool.Update    `json:"update,omitempty"`
+	Result           *tool.Result    `json:"result,omitempty"`
+}
+
+// Live is a snapshot of a session's run in progress: the assistant message being streamed (nil
+// when none) and the calls seen so far, in the order they first appeared.
+type Live struct {
+	Running   bool        `json:"running"`
+	Streaming *Message    `json:"streaming,omitempty"`
+	Calls     []*LiveCall `json:"calls,omitempty"`
+}
+
+// Call returns the live call with id toolCallID in message messageID, or nil.
+func (l Live) Call(messageID, toolCallID string) *LiveCall {
+	for _, c := range l.Calls {
+		if c.MessageID == messageID && c.ToolCallID == toolCallID {
+			return c
+		}
+	}
+	return nil
+}
+
+// Children returns the live nested calls whose parent is parentID in message messageID.
+func (l Live) Children(messageID, parentID string) []*LiveCall {
+	var out []*LiveCall
+	for _, c := range l.Calls {
+		if c.MessageID == messageID && c.ParentToolCallID == parentID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// liveState tracks a run's Live snapshot from the events the run publishes.
+type liveState struct {
+	mu   sync.Mutex
+	live Live
+}
+
+func (s *liveState) apply(ev Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := &s.live
+	switch ev.Type {
+	case MessageStart, MessageUpdate:
+		if ev.Message != nil && ev.Message.Role == Assistant {
+			m := *ev.Message
+			l.Streaming = &m
+		}
+	case MessageEnd:
+		if ev.Message != nil && ev.Message.Role == Assistant {
+			l.Streaming = nil
+		}
+	case ToolExecutionStart, ToolExecutionUpdate, ToolExecutionEnd, ApprovalRequested:
+		c := s.call(ev)
+		switch ev.Type {
+		case ToolExecutionStart:
+			c.Running = true
+		case ToolExecutionUpdate:
+			c.Update = ev.Update
+		case ToolExecutionEnd:
+			c.Running, c.Result = false, ev.Result
+		}
+		if len(ev.Arguments) > 0 {
+			c.Arguments = ev.Arguments
+		}
+	}
+}
+
+func (s *liveState) call(ev Event) *LiveCall {
+	if c := s.live.Call(ev.MessageID, ev.ToolCallID); c != nil {
+		return c
+	}
+	c := &LiveCall{ToolCallID: ev.ToolCallID, ParentToolCallID: ev.ParentToolCallID, MessageID: ev.MessageID, ToolName: ev.ToolName}
+	if ev.Approval != nil {
+		c.Arguments = ev.Approval.Arguments
+	}
+	s.live.Calls = append(s.live.Calls, c)
+	return c
+}
+
+func (s *liveState) snapshot() Live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := Live{Running: true}
+	if s.live.Streaming != nil {
+		m := *s.live.Streaming
+		m.Content = slices.Clone(m.Content)
+		out.Streaming = &m
+	}
+	for _, c := range s.live.Calls {
+		cc := *c
+		out.Calls = append(out.Calls, &cc)
+	}
+	return out
+}
+
+// Live returns a snapshot of the session's run in progress; Running is false when there is none.
+func (r *Runner) Live(sessionID string) Live {
+	r.mu.Lock()
+	rn := r.runs[sessionID]
+	r.mu.Unlock()
+	if rn == nil {
+		return Live{}
+	}
+	return rn.live.snapshot()
+}

@@ -1,0 +1,111 @@
+// Package agent runs agent sessions: the loop that sends the transcript to a model, streams its
+// answer, runs its tool calls through the call pipeline and gate, and stores every entry before
+// broadcasting it (SPEC §2, §3, §8). Message and event shapes follow the pi agent.
+package agent
+
+import (
+	"encoding/json"
+	"time"
+
+	"countersign/internal/tool"
+)
+
+// Role is who a transcript message is from.
+type Role string
+
+// The roles (pi's message roles).
+const (
+	User       Role = "user"
+	Assistant  Role = "assistant"
+	ToolResult Role = "toolResult"
+)
+
+// StopReason says why the model stopped (SPEC §5).
+type StopReason string
+
+// The stop reasons.
+const (
+	Stop    StopReason = "stop"
+	ToolUse StopReason = "toolUse"
+	Length  StopReason = "length"
+	Error   StopReason = "error"
+	Aborted StopReason = "aborted" // the run was stopped or interrupted while the model streamed
+)
+
+// Block is one content block of a message: {"type": "text", "text"}, {"type": "image", "data",
+// "mimeType"}, or, in assistant messages, {"type": "toolCall", "id", "name", "arguments"}.
+type Block struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text,omitempty"`
+	Data      string          `json:"data,omitempty"`
+	MimeType  string          `json:"mimeType,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// Message is one transcript message. User messages carry Content; assistant messages Content,
+// StopReason and ErrorMessage; tool results ToolCallID, ToolName and the tool.Result fields.
+type Message struct {
+	ID           string     `json:"id"`
+	Role         Role       `json:"role"`
+	Content      []Block    `json:"content,omitempty"`
+	StopReason   StopReason `json:"stopReason,omitempty"`
+	ErrorMessage string     `json:"errorMessage,omitempty"`
+	Model        string     `json:"model,omitempty"`
+	// Tool results only.
+	ToolCallID string       `json:"toolCallId,omitempty"`
+	ToolName   string       `json:"toolName,omitempty"`
+	Result     *tool.Result `json:"result,omitempty"`
+	Timestamp  time.Time    `json:"timestamp"`
+}
+
+// ToolCalls returns the toolCall blocks of an assistant message, in the model's order.
+func (m Message) ToolCalls() []Block {
+	var calls []Block
+	for _, b := range m.Content {
+		if b.Type == "toolCall" {
+			calls = append(calls, b)
+		}
+	}
+	return calls
+}
+
+// Text joins the message's text blocks.
+func (m Message) Text() string {
+	s := ""
+	for _, b := range m.Content {
+		if b.Type == "text" {
+			s += b.Text
+		}
+	}
+	return s
+}
+
+// Entry is a stored transcript message: its position (Seq, from 1 per session) and its session.
+type Entry struct {
+	Seq       int64   `json:"seq"`
+	SessionID string  `json:"sessionId"`
+	Message   Message `json:"message"`
+}
+
+// State is a session's run state.
+type State string
+
+// The states.
+const (
+	Idle    State = "idle"
+	Running State = "running"
+)
+
+// Session is one conversation with an agent (SPEC §12 session shape).
+type Session struct {
+	ID        string    `json:"id"`
+	Title     string    `json:"title"`
+	Model     string    `json:"model"`
+	Workspace string    `json:"workspace"`
+	State     State     `json:"state"`
+	CreatedAt time.Time `json:"createdAt"`
+	// ActiveTools is the session's active tool set (SPEC §1); nil means the registry's default.
+	ActiveTools []string `json:"activeTools,omitempty"`
+}

@@ -1,0 +1,333 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+// invocation is one call passing through the call pipeline of SPEC §3, from the model or nested.
+// There is one pipeline: prepare (steps 1–4 up to the prompt), then complete (wait for the
+// decision, execute, tool_result handlers, validation). Only storing differs (model calls only).
+type invocation struct {
+	call        tool.Call
+	messageID   string // the assistant message whose call this is, or descends from
+	requestedBy string // "model", or the parent tool's name
+	tool        *tool.Tool
+
+	early  *tool.Result // set when the call stopped before executing
+	status string       // for the parent's nestedCalls record: ok, error, blocked, denied, unfinished
+	ticket *gate.Ticket
+	args   json.RawMessage // the arguments the call runs with
+	start  time.Time
+
+	children atomic.Int64 // nested call counter, for ids <id>/<n>
+	nested   nestedLog
+}
+
+// prepare runs steps 1–4 of the pipeline: find the tool (by exposure), validate its arguments,
+// run the tool_call handlers, apply the approval policy and, when a person must decide, store and
+// show the approval. A call that stops here gets inv.early.
+func (rn *run) prepare(ctx context.Context, inv *invocation, nested bool) {
+	r := rn.r
+	inv.start = time.Now()
+	inv.args = inv.call.Arguments
+	if len(inv.args) == 0 {
+		inv.args = json.RawMessage("{}")
+		inv.call.Arguments = inv.args
+	}
+	t, ok := r.cfg.Tools.Lookup(inv.call.Name)
+	active := ok && rn.isActive(t.Name)
+	if !ok || (!nested && !tool.CallableByModel(t, active)) || (nested && !tool.CallableNested(t, active)) {
+		inv.stop(tool.NotFound(inv.call.Name), "error")
+		return
+	}
+	inv.tool = t
+	if vs := t.ValidateInput(inv.args); len(vs) > 0 {
+		inv.stop(tool.InvalidArguments(t.Name, vs, inv.args), "error")
+		return
+	}
+	approval := gate.Approval{
+		SessionID: rn.session.ID, MessageID: inv.messageID, ToolCallID: inv.call.ID,
+		ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, ToolTitle: t.Title,
+		Arguments: inv.args, Annotations: t.Annotations, RequestedBy: inv.requestedBy,
+	}
+	verdict := r.cfg.CallHandlers.Check(ctx, gate.CallEvent{
+		SessionID: rn.session.ID, ToolName: t.Name, ToolCallID: inv.call.ID,
+		ParentToolCallID: inv.call.ParentToolCallID, Input: inv.args, Annotations: t.Annotations,
+	})
+	if verdict.Block {
+		approval.Status, approval.DecidedBy, approval.Reason = gate.Denied, "tool_call handler", verdict.Reason
+		rn.record(ctx, approval)
+		inv.stop(tool.ErrorResult("%s", verdict.Reason), "blocked")
+		return
+	}
+	if !t.AlwaysAsk && !gate.NeedsApproval(t.Annotations) {
+		approval.Status, approval.DecidedBy, approval.Reason = gate.Approved, "policy", "annotations allow it without approval"
+		rn.record(ctx, approval)
+		return
+	}
+	ticket, err := r.gate.Open(context.WithoutCancel(ctx), approval)
+	if err != nil {
+		r.log.Error("open approval", "session", rn.session.ID, "call", inv.call.ID, "err", err)
+		inv.stop(tool.ErrorResult("The approval could not be stored, so the call did not run."), "error")
+		return
+	}
+	inv.ticket = ticket
+}
+
+// record stores an automatic decision for the audit; failing to store it is logged, not fatal.
+func (rn *run) record(ctx context.Context, a gate.Approval) {
+	if _, err := rn.r.gate.Record(context.WithoutCancel(ctx), a); err != nil {
+		rn.r.log.Error("record automatic decision", "session", a.SessionID, "call", a.ToolCallID, "err", err)
+	}
+}
+
+func (inv *invocation) stop(res tool.Result, status string) {
+	inv.early, inv.status = &res, status
+}
+
+// complete waits for the call's approval, if any, then executes it (steps 4–6) and returns the
+// final result with its duration.
+func (rn *run) complete(ctx context.Context, inv *invocation) tool.Result {
+	res := rn.decideAndExecute(ctx, inv)
+	res.DurationMs = time.Since(inv.start).Milliseconds()
+	return res
+}
+
+func (rn *run) decideAndExecute(ctx context.Context, inv *invocation) tool.Result {
+	if inv.early != nil {
+		return *inv.early
+	}
+	if inv.ticket != nil {
+		a := inv.ticket.Wait(ctx)
+		switch a.Status {
+		case gate.Approved:
+			inv.args = a.EffectiveArguments()
+		case gate.Denied:
+			inv.status = "denied"
+			if a.Reason != "" {
+				return tool.ErrorResult("Denied by %s: %s", a.DecidedBy, a.Reason)
+			}
+			return tool.ErrorResult("Denied by %s", a.DecidedBy)
+		case gate.TimedOut:
+			inv.status = "denied"
+			return tool.ErrorResult("Approval timed out: %s; the call did not run", a.Reason)
+		default:
+			inv.status = "unfinished"
+			return tool.ErrorResult("%s", a.Reason)
+		}
+	}
+	if ctx.Err() != nil {
+		inv.status = "unfinished"
+		return tool.ErrorResult("%s", context.Cause(ctx).Error())
+	}
+	return rn.execute(ctx, inv)
+}
+
+// execute runs the tool (step 5) with panics recovered, then the tool_result handlers and the
+// result rules of SPEC §1 (step 6).
+func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
+	r, t := rn.r, inv.tool
+	r.publish(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,
+		ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Arguments: inv.args})
+	onUpdate := func(u tool.Update) {
+		r.publish(Event{Type: ToolExecutionUpdate, SessionID: rn.session.ID, MessageID: inv.messageID,
+			ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Update: &u})
+	}
+	res, err := safeExecute(ctx, t, inv.args, onUpdate, &toolContext{rn: rn, inv: inv})
+	if ctx.Err() != nil && (err != nil || res.IsError) {
+		// Stopped: the call was cancelled, whatever the tool made of its cancellation.
+		res, err = tool.ErrorResult("%s", context.Cause(ctx).Error()), nil
+	}
+	call := inv.call
+	call.Arguments = inv.args
+	for _, h := range r.cfg.ResultHandlers {
+		if err == nil {
+			res = h(ctx, call, res)
+		}
+	}
+	res = t.Finalize(res, err)
+	res.NestedCalls = inv.nested.record()
+	switch {
+	case ctx.Err() != nil && res.IsError:
+		inv.status = "unfinished"
+	case res.IsError:
+		inv.status = "error"
+	default:
+		inv.status = "ok"
+	}
+	return res
+}
+
+// safeExecute calls the tool's execute, turning a panic into an error (SPEC §1 rule 2).
+func safeExecute(ctx context.Context, t *tool.Tool, args json.RawMessage, onUpdate func(tool.Update), tc tool.Context) (res tool.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("tool %s panicked: %v", t.Name, p)
+		}
+	}()
+	return t.Execute(ctx, args, onUpdate, tc)
+}
+
+// runBatch runs one assistant message's tool calls (SPEC §2): lookup, validation and handlers in
+// the model's order; then every needed approval is open at once and decided in any order; calls
+// execute concurrently (sequential tools one at a time); results are stored in the model's order,
+// each committed before its tool_execution_end is broadcast.
+func (rn *run) runBatch(store context.Context, msg Message) error {
+	calls := msg.ToolCalls()
+	invs := make([]*invocation, len(calls))
+	for i, c := range calls {
+		invs[i] = &invocation{
+			call:      tool.Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments},
+			messageID: msg.ID, requestedBy: "model",
+		}
+		rn.prepare(rn.ctx, invs[i], false)
+	}
+	var sequential sync.Mutex
+	done := make([]chan tool.Result, len(invs))
+	for i, inv := range invs {
+		done[i] = make(chan tool.Result, 1)
+		go func() {
+			if inv.tool != nil && inv.tool.Sequential && inv.early == nil {
+				sequential.Lock()
+				defer sequential.Unlock()
+			}
+			done[i] <- rn.complete(rn.ctx, inv)
+		}()
+	}
+	var storeErr error
+	for i, inv := range invs {
+		res := <-done[i]
+		if storeErr != nil {
+			continue // drain the others; nothing more is stored
+		}
+		m := Message{ID: newID(), Role: ToolResult, ToolCallID: inv.call.ID, ToolName: inv.call.Name,
+			Result: &res, Timestamp: time.Now().UTC()}
+		if _, err := rn.r.cfg.Store.AppendEntry(store, rn.session.ID, m); err != nil {
+			storeErr = err
+			continue
+		}
+		rn.r.publish(Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: msg.ID,
+			ToolCallID: inv.call.ID, ToolName: inv.call.Name, Arguments: inv.args, Result: &res, Message: &m})
+	}
+	return storeErr
+}
+
+func (rn *run) isActive(name string) bool {
+	for _, n := range rn.r.ActiveTools(rn.session) {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// toolContext is the tool.Context of one running call.
+type toolContext struct {
+	rn  *run
+	inv *invocation
+}
+
+func (tc *toolContext) ToolCallID() string { return tc.inv.call.ID }
+func (tc *toolContext) Workspace() string  { return tc.rn.session.Workspace }
+
+// ExecuteTool runs a nested call through the same pipeline as a model call (SPEC §4). The call id
+// is <parent id>/<n>; it adds no transcript entry; the parent's result records it.
+func (tc *toolContext) ExecuteTool(ctx context.Context, name string, arguments any) tool.Outcome {
+	parent, rn := tc.inv, tc.rn
+	id := parent.call.ID + "/" + strconv.FormatInt(parent.children.Add(1), 10)
+	raw, err := marshalArguments(arguments)
+	child := &invocation{
+		call:      tool.Call{ID: id, ParentToolCallID: parent.call.ID, Name: name, Arguments: raw},
+		messageID: parent.messageID, requestedBy: parent.call.Name,
+	}
+	if err != nil {
+		child.start = time.Now()
+		child.stop(tool.ErrorResult("Arguments for tool %q are not a JSON object: %v", name, err), "error")
+	} else {
+		rn.prepare(ctx, child, true)
+	}
+	res := rn.complete(ctx, child)
+	rn.r.publish(Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: child.messageID,
+		ToolCallID: id, ParentToolCallID: parent.call.ID, ToolName: name, Arguments: child.args, Result: &res})
+	errText := ""
+	if res.IsError {
+		errText = res.TextOf()
+	}
+	parent.nested.add(tool.NestedCall{ID: id, Name: name, Arguments: child.args, Status: child.status,
+		DurationMs: res.DurationMs, Error: errText})
+	call := child.call
+	call.Arguments = child.args
+	return tool.Outcome{ToolCall: call, Result: res, IsError: res.IsError, DurationMs: res.DurationMs}
+}
+
+func marshalArguments(v any) (json.RawMessage, error) {
+	var raw json.RawMessage
+	switch a := v.(type) {
+	case nil:
+		return json.RawMessage("{}"), nil
+	case json.RawMessage:
+		raw = a
+	case []byte:
+		raw = a
+	default:
+		b, err := json.Marshal(a)
+		if err != nil {
+			return nil, err
+		}
+		raw = b
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+// The nestedCalls bounds of SPEC §4.
+const (
+	maxNestedCalls    = 256
+	maxNestedArgBytes = 8 << 10
+	maxNestedAllBytes = 32 << 10
+)
+
+// nestedLog collects a call's nested calls into the bounded record of SPEC §4.
+type nestedLog struct {
+	mu       sync.Mutex
+	calls    []tool.NestedCall
+	argBytes int
+	cut      bool
+}
+
+func (l *nestedLog) add(c tool.NestedCall) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.calls) >= maxNestedCalls {
+		l.cut = true
+		return
+	}
+	if len(c.Arguments) > maxNestedArgBytes || l.argBytes+len(c.Arguments) > maxNestedAllBytes {
+		// Arguments that do not fit are replaced by a JSON string saying so.
+		c.Arguments = json.RawMessage(strconv.Quote(fmt.Sprintf("(arguments cut: %d bytes)", len(c.Arguments))))
+		l.cut = true
+	}
+	l.argBytes += len(c.Arguments)
+	l.calls = append(l.calls, c)
+}
+
+func (l *nestedLog) record() *tool.NestedCalls {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.calls) == 0 && !l.cut {
+		return nil
+	}
+	return &tool.NestedCalls{Calls: append([]tool.NestedCall(nil), l.calls...), Complete: !l.cut}
+}

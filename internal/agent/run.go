@@ -1,0 +1,155 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// run is one agent run of a session: from the user's message to the model's final answer, an
+// error, or Stop. Its context is cancelled with the Stop's cause.
+type run struct {
+	r       *Runner
+	session Session
+	model   Model
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	live    liveState
+}
+
+// maxTurns bounds a run so a model that never stops calling tools cannot loop forever.
+const maxTurns = 10_000
+
+// loop is the agent loop of SPEC §2.
+func (rn *run) loop() {
+	r, sid := rn.r, rn.session.ID
+	// The store's writes use a context that outlives Stop: a stopped run still records its end.
+	store := context.WithoutCancel(rn.ctx)
+	var runErr string
+	defer func() {
+		rn.cancel(nil)
+		r.finishRun(rn)
+		if err := r.setState(store, sid, Idle); err != nil {
+			r.log.Error("set session state", "session", sid, "err", err)
+		}
+		r.publish(Event{Type: AgentEnd, SessionID: sid, Error: runErr})
+	}()
+	r.publish(Event{Type: AgentStart, SessionID: sid})
+	for turn := 0; turn < maxTurns; turn++ {
+		r.publish(Event{Type: TurnStart, SessionID: sid})
+		msg, err := rn.streamMessage(store)
+		if err != nil {
+			runErr = err.Error()
+			r.log.Error("run failed", "session", sid, "err", err)
+			return
+		}
+		if msg.StopReason == Error || msg.StopReason == Aborted {
+			runErr = msg.ErrorMessage
+			r.publish(Event{Type: TurnEnd, SessionID: sid})
+			return
+		}
+		calls := msg.ToolCalls()
+		if len(calls) > 0 {
+			if err := rn.runBatch(store, msg); err != nil {
+				runErr = err.Error()
+				return
+			}
+		}
+		r.publish(Event{Type: TurnEnd, SessionID: sid})
+		if msg.StopReason != ToolUse || len(calls) == 0 {
+			return
+		}
+		if rn.ctx.Err() != nil {
+			runErr = context.Cause(rn.ctx).Error()
+			return
+		}
+	}
+	runErr = fmt.Sprintf("the run stopped after %d turns", maxTurns)
+}
+
+// streamMessage sends the transcript and the declared tools to the model, streams the assistant
+// message to subscribers, and stores it. A provider failure or a Stop while streaming stores an
+// assistant message with stopReason error / aborted that carries no half-written content.
+func (rn *run) streamMessage(store context.Context) (Message, error) {
+	r, sid := rn.r, rn.session.ID
+	entries, err := r.cfg.Store.Entries(store, sid)
+	if err != nil {
+		return Message{}, err
+	}
+	sess, err := r.cfg.Store.Session(store, sid)
+	if err != nil {
+		return Message{}, err
+	}
+	rn.session = sess
+	req := Request{SessionID: sid, Tools: rn.declaredTools()}
+	for _, e := range entries {
+		req.Messages = append(req.Messages, e.Message)
+	}
+
+	live := Message{ID: newID(), Role: Assistant, Model: sess.Model, Timestamp: time.Now().UTC()}
+	r.publish(Event{Type: MessageStart, SessionID: sid, MessageID: live.ID, Message: &live})
+	msg, err := rn.model.Stream(rn.ctx, req, func(d Delta) {
+		switch {
+		case d.Text != "":
+			live.Content = appendText(live.Content, d.Text)
+			snap := live
+			snap.Content = slices.Clone(live.Content)
+			r.publish(Event{Type: MessageUpdate, SessionID: sid, MessageID: live.ID, Message: &snap, Delta: d.Text})
+		case d.ToolCall != nil:
+			live.Content = append(live.Content, *d.ToolCall)
+		}
+	})
+	msg.ID, msg.Role, msg.Model, msg.Timestamp = live.ID, Assistant, sess.Model, live.Timestamp
+	switch {
+	case rn.ctx.Err() != nil:
+		// Stopped while streaming: keep the text so far, drop tool calls that will never run.
+		msg.Content = textOnly(live.Content)
+		msg.StopReason, msg.ErrorMessage = Aborted, context.Cause(rn.ctx).Error()
+	case err != nil:
+		msg.Content = nil
+		msg.StopReason, msg.ErrorMessage = Error, err.Error()
+	case msg.StopReason == "":
+		msg.StopReason = Stop
+	}
+	if msg.StopReason != ToolUse {
+		// Only a toolUse message's calls run (SPEC §2); a call that never runs is not kept.
+		msg.Content = textOnly(msg.Content)
+	}
+	if _, err := r.cfg.Store.AppendEntry(store, sid, msg); err != nil {
+		return Message{}, err
+	}
+	r.publish(Event{Type: MessageEnd, SessionID: sid, MessageID: msg.ID, Message: &msg})
+	return msg, nil
+}
+
+// declaredTools lists the session's active tools that the model may see (SPEC §1 table).
+func (rn *run) declaredTools() []ToolSpec {
+	var specs []ToolSpec
+	for _, name := range rn.r.ActiveTools(rn.session) {
+		t, ok := rn.r.cfg.Tools.Lookup(name)
+		if !ok || t.Exposure == "hidden" {
+			continue
+		}
+		specs = append(specs, ToolSpec{Name: t.Name, Title: t.Title, Description: t.Description, InputSchema: t.InputSchema})
+	}
+	return specs
+}
+
+func appendText(blocks []Block, text string) []Block {
+	if n := len(blocks); n > 0 && blocks[n-1].Type == "text" {
+		blocks[n-1].Text += text
+		return blocks
+	}
+	return append(blocks, Block{Type: "text", Text: text})
+}
+
+func textOnly(blocks []Block) []Block {
+	var out []Block
+	for _, b := range blocks {
+		if b.Type == "text" {
+			out = append(out, b)
+		}
+	}
+	return out
+}

@@ -1,0 +1,339 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+// ResultHandler is a tool_result handler (SPEC §3, step 6): it sees the call and the result as the
+// tool returned it and may return a patched result. It runs before output validation.
+type ResultHandler func(ctx context.Context, call tool.Call, res tool.Result) tool.Result
+
+// Config wires a Runner. Store, Models, Tools and Broker are required.
+type Config struct {
+	Store          Store
+	Models         Models
+	Tools          *tool.Registry
+	Broker         *Broker
+	CallHandlers   gate.Handlers   // tool_call handlers, in registration order
+	ResultHandlers []ResultHandler // tool_result handlers, in registration order
+	// ApprovalTimeout is how long an approval may wait (SPEC §3; default 15 minutes).
+	ApprovalTimeout time.Duration
+	Logger          *slog.Logger
+}
+
+// Runner runs agent sessions: at most one run per session, each with its own cancellable
+// context kept here (never a request's context).
+type Runner struct {
+	cfg  Config
+	gate *gate.Gate
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	runs map[string]*run // by session id
+	wg   sync.WaitGroup
+}
+
+// New returns a Runner.
+func New(cfg Config) *Runner {
+	if cfg.ApprovalTimeout <= 0 {
+		cfg.ApprovalTimeout = 15 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*run{}}
+	r.gate = gate.New(cfg.Store, cfg.ApprovalTimeout, r.approvalChanged)
+	return r
+}
+
+func (r *Runner) approvalChanged(a gate.Approval) {
+	typ := ApprovalResolved
+	if a.Status == gate.Pending {
+		typ = ApprovalRequested
+	}
+	r.cfg.Broker.Publish(Event{Type: typ, SessionID: a.SessionID, MessageID: a.MessageID,
+		ToolCallID: a.ToolCallID, ParentToolCallID: a.ParentToolCallID, ToolName: a.ToolName, Approval: &a})
+}
+
+// Tools returns the registry the runner calls tools from.
+func (r *Runner) Tools() *tool.Registry { return r.cfg.Tools }
+
+// CreateSession validates and stores a new idle session. The model must be one Models offers;
+// the workspace must be an existing folder (it is made absolute).
+func (r *Runner) CreateSession(ctx context.Context, title, model, workspace string) (s Session, err error) {
+	defer apperr.Wrap(&err, "CreateSession")
+	title = strings.TrimSpace(title)
+	if title == "" {
+		title = "Untitled session"
+	}
+	if len(title) > 200 {
+		return Session{}, apperr.Errorf(apperr.Invalid, "Title is too long (at most 200 characters).")
+	}
+	if _, err := r.cfg.Models.Model(model); err != nil {
+		return Session{}, err
+	}
+	abs, err := filepath.Abs(strings.TrimSpace(workspace))
+	if err != nil || strings.TrimSpace(workspace) == "" {
+		return Session{}, apperr.Errorf(apperr.Invalid, "Workspace %q is not a valid folder path.", workspace)
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return Session{}, apperr.Errorf(apperr.Invalid, "Workspace %q is not an existing folder.", abs)
+	}
+	s = Session{ID: newID(), Title: title, Model: model, Workspace: abs, State: Idle, CreatedAt: time.Now().UTC()}
+	if err := r.cfg.Store.CreateSession(ctx, s); err != nil {
+		return Session{}, err
+	}
+	return s, nil
+}
+
+// Busy reports whether sessionID has a run in this process.
+func (r *Runner) Busy(sessionID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.runs[sessionID]
+	return ok
+}
+
+// Send stores a user message and starts a run (SPEC §2). It answers apperr.Conflict while the
+// session already has a run, apperr.Invalid for an empty message, apperr.NotFound for an unknown
+// session. The message is committed before Send returns; the run continues in the background.
+func (r *Runner) Send(ctx context.Context, sessionID, text string) (err error) {
+	defer apperr.Wrap(&err, "Send(%s)", sessionID)
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return apperr.Errorf(apperr.Invalid, "The message is empty.")
+	}
+	sess, err := r.cfg.Store.Session(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	model, err := r.cfg.Models.Model(sess.Model)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if _, busy := r.runs[sessionID]; busy {
+		r.mu.Unlock()
+		return apperr.Errorf(apperr.Conflict, "A run is already in progress in this session; wait for it to finish or press Stop.")
+	}
+	runCtx, cancel := context.WithCancelCause(context.Background())
+	rn := &run{r: r, session: sess, model: model, ctx: runCtx, cancel: cancel}
+	r.runs[sessionID] = rn
+	r.mu.Unlock()
+
+	msg := Message{ID: newID(), Role: User, Content: []Block{{Type: "text", Text: text}}, Timestamp: time.Now().UTC()}
+	if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, msg); err != nil {
+		r.finishRun(rn)
+		cancel(nil)
+		return err
+	}
+	r.publish(Event{Type: MessageEnd, SessionID: sessionID, MessageID: msg.ID, Message: &msg})
+	if err := r.setState(ctx, sessionID, Running); err != nil {
+		r.log.Error("set session state", "session", sessionID, "err", err)
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		rn.loop()
+	}()
+	return nil
+}
+
+// Stop cancels the session's run, if any: the model stream, every running tool and every
+// pending approval of the run. Cancelled calls get the error result "Run stopped by <who>".
+func (r *Runner) Stop(ctx context.Context, sessionID, who string) error {
+	if _, err := r.cfg.Store.Session(ctx, sessionID); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	rn := r.runs[sessionID]
+	r.mu.Unlock()
+	if rn != nil {
+		rn.cancel(&StoppedError{By: who})
+	}
+	return nil
+}
+
+// StoppedError is the cancellation cause of a run stopped by a person; its text is the error
+// result cancelled calls get.
+type StoppedError struct{ By string }
+
+func (e *StoppedError) Error() string { return "Run stopped by " + e.By }
+
+// Decision is a person's answer to a pending approval (SPEC §3, §12 decision body).
+type Decision struct {
+	Decision  string          `json:"decision"` // approve | approve_session | deny
+	Reason    string          `json:"reason,omitempty"`
+	Arguments json.RawMessage `json:"arguments,omitempty"` // edited arguments, approve only
+	By        string          `json:"-"`                   // who decides: "owner" or a reviewer's name
+}
+
+// Decide applies a decision to approval id of sessionID. An approval of another session is
+// apperr.NotFound, like an unknown one; an already resolved one apperr.Conflict. Edited
+// arguments are validated against the tool's inputSchema again (apperr.Invalid listing every
+// violation). The decision is bound to the stored approval: nothing else of the call changes.
+func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (a gate.Approval, err error) {
+	defer apperr.Wrap(&err, "Decide(%s)", id)
+	a, err = r.cfg.Store.Approval(ctx, id)
+	if err != nil {
+		return gate.Approval{}, err
+	}
+	if a.SessionID != sessionID {
+		return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
+	}
+	if a.Status != gate.Pending {
+		return gate.Approval{}, apperr.Errorf(apperr.Conflict, "This approval was already resolved (%s).", a.Status.Word())
+	}
+	res := gate.Resolution{DecidedBy: d.By, Reason: strings.TrimSpace(d.Reason), Scope: gate.Once}
+	switch d.Decision {
+	case "approve":
+		res.Status = gate.Approved
+	case "approve_session":
+		res.Status, res.Scope = gate.Approved, gate.Session
+	case "deny":
+		res.Status = gate.Denied
+	default:
+		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "decision must be approve, approve_session or deny, not %q", d.Decision)
+	}
+	if len(d.Arguments) > 0 && res.Status == gate.Approved {
+		edited, err := r.validateEdit(a, d.Arguments)
+		if err != nil {
+			return gate.Approval{}, err
+		}
+		res.EditedArguments = edited
+	}
+	return r.gate.Decide(ctx, id, res)
+}
+
+// validateEdit checks edited arguments against the tool's inputSchema; identical arguments are
+// not an edit (nil).
+func (r *Runner) validateEdit(a gate.Approval, raw json.RawMessage) (json.RawMessage, error) {
+	t, ok := r.cfg.Tools.Lookup(a.ToolName)
+	if !ok {
+		return nil, apperr.Errorf(apperr.Invalid, "tool %s is no longer registered", a.ToolName)
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, apperr.Errorf(apperr.Invalid, "Arguments are not valid JSON: %v", err)
+	}
+	if vs := t.ValidateInput(raw); len(vs) > 0 {
+		lines := make([]string, len(vs))
+		for i, v := range vs {
+			lines[i] = v.String()
+		}
+		return nil, apperr.Errorf(apperr.Invalid, "Arguments do not match the tool's inputSchema:\n%s", strings.Join(lines, "\n"))
+	}
+	compact, _ := json.Marshal(v)
+	var orig any
+	_ = json.Unmarshal(a.Arguments, &orig)
+	if o, _ := json.Marshal(orig); string(o) == string(compact) {
+		return nil, nil
+	}
+	return compact, nil
+}
+
+// Wait blocks until every run has ended (used by graceful shutdown after Shutdown).
+func (r *Runner) Wait() { r.wg.Wait() }
+
+// Shutdown stops every run with the given cause, for a graceful exit; calls that were executing
+// end with the cause as their error result.
+func (r *Runner) Shutdown(who string) {
+	r.mu.Lock()
+	for _, rn := range r.runs {
+		rn.cancel(&StoppedError{By: who})
+	}
+	r.mu.Unlock()
+}
+
+func (r *Runner) finishRun(rn *run) {
+	r.mu.Lock()
+	if r.runs[rn.session.ID] == rn {
+		delete(r.runs, rn.session.ID)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Runner) setState(ctx context.Context, sessionID string, st State) error {
+	if err := r.cfg.Store.SetSessionState(ctx, sessionID, st); err != nil {
+		return err
+	}
+	s, err := r.cfg.Store.Session(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	r.publish(Event{Type: SessionUpdated, SessionID: sessionID, Session: &s})
+	return nil
+}
+
+// SetActiveTools changes a session's active tool set (SPEC §1). Unknown and hidden names are
+// ignored and returned in ignored. The next model request declares the new set.
+func (r *Runner) SetActiveTools(ctx context.Context, sessionID string, names []string) (active, ignored []string, err error) {
+	defer apperr.Wrap(&err, "SetActiveTools(%s)", sessionID)
+	if _, err := r.cfg.Store.Session(ctx, sessionID); err != nil {
+		return nil, nil, err
+	}
+	active = []string{}
+	for _, n := range names {
+		t, ok := r.cfg.Tools.Lookup(n)
+		if !ok || !tool.Activatable(t) {
+			ignored = append(ignored, n)
+			continue
+		}
+		if !slices.Contains(active, n) {
+			active = append(active, n)
+		}
+	}
+	slices.Sort(active)
+	if err := r.cfg.Store.SetActiveTools(ctx, sessionID, active); err != nil {
+		return nil, nil, err
+	}
+	s, err := r.cfg.Store.Session(ctx, sessionID)
+	if err == nil {
+		r.publish(Event{Type: SessionUpdated, SessionID: sessionID, Session: &s})
+	}
+	return active, ignored, nil
+}
+
+// ActiveTools returns the session's active set: its stored one, or the registry's default.
+func (r *Runner) ActiveTools(s Session) []string {
+	if s.ActiveTools != nil {
+		return s.ActiveTools
+	}
+	return r.cfg.Tools.DefaultActive()
+}
+
+// publish updates the live snapshot of the event's run, if any, then broadcasts the event.
+func (r *Runner) publish(ev Event) {
+	r.mu.Lock()
+	rn := r.runs[ev.SessionID]
+	r.mu.Unlock()
+	if rn != nil {
+		rn.live.apply(ev)
+	}
+	r.cfg.Broker.Publish(ev)
+}
+
+func newID() string { return strings.ToLower(rand.Text()[:16]) }
+
+// errText is an error's message for results and the UI, with the cause of a cancelled context.
+func errText(ctx context.Context, err error) string {
+	if c := context.Cause(ctx); c != nil && errors.Is(err, context.Canceled) {
+		return c.Error()
+	}
+	return fmt.Sprint(err)
+}

@@ -1,0 +1,250 @@
+package gate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"countersign/internal/apperr"
+	"countersign/internal/tool"
+)
+
+// Status is an approval's state (SPEC §3). Pending is the only state that changes.
+type Status string
+
+// The approval states.
+const (
+	Pending   Status = "pending"
+	Approved  Status = "approved"
+	Denied    Status = "denied"
+	TimedOut  Status = "timed_out"
+	Cancelled Status = "cancelled"
+)
+
+// Word is the status as people read it: "approved", "denied", "timed out", "cancelled", "pending".
+func (s Status) Word() string {
+	if s == TimedOut {
+		return "timed out"
+	}
+	return string(s)
+}
+
+// Scope says how far an approval reaches: this call only, or every later call of the same tool in
+// the session (a session grant).
+type Scope string
+
+// The scopes.
+const (
+	Once    Scope = "once"
+	Session Scope = "session"
+)
+
+// Approval is one gated call and its decision (SPEC §3 "Approvals"). Arguments are the arguments
+// as asked and never change; EditedArguments, when set, are the validated arguments the decider
+// approved instead. Automatic approvals record decisions made by rules (policy, grant, handler).
+type Approval struct {
+	ID               string           `json:"id"`
+	SessionID        string           `json:"sessionId"`
+	MessageID        string           `json:"messageId"` // the assistant message whose call (or descendant) asked
+	ToolCallID       string           `json:"toolCallId"`
+	ParentToolCallID string           `json:"parentToolCallId,omitempty"`
+	ToolName         string           `json:"toolName"`
+	ToolTitle        string           `json:"toolTitle,omitempty"`
+	Arguments        json.RawMessage  `json:"arguments"`
+	EditedArguments  json.RawMessage  `json:"editedArguments,omitempty"`
+	Annotations      tool.Annotations `json:"annotations"`
+	RequestedBy      string           `json:"requestedBy"` // "model", or the parent tool's name
+	Status           Status           `json:"status"`
+	Automatic        bool             `json:"automatic"`
+	DecidedBy        string           `json:"decidedBy,omitempty"`
+	Reason           string           `json:"reason,omitempty"`
+	Scope            Scope            `json:"scope,omitempty"`
+	CreatedAt        time.Time        `json:"createdAt"`
+	DecidedAt        *time.Time       `json:"decidedAt,omitempty"`
+}
+
+// EffectiveArguments are the arguments the call runs with: the edit when there is one.
+func (a Approval) EffectiveArguments() json.RawMessage {
+	if len(a.EditedArguments) > 0 {
+		return a.EditedArguments
+	}
+	return a.Arguments
+}
+
+// Resolution is a decision applied to a pending approval.
+type Resolution struct {
+	Status          Status
+	DecidedBy       string
+	Reason          string
+	Scope           Scope
+	EditedArguments json.RawMessage
+	Automatic       bool
+	At              time.Time
+}
+
+// Store keeps approvals. ResolveApproval must be atomic: it changes only a pending approval
+// (in SQL: UPDATE … WHERE status = 'pending') and answers apperr.Conflict otherwise, or
+// apperr.NotFound for an unknown id.
+type Store interface {
+	CreateApproval(ctx context.Context, a Approval) error
+	ResolveApproval(ctx context.Context, id string, r Resolution) (Approval, error)
+	Approval(ctx context.Context, id string) (Approval, error)
+}
+
+// Gate stores approvals, shows them (through notify) and makes calls wait for their decision.
+// The first decision wins, atomically in the store; the waiting call wakes on a one-slot channel.
+type Gate struct {
+	store   Store
+	notify  func(Approval)
+	timeout time.Duration
+	now     func() time.Time
+
+	mu      sync.Mutex
+	waiters map[string]chan Approval
+}
+
+// New returns a gate over store. notify is called, outside any lock, after an approval is stored
+// and after it is resolved; it must not block. timeout is how long an approval may stay pending
+// (SPEC §3, default 15 minutes).
+func New(store Store, timeout time.Duration, notify func(Approval)) *Gate {
+	if notify == nil {
+		notify = func(Approval) {}
+	}
+	return &Gate{store: store, notify: notify, timeout: timeout, now: time.Now, waiters: map[string]chan Approval{}}
+}
+
+// NewID returns a new random id (130 bits, base32).
+func NewID() string { return rand.Text() }
+
+// Ticket is a stored, shown, pending approval whose call waits for a decision.
+type Ticket struct {
+	g        *Gate
+	Approval Approval
+	ch       chan Approval
+}
+
+// Open stores a as pending, then shows it. The call waits with Ticket.Wait; opening every
+// approval of a batch before waiting on any is how a batch's prompts appear together.
+func (g *Gate) Open(ctx context.Context, a Approval) (*Ticket, error) {
+	a.ID = NewID()
+	a.Status = Pending
+	a.CreatedAt = g.now().UTC()
+	// Register the waiter before the approval is visible, so no decision can miss it.
+	ch := make(chan Approval, 1)
+	g.mu.Lock()
+	g.waiters[a.ID] = ch
+	g.mu.Unlock()
+	if err := g.store.CreateApproval(ctx, a); err != nil {
+		g.drop(a.ID)
+		return nil, err
+	}
+	g.notify(a)
+	return &Ticket{g: g, Approval: a, ch: ch}, nil
+}
+
+// Wait blocks until the approval is decided, times out, or ctx ends, and returns it resolved.
+// On ctx's end the approval becomes cancelled with context.Cause(ctx) as its reason; on timeout it
+// becomes timed_out. If a person's decision won the race, that decision is returned.
+func (t *Ticket) Wait(ctx context.Context) Approval {
+	g := t.g
+	defer g.drop(t.Approval.ID)
+	timer := time.NewTimer(g.timeout)
+	defer timer.Stop()
+	select {
+	case a := <-t.ch:
+		return a
+	case <-timer.C:
+		return t.settle(Resolution{Status: TimedOut, DecidedBy: "timeout", Automatic: true,
+			Reason: "no decision within " + g.timeout.String()})
+	case <-ctx.Done():
+		reason := "cancelled"
+		if c := context.Cause(ctx); c != nil {
+			reason = c.Error()
+		}
+		return t.settle(Resolution{Status: Cancelled, DecidedBy: "system", Automatic: true, Reason: reason})
+	}
+}
+
+// settle applies a rule's resolution unless a decision got there first, in which case it returns
+// that decision.
+func (t *Ticket) settle(r Resolution) Approval {
+	g := t.g
+	// A fresh context: the call's own context may be the one that ended.
+	a, err := g.Decide(context.WithoutCancel(context.Background()), t.Approval.ID, r)
+	if err == nil {
+		return a
+	}
+	if apperr.CodeOf(err) == apperr.Conflict {
+		select {
+		case a := <-t.ch:
+			return a
+		case <-time.After(time.Second):
+		}
+		if a, err := g.store.Approval(context.Background(), t.Approval.ID); err == nil {
+			return a
+		}
+	}
+	// The store failed: fail closed, as a cancellation.
+	a = t.Approval
+	a.Status, a.Reason, a.Automatic = Cancelled, "approval could not be recorded: "+err.Error(), true
+	return a
+}
+
+// Decide resolves a pending approval: the first decision wins (apperr.Conflict for later ones,
+// apperr.NotFound for unknown ids). It wakes the waiting call, if any, and shows the result.
+func (g *Gate) Decide(ctx context.Context, id string, r Resolution) (a Approval, err error) {
+	defer apperr.Wrap(&err, "Decide(%s)", id)
+	if r.At.IsZero() {
+		r.At = g.now().UTC()
+	}
+	if r.Status == Pending || r.Status == "" {
+		return Approval{}, apperr.Errorf(apperr.Invalid, "a decision must resolve the approval")
+	}
+	a, err = g.store.ResolveApproval(ctx, id, r)
+	if err != nil {
+		return Approval{}, err
+	}
+	g.mu.Lock()
+	ch, ok := g.waiters[id]
+	g.mu.Unlock()
+	if ok {
+		select {
+		case ch <- a:
+		default: // one slot and one decision: never full, but never block either
+		}
+	}
+	g.notify(a)
+	return a, nil
+}
+
+// Waiting reports whether a call in this process waits on approval id. An approval pending in
+// the store with no waiter was parked by an earlier process (SPEC §8).
+func (g *Gate) Waiting(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.waiters[id]
+	return ok
+}
+
+// Record stores an approval decided by a rule (policy allowed it, session grant, handler block),
+// marked automatic, so the audit lists every gated call.
+func (g *Gate) Record(ctx context.Context, a Approval) (Approval, error) {
+	now := g.now().UTC()
+	a.ID, a.CreatedAt, a.DecidedAt, a.Automatic = NewID(), now, &now, true
+	if a.Status == "" || a.Status == Pending {
+		return a, errors.New("gate.Record: an automatic decision needs a final status")
+	}
+	if err := g.store.CreateApproval(ctx, a); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+func (g *Gate) drop(id string) {
+	g.mu.Lock()
+	delete(g.waiters, id)
+	g.mu.Unlock()
+}

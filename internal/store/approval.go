@@ -1,0 +1,181 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+)
+
+const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_call_id, tool_name,
+	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
+	decided_by, reason, scope, created_at, decided_at`
+
+// CreateApproval stores a, pending or already decided (automatic approvals are stored decided),
+// every field as given; a zero CreatedAt is stored as db.Now(). Arguments and EditedArguments are
+// kept byte for byte (nil stays nil); Annotations keep the difference between an absent hint and
+// false. Errors: apperr.Invalid for a missing id, invalid JSON or an unknown status or scope;
+// apperr.Conflict for an id that exists; apperr.NotFound for an unknown session.
+func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
+	defer apperr.Wrap(&err, "store.CreateApproval(%s)", a.ID)
+	if a.ID == "" {
+		return apperr.Errorf(apperr.Invalid, "an approval needs an id")
+	}
+	if a.CreatedAt.IsZero() {
+		a.CreatedAt = db.Now()
+	}
+	annotations, err := json.Marshal(a.Annotations)
+	if err != nil {
+		return err
+	}
+	_, err = db.write.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.ID, a.SessionID, a.MessageID, a.ToolCallID, a.ParentToolCallID, a.ToolName,
+		a.ToolTitle, nullJSON(a.Arguments), nullJSON(a.EditedArguments), string(annotations),
+		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
+		formatTime(a.CreatedAt), nullTime(a.DecidedAt))
+	switch {
+	case isUnique(err):
+		return apperr.Errorf(apperr.Conflict, "approval %s already exists", a.ID)
+	case isForeignKey(err):
+		return apperr.Errorf(apperr.NotFound, "session %s not found", a.SessionID)
+	case isCheck(err):
+		return apperr.Errorf(apperr.Invalid,
+			"approval %s cannot be stored: invalid JSON arguments, status %q or scope %q", a.ID, a.Status, a.Scope)
+	}
+	return err
+}
+
+// ResolveApproval applies r to the pending approval id and returns the approval as now stored.
+// It is atomic: one UPDATE … WHERE status = 'pending', so of two racing decisions exactly one
+// wins. A zero r.At is stored as db.Now(); r.EditedArguments nil means not edited. Errors:
+// apperr.Invalid when r.Status is not a final status, apperr.NotFound for an unknown id,
+// apperr.Conflict ("approval already resolved") when the approval is no longer pending.
+func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution) (a gate.Approval, err error) {
+	defer apperr.Wrap(&err, "store.ResolveApproval(%s)", id)
+	switch r.Status {
+	case gate.Approved, gate.Denied, gate.TimedOut, gate.Cancelled:
+	default:
+		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "a decision must resolve the approval, not set it %q", r.Status)
+	}
+	if r.At.IsZero() {
+		r.At = db.Now()
+	}
+	// A transaction (BEGIN IMMEDIATE: the write lock from the start) so that "no row updated"
+	// and the existence check that explains it see the same database.
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return gate.Approval{}, err
+	}
+	defer tx.Rollback()
+	a, err = scanApproval(tx.QueryRowContext(ctx, `UPDATE approvals
+		SET status = ?, decided_by = ?, reason = ?, scope = ?, edited_arguments = ?, automatic = ?, decided_at = ?
+		WHERE id = ? AND status = 'pending'
+		RETURNING `+approvalColumns,
+		string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
+		formatTime(r.At), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM approvals WHERE id = ?`, id).Scan(&n); err != nil {
+			return gate.Approval{}, err
+		}
+		if n == 0 {
+			return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
+		}
+		return gate.Approval{}, apperr.Errorf(apperr.Conflict, "approval already resolved")
+	}
+	if isCheck(err) {
+		return gate.Approval{}, apperr.Errorf(apperr.Invalid,
+			"decision cannot be stored: invalid JSON edited arguments or scope %q", r.Scope)
+	}
+	if err != nil {
+		return gate.Approval{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return gate.Approval{}, err
+	}
+	return a, nil
+}
+
+// Approval returns the approval with the given id, or apperr.NotFound.
+func (db *DB) Approval(ctx context.Context, id string) (a gate.Approval, err error) {
+	defer apperr.Wrap(&err, "store.Approval(%s)", id)
+	a, err = scanApproval(db.read.QueryRowContext(ctx,
+		`SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
+	}
+	return a, err
+}
+
+// Approvals lists a session's approvals in creation order (CreatedAt, then insertion order);
+// status "" means every status. Empty for an unknown session.
+func (db *DB) Approvals(ctx context.Context, sessionID string, status gate.Status) (_ []gate.Approval, err error) {
+	defer apperr.Wrap(&err, "store.Approvals(%s, %q)", sessionID, status)
+	if status == "" {
+		return db.queryApprovals(ctx, `SELECT `+approvalColumns+` FROM approvals
+			WHERE session_id = ? ORDER BY created_at, rowid`, sessionID)
+	}
+	return db.queryApprovals(ctx, `SELECT `+approvalColumns+` FROM approvals
+		WHERE session_id = ? AND status = ? ORDER BY created_at, rowid`, sessionID, string(status))
+}
+
+// PendingApprovals lists the pending approvals of every session in creation order. At restart
+// these are the calls parked by an earlier process (SPEC §8): each stays pending until decided.
+func (db *DB) PendingApprovals(ctx context.Context) (_ []gate.Approval, err error) {
+	defer apperr.Wrap(&err, "store.PendingApprovals")
+	return db.queryApprovals(ctx, `SELECT `+approvalColumns+` FROM approvals
+		WHERE status = 'pending' ORDER BY created_at, rowid`)
+}
+
+func (db *DB) queryApprovals(ctx context.Context, query string, args ...any) ([]gate.Approval, error) {
+	rows, err := db.read.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var approvals []gate.Approval
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, err
+		}
+		approvals = append(approvals, a)
+	}
+	return approvals, rows.Err()
+}
+
+func scanApproval(r scanner) (gate.Approval, error) {
+	var (
+		a                       gate.Approval
+		args, edited, decidedAt sql.NullString
+		annotations, status     string
+		scope, createdAt        string
+	)
+	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
+		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
+		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt); err != nil {
+		return gate.Approval{}, err
+	}
+	a.Arguments, a.EditedArguments = rawJSON(args), rawJSON(edited)
+	a.Status, a.Scope = gate.Status(status), gate.Scope(scope)
+	if err := json.Unmarshal([]byte(annotations), &a.Annotations); err != nil {
+		return gate.Approval{}, fmt.Errorf("approval %s annotations: %w", a.ID, err)
+	}
+	var err error
+	if a.CreatedAt, err = parseTime(createdAt); err != nil {
+		return gate.Approval{}, err
+	}
+	if decidedAt.Valid {
+		t, err := parseTime(decidedAt.String)
+		if err != nil {
+			return gate.Approval{}, err
+		}
+		a.DecidedAt = &t
+	}
+	return a, nil
+}

@@ -1,0 +1,209 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+)
+
+const sessionColumns = `id, title, model, workspace, state, active_tools, created_at`
+
+// CreateSession stores a new session. A zero CreatedAt is stored as db.Now() and an empty State as
+// agent.Idle; ActiveTools nil is stored as NULL (the registry's default), which is not the same as
+// an empty set. It returns apperr.Invalid for an empty id and apperr.Conflict when the id exists.
+func (db *DB) CreateSession(ctx context.Context, s agent.Session) (err error) {
+	defer apperr.Wrap(&err, "store.CreateSession(%s)", s.ID)
+	if s.ID == "" {
+		return apperr.Errorf(apperr.Invalid, "a session needs an id")
+	}
+	if s.CreatedAt.IsZero() {
+		s.CreatedAt = db.Now()
+	}
+	if s.State == "" {
+		s.State = agent.Idle
+	}
+	tools, err := activeToolsJSON(s.ActiveTools)
+	if err != nil {
+		return err
+	}
+	_, err = db.write.ExecContext(ctx,
+		`INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		s.ID, s.Title, s.Model, s.Workspace, string(s.State), tools, formatTime(s.CreatedAt))
+	if isUnique(err) {
+		return apperr.Errorf(apperr.Conflict, "session %s already exists", s.ID)
+	}
+	return err
+}
+
+// Session returns the session with the given id, or apperr.NotFound.
+func (db *DB) Session(ctx context.Context, id string) (s agent.Session, err error) {
+	defer apperr.Wrap(&err, "store.Session(%s)", id)
+	s, err = scanSession(db.read.QueryRowContext(ctx,
+		`SELECT `+sessionColumns+` FROM sessions WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return agent.Session{}, apperr.Errorf(apperr.NotFound, "session %s not found", id)
+	}
+	return s, err
+}
+
+// Sessions lists every session, newest first (by CreatedAt; equal times newest stored first).
+func (db *DB) Sessions(ctx context.Context) (_ []agent.Session, err error) {
+	defer apperr.Wrap(&err, "store.Sessions")
+	return db.querySessions(ctx,
+		`SELECT `+sessionColumns+` FROM sessions ORDER BY created_at DESC, rowid DESC`)
+}
+
+// SessionsInState lists the sessions whose state is st, newest first. At restart, the sessions
+// still marked agent.Running are the ones whose run the process lost (SPEC §8).
+func (db *DB) SessionsInState(ctx context.Context, st agent.State) (_ []agent.Session, err error) {
+	defer apperr.Wrap(&err, "store.SessionsInState(%s)", st)
+	return db.querySessions(ctx,
+		`SELECT `+sessionColumns+` FROM sessions WHERE state = ? ORDER BY created_at DESC, rowid DESC`,
+		string(st))
+}
+
+// SetSessionState sets a session's run state; apperr.NotFound for an unknown id.
+func (db *DB) SetSessionState(ctx context.Context, id string, st agent.State) (err error) {
+	defer apperr.Wrap(&err, "store.SetSessionState(%s, %s)", id, st)
+	if st == "" {
+		return apperr.Errorf(apperr.Invalid, "a session state is required")
+	}
+	return db.updateSession(ctx, id, `UPDATE sessions SET state = ? WHERE id = ?`, string(st), id)
+}
+
+// SetActiveTools sets a session's active tool names, kept in the given order. nil means the
+// registry's default (stored as NULL); an empty, non-nil slice means no tools. apperr.NotFound
+// for an unknown id.
+func (db *DB) SetActiveTools(ctx context.Context, id string, names []string) (err error) {
+	defer apperr.Wrap(&err, "store.SetActiveTools(%s)", id)
+	tools, err := activeToolsJSON(names)
+	if err != nil {
+		return err
+	}
+	return db.updateSession(ctx, id, `UPDATE sessions SET active_tools = ? WHERE id = ?`, tools, id)
+}
+
+// AppendEntry stores m as the session's next transcript entry and returns it with its Seq (1 for
+// the first entry of a session). The entry is committed when it returns. apperr.NotFound for an
+// unknown session.
+func (db *DB) AppendEntry(ctx context.Context, sessionID string, m agent.Message) (e agent.Entry, err error) {
+	defer apperr.Wrap(&err, "store.AppendEntry(%s)", sessionID)
+	body, err := json.Marshal(m)
+	if err != nil {
+		return agent.Entry{}, apperr.Errorf(apperr.Invalid, "message cannot be stored: %v", err)
+	}
+	// One statement is one transaction: seq is computed and used under the write lock, and the
+	// single write connection means no other insert of ours can interleave anyway.
+	var seq int64
+	err = db.write.QueryRowContext(ctx, `
+		INSERT INTO entries (session_id, seq, role, tool_call_id, message, created_at)
+		SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ? FROM entries WHERE session_id = ?
+		RETURNING seq`,
+		sessionID, string(m.Role), m.ToolCallID, string(body), formatTime(db.Now()), sessionID).Scan(&seq)
+	if isForeignKey(err) {
+		return agent.Entry{}, apperr.Errorf(apperr.NotFound, "session %s not found", sessionID)
+	}
+	if err != nil {
+		return agent.Entry{}, err
+	}
+	return agent.Entry{Seq: seq, SessionID: sessionID, Message: m}, nil
+}
+
+// Entries returns the session's transcript in Seq order; empty for an unknown session.
+func (db *DB) Entries(ctx context.Context, sessionID string) (_ []agent.Entry, err error) {
+	defer apperr.Wrap(&err, "store.Entries(%s)", sessionID)
+	rows, err := db.read.QueryContext(ctx,
+		`SELECT seq, message FROM entries WHERE session_id = ? ORDER BY seq`, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var entries []agent.Entry
+	for rows.Next() {
+		e := agent.Entry{SessionID: sessionID}
+		var body string
+		if err := rows.Scan(&e.Seq, &body); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(body), &e.Message); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", e.Seq, err)
+		}
+		entries = append(entries, e)
+	}
+	return entries, rows.Err()
+}
+
+func (db *DB) updateSession(ctx context.Context, id, query string, args ...any) error {
+	res, err := db.write.ExecContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return apperr.Errorf(apperr.NotFound, "session %s not found", id)
+	}
+	return nil
+}
+
+func (db *DB) querySessions(ctx context.Context, query string, args ...any) ([]agent.Session, error) {
+	rows, err := db.read.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var sessions []agent.Session
+	for rows.Next() {
+		s, err := scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		sessions = append(sessions, s)
+	}
+	return sessions, rows.Err()
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSession(r scanner) (agent.Session, error) {
+	var (
+		s         agent.Session
+		state, at string
+		tools     sql.NullString
+	)
+	if err := r.Scan(&s.ID, &s.Title, &s.Model, &s.Workspace, &state, &tools, &at); err != nil {
+		return agent.Session{}, err
+	}
+	s.State = agent.State(state)
+	var err error
+	if s.CreatedAt, err = parseTime(at); err != nil {
+		return agent.Session{}, err
+	}
+	if tools.Valid {
+		s.ActiveTools = []string{}
+		if err := json.Unmarshal([]byte(tools.String), &s.ActiveTools); err != nil {
+			return agent.Session{}, fmt.Errorf("session %s active_tools: %w", s.ID, err)
+		}
+	}
+	return s, nil
+}
+
+// activeToolsJSON is the stored form of an active tool set: NULL for nil, a JSON array otherwise.
+func activeToolsJSON(names []string) (any, error) {
+	if names == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(names)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}

@@ -1,0 +1,222 @@
+// Package store keeps Countersign's sessions, transcript entries and approvals in SQLite
+// (modernc.org/sqlite, pure Go, WAL mode; SPEC §8). It implements agent.Store and gate.Store and
+// turns driver errors into apperr codes: a duplicate key is apperr.Conflict, an unknown id
+// apperr.NotFound, a value the schema refuses apperr.Invalid; anything else is internal.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+)
+
+// Compile-time check: the store is what the agent (and through it the gate) needs.
+var _ agent.Store = (*DB)(nil)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// readers is the size of the read pool. WAL lets readers run alongside the writer and each
+// other; a few connections are enough for a handful of browsers re-rendering from the store.
+const readers = 4
+
+// timeFormat is how times are stored: RFC 3339 in UTC with all nine fractional digits. Fixed
+// width, so text order is time order, and exact to the nanosecond.
+const timeFormat = "2006-01-02T15:04:05.000000000Z"
+
+// DB is a Countersign database: one SQLite file opened with a one-connection write pool and a
+// small read pool. It is safe for concurrent use. Create it with Open and release it with Close.
+type DB struct {
+	// Now is the clock for times the store fills in itself: an entry's created_at, a session's
+	// CreatedAt or a resolution's At left zero. Open sets time.Now; tests may replace it before
+	// first use.
+	Now func() time.Time
+
+	path  string
+	write *sql.DB // exactly one connection: every write, and every transaction
+	read  *sql.DB // query_only connections for plain reads
+}
+
+// Open opens (creating if needed) the database at path, creating its parent folder, and applies
+// any migration not yet applied. The path is a file path, never ":memory:" (the pools would each
+// see a different database).
+func Open(ctx context.Context, path string) (_ *DB, err error) {
+	defer apperr.Wrap(&err, "store.Open(%s)", path)
+	if path == "" || path == ":memory:" {
+		return nil, errors.New("a database file path is required")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
+		return nil, err
+	}
+	// busy_timeout comes first so the pragmas after it wait for a lock instead of failing with
+	// SQLITE_BUSY (another process may hold the file). WAL: readers never block the writer, nor
+	// the writer them. synchronous=NORMAL in WAL mode survives a process crash (a power loss may
+	// drop the last commits, never corrupt). foreign_keys is per connection and off by default.
+	// _txlock=immediate makes BEGIN take the write lock at once, so a transaction that reads
+	// then writes cannot fail halfway with SQLITE_BUSY on lock upgrade.
+	file := "file:" + (&url.URL{Path: abs}).EscapedPath()
+	pragmas := "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	write, err := sql.Open("sqlite", file+"?"+pragmas+"&_txlock=immediate")
+	if err != nil {
+		return nil, err
+	}
+	// SQLite allows one writer at a time. One connection serialises our own writes in the pool's
+	// queue instead of having our goroutines meet as SQLITE_BUSY inside SQLite.
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+	// Connect the writer first: it switches the file to WAL before any reader opens it.
+	if err := write.PingContext(ctx); err != nil {
+		write.Close()
+		return nil, err
+	}
+	// query_only makes a write through the read pool an error instead of a second writer.
+	read, err := sql.Open("sqlite", file+"?"+pragmas+"&_pragma=query_only(1)")
+	if err != nil {
+		write.Close()
+		return nil, err
+	}
+	read.SetMaxOpenConns(readers)
+	read.SetMaxIdleConns(readers)
+	db := &DB{Now: time.Now, path: abs, write: write, read: read}
+	if err := db.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Path is the absolute path of the database file.
+func (db *DB) Path() string { return db.path }
+
+// Close closes both pools. Statements in flight finish first; the WAL is checkpointed when the
+// last connection closes.
+func (db *DB) Close() error {
+	return errors.Join(db.read.Close(), db.write.Close())
+}
+
+// migrate applies, in name order, every embedded migration not yet recorded in the migrations
+// table, each in its own transaction together with its record. Applied migrations are skipped,
+// so running it again is a no-op.
+func (db *DB) migrate(ctx context.Context) (err error) {
+	defer apperr.Wrap(&err, "migrate")
+	if _, err := db.write.ExecContext(ctx,
+		`CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+		return err
+	}
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := db.migrateFile(ctx, name); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (db *DB) migrateFile(ctx context.Context, name string) error {
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM migrations WHERE name = ?`, path.Base(name)).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	body, err := migrationFS.ReadFile(name)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO migrations (name, applied_at) VALUES (?, ?)`,
+		path.Base(name), formatTime(db.Now())); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// formatTime returns t as stored: UTC, fixed width, nanoseconds.
+func formatTime(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+// parseTime reads a stored time back, in UTC.
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("stored time %q: %w", s, err)
+	}
+	return t.UTC(), nil
+}
+
+// nullTime is a nullable stored time: SQL NULL for nil.
+func nullTime(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return formatTime(*t)
+}
+
+// nullJSON stores raw JSON as text, or SQL NULL when it is nil, so nil and set survive the trip.
+func nullJSON(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// rawJSON reads a nullable JSON text column back: nil for NULL.
+func rawJSON(s sql.NullString) []byte {
+	if !s.Valid {
+		return nil
+	}
+	return []byte(s.String)
+}
+
+// sqliteCode returns the extended result code of a driver error, or 0.
+func sqliteCode(err error) int {
+	var e *sqlite.Error
+	if errors.As(err, &e) {
+		return e.Code()
+	}
+	return 0
+}
+
+// isUnique reports whether err is a PRIMARY KEY or UNIQUE constraint failure.
+func isUnique(err error) bool {
+	c := sqliteCode(err)
+	return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+// isForeignKey reports whether err is a FOREIGN KEY constraint failure (an unknown session).
+func isForeignKey(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY }
+
+// isCheck reports whether err is a CHECK constraint failure (a value the schema refuses).
+func isCheck(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_CHECK }

@@ -1,0 +1,126 @@
+package tool
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// Violation is one way a JSON value breaks a schema: where (a JSON pointer into the value, RFC
+// 6901, "" for the root) and what.
+type Violation struct {
+	Pointer string `json:"pointer"`
+	Message string `json:"message"`
+}
+
+// String renders the violation as "/pointer: message" ("(root)" for the whole value).
+func (v Violation) String() string {
+	p := v.Pointer
+	if p == "" {
+		p = "(root)"
+	}
+	return p + ": " + v.Message
+}
+
+var printer = message.NewPrinter(language.English)
+
+// compileSchema compiles one schema of a tool as JSON Schema 2020-12. The root must be an object
+// schema ("type": "object"), as MCP 2025-11-25 §tools requires of inputSchema and outputSchema.
+// An empty raw means "no schema" (nil, nil).
+func compileSchema(toolName, field string, raw json.RawMessage) (*jsonschema.Schema, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: %s is not JSON: %v", toolName, field, err)
+	}
+	root, ok := doc.(map[string]any)
+	if !ok || root["type"] != "object" {
+		return nil, fmt.Errorf("tool %s: %s must be a JSON Schema with root \"type\": \"object\"", toolName, field)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	// Without AssertVocabs, unknown vocabularies would be silently ignored (TOOLCHAIN.md).
+	c.AssertVocabs()
+	url := "countersign:///tools/" + toolName + "/" + field + ".json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, fmt.Errorf("tool %s: %s: %v", toolName, field, err)
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		return nil, fmt.Errorf("tool %s: %s does not compile: %v", toolName, field, err)
+	}
+	return sch, nil
+}
+
+// validate checks a JSON document against sch and returns every violation (leaf causes of the
+// validation error), sorted by pointer. A document that is not JSON is one root violation.
+func validate(sch *jsonschema.Schema, doc []byte) []Violation {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	if err != nil {
+		return []Violation{{Message: "not valid JSON: " + err.Error()}}
+	}
+	return validateValue(sch, v)
+}
+
+func validateValue(sch *jsonschema.Schema, v any) []Violation {
+	err := sch.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var verr *jsonschema.ValidationError
+	if !errors.As(err, &verr) {
+		return []Violation{{Message: err.Error()}}
+	}
+	var out []Violation
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			out = append(out, Violation{Pointer: pointer(e.InstanceLocation), Message: e.ErrorKind.LocalizedString(printer)})
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(verr)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Pointer < out[j].Pointer })
+	return out
+}
+
+// pointer builds an RFC 6901 JSON pointer from path tokens.
+func pointer(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		t = strings.ReplaceAll(t, "~", "~0")
+		b.WriteString(strings.ReplaceAll(t, "/", "~1"))
+	}
+	return b.String()
+}
+
+// ValidateInput checks arguments against the tool's inputSchema (SPEC §1 "Arguments") and returns
+// every violation; nil means valid.
+func (t *Tool) ValidateInput(arguments json.RawMessage) []Violation {
+	if len(bytes.TrimSpace(arguments)) == 0 {
+		arguments = json.RawMessage("{}")
+	}
+	return validate(t.input, arguments)
+}
+
+// ValidateOutput checks structuredContent against the tool's outputSchema (SPEC §1 results, rule
+// 3). A tool without an outputSchema accepts anything.
+func (t *Tool) ValidateOutput(structuredContent json.RawMessage) []Violation {
+	if t.output == nil {
+		return nil
+	}
+	return validate(t.output, structuredContent)
+}

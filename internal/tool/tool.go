@@ -1,0 +1,181 @@
+// Package tool defines what a tool is in Countersign: its definition (name, schemas, annotations,
+// exposure), the result it returns, and the rules that turn whatever a tool did into a result the
+// model and the UI can trust. Terms follow MCP 2025-11-25 §tools and the pi agent.
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// Exposure decides who sees and who may call a tool (SPEC §1, exposure table).
+type Exposure string
+
+// The exposures. The zero value means Direct.
+const (
+	Direct    Exposure = "direct"     // active when registered; declared while active; callable by ExecuteTool while active
+	ModelOnly Exposure = "model-only" // active when registered; declared while active; never callable by ExecuteTool
+	Codemode  Exposure = "codemode"   // inactive until activated; declared only if active; always callable by ExecuteTool
+	Deferred  Exposure = "deferred"   // like Codemode
+	Hidden    Exposure = "hidden"     // never active, never declared, never callable
+)
+
+// Annotations are the MCP tool hints (MCP 2025-11-25 §tools, ToolAnnotations). A nil field means
+// the server said nothing, which is not the same as false: see Effective for the MCP defaults.
+type Annotations struct {
+	ReadOnlyHint    *bool `json:"readOnlyHint,omitempty"`
+	DestructiveHint *bool `json:"destructiveHint,omitempty"`
+	IdempotentHint  *bool `json:"idempotentHint,omitempty"`
+	OpenWorldHint   *bool `json:"openWorldHint,omitempty"`
+}
+
+// Hint is one effective annotation value and whether it came from the MCP default.
+type Hint struct {
+	Name      string `json:"name"`
+	Value     bool   `json:"value"`
+	Defaulted bool   `json:"defaulted"`
+}
+
+// Effective returns the four hints with MCP defaults filled in (readOnlyHint false,
+// destructiveHint true, idempotentHint false, openWorldHint true), marking the defaulted ones.
+func (a Annotations) Effective() []Hint {
+	h := func(name string, p *bool, def bool) Hint {
+		if p == nil {
+			return Hint{Name: name, Value: def, Defaulted: true}
+		}
+		return Hint{Name: name, Value: *p}
+	}
+	return []Hint{
+		h("readOnlyHint", a.ReadOnlyHint, false),
+		h("destructiveHint", a.DestructiveHint, true),
+		h("idempotentHint", a.IdempotentHint, false),
+		h("openWorldHint", a.OpenWorldHint, true),
+	}
+}
+
+// Bool returns a pointer to b, for annotation literals.
+func Bool(b bool) *bool { return &b }
+
+// Update is one progress report from a running tool (pi's onUpdate; MCP notifications/progress).
+// Progress and Total are in the tool's own units; Total 0 means unknown. Content, when set, is
+// partial output to show on the tool card.
+type Update struct {
+	Progress float64   `json:"progress"`
+	Total    float64   `json:"total,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	Content  []Content `json:"content,omitempty"`
+}
+
+// Outcome is what ExecuteTool returns for a nested call (SPEC §4): never a Go error for a tool
+// failure; IsError mirrors Result.IsError.
+type Outcome struct {
+	ToolCall   Call   `json:"toolCall"`
+	Result     Result `json:"result"`
+	IsError    bool   `json:"isError"`
+	DurationMs int64  `json:"durationMs"`
+}
+
+// Call is one request to run a tool: the model's tool call, or a nested one.
+type Call struct {
+	ID               string          `json:"id"`
+	ParentToolCallID string          `json:"parentToolCallId,omitempty"`
+	Name             string          `json:"name"`
+	Arguments        json.RawMessage `json:"arguments"`
+}
+
+// Context is what a running tool gets besides its arguments (SPEC §4): where it works and a way
+// to call other tools through the same pipeline as the model's calls.
+type Context interface {
+	// ToolCallID is the id of the running call ("c1", or "c1/2" for a nested one).
+	ToolCallID() string
+	// Workspace is the absolute path of the session's workspace folder.
+	Workspace() string
+	// ExecuteTool runs another tool through the full call pipeline (lookup, validation,
+	// tool_call handlers, approval, execute, tool_result handlers, output validation). Failures
+	// of any kind come back as an Outcome with IsError set, never as a panic.
+	ExecuteTool(ctx context.Context, name string, arguments any) Outcome
+}
+
+// ExecuteFunc runs a tool. arguments have been validated against the tool's inputSchema.
+// onUpdate may be called any number of times, from any goroutine, until ExecuteFunc returns.
+// Return a Result with IsError for "an error that has data"; return a Go error for "an error that
+// has none" (SPEC §1 results, rules 1 and 2). ctx is cancelled on Stop.
+type ExecuteFunc func(ctx context.Context, arguments json.RawMessage, onUpdate func(Update), tc Context) (Result, error)
+
+// Tool is a tool definition. Register it in a Registry, which compiles its schemas.
+type Tool struct {
+	Name         string          `json:"name"`
+	Title        string          `json:"title,omitempty"`
+	Description  string          `json:"description,omitempty"`
+	InputSchema  json.RawMessage `json:"inputSchema"`
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	Annotations  Annotations     `json:"annotations"`
+	Exposure     Exposure        `json:"exposure"`
+	// DefaultActive, when non-nil and false, registers a direct or model-only tool inactive.
+	DefaultActive *bool `json:"defaultActive,omitempty"`
+	// Sequential tools run one at a time within a batch instead of concurrently (SPEC §2).
+	Sequential bool `json:"-"`
+	// AlwaysAsk forces approval whatever the annotations say (untrusted MCP servers, SPEC §13).
+	AlwaysAsk bool        `json:"-"`
+	Execute   ExecuteFunc `json:"-"`
+
+	input  *jsonschema.Schema
+	output *jsonschema.Schema
+}
+
+// ActiveByDefault reports whether the tool is in a new session's active set (SPEC §1 table).
+func (t *Tool) ActiveByDefault() bool {
+	switch t.Exposure {
+	case Direct, ModelOnly, "":
+		return t.DefaultActive == nil || *t.DefaultActive
+	}
+	return false
+}
+
+// DisplayTitle is Title, or Name when there is none.
+func (t *Tool) DisplayTitle() string {
+	if t.Title != "" {
+		return t.Title
+	}
+	return t.Name
+}
+
+// HasOutputSchema reports whether the tool declares an outputSchema.
+func (t *Tool) HasOutputSchema() bool { return t.output != nil }
+
+var nameRule = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+
+// compile checks the name rule (MCP 2025-11-25 §tools: 1–128 of [A-Za-z0-9_.-]) and compiles
+// both schemas as JSON Schema 2020-12 with root type object.
+func (t *Tool) compile() error {
+	if !nameRule.MatchString(t.Name) {
+		return fmt.Errorf("tool name %q: must be 1 to 128 characters of A-Z a-z 0-9 _ . -", t.Name)
+	}
+	switch t.Exposure {
+	case "":
+		t.Exposure = Direct
+	case Direct, ModelOnly, Codemode, Deferred, Hidden:
+	default:
+		return fmt.Errorf("tool %s: unknown exposure %q", t.Name, t.Exposure)
+	}
+	if t.Execute == nil {
+		return fmt.Errorf("tool %s: no execute function", t.Name)
+	}
+	var err error
+	if t.input, err = compileSchema(t.Name, "inputSchema", t.InputSchema); err != nil {
+		return err
+	}
+	if t.input == nil {
+		return fmt.Errorf("tool %s: inputSchema is required", t.Name)
+	}
+	if len(t.OutputSchema) > 0 {
+		if t.output, err = compileSchema(t.Name, "outputSchema", t.OutputSchema); err != nil {
+			return err
+		}
+	}
+	return nil
+}

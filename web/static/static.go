@@ -1,0 +1,10 @@
+// Package static embeds the browser assets: the stylesheet, app.js, and htmx with its WebSocket
+// extension vendored from npm (make vendor refreshes them).
+package static
+
+import "embed"
+
+// FS holds app.css, app.js and vendor/.
+//
+//go:embed app.css app.js vendor
+var FS embed.FS

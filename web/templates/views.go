@@ -1,0 +1,122 @@
+// Package templates holds Countersign's templ components and the view models they render. The
+// same components render the first page and every live fragment pushed over the WebSocket.
+package templates
+
+import (
+	"time"
+
+	"countersign/internal/tool"
+)
+
+// Page is what the layout needs besides the body.
+type Page struct {
+	Title string
+	// Owner is true on the owner's pages (shows the owner navigation).
+	Owner bool
+}
+
+// SessionsView is the session list with the New-session form.
+type SessionsView struct {
+	Sessions []SessionRow
+	Models   []string
+	// Form holds the values to pre-fill (the server's workspace, or what was submitted).
+	Form  NewSessionForm
+	Error string
+}
+
+// NewSessionForm is the New-session form's values.
+type NewSessionForm struct {
+	Title, Model, Workspace string
+}
+
+// SessionRow is one session in the list.
+type SessionRow struct {
+	ID, Title, Model, Workspace, State string
+	CreatedAt                          time.Time
+}
+
+// SessionView is the session page.
+type SessionView struct {
+	ID, Title, Model, Workspace string
+	Running                     bool
+	Items                       []MessageView
+	// CanSend: the viewer may send messages and stop runs (the owner).
+	CanSend bool
+	// LiveURL is the WebSocket path of the page's live updates.
+	LiveURL string
+	// StopURL, SendURL are the owner's form actions.
+	SendURL, StopURL string
+}
+
+// MessageView is one transcript message: a user message, or an assistant message with its tool
+// calls rendered as cards (their results are shown in the cards, not as separate messages).
+type MessageView struct {
+	ID        string
+	Role      string // user | assistant
+	Text      string
+	Error     string // an assistant message that ended in error or was stopped
+	Streaming bool
+	Cards     []CardView
+}
+
+// DOMID is the element id of the message.
+func (m MessageView) DOMID() string { return "m-" + m.ID }
+
+// CardView is one tool call's card: the call, its approval, its progress and its result.
+type CardView struct {
+	DOMID            string
+	ToolCallID       string
+	ParentToolCallID string
+	Name, Title      string
+	ArgumentsJSON    string
+	// Command is run_command's command line, shown as is.
+	Command string
+	// State is one of: waiting, approval, running, ok, error, denied, blocked, cancelled,
+	// timed_out, violation, interrupted.
+	State    string
+	Approval *ApprovalView
+	Update   *tool.Update
+	Result   *ResultView
+	Nested   []CardView
+	// NestedIncomplete is set when the stored nestedCalls record was cut (SPEC §4).
+	NestedIncomplete bool
+	// DurationMs is the call's duration once it ended.
+	DurationMs int64
+}
+
+// ApprovalView is an approval as its call's card shows it.
+type ApprovalView struct {
+	ID               string
+	Status           string // pending | approved | denied | timed_out | cancelled
+	StatusWord       string
+	DecidedBy        string
+	Reason           string
+	Scope            string
+	Automatic        bool
+	Edited           bool
+	RequestedBy      string
+	ParentToolCallID string
+	ToolName         string
+	ToolTitle        string
+	Hints            []tool.Hint
+	ArgumentsJSON    string
+	// DecideURL is where the decision form posts; "" when the viewer may not decide.
+	DecideURL string
+}
+
+// ResultView is a tool result as a card shows it.
+type ResultView struct {
+	IsError        bool
+	Text           string
+	StructuredJSON string
+	Violation      *ViolationView
+}
+
+// ViolationView is a contract violation (SPEC §1 rule 3): the violations and what the tool
+// actually returned.
+type ViolationView struct {
+	Violations     []tool.Violation
+	OriginalText   string
+	OriginalJSON   string
+	OriginalImages int
+}

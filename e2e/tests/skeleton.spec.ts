@@ -122,9 +122,8 @@ test('exit 3: a non-zero exit is data, not an error', async ({ page }) => {
   await expect(runCard).toContainText(/\bowner\b/, { useInnerText: true });
 });
 
-// Not required yet (SPEC §3: every open page updates to the final state within a second).
-// Ready to enable: change test.fixme to test.
-test.fixme('two pages of one session see the same approval, and the second updates when the first decides', async ({ page, context }) => {
+// SPEC §3: every open page of the session updates to the final state within a second.
+test('two pages of one session see the same approval, and the second updates when the first decides', async ({ page, context }) => {
   await newSession(page, 'two pages', 'faux:demo');
   const other = await context.newPage();
   await other.goto(page.url());
@@ -139,6 +138,7 @@ test.fixme('two pages of one session see the same approval, and the second updat
   await otherApproval.getByRole('button', { name: 'Approve', exact: true }).click();
   await expect(approval).toBeHidden({ timeout: 1_000 });
   await expect(toolCard(page, 'run_command')).toContainText(/\bapproved\b/i, { useInnerText: true });
+  await expect(toolCard(page, 'run_command').getByRole('button', { name: 'Approve', exact: true })).toHaveCount(0);
   await expectFinalText(page, 'exit code 0');
   await expectFinalText(other, 'exit code 0');
 });

@@ -8,12 +8,10 @@
   function dedupe() {
     var seen = {};
     document.querySelectorAll("[data-upsert][id]").forEach(function (el) {
+      // An element inside a copy that was just replaced is no longer in the page: skip it.
+      if (!el.isConnected) return;
       var first = seen[el.id];
-      if (!first) {
-        seen[el.id] = el;
-        return;
-      }
-      first.replaceWith(el);
+      if (first && first !== el && first.isConnected) first.replaceWith(el);
       seen[el.id] = el;
     });
   }

@@ -1,0 +1,184 @@
+// Command web is the Countersign server: `make run` starts it with the embedded faux model.
+// Flags and their environment variables are listed in SPEC §11 and in -help.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/models"
+	"countersign/internal/store"
+	"countersign/internal/tool"
+	"countersign/internal/tools"
+	"countersign/internal/web"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "countersign:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// config is the server's configuration (SPEC §11): every flag has an environment variable, and
+// the flag wins when both are set.
+type config struct {
+	addr            string
+	db              string
+	workspace       string
+	scripts         string
+	token           string
+	approvalTimeout time.Duration
+	mcpConfig       string
+	fauxDelay       time.Duration
+}
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("countersign", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	cwd, _ := os.Getwd()
+	fs.StringVar(&c.addr, "addr", env("COUNTERSIGN_ADDR", "127.0.0.1:8080"), "listen address (COUNTERSIGN_ADDR)")
+	fs.StringVar(&c.db, "db", env("COUNTERSIGN_DB", "countersign.db"), "SQLite file, created with its folder (COUNTERSIGN_DB)")
+	fs.StringVar(&c.workspace, "workspace", env("COUNTERSIGN_WORKSPACE", cwd), "where tools read, write and run (COUNTERSIGN_WORKSPACE)")
+	fs.StringVar(&c.scripts, "scripts", env("COUNTERSIGN_SCRIPTS", ""), "folder of extra faux scripts, *.json (COUNTERSIGN_SCRIPTS)")
+	fs.StringVar(&c.token, "token", env("COUNTERSIGN_TOKEN", ""), "owner token; random when empty (COUNTERSIGN_TOKEN)")
+	timeout := env("COUNTERSIGN_APPROVAL_TIMEOUT", "15m")
+	fs.StringVar(&timeout, "approval-timeout", timeout, "how long an approval may wait, a Go duration (COUNTERSIGN_APPROVAL_TIMEOUT)")
+	fs.StringVar(&c.mcpConfig, "mcp-config", env("COUNTERSIGN_MCP_CONFIG", ""), "MCP servers config file (COUNTERSIGN_MCP_CONFIG)")
+	delay := env("COUNTERSIGN_FAUX_DELAY", "15ms")
+	fs.StringVar(&delay, "faux-delay", delay, "pause between the faux model's text chunks (COUNTERSIGN_FAUX_DELAY)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	var err error
+	if c.approvalTimeout, err = time.ParseDuration(timeout); err != nil || c.approvalTimeout <= 0 {
+		return c, fmt.Errorf("-approval-timeout %q: want a positive Go duration such as 15m", timeout)
+	}
+	if c.fauxDelay, err = time.ParseDuration(delay); err != nil || c.fauxDelay < 0 {
+		return c, fmt.Errorf("-faux-delay %q: want a Go duration such as 15ms", delay)
+	}
+	if c.workspace, err = filepath.Abs(c.workspace); err != nil {
+		return c, fmt.Errorf("-workspace: %v", err)
+	}
+	if fi, err := os.Stat(c.workspace); err != nil || !fi.IsDir() {
+		return c, fmt.Errorf("-workspace %s is not an existing folder", c.workspace)
+	}
+	if c.token == "" {
+		c.token = rand.Text()
+	}
+	return c, nil
+}
+
+// run wires the server by hand and serves until ctx ends, then shuts down gracefully.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if cfg.mcpConfig != "" {
+		log.Warn("MCP servers are not supported yet; -mcp-config is ignored", "file", cfg.mcpConfig)
+	}
+
+	db, err := store.Open(ctx, cfg.db)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := recoverAfterRestart(ctx, db, log); err != nil {
+		return err
+	}
+
+	reg := tool.NewRegistry()
+	for _, t := range tools.Builtin(tools.Config{}) {
+		if err := reg.Register(t); err != nil {
+			return err
+		}
+	}
+	mods, err := models.NewRegistry(cfg.scripts, cfg.fauxDelay, log)
+	if err != nil {
+		return err
+	}
+	broker := agent.NewBroker()
+	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker,
+		ApprovalTimeout: cfg.approvalTimeout, Logger: log})
+	srv := web.New(web.Config{Runner: runner, Store: db, Broker: broker, Models: mods,
+		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log})
+
+	// Listen before serving, so a busy port fails at once.
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	// Requests (and the WebSockets they became) end when the server shuts down.
+	baseCtx, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return baseCtx }}
+	fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=%s\n", ln.Addr(), cfg.token)
+
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	runner.Shutdown("server shutdown")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(shutdownCtx)
+	cancelBase()
+	done := make(chan struct{})
+	go func() { runner.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-shutdownCtx.Done():
+	}
+	return nil
+}
+
+// recoverAfterRestart applies what the store says about runs the last process left behind.
+// Sessions that were running are idle again so they accept new messages (SPEC §8).
+func recoverAfterRestart(ctx context.Context, db *store.DB, log *slog.Logger) error {
+	running, err := db.SessionsInState(ctx, agent.Running)
+	if err != nil {
+		return err
+	}
+	for _, s := range running {
+		log.Info("session was running when the server stopped", "session", s.ID)
+		if err := db.SetSessionState(ctx, s.ID, agent.Idle); err != nil {
+			return err
+		}
+	}
+	return nil
+}

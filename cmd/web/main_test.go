@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// server starts run() on a free port and returns the login URL it printed.
+func startServer(t *testing.T, args []string, env map[string]string) (loginURL string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	base := []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "db", "cs.db"), "-workspace", t.TempDir()}
+	go func() {
+		done <- run(ctx, append(base, args...), func(k string) string { return env[k] }, pw, io.Discard)
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("server did not shut down within 15s")
+		}
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	go io.Copy(io.Discard, pr)
+	if err != nil {
+		t.Fatalf("reading the login line: %v", err)
+	}
+	m := regexp.MustCompile(`^Countersign listening on (http://127\.0\.0\.1:\d+/login\?token=\S+)\n$`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("login line %q does not match SPEC §11", line)
+	}
+	return m[1]
+}
+
+func TestLoginLineHealthzAndOwnerOnly(t *testing.T) {
+	login := startServer(t, []string{"-token", "s3cret"}, nil)
+	base := strings.SplitN(login, "/login", 2)[0]
+	if !strings.HasSuffix(login, "/login?token=s3cret") {
+		t.Fatalf("login URL %s does not carry the -token", login)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	get := func(c *http.Client, path string) *http.Response {
+		t.Helper()
+		res, err := c.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	if res := get(noRedirect, "/healthz"); res.StatusCode != 200 {
+		t.Errorf("/healthz = %d, want 200 without login", res.StatusCode)
+	}
+	for _, path := range []string{"/", "/sessions/x", "/sessions/x/live", "/nope", "/login?token=wrong", "/login"} {
+		if res := get(noRedirect, path); res.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s without the cookie = %d, want 401", path, res.StatusCode)
+		}
+	}
+	for _, path := range []string{"/sessions", "/sessions/x/messages", "/sessions/x/stop", "/sessions/x/approvals/y/decision", "/logout"} {
+		res, err := noRedirect.Post(base+path, "application/x-www-form-urlencoded", strings.NewReader("text=hi"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST %s without the cookie = %d, want 401", path, res.StatusCode)
+		}
+	}
+
+	res := get(noRedirect, "/login?token=s3cret")
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/" {
+		t.Fatalf("login = %d to %q, want 303 to /", res.StatusCode, res.Header.Get("Location"))
+	}
+	var cookie *http.Cookie
+	for _, c := range res.Cookies() {
+		if c.Name == "countersign_owner" {
+			cookie = c
+		}
+	}
+	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("owner cookie %+v, want HttpOnly and SameSite=Strict", cookie)
+	}
+	if strings.Contains(cookie.Value, "s3cret") {
+		t.Error("the cookie holds the token in clear")
+	}
+	jar, _ := cookiejar.New(nil)
+	owner := &http.Client{Jar: jar}
+	if res := get(owner, "/login?token=s3cret"); res.StatusCode != 200 {
+		t.Fatalf("session list after login = %d", res.StatusCode)
+	}
+	if res := get(owner, "/nope"); res.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown page as owner = %d, want 404", res.StatusCode)
+	}
+	if res := get(owner, "/sessions/unknown"); res.StatusCode != http.StatusNotFound {
+		t.Errorf("unknown session as owner = %d, want 404", res.StatusCode)
+	}
+}
+
+func TestScriptsFolderAppearsInNewSessionForm(t *testing.T) {
+	dir := t.TempDir()
+	script := `{"steps":[{"content":[{"type":"text","text":"hi"}],"stopReason":"stop"}]}`
+	if err := os.WriteFile(filepath.Join(dir, "my-script.json"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Set by environment variable; the flag would win.
+	login := startServer(t, nil, map[string]string{"COUNTERSIGN_SCRIPTS": dir, "COUNTERSIGN_TOKEN": "envtoken"})
+	if !strings.HasSuffix(login, "token=envtoken") {
+		t.Fatalf("COUNTERSIGN_TOKEN ignored: %s", login)
+	}
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	res, err := c.Get(login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{`<option value="faux:demo"`, `<option value="faux:my-script"`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("the New-session form lacks %s", want)
+		}
+	}
+}
+
+func TestFlagsWinOverEnvironment(t *testing.T) {
+	env := map[string]string{"COUNTERSIGN_ADDR": "127.0.0.1:1", "COUNTERSIGN_APPROVAL_TIMEOUT": "2s", "COUNTERSIGN_DB": "env.db"}
+	getenv := func(k string) string { return env[k] }
+	c, err := parseConfig([]string{"-addr", "127.0.0.1:9999", "-workspace", t.TempDir()}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.addr != "127.0.0.1:9999" || c.approvalTimeout != 2*time.Second || c.db != "env.db" {
+		t.Errorf("config %+v: want the -addr flag over the environment, the rest from it", c)
+	}
+	if c.token == "" || len(c.token) < 22 {
+		t.Errorf("random token %q is too short", c.token)
+	}
+	defaults, err := parseConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if defaults.addr != "127.0.0.1:8080" || defaults.db != "countersign.db" || defaults.approvalTimeout != 15*time.Minute {
+		t.Errorf("defaults %+v do not match SPEC §11", defaults)
+	}
+	for _, bad := range [][]string{{"-approval-timeout", "soon"}, {"-workspace", "/no/such/folder"}, {"extra"}} {
+		if _, err := parseConfig(bad, func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("parseConfig(%q) accepted bad input", bad)
+		}
+	}
+}
+

@@ -1,0 +1,196 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/coder/websocket"
+
+	"countersign/internal/agent"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+	"countersign/web/templates"
+)
+
+// writeTimeout bounds one WebSocket write; a client slower than this is dropped and re-syncs.
+const writeTimeout = 5 * time.Second
+
+// live is a session page's WebSocket: first the whole transcript as the store and the run's
+// live state have it (so nothing between the page's render and the socket's start is lost), then
+// one htmx out-of-band fragment per event, rendered by the page's own components.
+func (s *Server) live(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
+		return err
+	}
+	// Accept checks that the Origin is this host (SPEC §7).
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return nil // Accept has answered
+	}
+	defer c.CloseNow()
+	// The page never sends anything; a client that does is cut off at 1 KiB.
+	c.SetReadLimit(1 << 10)
+	ctx := c.CloseRead(r.Context())
+
+	// Subscribe before rendering: an event that lands in between is sent twice, which the
+	// fragments tolerate (replacements by id, appends deduplicated by id), rather than never.
+	sub := s.cfg.Broker.Subscribe(id)
+	defer s.cfg.Broker.Unsubscribe(sub)
+	who := viewer{owner: true}
+	if err := s.writeFragment(ctx, c, s.resync(ctx, id, who)); err != nil {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-sub.C:
+			if !ok {
+				// Dropped for falling behind: the client reconnects and re-syncs.
+				c.Close(websocket.StatusTryAgainLater, "resync")
+				return nil
+			}
+			for _, ev := range coalesce(ev, sub.C) {
+				if err := s.writeFragment(ctx, c, s.fragment(ctx, ev, who)); err != nil {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// coalesce takes the event just received and whatever else is already queued, and drops updates
+// that a later update of the same message or call supersedes. The last update always survives.
+func coalesce(first agent.Event, queue <-chan agent.Event) []agent.Event {
+	evs := []agent.Event{first}
+	for len(evs) < 256 {
+		select {
+		case ev, ok := <-queue:
+			if !ok {
+				return evs
+			}
+			evs = append(evs, ev)
+			continue
+		default:
+		}
+		break
+	}
+	type key struct {
+		t          agent.EventType
+		msg, calls string
+	}
+	last := map[key]int{}
+	for i, ev := range evs {
+		if ev.Type == agent.MessageUpdate || ev.Type == agent.ToolExecutionUpdate {
+			last[key{ev.Type, ev.MessageID, ev.ToolCallID}] = i
+		}
+	}
+	out := evs[:0:0]
+	for i, ev := range evs {
+		if ev.Type == agent.MessageUpdate || ev.Type == agent.ToolExecutionUpdate {
+			if last[key{ev.Type, ev.MessageID, ev.ToolCallID}] != i {
+				continue
+			}
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+func (s *Server) writeFragment(ctx context.Context, c *websocket.Conn, frag templ.Component) error {
+	if frag == nil {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := frag.Render(ctx, &buf); err != nil {
+		s.log.Error("render fragment", "err", err)
+		return nil
+	}
+	if buf.Len() == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	err := c.Write(wctx, websocket.MessageText, buf.Bytes())
+	if err != nil && !errors.Is(err, context.Canceled) && websocket.CloseStatus(err) == -1 {
+		s.log.Debug("live write", "err", err)
+	}
+	return err
+}
+
+// resync renders the whole live part of the page: the transcript, the run state and Stop.
+func (s *Server) resync(ctx context.Context, id string, who viewer) templ.Component {
+	sess, err := s.cfg.Store.Session(ctx, id)
+	if err != nil {
+		return nil
+	}
+	items, err := s.transcriptItems(ctx, sess, who)
+	if err != nil {
+		s.log.Error("resync", "session", id, "err", err)
+		return nil
+	}
+	running := s.cfg.Runner.Busy(id)
+	return fragments(templates.Transcript(items), templates.RunState(running),
+		stopSlot(id, who, running))
+}
+
+func stopSlot(id string, who viewer, running bool) templ.Component {
+	if !who.owner {
+		return nil
+	}
+	return templates.StopButton("/sessions/"+id+"/stop", running)
+}
+
+// fragment renders one event as out-of-band swaps. Top-level cards are updated slot by slot
+// (approval, body), so a pending prompt is never replaced by a progress update; nested cards are
+// upserted whole into their parent's list.
+func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ.Component {
+	b := builder{sessionID: ev.SessionID, who: who, approvals: map[callKey]gate.Approval{}, results: map[callKey]*tool.Result{}}
+	switch ev.Type {
+	case agent.MessageStart, agent.MessageEnd:
+		if ev.Message == nil {
+			return nil
+		}
+		streaming := ev.Type == agent.MessageStart
+		b.live = s.cfg.Runner.Live(ev.SessionID)
+		return fragments(removeEmpty(), appendTo("transcript", templates.Message(b.message(*ev.Message, streaming))))
+	case agent.MessageUpdate:
+		if ev.Message == nil {
+			return nil
+		}
+		return templates.MessageText(templates.MessageView{ID: ev.MessageID, Text: ev.Message.Text()})
+	case agent.ApprovalRequested, agent.ApprovalResolved, agent.ToolExecutionStart,
+		agent.ToolExecutionUpdate, agent.ToolExecutionEnd:
+		b.live = s.cfg.Runner.Live(ev.SessionID)
+		if ev.Approval != nil {
+			b.approvals[callKey{ev.MessageID, ev.ToolCallID}] = *ev.Approval
+		}
+		if ev.Result != nil {
+			b.results[callKey{ev.MessageID, ev.ToolCallID}] = ev.Result
+		}
+		b.live.Running = true
+		card := b.card(ev.MessageID, ev.ToolCallID, ev.ParentToolCallID, ev.ToolName, ev.Arguments, false)
+		if ev.Type == agent.ToolExecutionUpdate && card.Result == nil {
+			card.Update, card.State = ev.Update, "running"
+		}
+		if ev.ParentToolCallID != "" {
+			return appendTo(cardID(ev.MessageID, ev.ParentToolCallID)+"-nested", templates.Card(card))
+		}
+		if ev.Type == agent.ApprovalRequested || ev.Type == agent.ApprovalResolved {
+			return fragments(templates.ApprovalSlot(card), templates.CardBody(card))
+		}
+		return templates.CardBody(card)
+	case agent.SessionUpdated, agent.AgentEnd:
+		running := ev.Type == agent.SessionUpdated && ev.Session != nil && ev.Session.State == agent.Running
+		if ev.Type == agent.SessionUpdated {
+			running = s.cfg.Runner.Busy(ev.SessionID)
+		}
+		return fragments(templates.RunState(running), stopSlot(ev.SessionID, who, running))
+	}
+	return nil
+}

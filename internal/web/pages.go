@@ -1,0 +1,101 @@
+package web
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/web/templates"
+)
+
+func (s *Server) sessionsPage(w http.ResponseWriter, r *http.Request) error {
+	return s.renderSessions(w, r, http.StatusOK, templates.NewSessionForm{Workspace: s.cfg.Workspace, Model: "faux:demo"}, "")
+}
+
+func (s *Server) renderSessions(w http.ResponseWriter, r *http.Request, st int, form templates.NewSessionForm, formErr string) error {
+	sessions, err := s.cfg.Store.Sessions(r.Context())
+	if err != nil {
+		return err
+	}
+	v := templates.SessionsView{Models: s.cfg.Models.Names(), Form: form, Error: formErr}
+	for _, x := range sessions {
+		v.Sessions = append(v.Sessions, templates.SessionRow{ID: x.ID, Title: x.Title, Model: x.Model,
+			Workspace: x.Workspace, State: string(x.State), CreatedAt: x.CreatedAt})
+	}
+	s.render(w, r, st, templates.Layout(templates.Page{Title: "Sessions", Owner: true}, templates.SessionsPage(v)))
+	return nil
+}
+
+// createSession handles the New-session form: 303 to the new session, or the form again with
+// the reason (400) and what was typed.
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	}
+	form := templates.NewSessionForm{Title: r.PostForm.Get("title"), Model: r.PostForm.Get("model"), Workspace: r.PostForm.Get("workspace")}
+	sess, err := s.cfg.Runner.CreateSession(r.Context(), form.Title, form.Model, form.Workspace)
+	if apperr.CodeOf(err) == apperr.Invalid {
+		return s.renderSessions(w, r, http.StatusBadRequest, form, apperr.MessageOf(err))
+	}
+	if err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/sessions/"+sess.ID, http.StatusSeeOther)
+	return nil
+}
+
+func (s *Server) sessionPage(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.sessionView(r.Context(), r.PathValue("id"), viewer{owner: true})
+	if err != nil {
+		return err
+	}
+	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: v.Title, Owner: true}, templates.SessionPage(v)))
+	return nil
+}
+
+// sendMessage starts a run (202), or refuses with the reason (409 while busy, 400 empty); the
+// page keeps the text in the box unless the answer is 2xx.
+func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	}
+	if err := s.cfg.Runner.Send(r.Context(), r.PathValue("id"), r.PostForm.Get("text")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusAccepted)
+	return nil
+}
+
+func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
+	if err := s.cfg.Runner.Stop(r.Context(), r.PathValue("id"), "owner"); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusAccepted)
+	return nil
+}
+
+// decide applies the owner's decision from an approval form: fields decision, reason and,
+// after Edit, arguments (JSON). It answers with the approval's new slot (also pushed live).
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	}
+	d := agent.Decision{Decision: r.PostForm.Get("decision"), Reason: r.PostForm.Get("reason"), By: "owner"}
+	if args := strings.TrimSpace(r.PostForm.Get("arguments")); args != "" {
+		if !json.Valid([]byte(args)) {
+			return apperr.Errorf(apperr.Invalid, "Arguments are not valid JSON.")
+		}
+		d.Arguments = json.RawMessage(args)
+	}
+	a, err := s.cfg.Runner.Decide(r.Context(), r.PathValue("id"), r.PathValue("aid"), d)
+	if err != nil {
+		return err
+	}
+	card := templates.CardView{DOMID: cardID(a.MessageID, a.ToolCallID), ToolCallID: a.ToolCallID}
+	av := approvalView(a, "")
+	card.Approval = &av
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	return templates.ApprovalSlot(card).Render(r.Context(), w)
+}

@@ -1,0 +1,277 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+
+	"countersign/internal/agent"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+	"countersign/web/templates"
+)
+
+// viewer is who looks at a page and what they may do there.
+type viewer struct {
+	owner bool
+}
+
+// sessionView builds the session page's view model from the store and the run's live state.
+func (s *Server) sessionView(ctx context.Context, id string, who viewer) (templates.SessionView, error) {
+	sess, err := s.cfg.Store.Session(ctx, id)
+	if err != nil {
+		return templates.SessionView{}, err
+	}
+	items, err := s.transcriptItems(ctx, sess, who)
+	if err != nil {
+		return templates.SessionView{}, err
+	}
+	return templates.SessionView{
+		ID: sess.ID, Title: sess.Title, Model: sess.Model, Workspace: sess.Workspace,
+		Running: s.cfg.Runner.Busy(sess.ID), Items: items, CanSend: who.owner,
+		LiveURL: "/sessions/" + sess.ID + "/live",
+		SendURL: "/sessions/" + sess.ID + "/messages", StopURL: "/sessions/" + sess.ID + "/stop",
+	}, nil
+}
+
+// transcriptItems renders the transcript: each stored message, tool results folded into their
+// calls' cards, approvals from the store, and what the run in progress holds only in memory.
+func (s *Server) transcriptItems(ctx context.Context, sess agent.Session, who viewer) ([]templates.MessageView, error) {
+	entries, err := s.cfg.Store.Entries(ctx, sess.ID)
+	if err != nil {
+		return nil, err
+	}
+	approvals, err := s.cfg.Store.Approvals(ctx, sess.ID, "")
+	if err != nil {
+		return nil, err
+	}
+	live := s.cfg.Runner.Live(sess.ID)
+	b := builder{sessionID: sess.ID, who: who, live: live, approvals: map[callKey]gate.Approval{}, results: map[callKey]*tool.Result{}}
+	for _, a := range approvals {
+		k := callKey{a.MessageID, a.ToolCallID}
+		// A person's decision (or a pending prompt) says more than a rule's record.
+		if prev, ok := b.approvals[k]; ok && !prev.Automatic && a.Automatic {
+			continue
+		}
+		b.approvals[k] = a
+	}
+	// A tool result belongs to the latest assistant message before it.
+	lastAssistant := ""
+	for _, e := range entries {
+		switch e.Message.Role {
+		case agent.Assistant:
+			lastAssistant = e.Message.ID
+		case agent.ToolResult:
+			b.results[callKey{lastAssistant, e.Message.ToolCallID}] = e.Message.Result
+		}
+	}
+	var items []templates.MessageView
+	for _, e := range entries {
+		if e.Message.Role == agent.ToolResult {
+			continue
+		}
+		items = append(items, b.message(e.Message, false))
+	}
+	if live.Streaming != nil {
+		items = append(items, b.message(*live.Streaming, true))
+	}
+	return items, nil
+}
+
+type callKey struct{ messageID, toolCallID string }
+
+// builder turns stored and live state into view models.
+type builder struct {
+	sessionID string
+	who       viewer
+	live      agent.Live
+	approvals map[callKey]gate.Approval
+	results   map[callKey]*tool.Result
+}
+
+func (b *builder) message(m agent.Message, streaming bool) templates.MessageView {
+	v := templates.MessageView{ID: m.ID, Role: string(m.Role), Text: m.Text(), Streaming: streaming}
+	if m.StopReason == agent.Error || m.StopReason == agent.Aborted {
+		v.Error = m.ErrorMessage
+		if m.StopReason == agent.Error {
+			v.Error = "The model failed: " + m.ErrorMessage
+		}
+	}
+	for _, c := range m.ToolCalls() {
+		v.Cards = append(v.Cards, b.card(m.ID, c.ID, "", c.Name, c.Arguments, streaming))
+	}
+	return v
+}
+
+// card builds a call's card from its stored result, its approval and the live state.
+func (b *builder) card(messageID, toolCallID, parentID, name string, args json.RawMessage, streaming bool) templates.CardView {
+	k := callKey{messageID, toolCallID}
+	lc := b.live.Call(messageID, toolCallID)
+	if lc != nil && len(lc.Arguments) > 0 {
+		args = lc.Arguments
+	}
+	c := baseCard(messageID, toolCallID, parentID, name, args)
+	var appr *gate.Approval
+	if a, ok := b.approvals[k]; ok {
+		appr = &a
+		av := approvalView(a, b.decideURL(a))
+		c.Approval = &av
+	}
+	res := b.results[k]
+	running := false
+	if lc != nil {
+		if res == nil {
+			res = lc.Result
+		}
+		running = lc.Running
+		c.Update = lc.Update
+	}
+	c.State = cardState(res, appr, running, b.live.Running)
+	if streaming && res == nil && appr == nil {
+		c.State = "waiting"
+	}
+	if res != nil {
+		c.Result = resultView(*res)
+		c.DurationMs = res.DurationMs
+	}
+	// Nested calls: the stored record once the parent has a result, else the live ones.
+	if res != nil && res.NestedCalls != nil {
+		for _, n := range res.NestedCalls.Calls {
+			nc := baseCard(messageID, n.ID, toolCallID, n.Name, n.Arguments)
+			nc.State, nc.DurationMs = nestedState(n.Status), n.DurationMs
+			if a, ok := b.approvals[callKey{messageID, n.ID}]; ok {
+				av := approvalView(a, "")
+				nc.Approval = &av
+			}
+			if n.Error != "" {
+				nc.Result = &templates.ResultView{IsError: true, Text: n.Error}
+			} else {
+				nc.Result = &templates.ResultView{}
+			}
+			c.Nested = append(c.Nested, nc)
+		}
+		c.NestedIncomplete = !res.NestedCalls.Complete
+	} else {
+		for _, n := range b.live.Children(messageID, toolCallID) {
+			c.Nested = append(c.Nested, b.card(messageID, n.ToolCallID, toolCallID, n.ToolName, n.Arguments, false))
+		}
+		// A nested call parked on a pending approval (from the store) that the live state lacks.
+		for k, a := range b.approvals {
+			if k.messageID == messageID && a.ParentToolCallID == toolCallID && a.Status == gate.Pending &&
+				b.live.Call(messageID, a.ToolCallID) == nil {
+				c.Nested = append(c.Nested, b.card(messageID, a.ToolCallID, toolCallID, a.ToolName, a.Arguments, false))
+			}
+		}
+	}
+	return c
+}
+
+func (b *builder) decideURL(a gate.Approval) string {
+	if a.Status != gate.Pending || !b.who.owner {
+		return ""
+	}
+	return "/sessions/" + a.SessionID + "/approvals/" + a.ID + "/decision"
+}
+
+// baseCard is a card with its identity and arguments.
+func baseCard(messageID, toolCallID, parentID, name string, args json.RawMessage) templates.CardView {
+	c := templates.CardView{DOMID: cardID(messageID, toolCallID), ToolCallID: toolCallID, ParentToolCallID: parentID,
+		Name: name, ArgumentsJSON: prettyJSON(args)}
+	if name == "run_command" {
+		var in struct {
+			Command string `json:"command"`
+		}
+		if json.Unmarshal(args, &in) == nil {
+			c.Command = in.Command
+		}
+	}
+	return c
+}
+
+// cardID is a call's element id: tool call ids repeat across messages (scripts reuse them), the
+// pair (message, call) does not.
+func cardID(messageID, toolCallID string) string {
+	h := sha256.Sum256([]byte(messageID + "\x00" + toolCallID))
+	return "tc-" + hex.EncodeToString(h[:8])
+}
+
+// cardState is the one word a card's state badge shows.
+func cardState(res *tool.Result, a *gate.Approval, running, runActive bool) string {
+	if res != nil {
+		switch {
+		case res.ContractViolation != nil:
+			return "violation"
+		case !res.IsError:
+			return "ok"
+		case a != nil && a.Status == gate.Denied && !a.Automatic:
+			return "denied"
+		case a != nil && a.Status == gate.Denied && a.Automatic:
+			return "blocked"
+		case a != nil && (a.Status == gate.TimedOut || a.Status == gate.Cancelled):
+			return string(a.Status)
+		case strings.HasPrefix(res.TextOf(), "Run stopped by"):
+			return "cancelled"
+		}
+		return "error"
+	}
+	switch {
+	case a != nil && a.Status == gate.Pending:
+		return "approval"
+	case running:
+		return "running"
+	case runActive:
+		return "waiting"
+	}
+	return "interrupted"
+}
+
+func nestedState(status string) string {
+	switch status {
+	case "unfinished":
+		return "cancelled"
+	case "":
+		return "interrupted"
+	}
+	return status
+}
+
+func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
+	return templates.ApprovalView{
+		ID: a.ID, Status: string(a.Status), StatusWord: a.Status.Word(), DecidedBy: a.DecidedBy,
+		Reason: a.Reason, Scope: string(a.Scope), Automatic: a.Automatic, Edited: len(a.EditedArguments) > 0,
+		RequestedBy: a.RequestedBy, ParentToolCallID: a.ParentToolCallID, ToolName: a.ToolName,
+		ToolTitle: a.ToolTitle, Hints: a.Annotations.Effective(), ArgumentsJSON: prettyJSON(a.Arguments),
+		DecideURL: decideURL,
+	}
+}
+
+func resultView(r tool.Result) *templates.ResultView {
+	v := &templates.ResultView{IsError: r.IsError, Text: r.TextOf(), StructuredJSON: prettyJSON(r.StructuredContent)}
+	if cv := r.ContractViolation; cv != nil {
+		orig := tool.Result{Content: cv.Content}
+		images := 0
+		for _, c := range cv.Content {
+			if c.Type == "image" {
+				images++
+			}
+		}
+		v.Violation = &templates.ViolationView{Violations: cv.Violations, OriginalText: orig.TextOf(),
+			OriginalJSON: prettyJSON(cv.StructuredContent), OriginalImages: images}
+	}
+	return v
+}
+
+// prettyJSON indents JSON for display; "" for none.
+func prettyJSON(raw json.RawMessage) string {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return ""
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return buf.String()
+}

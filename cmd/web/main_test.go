@@ -166,4 +166,3 @@ func TestFlagsWinOverEnvironment(t *testing.T) {
 		}
 	}
 }
-

@@ -40,6 +40,12 @@ func (m scriptModels) Names() []string { return []string{"faux:test"} }
 
 func newHarness(t *testing.T, script string, handlers gate.Handlers, tools ...*tool.Tool) *harness {
 	t.Helper()
+	return newHarnessWith(t, script, agent.Config{CallHandlers: handlers}, tools...)
+}
+
+// newHarnessWith is newHarness with more of the runner's configuration (handlers, timeout).
+func newHarnessWith(t *testing.T, script string, cfg agent.Config, tools ...*tool.Tool) *harness {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
 	if err != nil {
@@ -58,8 +64,11 @@ func newHarness(t *testing.T, script string, handlers gate.Handlers, tools ...*t
 		}
 	}
 	broker := agent.NewBroker()
-	r := agent.New(agent.Config{Store: db, Models: scriptModels{sc}, Tools: reg, Broker: broker,
-		CallHandlers: handlers, ApprovalTimeout: time.Minute})
+	cfg.Store, cfg.Models, cfg.Tools, cfg.Broker = db, scriptModels{sc}, reg, broker
+	if cfg.ApprovalTimeout == 0 {
+		cfg.ApprovalTimeout = time.Minute
+	}
+	r := agent.New(cfg)
 	sess, err := r.CreateSession(ctx, "test", "faux:test", t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -138,11 +138,12 @@ func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 	r, t := rn.r, inv.tool
 	r.publish(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,
 		ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Arguments: inv.args})
-	onUpdate := func(u tool.Update) {
+	updates := newThrottle(func(u tool.Update) {
 		r.publish(Event{Type: ToolExecutionUpdate, SessionID: rn.session.ID, MessageID: inv.messageID,
 			ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Update: &u})
-	}
-	res, err := safeExecute(ctx, t, inv.args, onUpdate, &toolContext{rn: rn, inv: inv})
+	})
+	res, err := safeExecute(ctx, t, inv.args, updates.update, &toolContext{rn: rn, inv: inv})
+	updates.flush()
 	if ctx.Err() != nil && (err != nil || res.IsError) {
 		// Stopped: the call was cancelled, whatever the tool made of its cancellation.
 		res, err = tool.ErrorResult("%s", context.Cause(ctx).Error()), nil

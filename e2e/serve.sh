@@ -31,4 +31,5 @@ exec "$bin" \
   -token e2e-owner-token \
   -workspace "$PWD/.tmp/workspace" \
   -scripts "$PWD/scripts" \
-  -approval-timeout 15m
+  -approval-timeout 15m \
+  -fixture-tools true

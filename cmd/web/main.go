@@ -15,11 +15,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"countersign/internal/agent"
+	"countersign/internal/fixtures"
 	"countersign/internal/models"
 	"countersign/internal/store"
 	"countersign/internal/tool"
@@ -49,6 +51,7 @@ type config struct {
 	approvalTimeout time.Duration
 	mcpConfig       string
 	fauxDelay       time.Duration
+	fixtureTools    bool
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -72,6 +75,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.mcpConfig, "mcp-config", env("COUNTERSIGN_MCP_CONFIG", ""), "MCP servers config file (COUNTERSIGN_MCP_CONFIG)")
 	delay := env("COUNTERSIGN_FAUX_DELAY", "15ms")
 	fs.StringVar(&delay, "faux-delay", delay, "pause between the faux model's text chunks (COUNTERSIGN_FAUX_DELAY)")
+	fixtures := env("COUNTERSIGN_FIXTURE_TOOLS", "false")
+	fs.StringVar(&fixtures, "fixture-tools", fixtures, "register the fixture tools used by the browser tests: true or false (COUNTERSIGN_FIXTURE_TOOLS)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -84,6 +89,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.fauxDelay, err = time.ParseDuration(delay); err != nil || c.fauxDelay < 0 {
 		return c, fmt.Errorf("-faux-delay %q: want a Go duration such as 15ms", delay)
+	}
+	if c.fixtureTools, err = strconv.ParseBool(fixtures); err != nil {
+		return c, fmt.Errorf("-fixture-tools %q: want true or false", fixtures)
 	}
 	if c.workspace, err = filepath.Abs(c.workspace); err != nil {
 		return c, fmt.Errorf("-workspace: %v", err)
@@ -118,7 +126,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	reg := tool.NewRegistry()
-	for _, t := range tools.Builtin(tools.Config{}) {
+	all := tools.Builtin(tools.Config{})
+	if cfg.fixtureTools {
+		all = append(all, fixtures.Tools()...)
+	}
+	for _, t := range all {
 		if err := reg.Register(t); err != nil {
 			return err
 		}

@@ -11,8 +11,6 @@ import (
 	"github.com/coder/websocket"
 
 	"countersign/internal/agent"
-	"countersign/internal/gate"
-	"countersign/internal/tool"
 	"countersign/web/templates"
 )
 
@@ -150,7 +148,10 @@ func stopSlot(id string, who viewer, running bool) templ.Component {
 // (approval, body), so a pending prompt is never replaced by a progress update; nested cards are
 // upserted whole into their parent's list.
 func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ.Component {
-	b := builder{sessionID: ev.SessionID, who: who, approvals: map[callKey]gate.Approval{}, results: map[callKey]*tool.Result{}}
+	b := s.newBuilder(ev.SessionID, "", who)
+	if sess, err := s.cfg.Store.Session(ctx, ev.SessionID); err == nil {
+		b.workspace = sess.Workspace
+	}
 	switch ev.Type {
 	case agent.MessageStart, agent.MessageEnd:
 		if ev.Message == nil {
@@ -190,7 +191,11 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		if ev.Type == agent.SessionUpdated {
 			running = s.cfg.Runner.Busy(ev.SessionID)
 		}
-		return fragments(templates.RunState(running), stopSlot(ev.SessionID, who, running))
+		var tools templ.Component
+		if ev.Session != nil && who.owner {
+			tools = templates.ToolsPanel(s.toolsView(*ev.Session, nil))
+		}
+		return fragments(templates.RunState(running), stopSlot(ev.SessionID, who, running), tools)
 	}
 	return nil
 }

@@ -99,3 +99,22 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	return templates.ApprovalSlot(card).Render(r.Context(), w)
 }
+
+// setTools applies the Tools panel: the checked boxes become the session's active set
+// (SetActiveTools). It answers with the panel, naming what was ignored.
+func (s *Server) setTools(w http.ResponseWriter, r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	}
+	id := r.PathValue("id")
+	_, ignored, err := s.cfg.Runner.SetActiveTools(r.Context(), id, r.PostForm["active"])
+	if err != nil {
+		return err
+	}
+	sess, err := s.cfg.Store.Session(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	s.render(w, r, http.StatusOK, templates.ToolsPanel(s.toolsView(sess, ignored)))
+	return nil
+}

@@ -41,6 +41,8 @@ type Config struct {
 	OwnerToken string
 	// Workspace pre-fills the New-session form (the server's -workspace).
 	Workspace string
+	// Renderers draw tools' calls and results; nil means BuiltinRenderers.
+	Renderers map[string]Renderer
 	Logger    *slog.Logger
 }
 
@@ -51,6 +53,7 @@ type Server struct {
 	// ownerCookie is the value of the owner's cookie: an HMAC of the token, so the cookie never
 	// holds the token itself.
 	ownerCookie string
+	renderers   map[string]Renderer
 }
 
 // New returns a Server.
@@ -60,7 +63,10 @@ func New(cfg Config) *Server {
 	}
 	mac := hmac.New(sha256.New, []byte(cfg.OwnerToken))
 	mac.Write([]byte("countersign owner cookie v1"))
-	return &Server{cfg: cfg, log: cfg.Logger, ownerCookie: hex.EncodeToString(mac.Sum(nil))}
+	if cfg.Renderers == nil {
+		cfg.Renderers = BuiltinRenderers()
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, ownerCookie: hex.EncodeToString(mac.Sum(nil)), renderers: cfg.Renderers}
 }
 
 const ownerCookieName = "countersign_owner"
@@ -87,6 +93,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /sessions/{id}/messages", s.owner(s.sendMessage))
 	mux.Handle("POST /sessions/{id}/stop", s.owner(s.stop))
 	mux.Handle("POST /sessions/{id}/approvals/{aid}/decision", s.owner(s.decide))
+	mux.Handle("POST /sessions/{id}/tools", s.owner(s.setTools))
 	mux.Handle("GET /sessions/{id}/live", s.owner(s.live))
 	// Everything else: 401 without the owner's cookie, 404 with it.
 	mux.Handle("/", s.owner(func(w http.ResponseWriter, r *http.Request) error {

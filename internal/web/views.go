@@ -6,7 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strings"
+
+	"github.com/a-h/templ"
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
@@ -29,8 +32,14 @@ func (s *Server) sessionView(ctx context.Context, id string, who viewer) (templa
 	if err != nil {
 		return templates.SessionView{}, err
 	}
+	var tools *templates.ToolsView
+	if who.owner {
+		tv := s.toolsView(sess, nil)
+		tools = &tv
+	}
 	return templates.SessionView{
-		ID: sess.ID, Title: sess.Title, Model: sess.Model, Workspace: sess.Workspace,
+		Tools: tools,
+		ID:    sess.ID, Title: sess.Title, Model: sess.Model, Workspace: sess.Workspace,
 		Running: s.cfg.Runner.Busy(sess.ID), Items: items, CanSend: who.owner,
 		LiveURL: "/sessions/" + sess.ID + "/live",
 		SendURL: "/sessions/" + sess.ID + "/messages", StopURL: "/sessions/" + sess.ID + "/stop",
@@ -49,7 +58,8 @@ func (s *Server) transcriptItems(ctx context.Context, sess agent.Session, who vi
 		return nil, err
 	}
 	live := s.cfg.Runner.Live(sess.ID)
-	b := builder{sessionID: sess.ID, who: who, live: live, approvals: map[callKey]gate.Approval{}, results: map[callKey]*tool.Result{}}
+	b := s.newBuilder(sess.ID, sess.Workspace, who)
+	b.live = live
 	for _, a := range approvals {
 		k := callKey{a.MessageID, a.ToolCallID}
 		// A person's decision (or a pending prompt) says more than a rule's record.
@@ -85,11 +95,18 @@ type callKey struct{ messageID, toolCallID string }
 
 // builder turns stored and live state into view models.
 type builder struct {
+	s         *Server
 	sessionID string
+	workspace string
 	who       viewer
 	live      agent.Live
 	approvals map[callKey]gate.Approval
 	results   map[callKey]*tool.Result
+}
+
+func (s *Server) newBuilder(sessionID, workspace string, who viewer) *builder {
+	return &builder{s: s, sessionID: sessionID, workspace: workspace, who: who,
+		approvals: map[callKey]gate.Approval{}, results: map[callKey]*tool.Result{}}
 }
 
 func (b *builder) message(m agent.Message, streaming bool) templates.MessageView {
@@ -113,7 +130,7 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	if lc != nil && len(lc.Arguments) > 0 {
 		args = lc.Arguments
 	}
-	c := baseCard(messageID, toolCallID, parentID, name, args)
+	c := b.baseCard(messageID, toolCallID, parentID, name, args)
 	var appr *gate.Approval
 	if a, ok := b.approvals[k]; ok {
 		appr = &a
@@ -134,13 +151,13 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 		c.State = "waiting"
 	}
 	if res != nil {
-		c.Result = resultView(*res)
+		c.Result = b.resultView(name, *res)
 		c.DurationMs = res.DurationMs
 	}
 	// Nested calls: the stored record once the parent has a result, else the live ones.
 	if res != nil && res.NestedCalls != nil {
 		for _, n := range res.NestedCalls.Calls {
-			nc := baseCard(messageID, n.ID, toolCallID, n.Name, n.Arguments)
+			nc := b.baseCard(messageID, n.ID, toolCallID, n.Name, n.Arguments)
 			nc.State, nc.DurationMs = nestedState(n.Status), n.DurationMs
 			if a, ok := b.approvals[callKey{messageID, n.ID}]; ok {
 				av := approvalView(a, "")
@@ -176,17 +193,15 @@ func (b *builder) decideURL(a gate.Approval) string {
 	return "/sessions/" + a.SessionID + "/approvals/" + a.ID + "/decision"
 }
 
-// baseCard is a card with its identity and arguments.
-func baseCard(messageID, toolCallID, parentID, name string, args json.RawMessage) templates.CardView {
+// baseCard is a card with its identity and arguments (through the tool's renderer, if any).
+func (b *builder) baseCard(messageID, toolCallID, parentID, name string, args json.RawMessage) templates.CardView {
 	c := templates.CardView{DOMID: cardID(messageID, toolCallID), ToolCallID: toolCallID, ParentToolCallID: parentID,
 		Name: name, ArgumentsJSON: prettyJSON(args)}
-	if name == "run_command" {
-		var in struct {
-			Command string `json:"command"`
-		}
-		if json.Unmarshal(args, &in) == nil {
-			c.Command = in.Command
-		}
+	if t, ok := b.s.cfg.Runner.Tools().Lookup(name); ok {
+		c.Title = t.Title
+	}
+	if r, ok := b.s.renderers[name]; ok && r.Call != nil {
+		c.CallView = b.s.safeRender(name, func() (templ.Component, error) { return r.Call(args, b.workspace) })
 	}
 	return c
 }
@@ -248,7 +263,8 @@ func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
 	}
 }
 
-func resultView(r tool.Result) *templates.ResultView {
+// resultView is a result as a card shows it, through the tool's renderer when it has one.
+func (b *builder) resultView(name string, r tool.Result) *templates.ResultView {
 	v := &templates.ResultView{IsError: r.IsError, Text: r.TextOf(), StructuredJSON: prettyJSON(r.StructuredContent)}
 	if cv := r.ContractViolation; cv != nil {
 		orig := tool.Result{Content: cv.Content}
@@ -260,6 +276,10 @@ func resultView(r tool.Result) *templates.ResultView {
 		}
 		v.Violation = &templates.ViolationView{Violations: cv.Violations, OriginalText: orig.TextOf(),
 			OriginalJSON: prettyJSON(cv.StructuredContent), OriginalImages: images}
+		return v
+	}
+	if rd, ok := b.s.renderers[name]; ok && rd.Result != nil && !r.IsError {
+		v.Custom = b.s.safeRender(name, func() (templ.Component, error) { return rd.Result(r) })
 	}
 	return v
 }
@@ -274,4 +294,18 @@ func prettyJSON(raw json.RawMessage) string {
 		return string(raw)
 	}
 	return buf.String()
+}
+
+// toolsView is the Tools panel: every registered tool that is not hidden, checked when active.
+func (s *Server) toolsView(sess agent.Session, ignored []string) templates.ToolsView {
+	active := s.cfg.Runner.ActiveTools(sess)
+	v := templates.ToolsView{URL: "/sessions/" + sess.ID + "/tools", Ignored: ignored}
+	for _, t := range s.cfg.Runner.Tools().All() {
+		if t.Exposure == tool.Hidden {
+			continue
+		}
+		v.Tools = append(v.Tools, templates.ToolRow{Name: t.Name, Title: t.Title, Description: t.Description,
+			Exposure: string(t.Exposure), Active: slices.Contains(active, t.Name), Hints: t.Annotations.Effective()})
+	}
+	return v
 }

@@ -5,6 +5,8 @@ package templates
 import (
 	"time"
 
+	"github.com/a-h/templ"
+
 	"countersign/internal/tool"
 )
 
@@ -46,6 +48,8 @@ type SessionView struct {
 	LiveURL string
 	// StopURL, SendURL are the owner's form actions.
 	SendURL, StopURL string
+	// Tools is the Tools panel; nil hides it.
+	Tools *ToolsView
 }
 
 // MessageView is one transcript message: a user message, or an assistant message with its tool
@@ -69,8 +73,9 @@ type CardView struct {
 	ParentToolCallID string
 	Name, Title      string
 	ArgumentsJSON    string
-	// Command is run_command's command line, shown as is.
-	Command string
+	// CallView, when set, is the tool's own rendering of its call (a registered renderer);
+	// otherwise the card shows the arguments as JSON.
+	CallView templ.Component
 	// State is one of: waiting, approval, running, ok, error, denied, blocked, cancelled,
 	// timed_out, violation, interrupted.
 	State    string
@@ -106,6 +111,9 @@ type ApprovalView struct {
 
 // ResultView is a tool result as a card shows it.
 type ResultView struct {
+	// Custom, when set, is the tool's own rendering of the result (a registered renderer),
+	// shown above the generic structuredContent view.
+	Custom         templ.Component
 	IsError        bool
 	Text           string
 	StructuredJSON string
@@ -119,4 +127,18 @@ type ViolationView struct {
 	OriginalText   string
 	OriginalJSON   string
 	OriginalImages int
+}
+
+// ToolRow is one tool in the Tools panel.
+type ToolRow struct {
+	Name, Title, Description, Exposure, Source string
+	Active                                     bool
+	Hints                                      []tool.Hint
+}
+
+// ToolsView is the Tools panel of a session.
+type ToolsView struct {
+	URL     string // where changes post; "" when the viewer may not change them
+	Tools   []ToolRow
+	Ignored []string
 }

@@ -1,0 +1,153 @@
+// Package tools holds Countersign's built-in tools (SPEC §10): read_file, list_files, write_file,
+// run_command, git_diff, run_checks and failing_tests. Each declares an outputSchema and returns
+// structuredContent that matches it, plus a short text block for the model. File tools are jailed
+// to the session's workspace (SPEC §9: a path outside it is an error and nothing is read or
+// written); commands run in the workspace in their own process group, so cancelling a call kills
+// every process it started.
+package tools
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"time"
+
+	"countersign/internal/tool"
+)
+
+// Defaults of Config (SPEC §10).
+const (
+	// DefaultOutputCap is the default cap, in bytes, on each captured output stream of a command
+	// and on the text a file or diff tool returns: 64 KiB.
+	DefaultOutputCap = 64 << 10
+	// DefaultCommandTimeout is run_command's timeout when the call gives no timeoutMs.
+	DefaultCommandTimeout = 2 * time.Minute
+	// DefaultCheckTimeout bounds each run_checks check and each failing_tests run.
+	DefaultCheckTimeout = 10 * time.Minute
+	// DefaultTestCommand is failing_tests' command; the packages (default "./...") are appended.
+	DefaultTestCommand = "go test -json"
+)
+
+// DefaultChecks are run_checks' checks when none are configured: one check, "vet", running
+// `go vet ./...` (SPEC §10).
+func DefaultChecks() []Check { return []Check{{Name: "vet", Command: "go vet ./..."}} }
+
+// Check is one named workspace check of run_checks. Command runs with `/bin/sh -c` in the
+// workspace; exit status 0 is a pass. Lines of the form `file:line[:column]: text` in its output
+// become messages.
+type Check struct {
+	Name    string `json:"name"`
+	Command string `json:"command"`
+}
+
+// WorkspaceConfig overrides the check and test commands for one workspace; a zero field falls
+// back to Config's.
+type WorkspaceConfig struct {
+	Checks      []Check
+	TestCommand string
+}
+
+// Config configures the built-in tools (SPEC §10: run_checks and failing_tests "can be configured
+// per workspace"). The zero value gives the defaults.
+type Config struct {
+	// Checks are run_checks' checks for every workspace; default DefaultChecks().
+	Checks []Check
+	// TestCommand is failing_tests' command, run with `/bin/sh -c` in the workspace with the
+	// shell-quoted package patterns appended; it must print the `go test -json` event stream.
+	// Default DefaultTestCommand.
+	TestCommand string
+	// Workspaces overrides Checks and TestCommand per workspace, keyed by the workspace's absolute
+	// path (as tool.Context.Workspace returns it, cleaned).
+	Workspaces map[string]WorkspaceConfig
+	// OutputCap caps, in bytes, each of a command's stdout and stderr, read_file's content and
+	// git_diff's patches; default DefaultOutputCap.
+	OutputCap int
+	// CommandTimeout is run_command's default timeout; default DefaultCommandTimeout.
+	CommandTimeout time.Duration
+	// CheckTimeout bounds each check and each test run; default DefaultCheckTimeout.
+	CheckTimeout time.Duration
+	// Env is added to the environment of every command the tools start ("KEY=value" entries;
+	// later entries win). That environment is the server's minus COUNTERSIGN_* and the model
+	// providers' API keys, which commands never see unless Env passes them.
+	Env []string
+}
+
+// withDefaults fills the zero fields of c with the defaults.
+func (c Config) withDefaults() Config {
+	if len(c.Checks) == 0 {
+		c.Checks = DefaultChecks()
+	}
+	if c.TestCommand == "" {
+		c.TestCommand = DefaultTestCommand
+	}
+	if c.OutputCap <= 0 {
+		c.OutputCap = DefaultOutputCap
+	}
+	if c.CommandTimeout <= 0 {
+		c.CommandTimeout = DefaultCommandTimeout
+	}
+	if c.CheckTimeout <= 0 {
+		c.CheckTimeout = DefaultCheckTimeout
+	}
+	return c
+}
+
+// checksFor returns the checks configured for workspace.
+func (c Config) checksFor(workspace string) []Check {
+	if w, ok := c.Workspaces[filepath.Clean(workspace)]; ok && len(w.Checks) > 0 {
+		return w.Checks
+	}
+	return c.Checks
+}
+
+// testCommandFor returns the test command configured for workspace.
+func (c Config) testCommandFor(workspace string) string {
+	if w, ok := c.Workspaces[filepath.Clean(workspace)]; ok && w.TestCommand != "" {
+		return w.TestCommand
+	}
+	return c.TestCommand
+}
+
+// Builtin returns the built-in tools of SPEC §10 configured by cfg, in this order: read_file,
+// list_files, write_file, run_command, git_diff, run_checks, failing_tests. Each is a fresh
+// *tool.Tool, ready to register; none shares mutable state with another.
+func Builtin(cfg Config) []*tool.Tool {
+	cfg = cfg.withDefaults()
+	return []*tool.Tool{
+		readFileTool(cfg),
+		listFilesTool(cfg),
+		writeFileTool(cfg),
+		runCommandTool(cfg),
+		gitDiffTool(cfg),
+		runChecksTool(cfg),
+		failingTestsTool(cfg),
+	}
+}
+
+// readOnly are the annotations of the tools that only look (SPEC §10: readOnly, closed world).
+func readOnly() tool.Annotations {
+	return tool.Annotations{ReadOnlyHint: tool.Bool(true), OpenWorldHint: tool.Bool(false)}
+}
+
+// success is a successful result: one text block and structuredContent.
+func success(text string, structuredContent any) tool.Result {
+	return tool.Result{
+		Content:           []tool.Content{tool.Text(text)},
+		StructuredContent: tool.Structured(structuredContent),
+	}
+}
+
+// decode unmarshals validated arguments into v; arguments may be empty.
+func decode(arguments json.RawMessage, v any) error {
+	if len(arguments) == 0 {
+		return nil
+	}
+	return json.Unmarshal(arguments, v)
+}
+
+// emitter returns onUpdate, or a no-op when it is nil.
+func emitter(onUpdate func(tool.Update)) func(tool.Update) {
+	if onUpdate == nil {
+		return func(tool.Update) {}
+	}
+	return onUpdate
+}

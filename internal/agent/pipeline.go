@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/tool"
 )
@@ -74,6 +75,13 @@ func (rn *run) prepare(ctx context.Context, inv *invocation, nested bool) {
 		rn.record(ctx, approval)
 		return
 	}
+	if g, ok := rn.grant(ctx, t.Name); ok {
+		res := grantResolution(g.ApprovalID, g.GrantedBy)
+		approval.Status, approval.DecidedBy, approval.Reason = res.Status, res.DecidedBy, res.Reason
+		approval.Scope, approval.DerivedFrom = res.Scope, res.DerivedFrom
+		rn.record(ctx, approval)
+		return
+	}
 	ticket, err := r.gate.Open(context.WithoutCancel(ctx), approval)
 	if err != nil {
 		r.log.Error("open approval", "session", rn.session.ID, "call", inv.call.ID, "err", err)
@@ -81,6 +89,22 @@ func (rn *run) prepare(ctx context.Context, inv *invocation, nested bool) {
 		return
 	}
 	inv.ticket = ticket
+	// A grant made while this approval was being stored would have missed it: look again.
+	if g, ok := rn.grant(ctx, t.Name); ok {
+		_, _ = r.gate.Decide(context.WithoutCancel(ctx), ticket.Approval.ID, grantResolution(g.ApprovalID, g.GrantedBy))
+	}
+}
+
+// grant returns the session's grant for a tool, if any.
+func (rn *run) grant(ctx context.Context, toolName string) (gate.Grant, bool) {
+	g, err := rn.r.cfg.Store.Grant(context.WithoutCancel(ctx), rn.session.ID, toolName)
+	if err != nil {
+		if apperr.CodeOf(err) != apperr.NotFound {
+			rn.r.log.Error("read grant", "session", rn.session.ID, "tool", toolName, "err", err)
+		}
+		return gate.Grant{}, false
+	}
+	return g, true
 }
 
 // record stores an automatic decision for the audit; failing to store it is logged, not fatal.

@@ -217,7 +217,46 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		}
 		res.EditedArguments = edited
 	}
-	return r.gate.Decide(ctx, id, res)
+	a, err = r.gate.Decide(ctx, id, res)
+	if err != nil {
+		return gate.Approval{}, err
+	}
+	if a.Status == gate.Approved && a.Scope == gate.Session {
+		if err := r.grant(ctx, a); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+// grant records a session grant for a's tool and releases the session's other pending calls of
+// that tool, each as an automatic decision derived from a (SPEC §3).
+func (r *Runner) grant(ctx context.Context, a gate.Approval) error {
+	err := r.cfg.Store.CreateGrant(ctx, gate.Grant{SessionID: a.SessionID, ToolName: a.ToolName,
+		ApprovalID: a.ID, GrantedBy: a.DecidedBy})
+	if err != nil {
+		return err
+	}
+	pending, err := r.cfg.Store.Approvals(ctx, a.SessionID, gate.Pending)
+	if err != nil {
+		return err
+	}
+	for _, p := range pending {
+		if p.ToolName != a.ToolName {
+			continue
+		}
+		_, err := r.gate.Decide(ctx, p.ID, grantResolution(a.ID, a.DecidedBy))
+		if err != nil && apperr.CodeOf(err) != apperr.Conflict {
+			return err
+		}
+	}
+	return nil
+}
+
+// grantResolution is the automatic approval a session grant gives a call.
+func grantResolution(grantApprovalID, grantedBy string) gate.Resolution {
+	return gate.Resolution{Status: gate.Approved, Automatic: true, DecidedBy: "session grant",
+		Reason: "approved for this session by " + grantedBy, Scope: gate.Session, DerivedFrom: grantApprovalID}
 }
 
 // validateEdit checks edited arguments against the tool's inputSchema; identical arguments are

@@ -64,6 +64,19 @@ type Approval struct {
 	Scope            Scope            `json:"scope,omitempty"`
 	CreatedAt        time.Time        `json:"createdAt"`
 	DecidedAt        *time.Time       `json:"decidedAt,omitempty"`
+	// DerivedFrom is, on an automatic decision that a session grant made, the id of the human
+	// approval that granted it.
+	DerivedFrom string `json:"derivedFrom,omitempty"`
+}
+
+// Grant is a session grant (SPEC §3 "approve for this session"): later calls of ToolName in the
+// session skip the prompt. ApprovalID is the human decision that made it.
+type Grant struct {
+	SessionID  string    `json:"sessionId"`
+	ToolName   string    `json:"toolName"`
+	ApprovalID string    `json:"approvalId"`
+	GrantedBy  string    `json:"grantedBy"`
+	CreatedAt  time.Time `json:"createdAt"`
 }
 
 // EffectiveArguments are the arguments the call runs with: the edit when there is one.
@@ -83,6 +96,7 @@ type Resolution struct {
 	EditedArguments json.RawMessage
 	Automatic       bool
 	At              time.Time
+	DerivedFrom     string
 }
 
 // Store keeps approvals. ResolveApproval must be atomic: it changes only a pending approval
@@ -92,6 +106,10 @@ type Store interface {
 	CreateApproval(ctx context.Context, a Approval) error
 	ResolveApproval(ctx context.Context, id string, r Resolution) (Approval, error)
 	Approval(ctx context.Context, id string) (Approval, error)
+	// CreateGrant stores a session grant; a second grant of the same tool keeps the first.
+	CreateGrant(ctx context.Context, g Grant) error
+	// Grant returns the session's grant for a tool, or apperr.NotFound.
+	Grant(ctx context.Context, sessionID, toolName string) (Grant, error)
 }
 
 // Gate stores approvals, shows them (through notify) and makes calls wait for their decision.

@@ -13,7 +13,7 @@ import (
 
 const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_call_id, tool_name,
 	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
-	decided_by, reason, scope, created_at, decided_at`
+	decided_by, reason, scope, created_at, decided_at, derived_from`
 
 // CreateApproval stores a, pending or already decided (automatic approvals are stored decided),
 // every field as given; a zero CreatedAt is stored as db.Now(). Arguments and EditedArguments are
@@ -33,11 +33,11 @@ func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 		return err
 	}
 	_, err = db.write.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.SessionID, a.MessageID, a.ToolCallID, a.ParentToolCallID, a.ToolName,
 		a.ToolTitle, nullJSON(a.Arguments), nullJSON(a.EditedArguments), string(annotations),
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
-		formatTime(a.CreatedAt), nullTime(a.DecidedAt))
+		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom)
 	switch {
 	case isUnique(err):
 		return apperr.Errorf(apperr.Conflict, "approval %s already exists", a.ID)
@@ -73,11 +73,11 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	}
 	defer tx.Rollback()
 	a, err = scanApproval(tx.QueryRowContext(ctx, `UPDATE approvals
-		SET status = ?, decided_by = ?, reason = ?, scope = ?, edited_arguments = ?, automatic = ?, decided_at = ?
+		SET status = ?, decided_by = ?, reason = ?, scope = ?, edited_arguments = ?, automatic = ?, decided_at = ?, derived_from = ?
 		WHERE id = ? AND status = 'pending'
 		RETURNING `+approvalColumns,
 		string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
-		formatTime(r.At), id))
+		formatTime(r.At), r.DerivedFrom, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM approvals WHERE id = ?`, id).Scan(&n); err != nil {
@@ -158,7 +158,7 @@ func scanApproval(r scanner) (gate.Approval, error) {
 	)
 	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
 		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
-		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt); err != nil {
+		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom); err != nil {
 		return gate.Approval{}, err
 	}
 	a.Arguments, a.EditedArguments = rawJSON(args), rawJSON(edited)
@@ -178,4 +178,38 @@ func scanApproval(r scanner) (gate.Approval, error) {
 		a.DecidedAt = &t
 	}
 	return a, nil
+}
+
+// CreateGrant stores a session grant: later calls of g.ToolName in g.SessionID need no prompt.
+// Granting a tool that already has a grant keeps the first one (no error). Errors:
+// apperr.NotFound for an unknown session.
+func (db *DB) CreateGrant(ctx context.Context, g gate.Grant) (err error) {
+	defer apperr.Wrap(&err, "store.CreateGrant(%s, %s)", g.SessionID, g.ToolName)
+	if g.CreatedAt.IsZero() {
+		g.CreatedAt = db.Now()
+	}
+	_, err = db.write.ExecContext(ctx, `INSERT INTO grants (session_id, tool_name, approval_id, granted_by, created_at)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, tool_name) DO NOTHING`,
+		g.SessionID, g.ToolName, g.ApprovalID, g.GrantedBy, formatTime(g.CreatedAt))
+	if isForeignKey(err) {
+		return apperr.Errorf(apperr.NotFound, "session %s not found", g.SessionID)
+	}
+	return err
+}
+
+// Grant returns the session's grant for toolName, or apperr.NotFound when there is none.
+func (db *DB) Grant(ctx context.Context, sessionID, toolName string) (g gate.Grant, err error) {
+	defer apperr.Wrap(&err, "store.Grant(%s, %s)", sessionID, toolName)
+	var created string
+	err = db.read.QueryRowContext(ctx, `SELECT session_id, tool_name, approval_id, granted_by, created_at
+		FROM grants WHERE session_id = ? AND tool_name = ?`, sessionID, toolName).
+		Scan(&g.SessionID, &g.ToolName, &g.ApprovalID, &g.GrantedBy, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return gate.Grant{}, apperr.Errorf(apperr.NotFound, "no grant for %s", toolName)
+	}
+	if err != nil {
+		return gate.Grant{}, err
+	}
+	g.CreatedAt, err = parseTime(created)
+	return g, err
 }

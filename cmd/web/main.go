@@ -121,9 +121,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer db.Close()
-	if err := recoverAfterRestart(ctx, db, log); err != nil {
-		return err
-	}
 
 	reg := tool.NewRegistry()
 	all := tools.Builtin(tools.Config{})
@@ -142,6 +139,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	broker := agent.NewBroker()
 	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker,
 		ApprovalTimeout: cfg.approvalTimeout, Logger: log})
+	// What the last process left behind is settled before anything is served (SPEC §8).
+	if err := runner.Recover(ctx); err != nil {
+		return err
+	}
 	srv := web.New(web.Config{Runner: runner, Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log})
 
@@ -175,22 +176,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	select {
 	case <-done:
 	case <-shutdownCtx.Done():
-	}
-	return nil
-}
-
-// recoverAfterRestart applies what the store says about runs the last process left behind.
-// Sessions that were running are idle again so they accept new messages (SPEC §8).
-func recoverAfterRestart(ctx context.Context, db *store.DB, log *slog.Logger) error {
-	running, err := db.SessionsInState(ctx, agent.Running)
-	if err != nil {
-		return err
-	}
-	for _, s := range running {
-		log.Info("session was running when the server stopped", "session", s.ID)
-		if err := db.SetSessionState(ctx, s.ID, agent.Idle); err != nil {
-			return err
-		}
 	}
 	return nil
 }

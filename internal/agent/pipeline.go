@@ -216,6 +216,12 @@ func (rn *run) runBatch(store context.Context, msg Message) error {
 		}
 		rn.prepare(rn.ctx, invs[i], false)
 	}
+	return rn.finishBatch(store, msg, invs)
+}
+
+// finishBatch waits for the batch's approvals, executes the calls concurrently and stores their
+// results in the model's order, each committed before its tool_execution_end.
+func (rn *run) finishBatch(store context.Context, msg Message, invs []*invocation) error {
 	var sequential sync.Mutex
 	done := make([]chan tool.Result, len(invs))
 	for i, inv := range invs {

@@ -61,4 +61,8 @@ type Store interface {
 	gate.Store
 	// Approvals lists a session's approvals in creation order; status "" means every status.
 	Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error)
+	// PendingApprovals lists every session's pending approvals (used at restart).
+	PendingApprovals(ctx context.Context) ([]gate.Approval, error)
+	// SessionsInState lists the sessions in a state (used at restart).
+	SessionsInState(ctx context.Context, st State) ([]Session, error)
 }

@@ -22,7 +22,11 @@ type run struct {
 const maxTurns = 10_000
 
 // loop is the agent loop of SPEC §2.
-func (rn *run) loop() {
+func (rn *run) loop() { rn.drive(nil) }
+
+// drive runs the loop's turns; resume, when set, first finishes a batch parked by an earlier
+// process (SPEC §8) and the loop goes on from there.
+func (rn *run) drive(resume func(store context.Context) error) {
 	r, sid := rn.r, rn.session.ID
 	// The store's writes use a context that outlives Stop: a stopped run still records its end.
 	store := context.WithoutCancel(rn.ctx)
@@ -36,6 +40,17 @@ func (rn *run) loop() {
 		r.publish(Event{Type: AgentEnd, SessionID: sid, Error: runErr})
 	}()
 	r.publish(Event{Type: AgentStart, SessionID: sid})
+	if resume != nil {
+		if err := resume(store); err != nil {
+			runErr = err.Error()
+			return
+		}
+		r.publish(Event{Type: TurnEnd, SessionID: sid})
+		if rn.ctx.Err() != nil {
+			runErr = context.Cause(rn.ctx).Error()
+			return
+		}
+	}
 	for turn := 0; turn < maxTurns; turn++ {
 		r.publish(Event{Type: TurnStart, SessionID: sid})
 		msg, err := rn.streamMessage(store)

@@ -142,6 +142,7 @@ type Ticket struct {
 	g        *Gate
 	Approval Approval
 	ch       chan Approval
+	timeout  time.Duration
 }
 
 // Open stores a as pending, then shows it. The call waits with Ticket.Wait; opening every
@@ -160,7 +161,19 @@ func (g *Gate) Open(ctx context.Context, a Approval) (*Ticket, error) {
 		return nil, err
 	}
 	g.notify(a)
-	return &Ticket{g: g, Approval: a, ch: ch}, nil
+	return &Ticket{g: g, Approval: a, ch: ch, timeout: g.timeout}, nil
+}
+
+// Attach makes a call wait on an approval that is already stored and pending — one parked by an
+// earlier process (SPEC §8). The timeout counts from the approval's creation, so a restart does
+// not extend it.
+func (g *Gate) Attach(a Approval) *Ticket {
+	ch := make(chan Approval, 1)
+	g.mu.Lock()
+	g.waiters[a.ID] = ch
+	g.mu.Unlock()
+	remaining := g.timeout - g.now().Sub(a.CreatedAt)
+	return &Ticket{g: g, Approval: a, ch: ch, timeout: max(remaining, 0)}
 }
 
 // Wait blocks until the approval is decided, times out, or ctx ends, and returns it resolved.
@@ -169,7 +182,7 @@ func (g *Gate) Open(ctx context.Context, a Approval) (*Ticket, error) {
 func (t *Ticket) Wait(ctx context.Context) Approval {
 	g := t.g
 	defer g.drop(t.Approval.ID)
-	timer := time.NewTimer(g.timeout)
+	timer := time.NewTimer(t.timeout)
 	defer timer.Stop()
 	select {
 	case a := <-t.ch:

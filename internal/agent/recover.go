@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+// InterruptedText is the error result of a call that was executing when the process died. Such
+// a call is never run again: it may have had side effects (SPEC §8).
+const InterruptedText = "Interrupted by server restart"
+
+// Recover applies SPEC §8 at start, before any request is served. The store decides, never
+// memory:
+//   - a run parked on a pending approval of a model-issued call stays parked: the approval stays
+//     pending, and when someone decides it the call runs (or is denied) and the run continues;
+//   - a call that was executing (no result, no pending approval) gets the error result
+//     "Interrupted by server restart", and pending approvals of nested calls are cancelled with
+//     that reason;
+//   - a model message that was still streaming was never stored: the run ends as interrupted;
+//   - sessions that have nothing parked are idle again and accept new messages.
+func (r *Runner) Recover(ctx context.Context) (err error) {
+	defer apperr.Wrap(&err, "Recover")
+	running, err := r.cfg.Store.SessionsInState(ctx, Running)
+	if err != nil {
+		return err
+	}
+	pending, err := r.cfg.Store.PendingApprovals(ctx)
+	if err != nil {
+		return err
+	}
+	ids := map[string]bool{}
+	var order []string
+	for _, s := range running {
+		if !ids[s.ID] {
+			ids[s.ID] = true
+			order = append(order, s.ID)
+		}
+	}
+	bySession := map[string][]gate.Approval{}
+	for _, a := range pending {
+		bySession[a.SessionID] = append(bySession[a.SessionID], a)
+		if !ids[a.SessionID] {
+			ids[a.SessionID] = true
+			order = append(order, a.SessionID)
+		}
+	}
+	for _, id := range order {
+		if err := r.recoverSession(ctx, id, bySession[id]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending []gate.Approval) error {
+	sess, err := r.cfg.Store.Session(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	entries, err := r.cfg.Store.Entries(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	// The last assistant message and the calls of it that have no result yet.
+	var last *Message
+	answered := map[string]bool{}
+	for i := range entries {
+		m := &entries[i].Message
+		switch m.Role {
+		case Assistant:
+			last, answered = m, map[string]bool{}
+		case ToolResult:
+			answered[m.ToolCallID] = true
+		}
+	}
+	var open []Block
+	if last != nil && last.StopReason == ToolUse {
+		for _, c := range last.ToolCalls() {
+			if !answered[c.ID] {
+				open = append(open, c)
+			}
+		}
+	}
+	// Model-issued calls parked on a pending approval; every other pending approval belongs to
+	// a call that was executing (a nested call's parent) and is cancelled.
+	parked := map[string]gate.Approval{}
+	for _, a := range pending {
+		if last != nil && a.MessageID == last.ID && a.ParentToolCallID == "" && isOpen(open, a.ToolCallID) {
+			parked[a.ToolCallID] = a
+			continue
+		}
+		_, err := r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: "system",
+			Automatic: true, Reason: InterruptedText})
+		if err != nil && apperr.CodeOf(err) != apperr.Conflict {
+			return err
+		}
+	}
+	if len(parked) == 0 {
+		// Nothing to wait for: interrupted calls get their results and the session is idle.
+		for _, c := range open {
+			res := tool.ErrorResult("%s", InterruptedText)
+			m := Message{ID: newID(), Role: ToolResult, ToolCallID: c.ID, ToolName: c.Name, Result: &res, Timestamp: time.Now().UTC()}
+			if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, m); err != nil {
+				return err
+			}
+		}
+		if sess.State != Idle {
+			return r.cfg.Store.SetSessionState(ctx, sessionID, Idle)
+		}
+		return nil
+	}
+	model, err := r.cfg.Models.Model(sess.Model)
+	if err != nil {
+		// The model is gone (a script removed): the parked calls still resolve, but the run
+		// cannot continue after them; it ends with this error.
+		r.log.Error("recover: model unavailable", "session", sessionID, "model", sess.Model, "err", err)
+	}
+	runCtx, cancel := context.WithCancelCause(context.Background())
+	rn := &run{r: r, session: sess, model: model, ctx: runCtx, cancel: cancel}
+	invs := make([]*invocation, len(open))
+	for i, c := range open {
+		inv := &invocation{call: tool.Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments},
+			messageID: last.ID, requestedBy: "model", start: time.Now(), args: c.Arguments}
+		a, isParked := parked[c.ID]
+		t, found := r.cfg.Tools.Lookup(c.Name)
+		switch {
+		case !isParked:
+			inv.stop(tool.ErrorResult("%s", InterruptedText), "unfinished")
+		case !found:
+			_, _ = r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: "system",
+				Automatic: true, Reason: "the tool is no longer registered"})
+			inv.stop(tool.NotFound(c.Name), "error")
+		default:
+			inv.tool = t
+			inv.ticket = r.gate.Attach(a)
+		}
+		invs[i] = inv
+	}
+	r.mu.Lock()
+	r.runs[sessionID] = rn
+	r.mu.Unlock()
+	if err := r.setState(ctx, sessionID, Running); err != nil {
+		return err
+	}
+	msg := *last
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		rn.drive(func(store context.Context) error {
+			if err := rn.finishBatch(store, msg, invs); err != nil {
+				return err
+			}
+			if rn.model == nil {
+				return apperr.Errorf(apperr.Invalid, "the session's model %q is no longer offered", sess.Model)
+			}
+			return nil
+		})
+	}()
+	return nil
+}
+
+func isOpen(open []Block, id string) bool {
+	for _, c := range open {
+		if c.ID == id {
+			return true
+		}
+	}
+	return false
+}

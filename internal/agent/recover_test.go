@@ -1,0 +1,148 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/gate"
+	"countersign/internal/models"
+	"countersign/internal/store"
+	"countersign/internal/tool"
+)
+
+// restart simulates a new process over the same database: a second store handle and runner,
+// while the first runner is abandoned as a killed process would be (its goroutines never get to
+// write again because nothing wakes them before the test ends).
+func (h *harness) restart(t *testing.T, script string, tools ...*tool.Tool) (*agent.Runner, *store.DB, *agent.Subscription) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, h.db.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	sc, err := models.ParseScript("test.json", []byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := tool.NewRegistry()
+	for _, tl := range tools {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	broker := agent.NewBroker()
+	sub := broker.Subscribe(h.sess.ID)
+	r := agent.New(agent.Config{Store: db, Models: scriptModels{sc}, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
+	t.Cleanup(func() { r.Shutdown("test cleanup"); r.Wait() })
+	if err := r.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r, db, sub
+}
+
+func awaitOn(t *testing.T, sub *agent.Subscription, typ agent.EventType) agent.Event {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-sub.C:
+			if ev.Type == typ {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %s within 10s", typ)
+		}
+	}
+}
+
+func TestRestartKeepsAParkedApprovalAndResumesTheRun(t *testing.T) {
+	var peeks, shells atomic.Int32
+	h := newHarness(t, approveScript, nil, readOnlyTool("peek", &peeks), riskyTool("shell", &shells))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	asked := h.await(agent.ApprovalRequested).Approval
+
+	// The process dies; a new one starts over the same database.
+	var shells2 atomic.Int32
+	r2, db2, sub := h.restart(t, approveScript, readOnlyTool("peek", &peeks), riskyTool("shell", &shells2))
+	a, err := db2.Approval(ctx, asked.ID)
+	if err != nil || a.Status != gate.Pending {
+		t.Fatalf("after restart the approval is %s (%v), want still pending", a.Status, err)
+	}
+	if !r2.Busy(h.sess.ID) {
+		t.Fatal("the parked run is not in progress after restart")
+	}
+	if _, err := r2.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	if end := awaitOn(t, sub, agent.AgentEnd); end.Error != "" {
+		t.Fatalf("resumed run ended with %q", end.Error)
+	}
+	if shells2.Load() != 1 || shells.Load() != 0 {
+		t.Fatalf("the approved call ran %d times after restart (%d before), want once after", shells2.Load(), shells.Load())
+	}
+	es, _ := db2.Entries(ctx, h.sess.ID)
+	if got := es[len(es)-1].Message.Text(); got != `Done: ran {"command": "touch x"}` {
+		t.Errorf("the run did not continue to its final answer: last entry %q", got)
+	}
+}
+
+func TestRestartInterruptsAnExecutingCallAndNeverRerunsIt(t *testing.T) {
+	var runs atomic.Int32
+	started := make(chan struct{}, 1)
+	blocking := &tool.Tool{Name: "shell", InputSchema: json.RawMessage(`{"type":"object"}`),
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
+			runs.Add(1)
+			started <- struct{}{}
+			<-ctx.Done()
+			return tool.Result{}, ctx.Err()
+		}}
+	script := `{"steps":[{"content":[{"type":"toolCall","id":"c","name":"shell","arguments":{}}],"stopReason":"toolUse"},
+	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"},
+	  {"content":[{"type":"text","text":"later"}],"stopReason":"stop"}]}`
+	h := newHarness(t, script, nil, blocking)
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	asked := h.await(agent.ApprovalRequested).Approval
+	if _, err := h.runner.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+
+	var runs2 atomic.Int32
+	again := *blocking
+	again.Execute = func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
+		runs2.Add(1)
+		return tool.Result{}, nil
+	}
+	r2, db2, sub := h.restart(t, script, &again)
+	if r2.Busy(h.sess.ID) {
+		t.Fatal("nothing is parked, yet the session is busy after restart")
+	}
+	es, _ := db2.Entries(ctx, h.sess.ID)
+	last := es[len(es)-1].Message
+	if last.Role != agent.ToolResult || last.Result.TextOf() != agent.InterruptedText || !last.Result.IsError {
+		t.Fatalf("last entry %+v, want the error result %q", last, agent.InterruptedText)
+	}
+	s, _ := db2.Session(ctx, h.sess.ID)
+	if s.State != agent.Idle {
+		t.Errorf("session state %s, want idle", s.State)
+	}
+	// The session accepts new messages; the interrupted call is never re-run.
+	if err := r2.Send(ctx, h.sess.ID, "next"); err != nil {
+		t.Fatal(err)
+	}
+	awaitOn(t, sub, agent.AgentEnd)
+	if runs.Load() != 1 || runs2.Load() != 0 {
+		t.Errorf("the call ran %d times before and %d after the restart, want 1 and 0", runs.Load(), runs2.Load())
+	}
+}

@@ -132,10 +132,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 	}
-	mods, err := models.NewRegistry(cfg.scripts, cfg.fauxDelay, log)
+	faux, err := models.NewRegistry(cfg.scripts, cfg.fauxDelay, log)
 	if err != nil {
 		return err
 	}
+	// Vendors' models are offered when their keys (or base URLs) are set (SPEC §11).
+	mods := models.NewCatalog(faux, models.Vendors(getenv))
+	log.Info("models offered", "models", strings.Join(mods.Names(), ", "))
 	broker := agent.NewBroker()
 	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker,
 		ApprovalTimeout: cfg.approvalTimeout, Logger: log})

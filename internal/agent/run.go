@@ -103,7 +103,8 @@ func (rn *run) streamMessage(store context.Context) (Message, error) {
 	}
 
 	live := Message{ID: newID(), Role: Assistant, Model: sess.Model, Timestamp: time.Now().UTC()}
-	r.publish(Event{Type: MessageStart, SessionID: sid, MessageID: live.ID, Message: &live})
+	start := live // events carry copies: live keeps changing as the stream arrives
+	r.publish(Event{Type: MessageStart, SessionID: sid, MessageID: live.ID, Message: &start})
 	msg, err := rn.model.Stream(rn.ctx, req, func(d Delta) {
 		switch {
 		case d.Text != "":

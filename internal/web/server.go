@@ -94,7 +94,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /sessions/{id}/stop", s.owner(s.stop))
 	mux.Handle("POST /sessions/{id}/approvals/{aid}/decision", s.owner(s.decide))
 	mux.Handle("POST /sessions/{id}/tools", s.owner(s.setTools))
+	mux.Handle("GET /sessions/{id}/audit", s.owner(s.auditPage))
 	mux.Handle("GET /sessions/{id}/live", s.owner(s.live))
+	s.apiRoutes(mux)
 	// Everything else: 401 without the owner's cookie, 404 with it.
 	mux.Handle("/", s.owner(func(w http.ResponseWriter, r *http.Request) error {
 		return apperr.Errorf(apperr.NotFound, "Page not found")

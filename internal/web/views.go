@@ -41,7 +41,7 @@ func (s *Server) sessionView(ctx context.Context, id string, who viewer) (templa
 		Tools: tools,
 		ID:    sess.ID, Title: sess.Title, Model: sess.Model, Workspace: sess.Workspace,
 		Running: s.cfg.Runner.Busy(sess.ID), Items: items, CanSend: who.owner,
-		LiveURL: "/sessions/" + sess.ID + "/live",
+		LiveURL: "/sessions/" + sess.ID + "/live", AuditURL: "/sessions/" + sess.ID + "/audit",
 		SendURL: "/sessions/" + sess.ID + "/messages", StopURL: "/sessions/" + sess.ID + "/stop",
 	}, nil
 }

@@ -50,6 +50,8 @@ type SessionView struct {
 	SendURL, StopURL string
 	// Tools is the Tools panel; nil hides it.
 	Tools *ToolsView
+	// AuditURL is the audit page's address; "" hides the link.
+	AuditURL string
 }
 
 // MessageView is one transcript message: a user message, or an assistant message with its tool
@@ -141,4 +143,20 @@ type ToolsView struct {
 	URL     string // where changes post; "" when the viewer may not change them
 	Tools   []ToolRow
 	Ignored []string
+}
+
+// AuditView is a session's audit page.
+type AuditView struct {
+	Title, BackURL string
+	Rows           []AuditRow
+}
+
+// AuditRow is one gated call's decision.
+type AuditRow struct {
+	Asked, Decided                    string
+	ToolName, ToolCallID, RequestedBy string
+	Status, StatusWord, DecidedBy     string
+	Automatic, Edited                 bool
+	Scope, Reason                     string
+	Arguments, EditedArguments        string
 }

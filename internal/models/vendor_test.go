@@ -1,0 +1,141 @@
+package models
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"countersign/internal/agent"
+	"countersign/internal/tool"
+)
+
+func TestReplayable(t *testing.T) {
+	user := agent.Message{Role: agent.User, Content: []agent.Block{{Type: "text", Text: "Go."}}}
+	call := func(id string) agent.Block {
+		return agent.Block{Type: "toolCall", ID: id, Name: "read_file", Arguments: json.RawMessage(`{}`)}
+	}
+	result := func(id string) agent.Message {
+		return agent.Message{Role: agent.ToolResult, ToolCallID: id, ToolName: "read_file", Result: &tool.Result{Content: []tool.Content{tool.Text("ok")}}}
+	}
+	missing := func(id string) agent.Message {
+		res := tool.ErrorResult("No result: the run ended before tool call %s (read_file) finished.", id)
+		return agent.Message{Role: agent.ToolResult, ToolCallID: id, ToolName: "read_file", Result: &res}
+	}
+	calling := agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse, Content: []agent.Block{call("c1"), call("c2")}}
+	tests := []struct {
+		name string
+		in   []agent.Message
+		want []agent.Message
+	}{{
+		name: "error and aborted messages without content are dropped",
+		in: []agent.Message{user,
+			{Role: agent.Assistant, StopReason: agent.Error, ErrorMessage: "openai: 429 Too Many Requests: slow down"},
+			user,
+			{Role: agent.Assistant, StopReason: agent.Aborted, ErrorMessage: "Run stopped by owner", Content: []agent.Block{{Type: "text", Text: " "}}},
+			user},
+		want: []agent.Message{user, user, user},
+	}, {
+		name: "an aborted message with text is kept",
+		in:   []agent.Message{user, {Role: agent.Assistant, StopReason: agent.Aborted, Content: []agent.Block{{Type: "text", Text: "Half"}}}},
+		want: []agent.Message{user, {Role: agent.Assistant, StopReason: agent.Aborted, Content: []agent.Block{{Type: "text", Text: "Half"}}}},
+	}, {
+		name: "answered calls are kept",
+		in:   []agent.Message{user, calling, result("c1"), result("c2")},
+		want: []agent.Message{user, calling, result("c1"), result("c2")},
+	}, {
+		name: "a missing result is made up, an orphan result dropped",
+		in:   []agent.Message{user, calling, result("c2"), result("zz"), user, result("c1")},
+		want: []agent.Message{user, calling, result("c2"), missing("c1"), user},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := replayable(tt.in); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestVendorToolName(t *testing.T) {
+	long := strings.Repeat("a", 100)
+	tests := []struct{ name, want string }{
+		{"read_file", "read_file"},
+		{"run-command", "run-command"},
+		{"files.search", "files_search_" + hash8("files.search")},
+		{long, strings.Repeat("a", 55) + "_" + hash8(long)},
+	}
+	for _, tt := range tests {
+		got := vendorToolName(tt.name)
+		if got != tt.want {
+			t.Errorf("vendorToolName(%q): got %q, want %q", tt.name, got, tt.want)
+		}
+		if !vendorToolNameRule.MatchString(got) {
+			t.Errorf("vendorToolName(%q) = %q: the vendors refuse it", tt.name, got)
+		}
+		if back := newToolNames([]agent.ToolSpec{{Name: tt.name}}).local(got); back != tt.name {
+			t.Errorf("local(%q): got %q, want %q", got, back, tt.name)
+		}
+	}
+	if got, want := vendorToolName("files_search"), "files_search"; got != want {
+		t.Errorf("a valid name that looks like a mapped one: got %q, want %q", got, want)
+	}
+}
+
+func hash8(name string) string {
+	s := vendorToolName(name)
+	return s[len(s)-8:]
+}
+
+// TestDottedToolNames checks that a tool whose name the vendors refuse is declared under its
+// vendor name and that calls to it come back under its own.
+func TestDottedToolNames(t *testing.T) {
+	vendorName := vendorToolName("files.search")
+	tests := []struct {
+		vendor string
+		model  func(*fakeVendor) agent.Model
+	}{
+		{"openai", func(f *fakeVendor) agent.Model { return newTestOpenAI(f, 0) }},
+		{"anthropic", func(f *fakeVendor) agent.Model { return newTestAnthropic(f, 0) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.vendor, func(t *testing.T) {
+			body := strings.Replace(recorded(t, tt.vendor, "tools.sse"), `"name":"read_file"`, `"name":"`+vendorName+`"`, 1)
+			f := newFakeVendor(t, serveSSE(body))
+			req := userSays("Search.")
+			req.Tools = []agent.ToolSpec{{Name: "files.search", InputSchema: json.RawMessage(`{"type":"object"}`)}}
+			got, err := tt.model(f).Stream(context.Background(), req, func(agent.Delta) {})
+			if err != nil {
+				t.Fatalf("Stream: %v", err)
+			}
+			if got, want := got.ToolCalls()[0].Name, "files.search"; got != want {
+				t.Errorf("call name: got %q, want %q", got, want)
+			}
+			r, _ := f.only(t)
+			if !strings.Contains(string(r.Body), `"name":"`+vendorName+`"`) || strings.Contains(string(r.Body), "files.search") {
+				t.Errorf("declared tools: want the name %q only: %s", vendorName, r.Body)
+			}
+		})
+	}
+}
+
+func TestCallArguments(t *testing.T) {
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"", "{}", true},
+		{"  ", "{}", true},
+		{`{ "path": "a" }`, `{"path":"a"}`, true},
+		{`{"path":`, "", false},
+		{`["a"]`, "", false},
+		{`"a"`, "", false},
+	}
+	for _, tt := range tests {
+		got, err := callArguments(tt.in)
+		if (err == nil) != tt.ok || string(got) != tt.want {
+			t.Errorf("callArguments(%q): got %s, %v; want %s, ok %v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}

@@ -1,0 +1,336 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+// The JSON API of SPEC §12: the same core as the pages (the Runner and the store), for scripts,
+// benchmarks and other clients. The owner authenticates with "Authorization: Bearer <token>"
+// (the owner cookie works too). Errors are {"error": {"code", "message"}}.
+
+func (s *Server) apiRoutes(mux *http.ServeMux) {
+	mux.Handle("POST /api/sessions", s.api(s.apiCreateSession))
+	mux.Handle("GET /api/sessions", s.api(s.apiSessions))
+	mux.Handle("GET /api/sessions/{id}", s.api(s.apiSession))
+	mux.Handle("POST /api/sessions/{id}/messages", s.api(s.apiSend))
+	mux.Handle("POST /api/sessions/{id}/stop", s.api(s.apiStop))
+	mux.Handle("GET /api/sessions/{id}/tools", s.api(s.apiTools))
+	mux.Handle("PUT /api/sessions/{id}/tools", s.api(s.apiSetTools))
+	mux.Handle("GET /api/sessions/{id}/approvals", s.api(s.apiApprovals))
+	mux.Handle("POST /api/approvals/{id}/decision", s.api(s.apiDecide))
+	mux.Handle("GET /api/sessions/{id}/events", s.api(s.apiEvents))
+	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
+		return apperr.Errorf(apperr.NotFound, "No such API route: %s %s", r.Method, r.URL.Path)
+	}))
+}
+
+// api wraps an API handler: owner only, bounded body, JSON errors.
+func (s *Server) api(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		var err error = apperr.Errorf(apperr.Unauthorized, "Unauthorized: send Authorization: Bearer <owner token>")
+		if s.isOwner(r) {
+			err = h(w, r)
+		}
+		if err != nil {
+			s.writeJSONError(w, r, err)
+		}
+	})
+}
+
+func (s *Server) writeJSONError(w http.ResponseWriter, r *http.Request, err error) {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		err = apperr.Errorf(apperr.TooLarge, "The request body is too large (at most %d bytes).", mbe.Limit)
+	}
+	code := apperr.CodeOf(err)
+	if code == apperr.Internal {
+		s.log.Error("API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeJSON(w, status(code), map[string]any{"error": map[string]string{"code": string(code), "message": apperr.MessageOf(err)}})
+}
+
+func writeJSON(w http.ResponseWriter, st int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(st)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// decodeJSON reads a JSON body into v: unknown fields, trailing data and malformed JSON are
+// apperr.Invalid with the decoder's reason; an oversized body is apperr.TooLarge.
+func decodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return apperr.Errorf(apperr.Invalid, "The request body is empty; it must be a JSON object.")
+		}
+		return apperr.Errorf(apperr.Invalid, "The request body is not valid: %v", err)
+	}
+	if dec.More() {
+		return apperr.Errorf(apperr.Invalid, "The request body has data after the JSON object.")
+	}
+	return nil
+}
+
+func (s *Server) apiCreateSession(w http.ResponseWriter, r *http.Request) error {
+	var in struct {
+		Title     string `json:"title"`
+		Model     string `json:"model"`
+		Workspace string `json:"workspace"`
+	}
+	if err := decodeJSON(r, &in); err != nil {
+		return err
+	}
+	if in.Workspace == "" {
+		in.Workspace = s.cfg.Workspace
+	}
+	sess, err := s.cfg.Runner.CreateSession(r.Context(), in.Title, in.Model, in.Workspace)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, sess)
+	return nil
+}
+
+func (s *Server) apiSessions(w http.ResponseWriter, r *http.Request) error {
+	sessions, err := s.cfg.Store.Sessions(r.Context())
+	if err != nil {
+		return err
+	}
+	if sessions == nil {
+		sessions = []agent.Session{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": sessions})
+	return nil
+}
+
+func (s *Server) apiSession(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	sess, err := s.cfg.Store.Session(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	entries, err := s.cfg.Store.Entries(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if entries == nil {
+		entries = []agent.Entry{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		agent.Session
+		Entries []agent.Entry `json:"entries"`
+	}{sess, entries})
+	return nil
+}
+
+func (s *Server) apiSend(w http.ResponseWriter, r *http.Request) error {
+	var in struct {
+		Text string `json:"text"`
+	}
+	if err := decodeJSON(r, &in); err != nil {
+		return err
+	}
+	if err := s.cfg.Runner.Send(r.Context(), r.PathValue("id"), in.Text); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"status": "accepted"})
+	return nil
+}
+
+func (s *Server) apiStop(w http.ResponseWriter, r *http.Request) error {
+	if err := s.cfg.Runner.Stop(r.Context(), r.PathValue("id"), "owner"); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"status": "accepted"})
+	return nil
+}
+
+// apiTool is a tool as the API lists it (SPEC §12 tools).
+type apiTool struct {
+	Name         string           `json:"name"`
+	Title        string           `json:"title,omitempty"`
+	Description  string           `json:"description,omitempty"`
+	Exposure     tool.Exposure    `json:"exposure"`
+	Annotations  tool.Annotations `json:"annotations"`
+	Effective    []tool.Hint      `json:"effectiveAnnotations"`
+	InputSchema  json.RawMessage  `json:"inputSchema"`
+	OutputSchema json.RawMessage  `json:"outputSchema,omitempty"`
+	Active       bool             `json:"active"`
+}
+
+func (s *Server) toolList(sess agent.Session) []apiTool {
+	active := map[string]bool{}
+	for _, n := range s.cfg.Runner.ActiveTools(sess) {
+		active[n] = true
+	}
+	out := []apiTool{}
+	for _, t := range s.cfg.Runner.Tools().All() {
+		if t.Exposure == tool.Hidden {
+			continue
+		}
+		out = append(out, apiTool{Name: t.Name, Title: t.Title, Description: t.Description, Exposure: t.Exposure,
+			Annotations: t.Annotations, Effective: t.Annotations.Effective(), InputSchema: t.InputSchema,
+			OutputSchema: t.OutputSchema, Active: active[t.Name]})
+	}
+	return out
+}
+
+func (s *Server) apiTools(w http.ResponseWriter, r *http.Request) error {
+	sess, err := s.cfg.Store.Session(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tools": s.toolList(sess)})
+	return nil
+}
+
+func (s *Server) apiSetTools(w http.ResponseWriter, r *http.Request) error {
+	var in struct {
+		Active []string `json:"active"`
+	}
+	if err := decodeJSON(r, &in); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	_, ignored, err := s.cfg.Runner.SetActiveTools(r.Context(), id, in.Active)
+	if err != nil {
+		return err
+	}
+	sess, err := s.cfg.Store.Session(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if ignored == nil {
+		ignored = []string{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tools": s.toolList(sess), "ignored": ignored})
+	return nil
+}
+
+func (s *Server) apiApprovals(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
+		return err
+	}
+	st := gate.Status(r.URL.Query().Get("status"))
+	switch st {
+	case "", gate.Pending, gate.Approved, gate.Denied, gate.TimedOut, gate.Cancelled:
+	default:
+		return apperr.Errorf(apperr.Invalid, "status must be one of pending, approved, denied, timed_out, cancelled")
+	}
+	as, err := s.cfg.Store.Approvals(r.Context(), id, st)
+	if err != nil {
+		return err
+	}
+	if as == nil {
+		as = []gate.Approval{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"approvals": as})
+	return nil
+}
+
+// apiDecide decides an approval: 200 with the approval, 409 already resolved, 404 unknown.
+func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) error {
+	var d agent.Decision
+	if err := decodeJSON(r, &d); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	a, err := s.cfg.Store.Approval(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	d.By = "owner"
+	a, err = s.cfg.Runner.Decide(r.Context(), a.SessionID, id, d)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, a)
+	return nil
+}
+
+// apiEvents streams a session's events as JSON over a WebSocket: first a snapshot (the
+// session, its pending approvals and the run's live state), then each SPEC §2 event
+// {type, sessionId, ...}. Updates superseded while the client was slow are coalesced.
+func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
+		return err
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return nil
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 10)
+	ctx := c.CloseRead(r.Context())
+	sub := s.cfg.Broker.Subscribe(id)
+	defer s.cfg.Broker.Unsubscribe(sub)
+
+	sess, err := s.cfg.Store.Session(ctx, id)
+	if err != nil {
+		return nil
+	}
+	pending, err := s.cfg.Store.Approvals(ctx, id, gate.Pending)
+	if err != nil {
+		return nil
+	}
+	if pending == nil {
+		pending = []gate.Approval{}
+	}
+	snapshot := map[string]any{"type": "snapshot", "sessionId": id, "session": sess,
+		"state": sess.State, "pendingApprovals": pending, "live": s.cfg.Runner.Live(id)}
+	if err := s.writeJSONFrame(ctx, c, snapshot); err != nil {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-sub.C:
+			if !ok {
+				c.Close(websocket.StatusTryAgainLater, "fell behind; reconnect for a new snapshot")
+				return nil
+			}
+			for _, ev := range coalesce(ev, sub.C) {
+				if err := s.writeJSONFrame(ctx, c, ev); err != nil {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+func (s *Server) writeJSONFrame(ctx context.Context, c *websocket.Conn, v any) error {
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	if err := wsjson.Write(wctx, c, v); err != nil {
+		if !strings.Contains(err.Error(), "closed") {
+			s.log.Debug("API event write", "err", fmt.Sprint(err))
+		}
+		return err
+	}
+	return nil
+}

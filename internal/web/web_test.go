@@ -1,0 +1,337 @@
+package web_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/models"
+	"countersign/internal/store"
+	"countersign/internal/tool"
+	"countersign/internal/web"
+)
+
+const token = "test-owner-token"
+
+type testModels struct{ scripts map[string]*models.Script }
+
+func (m testModels) Model(name string) (agent.Model, error) {
+	if sc, ok := m.scripts[strings.TrimPrefix(name, "faux:")]; ok {
+		return &models.Faux{Script: sc}, nil
+	}
+	return nil, apperr.Errorf(apperr.Invalid, "Unknown model %q", name)
+}
+
+func (m testModels) Names() []string {
+	var names []string
+	for n := range m.scripts {
+		names = append(names, "faux:"+n)
+	}
+	return names
+}
+
+// testServer is the whole server over a real store, with test tools and inline faux scripts.
+type testServer struct {
+	*httptest.Server
+	db      *store.DB
+	runner  *agent.Runner
+	runs    atomic.Int32
+	workDir string
+}
+
+func newTestServer(t *testing.T, scripts map[string]string, extra ...*tool.Tool) *testServer {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{db: db, workDir: t.TempDir()}
+	ms := testModels{scripts: map[string]*models.Script{}}
+	for name, src := range scripts {
+		sc, err := models.ParseScript(name+".json", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.Name = name
+		ms.scripts[name] = sc
+	}
+	reg := tool.NewRegistry()
+	shell := &tool.Tool{Name: "shell", InputSchema: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}`),
+		Execute: func(_ context.Context, args json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
+			ts.runs.Add(1)
+			return tool.Result{Content: []tool.Content{tool.Text("ran " + string(args))}}, nil
+		}}
+	for _, tl := range append([]*tool.Tool{shell}, extra...) {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	broker := agent.NewBroker()
+	ts.runner = agent.New(agent.Config{Store: db, Models: ms, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
+	srv := web.New(web.Config{Runner: ts.runner, Store: db, Broker: broker, Models: ms, OwnerToken: token, Workspace: ts.workDir})
+	ts.Server = httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ts.runner.Shutdown("test cleanup")
+		ts.runner.Wait()
+		ts.Server.Close()
+		db.Close()
+	})
+	return ts
+}
+
+// call makes an API request with the owner's bearer token and decodes a JSON answer into out.
+func (ts *testServer) call(t *testing.T, method, path string, body any, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, ts.URL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", method, path, err, data)
+		}
+	}
+	return res.StatusCode
+}
+
+func (ts *testServer) events(t *testing.T, sessionID string) *websocket.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := http.Header{"Authorization": {"Bearer " + token}}
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+"/api/sessions/"+sessionID+"/events", &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+// next reads events until one of type typ arrives.
+func next(t *testing.T, c *websocket.Conn, typ string) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		var ev map[string]any
+		if err := wsjson.Read(ctx, c, &ev); err != nil {
+			t.Fatalf("waiting for %s: %v", typ, err)
+		}
+		if ev["type"] == typ {
+			return ev
+		}
+	}
+}
+
+const oneCall = `{"steps":[
+  {"content":[{"type":"text","text":"Running it."},{"type":"toolCall","id":"c1","name":"shell","arguments":{"command":"touch x"}}],"stopReason":"toolUse"},
+  {"content":[{"type":"text","text":"Done."}],"stopReason":"stop"}]}`
+
+// TestAPIDrivesAWholeSession is SPEC §12 end to end: create, send, approval_requested on the
+// event socket, decide over HTTP, tool_execution_end and agent_end, read the transcript.
+func TestAPIDrivesAWholeSession(t *testing.T) {
+	ts := newTestServer(t, map[string]string{"one": oneCall})
+	var sess agent.Session
+	if st := ts.call(t, "POST", "/api/sessions", map[string]string{"title": "api", "model": "faux:one"}, &sess); st != 201 {
+		t.Fatalf("create = %d", st)
+	}
+	if sess.Workspace != ts.workDir || sess.State != agent.Idle {
+		t.Errorf("session %+v: want the server's workspace and idle", sess)
+	}
+	c := ts.events(t, sess.ID)
+	snap := next(t, c, "snapshot")
+	if snap["sessionId"] != sess.ID {
+		t.Errorf("snapshot %v", snap)
+	}
+	if st := ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil); st != 202 {
+		t.Fatalf("send = %d", st)
+	}
+	var busy map[string]map[string]string
+	if st := ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "again"}, &busy); st != 409 || busy["error"]["code"] != "conflict" {
+		t.Errorf("send while busy = %d %v, want 409 conflict", st, busy)
+	}
+	ev := next(t, c, "approval_requested")
+	approval := ev["approval"].(map[string]any)
+	if approval["toolName"] != "shell" || ev["toolCallId"] != "c1" {
+		t.Fatalf("approval_requested %v", ev)
+	}
+	var pending struct{ Approvals []map[string]any }
+	ts.call(t, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &pending)
+	if len(pending.Approvals) != 1 {
+		t.Fatalf("pending approvals %v", pending)
+	}
+	var decided map[string]any
+	if st := ts.call(t, "POST", "/api/approvals/"+approval["id"].(string)+"/decision", map[string]string{"decision": "approve"}, &decided); st != 200 || decided["status"] != "approved" {
+		t.Fatalf("decide = %d %v", st, decided)
+	}
+	end := next(t, c, "tool_execution_end")
+	if end["toolCallId"] != "c1" || end["result"].(map[string]any)["isError"] != false {
+		t.Errorf("tool_execution_end %v", end)
+	}
+	if ae := next(t, c, "agent_end"); ae["error"] != nil {
+		t.Errorf("agent_end %v", ae)
+	}
+	var full struct {
+		agent.Session
+		Entries []agent.Entry `json:"entries"`
+	}
+	ts.call(t, "GET", "/api/sessions/"+sess.ID, nil, &full)
+	var roles []string
+	for _, e := range full.Entries {
+		roles = append(roles, string(e.Message.Role))
+	}
+	if got := strings.Join(roles, ","); got != "user,assistant,toolResult,assistant" {
+		t.Errorf("transcript %s", got)
+	}
+	if ts.runs.Load() != 1 {
+		t.Errorf("the tool ran %d times", ts.runs.Load())
+	}
+}
+
+// TestDecisionRace: two clients race 100 times to decide the same approval; exactly one wins
+// each time and the other gets 409 (run with -race).
+func TestDecisionRace(t *testing.T) {
+	const rounds = 100
+	var steps []string
+	for i := 0; i < rounds; i++ {
+		steps = append(steps, fmt.Sprintf(`{"content":[{"type":"toolCall","id":"c%d","name":"shell","arguments":{"command":"%d"}}],"stopReason":"toolUse"}`, i, i))
+	}
+	steps = append(steps, `{"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}`)
+	ts := newTestServer(t, map[string]string{"race": `{"steps":[` + strings.Join(steps, ",") + `]}`})
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "race", "model": "faux:race"}, &sess)
+	c := ts.events(t, sess.ID)
+	next(t, c, "snapshot")
+	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
+	for i := 0; i < rounds; i++ {
+		id := next(t, c, "approval_requested")["approval"].(map[string]any)["id"].(string)
+		var wg sync.WaitGroup
+		codes := make([]int, 2)
+		decisions := []string{"approve", "deny"}
+		for k := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				codes[k] = ts.call(t, "POST", "/api/approvals/"+id+"/decision", map[string]string{"decision": decisions[k]}, nil)
+			}()
+		}
+		wg.Wait()
+		if !(codes[0] == 200 && codes[1] == 409 || codes[0] == 409 && codes[1] == 200) {
+			t.Fatalf("round %d: codes %v, want one 200 and one 409", i, codes)
+		}
+	}
+	next(t, c, "agent_end")
+	as, err := ts.db.Approvals(context.Background(), sess.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		if a.Status == "pending" {
+			t.Errorf("approval %s still pending", a.ID)
+		}
+	}
+}
+
+func TestAPIErrors(t *testing.T) {
+	ts := newTestServer(t, map[string]string{"one": oneCall})
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "e", "model": "faux:one"}, &sess)
+	tests := []struct {
+		name, method, path string
+		body               string
+		auth               bool
+		want               int
+		code               string
+	}{
+		{"no token", "GET", "/api/sessions", "", false, 401, "unauthorized"},
+		{"unknown session", "GET", "/api/sessions/nope", "", true, 404, "not_found"},
+		{"unknown approval", "POST", "/api/approvals/nope/decision", `{"decision":"approve"}`, true, 404, "not_found"},
+		{"malformed body", "POST", "/api/sessions", `{"title":`, true, 400, "invalid"},
+		{"unknown field", "POST", "/api/sessions", `{"title":"x","model":"faux:one","color":"red"}`, true, 400, "invalid"},
+		{"unknown model", "POST", "/api/sessions", `{"title":"x","model":"gpt-9"}`, true, 400, "invalid"},
+		{"empty message", "POST", "/api/sessions/" + sess.ID + "/messages", `{"text":"  "}`, true, 400, "invalid"},
+		{"oversized body", "POST", "/api/sessions/" + sess.ID + "/messages", `{"text":"` + strings.Repeat("a", 2<<20) + `"}`, true, 413, "too_large"},
+		{"bad status filter", "GET", "/api/sessions/" + sess.ID + "/approvals?status=maybe", "", true, 400, "invalid"},
+		{"unknown route", "GET", "/api/nothing", "", true, 404, "not_found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, ts.URL+tt.path, strings.NewReader(tt.body))
+			if tt.auth {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			var body struct {
+				Error struct{ Code, Message string }
+			}
+			_ = json.NewDecoder(res.Body).Decode(&body)
+			if res.StatusCode != tt.want || body.Error.Code != tt.code || body.Error.Message == "" {
+				t.Errorf("%s %s = %d %+v, want %d %s with a message", tt.method, tt.path, res.StatusCode, body.Error, tt.want, tt.code)
+			}
+		})
+	}
+	// Nothing changed: the session has no entries.
+	es, _ := ts.db.Entries(context.Background(), sess.ID)
+	if len(es) != 0 {
+		t.Errorf("bad requests left %d entries", len(es))
+	}
+}
+
+func TestCrossOriginAndForeignWebSocketAreRefused(t *testing.T) {
+	ts := newTestServer(t, map[string]string{"one": oneCall})
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "x", "model": "faux:one"}, &sess)
+	req, _ := http.NewRequest("POST", ts.URL+"/api/sessions/"+sess.ID+"/messages", strings.NewReader(`{"text":"hi"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-origin POST = %d, want 403", res.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h := http.Header{"Authorization": {"Bearer " + token}, "Origin": {"https://evil.example"}}
+	_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+"/api/sessions/"+sess.ID+"/events", &websocket.DialOptions{HTTPHeader: h})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("WebSocket with a foreign Origin: err %v, status %v; want 403", err, resp)
+	}
+	es, _ := ts.db.Entries(context.Background(), sess.ID)
+	if len(es) != 0 {
+		t.Error("the cross-origin message was stored")
+	}
+}

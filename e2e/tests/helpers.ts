@@ -22,8 +22,10 @@ export async function login(page: Page): Promise<void> {
  * the server's -workspace) and waits for the session page. Returns the session id from the URL.
  */
 export async function newSession(page: Page, title: string, model: string): Promise<string> {
-  if (!/^\/?$/.test(new URL(page.url(), 'http://x').pathname)) {
-    await page.goto('/');
+  const here = new URL(page.url(), 'http://x');
+  if (!/^\/?$/.test(here.pathname)) {
+    // Stay on the same server: tests may drive a server of their own on another port.
+    await page.goto(page.url().startsWith('http') ? new URL('/', page.url()).href : '/');
   }
   await page.getByRole('textbox', { name: 'Title', exact: true }).fill(title);
   await page.getByRole('combobox', { name: 'Model', exact: true }).selectOption(model);
@@ -91,4 +93,60 @@ export async function expectFinalText(page: Page, text: string): Promise<void> {
   await expect.poll(() => textOutsideToolCards(page), { message: `final text containing ${JSON.stringify(text)}` })
     .toContain(text);
   await expect(stopButton(page)).toBeHidden();
+}
+
+/** A server process a test starts itself (for restarts and other flags), on its own data. */
+export interface OwnServer {
+  baseURL: string;
+  workspace: string;
+  dbPath: string;
+  /** Sends a signal (default SIGKILL) and waits for the process to exit. */
+  kill(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/**
+ * Starts bin/countersign on `port` with a database and workspace under e2e/.tmp/<name> (kept
+ * between starts, so a restart sees the same store) and the e2e scripts. Resolves once the
+ * login line is printed. The caller kills it.
+ */
+export async function startOwnServer(name: string, port: number, extraArgs: string[] = []): Promise<OwnServer> {
+  const { spawn } = await import('node:child_process');
+  const fs = await import('node:fs');
+  const root = path.resolve(__dirname, '../.tmp', name);
+  const ws = path.join(root, 'workspace');
+  fs.mkdirSync(ws, { recursive: true });
+  const dbPath = path.join(root, 'db', 'own.db');
+  const bin = path.resolve(__dirname, '../../bin/countersign');
+  const proc = spawn(bin, ['-addr', `127.0.0.1:${port}`, '-db', dbPath, '-token', OWNER_TOKEN, '-workspace', ws,
+    '-scripts', path.resolve(__dirname, '../scripts'), '-fixture-tools', 'true', '-faux-delay', '5ms', ...extraArgs],
+    { stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = new Promise<void>((resolve) => proc.on('exit', () => resolve()));
+  await new Promise<void>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`server ${name} did not start: ${out}`)), 60_000);
+    proc.stdout!.on('data', (d) => {
+      out += String(d);
+      if (out.includes('Countersign listening on')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    proc.stderr!.on('data', (d) => { out += String(d); });
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server ${name} exited (${code}): ${out}`)); });
+  });
+  return {
+    baseURL: `http://127.0.0.1:${port}`,
+    workspace: ws,
+    dbPath,
+    async kill(signal: NodeJS.Signals = 'SIGKILL') {
+      if (proc.exitCode === null) proc.kill(signal);
+      await exited;
+    },
+  };
+}
+
+/** Logs in on another server's origin. */
+export async function loginAt(page: Page, baseURL: string): Promise<void> {
+  await page.goto(`${baseURL}/login?token=${OWNER_TOKEN}`);
+  await expect(page.getByRole('button', { name: 'Create session', exact: true })).toBeVisible();
 }

@@ -22,6 +22,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/fixtures"
+	"countersign/internal/mcp"
 	"countersign/internal/models"
 	"countersign/internal/store"
 	"countersign/internal/tool"
@@ -112,9 +113,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if cfg.mcpConfig != "" {
-		log.Warn("MCP servers are not supported yet; -mcp-config is ignored", "file", cfg.mcpConfig)
-	}
 
 	db, err := store.Open(ctx, cfg.db)
 	if err != nil {
@@ -132,6 +130,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 	}
+	// MCP servers' tools join the registry as <server>__<tool> (SPEC §13); a bad config file
+	// refuses to start, a server that is down does not.
+	var sources func() []web.ToolSource
+	if cfg.mcpConfig != "" {
+		mc, err := mcp.LoadConfig(cfg.mcpConfig)
+		if err != nil {
+			return err
+		}
+		mcpm := mcp.NewManager(mc, log.With("component", "mcp"))
+		refresh := func() {
+			added, err := mcpm.RegisterTools(reg)
+			if len(added) > 0 || err != nil {
+				log.Info("MCP tools", "registered", added, "refused", err)
+			}
+		}
+		mcpm.OnChange(refresh)
+		mcpm.Start(ctx)
+		refresh()
+		defer mcpm.Close()
+		sources = func() []web.ToolSource {
+			var out []web.ToolSource
+			for _, st := range mcpm.Servers() {
+				out = append(out, web.ToolSource{Name: st.Name, Kind: "MCP " + st.Transport, Trusted: st.Trusted,
+					State: string(st.State), Error: st.Error, Tools: st.Tools, Warnings: st.Warnings})
+			}
+			return out
+		}
+	}
 	faux, err := models.NewRegistry(cfg.scripts, cfg.fauxDelay, log)
 	if err != nil {
 		return err
@@ -147,7 +173,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	srv := web.New(web.Config{Runner: runner, Store: db, Broker: broker, Models: mods,
-		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log})
+		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources})
 
 	// Listen before serving, so a busy port fails at once.
 	ln, err := net.Listen("tcp", cfg.addr)

@@ -31,6 +31,10 @@ type invocation struct {
 
 	children atomic.Int64 // nested call counter, for ids <id>/<n>
 	nested   nestedLog
+	// execCtx is the context the call executes under; nested calls are cancelled with it.
+	execCtx context.Context
+	// finished is set once execute has returned: later nested calls are refused.
+	finished atomic.Bool
 }
 
 // prepare runs steps 1–4 of the pipeline: find the tool (by exposure), validate its arguments,
@@ -166,7 +170,9 @@ func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 		r.publish(Event{Type: ToolExecutionUpdate, SessionID: rn.session.ID, MessageID: inv.messageID,
 			ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Update: &u})
 	})
+	inv.execCtx = ctx
 	res, err := safeExecute(ctx, t, inv.args, updates.update, &toolContext{rn: rn, inv: inv})
+	inv.finished.Store(true)
 	updates.flush()
 	if ctx.Err() != nil && (err != nil || res.IsError) {
 		// Stopped: the call was cancelled, whatever the tool made of its cancellation.
@@ -274,16 +280,33 @@ func (tc *toolContext) Workspace() string  { return tc.rn.session.Workspace }
 // is <parent id>/<n>; it adds no transcript entry; the parent's result records it.
 func (tc *toolContext) ExecuteTool(ctx context.Context, name string, arguments any) tool.Outcome {
 	parent, rn := tc.inv, tc.rn
+	if parent.finished.Load() {
+		// The parent has returned and its nestedCalls record is taken: nothing may run under it.
+		res := tool.ErrorResult("Tool %q cannot call %q: the call %s has already finished", parent.call.Name, name, parent.call.ID)
+		return tool.Outcome{ToolCall: tool.Call{Name: name, ParentToolCallID: parent.call.ID}, Result: res, IsError: true}
+	}
+	// Cancelling the parent cancels its nested calls, whatever context the tool passes in.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if parent.execCtx != nil {
+		stop := context.AfterFunc(parent.execCtx, func() { cancel(context.Cause(parent.execCtx)) })
+		defer stop()
+	}
 	id := parent.call.ID + "/" + strconv.FormatInt(parent.children.Add(1), 10)
 	raw, err := marshalArguments(arguments)
 	child := &invocation{
 		call:      tool.Call{ID: id, ParentToolCallID: parent.call.ID, Name: name, Arguments: raw},
 		messageID: parent.messageID, requestedBy: parent.call.Name,
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		child.start = time.Now()
 		child.stop(tool.ErrorResult("Arguments for tool %q are not a JSON object: %v", name, err), "error")
-	} else {
+	case ctx.Err() != nil:
+		// Stopped: the call is not looked up, checked or recorded; it never runs.
+		child.start = time.Now()
+		child.stop(tool.ErrorResult("%s", context.Cause(ctx).Error()), "unfinished")
+	default:
 		rn.prepare(ctx, child, true)
 	}
 	res := rn.complete(ctx, child)

@@ -1,5 +1,6 @@
 // Package tools holds Countersign's built-in tools (SPEC §10): read_file, list_files, write_file,
-// run_command, git_diff, run_checks and failing_tests. Each declares an outputSchema and returns
+// run_command, git_diff, run_checks, failing_tests, and the two that call other tools through
+// ExecuteTool (SPEC §4): review_diff and codemode. Each declares an outputSchema and returns
 // structuredContent that matches it, plus a short text block for the model. File tools are jailed
 // to the session's workspace (SPEC §9: a path outside it is an error and nothing is read or
 // written); commands run in the workspace in their own process group, so cancelling a call kills
@@ -65,6 +66,9 @@ type Config struct {
 	CommandTimeout time.Duration
 	// CheckTimeout bounds each check and each test run; default DefaultCheckTimeout.
 	CheckTimeout time.Duration
+	// CodemodeTimeout is codemode's time limit: how long a script may run (SPEC §4 "Codemode"),
+	// not counting the time it waits for its tool calls; default DefaultCodemodeTimeout.
+	CodemodeTimeout time.Duration
 	// Env is added to the environment of every command the tools start ("KEY=value" entries;
 	// later entries win). That environment is the server's minus COUNTERSIGN_* and the model
 	// providers' API keys, which commands never see unless Env passes them.
@@ -88,6 +92,9 @@ func (c Config) withDefaults() Config {
 	if c.CheckTimeout <= 0 {
 		c.CheckTimeout = DefaultCheckTimeout
 	}
+	if c.CodemodeTimeout <= 0 {
+		c.CodemodeTimeout = DefaultCodemodeTimeout
+	}
 	return c
 }
 
@@ -108,7 +115,8 @@ func (c Config) testCommandFor(workspace string) string {
 }
 
 // Builtin returns the built-in tools of SPEC §10 configured by cfg, in this order: read_file,
-// list_files, write_file, run_command, git_diff, run_checks, failing_tests. Each is a fresh
+// list_files, write_file, run_command, git_diff, run_checks, failing_tests, review_diff,
+// codemode (model-only, inactive until activated). Each is a fresh
 // *tool.Tool, ready to register; none shares mutable state with another.
 func Builtin(cfg Config) []*tool.Tool {
 	cfg = cfg.withDefaults()
@@ -120,6 +128,8 @@ func Builtin(cfg Config) []*tool.Tool {
 		gitDiffTool(cfg),
 		runChecksTool(cfg),
 		failingTestsTool(cfg),
+		reviewDiffTool(cfg),
+		codemodeTool(cfg),
 	}
 }
 

@@ -156,6 +156,8 @@ func TestBuiltinDefinitions(t *testing.T) {
 		{"git_diff", hints{readOnly: yes, openWorld: no}},
 		{"run_checks", hints{readOnly: yes, openWorld: no}},
 		{"failing_tests", hints{readOnly: yes, openWorld: no}},
+		{"review_diff", hints{readOnly: yes, openWorld: no}},
+		{"codemode", hints{readOnly: yes, openWorld: no}},
 	}
 	if got, want := len(tools), len(tests); got != want {
 		t.Errorf("len(Builtin) = %d, want %d", got, want)

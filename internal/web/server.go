@@ -43,7 +43,20 @@ type Config struct {
 	Workspace string
 	// Renderers draw tools' calls and results; nil means BuiltinRenderers.
 	Renderers map[string]Renderer
-	Logger    *slog.Logger
+	// Sources lists the tool sources besides the built-ins (MCP servers) with their state, for
+	// the Tools panel; nil when there are none.
+	Sources func() []ToolSource
+	Logger  *slog.Logger
+}
+
+// ToolSource is a source of tools besides the built-ins, such as an MCP server (SPEC §13).
+type ToolSource struct {
+	Name, Kind string
+	Trusted    bool
+	// State is starting, up or down; Error says why it is down.
+	State, Error string
+	Tools        []string
+	Warnings     []string
 }
 
 // Server serves Countersign's pages, fragments and WebSockets.

@@ -296,16 +296,33 @@ func prettyJSON(raw json.RawMessage) string {
 	return buf.String()
 }
 
-// toolsView is the Tools panel: every registered tool that is not hidden, checked when active.
+// toolsView is the Tools panel: every registered tool that is not hidden, checked when active,
+// grouped by source.
 func (s *Server) toolsView(sess agent.Session, ignored []string) templates.ToolsView {
 	active := s.cfg.Runner.ActiveTools(sess)
 	v := templates.ToolsView{URL: "/sessions/" + sess.ID + "/tools", Ignored: ignored}
+	groups := []templates.ToolGroup{{Name: "Built-in"}}
+	owner := map[string]int{} // tool name prefix "<server>__" → group index
+	if s.cfg.Sources != nil {
+		for _, src := range s.cfg.Sources() {
+			owner[src.Name+"__"] = len(groups)
+			groups = append(groups, templates.ToolGroup{Name: src.Name, Kind: src.Kind, State: src.State,
+				Error: src.Error, Trusted: src.Trusted, Warnings: src.Warnings})
+		}
+	}
 	for _, t := range s.cfg.Runner.Tools().All() {
 		if t.Exposure == tool.Hidden {
 			continue
 		}
-		v.Tools = append(v.Tools, templates.ToolRow{Name: t.Name, Title: t.Title, Description: t.Description,
+		g := 0
+		if i := strings.Index(t.Name, "__"); i > 0 {
+			if idx, ok := owner[t.Name[:i+2]]; ok {
+				g = idx
+			}
+		}
+		groups[g].Tools = append(groups[g].Tools, templates.ToolRow{Name: t.Name, Title: t.Title, Description: t.Description,
 			Exposure: string(t.Exposure), Active: slices.Contains(active, t.Name), Hints: t.Annotations.Effective()})
 	}
+	v.Groups = groups
 	return v
 }

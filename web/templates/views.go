@@ -138,11 +138,21 @@ type ToolRow struct {
 	Hints                                      []tool.Hint
 }
 
-// ToolsView is the Tools panel of a session.
+// ToolsView is the Tools panel of a session: tools grouped by source (built-in first, then
+// each MCP server with its state).
 type ToolsView struct {
 	URL     string // where changes post; "" when the viewer may not change them
-	Tools   []ToolRow
+	Groups  []ToolGroup
 	Ignored []string
+}
+
+// ToolGroup is one source's tools in the Tools panel.
+type ToolGroup struct {
+	Name, Kind   string
+	State, Error string // "" for built-in; starting, up or down for a server
+	Trusted      bool
+	Warnings     []string
+	Tools        []ToolRow
 }
 
 // AuditView is a session's audit page.

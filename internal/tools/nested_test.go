@@ -1,0 +1,505 @@
+package tools_test
+
+// Nested calls through the real call pipeline (SPEC §4): a Runner over a real SQLite store, the
+// faux model, and the built-in tools, with review_diff and codemode calling other tools through
+// ExecuteTool.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/models"
+	"countersign/internal/store"
+	"countersign/internal/tool"
+	"countersign/internal/tools"
+)
+
+// pipeline is a Runner over a real store with the built-in tools (plus extra ones), the faux
+// model replaying one script, and a spy tool_call handler.
+type pipeline struct {
+	t      *testing.T
+	db     *store.DB
+	runner *agent.Runner
+	reg    *tool.Registry
+	sess   agent.Session
+	events *agent.Subscription
+	spy    *callSpy
+}
+
+// callSpy is a tool_call handler that records what it sees and lets every call through.
+type callSpy struct {
+	mu   sync.Mutex
+	seen []gate.CallEvent
+}
+
+func (s *callSpy) handle(_ context.Context, ev gate.CallEvent) (gate.Verdict, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen = append(s.seen, ev)
+	return gate.Verdict{}, nil
+}
+
+// calls lists the calls the spy saw as "name id parent".
+func (s *callSpy) calls() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(s.seen))
+	for i, ev := range s.seen {
+		out[i] = fmt.Sprintf("%s %s %q", ev.ToolName, ev.ToolCallID, ev.ParentToolCallID)
+	}
+	return out
+}
+
+type fauxModels struct{ script *models.Script }
+
+func (m fauxModels) Model(name string) (agent.Model, error) {
+	if name != "faux:test" {
+		return nil, apperr.Errorf(apperr.Invalid, "unknown model %q", name)
+	}
+	return &models.Faux{Script: m.script}, nil
+}
+func (m fauxModels) Names() []string { return []string{"faux:test"} }
+
+// fauxStep is one step of a faux script: one tool call, or a final text.
+type fauxStep struct {
+	id, name string
+	args     any
+	text     string
+}
+
+// fauxScript renders steps as a faux model script (SPEC §5).
+func fauxScript(t *testing.T, steps ...fauxStep) string {
+	t.Helper()
+	type block struct {
+		Type      string `json:"type"`
+		Text      string `json:"text,omitempty"`
+		ID        string `json:"id,omitempty"`
+		Name      string `json:"name,omitempty"`
+		Arguments any    `json:"arguments,omitempty"`
+	}
+	type step struct {
+		Content    []block `json:"content"`
+		StopReason string  `json:"stopReason"`
+	}
+	var sc struct {
+		Steps []step `json:"steps"`
+	}
+	for _, s := range steps {
+		if s.name != "" {
+			sc.Steps = append(sc.Steps, step{Content: []block{{Type: "toolCall", ID: s.id, Name: s.name, Arguments: s.args}}, StopReason: "toolUse"})
+		} else {
+			sc.Steps = append(sc.Steps, step{Content: []block{{Type: "text", Text: s.text}}, StopReason: "stop"})
+		}
+	}
+	b, err := json.Marshal(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func newPipeline(t *testing.T, script, workspace string, cfg tools.Config, extra ...*tool.Tool) *pipeline {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	sc, err := models.ParseScript("test.json", []byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Name = "test"
+	reg := tool.NewRegistry()
+	for _, tl := range append(tools.Builtin(cfg), extra...) {
+		if err := reg.Register(tl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spy := &callSpy{}
+	broker := agent.NewBroker()
+	r := agent.New(agent.Config{Store: db, Models: fauxModels{sc}, Tools: reg, Broker: broker,
+		CallHandlers: gate.Handlers{spy.handle}, ApprovalTimeout: time.Minute})
+	sess, err := r.CreateSession(ctx, "test", "faux:test", workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pipeline{t: t, db: db, runner: r, reg: reg, sess: sess, events: broker.Subscribe(sess.ID), spy: spy}
+	t.Cleanup(func() {
+		r.Shutdown("test cleanup")
+		r.Wait()
+	})
+	return p
+}
+
+// send starts a run with a user message.
+func (p *pipeline) send() {
+	p.t.Helper()
+	if err := p.runner.Send(context.Background(), p.sess.ID, "go"); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// await returns the next event of type typ, failing the test after 20 s; seen, when not nil,
+// receives every event read on the way.
+func (p *pipeline) await(typ agent.EventType, seen *[]agent.Event) agent.Event {
+	p.t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case ev, ok := <-p.events.C:
+			if !ok {
+				p.t.Fatal("the subscription was dropped")
+			}
+			if seen != nil {
+				*seen = append(*seen, ev)
+			}
+			if ev.Type == typ {
+				return ev
+			}
+		case <-timeout:
+			p.t.Fatalf("no %s event within 20s", typ)
+		}
+	}
+}
+
+func (p *pipeline) entries() []agent.Entry {
+	p.t.Helper()
+	es, err := p.db.Entries(context.Background(), p.sess.ID)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return es
+}
+
+func (p *pipeline) toolResults() []agent.Message {
+	var out []agent.Message
+	for _, e := range p.entries() {
+		if e.Message.Role == agent.ToolResult {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// approvalsOf lists the session's approvals (prompts and automatic decisions) of tool name.
+func (p *pipeline) approvalsOf(name string) []gate.Approval {
+	p.t.Helper()
+	as, err := p.db.Approvals(context.Background(), p.sess.ID, "")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	var out []gate.Approval
+	for _, a := range as {
+		if a.ToolName == name {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// nestedSummary lists a nestedCalls record as "id name status".
+func nestedSummary(nc *tool.NestedCalls) []string {
+	if nc == nil {
+		return nil
+	}
+	out := make([]string, len(nc.Calls))
+	for i, c := range nc.Calls {
+		out[i] = c.ID + " " + c.Name + " " + c.Status
+	}
+	return out
+}
+
+// gitRun runs git in dir for a test.
+func gitRun(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "user.name=Test", "-c", "user.email=test@example.com",
+		"-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"}, args...)...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+}
+
+// testStream is a stand-in test command: it prints a `go test -json` stream with one passing and
+// one failing test, whatever package patterns are appended (":" swallows them).
+const testStream = `printf '%s\n' ` +
+	`'{"Action":"pass","Package":"example.com/m","Test":"TestOK"}' ` +
+	`'{"Action":"output","Package":"example.com/m","Test":"TestBad","Output":"want 2\n"}' ` +
+	`'{"Action":"fail","Package":"example.com/m","Test":"TestBad"}' ` +
+	`'{"Action":"fail","Package":"example.com/m"}'; :`
+
+// TestReviewDiffThroughThePipeline is SPEC §4's canonical example: the model calls review_diff
+// only; review_diff calls git_diff, run_checks and failing_tests through ExecuteTool; the gate's
+// handlers observe all four calls; the transcript holds one tool result, for review_diff, whose
+// nestedCalls record lists the three.
+func TestReviewDiffThroughThePipeline(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	ws := t.TempDir()
+	gitRun(t, ws, "init", "-q")
+	if err := os.WriteFile(filepath.Join(ws, "a.txt"), []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitRun(t, ws, "add", "a.txt")
+	gitRun(t, ws, "commit", "-q", "-m", "first")
+	if err := os.WriteFile(filepath.Join(ws, "a.txt"), []byte("two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "b.txt"), []byte("new\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tools.Config{Checks: []tools.Check{{Name: "vet", Command: "true"}}, TestCommand: testStream}
+	p := newPipeline(t, fauxScript(t,
+		fauxStep{id: "r1", name: "review_diff", args: map[string]any{}},
+		fauxStep{text: "Verdict: {{lastResult.verdict}}"},
+	), ws, cfg)
+	p.send()
+	var seen []agent.Event
+	if end := p.await(agent.AgentEnd, &seen); end.Error != "" {
+		t.Fatalf("run error %q", end.Error)
+	}
+
+	wantSeen := []string{`review_diff r1 ""`, `git_diff r1/1 "r1"`, `run_checks r1/2 "r1"`, `failing_tests r1/3 "r1"`}
+	if got := p.spy.calls(); !reflect.DeepEqual(got, wantSeen) {
+		t.Errorf("tool_call handler saw %q, want %q", got, wantSeen)
+	}
+
+	rs := p.toolResults()
+	if len(rs) != 1 || rs[0].ToolCallID != "r1" || rs[0].ToolName != "review_diff" {
+		t.Fatalf("transcript tool results %+v, want exactly one, for review_diff r1", rs)
+	}
+	res := rs[0].Result
+	if res.IsError {
+		t.Fatalf("review_diff failed: %s", res.TextOf())
+	}
+	if got, want := nestedSummary(res.NestedCalls), []string{"r1/1 git_diff ok", "r1/2 run_checks ok", "r1/3 failing_tests ok"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("nestedCalls %q, want %q", got, want)
+	}
+	if !res.NestedCalls.Complete {
+		t.Error("nestedCalls not complete")
+	}
+	var review tools.ReviewOutput
+	if err := json.Unmarshal(res.StructuredContent, &review); err != nil {
+		t.Fatal(err)
+	}
+	want := tools.ReviewOutput{Base: "HEAD",
+		Files:   []tools.ReviewFile{{Path: "a.txt", Additions: 1, Deletions: 1}, {Path: "b.txt", Additions: 1}},
+		Checks:  tools.ReviewChecks{Passed: true, Findings: []tools.ReviewFinding{}},
+		Tests:   tools.ReviewTests{Passed: 1, Failed: 1, Failures: []tools.ReviewTestFailure{{Package: "example.com/m", Test: "TestBad"}}},
+		Verdict: tools.VerdictNeedsAttention, Notes: []string{}}
+	if !reflect.DeepEqual(review, want) {
+		t.Errorf("review\n got  %+v\n want %+v", review, want)
+	}
+	if got, want := p.entries()[len(p.entries())-1].Message.Text(), "Verdict: needs_attention"; got != want {
+		t.Errorf("final text %q, want %q", got, want)
+	}
+
+	// Nested progress is streamed under the parent; nested ends carry parentToolCallId.
+	var nestedEnds []string
+	for _, ev := range seen {
+		if ev.Type == agent.ToolExecutionEnd && ev.ParentToolCallID != "" {
+			nestedEnds = append(nestedEnds, ev.ToolCallID+"<"+ev.ParentToolCallID)
+		}
+	}
+	if got, want := nestedEnds, []string{"r1/1<r1", "r1/2<r1", "r1/3<r1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("nested tool_execution_end events %q, want %q", got, want)
+	}
+	var lastUpdate string
+	for _, ev := range seen {
+		if ev.Type == agent.ToolExecutionUpdate && ev.ToolCallID == "r1" {
+			lastUpdate = ev.Update.Message
+		}
+	}
+	if got, want := lastUpdate, "Review done: needs_attention"; got != want {
+		t.Errorf("review_diff's last progress %q, want %q", got, want)
+	}
+}
+
+// codemodeSession is a pipeline over an empty workspace whose model calls codemode (activated)
+// once with code as call m1.
+func codemodeSession(t *testing.T, code string) (*pipeline, string) {
+	t.Helper()
+	ws := t.TempDir()
+	p := newPipeline(t, fauxScript(t,
+		fauxStep{id: "m1", name: "codemode", args: map[string]any{"code": code}},
+		fauxStep{text: "done"},
+	), ws, tools.Config{})
+	if _, _, err := p.runner.SetActiveTools(context.Background(), p.sess.ID, append(p.reg.DefaultActive(), "codemode")); err != nil {
+		t.Fatal(err)
+	}
+	return p, ws
+}
+
+// awaitApproval waits for the next approval prompt and checks who asked: codemode's call m1.
+func (p *pipeline) awaitApproval(wantID string) gate.Approval {
+	p.t.Helper()
+	a := *p.await(agent.ApprovalRequested, nil).Approval
+	if a.ToolName != "write_file" || a.ToolCallID != wantID || a.ParentToolCallID != "m1" || a.RequestedBy != "codemode" {
+		p.t.Fatalf("approval %s %s parent %q requested by %q; want write_file %s, parent m1, requested by codemode",
+			a.ToolName, a.ToolCallID, a.ParentToolCallID, a.RequestedBy, wantID)
+	}
+	return a
+}
+
+// TestCodemodeApprovalsThroughThePipeline: each write_file a script makes is gated and prompted
+// for; the owner approves the first and denies the second, which the script catches.
+func TestCodemodeApprovalsThroughThePipeline(t *testing.T) {
+	p, ws := codemodeSession(t, `
+	  const first = await tools.write_file({path: "one.txt", content: "1"});
+	  let denied = null;
+	  try { await tools.write_file({path: "two.txt", content: "2"}) } catch (e) { denied = e.message }
+	  return {created: first.created, denied}`)
+	ctx := context.Background()
+	p.send()
+	a1 := p.awaitApproval("m1/1")
+	if _, err := p.runner.Decide(ctx, p.sess.ID, a1.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	a2 := p.awaitApproval("m1/2")
+	if _, err := p.runner.Decide(ctx, p.sess.ID, a2.ID, agent.Decision{Decision: "deny", Reason: "no", By: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	if end := p.await(agent.AgentEnd, nil); end.Error != "" {
+		t.Fatalf("run error %q", end.Error)
+	}
+
+	if b, err := os.ReadFile(filepath.Join(ws, "one.txt")); err != nil || string(b) != "1" {
+		t.Errorf("one.txt = %q, %v; want the approved write", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "two.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("two.txt: %v; want no file (denied)", err)
+	}
+	rs := p.toolResults()
+	if len(rs) != 1 || rs[0].ToolCallID != "m1" {
+		t.Fatalf("tool results %+v, want one, for codemode m1", rs)
+	}
+	res := rs[0].Result
+	if res.IsError {
+		t.Fatalf("codemode failed: %s", res.TextOf())
+	}
+	var out tools.CodemodeOutput
+	if err := json.Unmarshal(res.StructuredContent, &out); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(out.Result), `{"created":true,"denied":"Denied by owner: no"}`; got != want {
+		t.Errorf("script result %s, want %s", got, want)
+	}
+	wantCalls := []tools.CodemodeCall{
+		{ID: "m1/1", Name: "write_file", Status: "ok"},
+		{ID: "m1/2", Name: "write_file", Status: "error", Error: "Denied by owner: no"},
+	}
+	if !reflect.DeepEqual(out.Calls, wantCalls) {
+		t.Errorf("codemode calls %+v, want %+v", out.Calls, wantCalls)
+	}
+	if got, want := nestedSummary(res.NestedCalls), []string{"m1/1 write_file ok", "m1/2 write_file denied"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("nestedCalls %q, want %q", got, want)
+	}
+	if got := p.spy.calls(); len(got) != 3 {
+		t.Errorf("tool_call handler saw %q, want codemode and two write_file calls", got)
+	}
+}
+
+// TestStopDuringNestedApproval: Stop cancels the pending nested approval; the parent's result is
+// "Run stopped by owner" and nothing further runs.
+func TestStopDuringNestedApproval(t *testing.T) {
+	p, ws := codemodeSession(t, `
+	  await tools.write_file({path: "one.txt", content: "1"});
+	  await tools.write_file({path: "two.txt", content: "2"});
+	  return "finished"`)
+	ctx := context.Background()
+	p.send()
+	a := p.awaitApproval("m1/1")
+	if err := p.runner.Stop(ctx, p.sess.ID, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	p.await(agent.AgentEnd, nil)
+
+	got, err := p.db.Approval(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != gate.Cancelled || got.Reason != "Run stopped by owner" {
+		t.Errorf("approval after Stop: %s %q, want cancelled %q", got.Status, got.Reason, "Run stopped by owner")
+	}
+	if n := len(p.approvalsOf("write_file")); n != 1 {
+		t.Errorf("%d write_file approvals, want 1: nothing runs after the stop", n)
+	}
+	var roles []string
+	for _, e := range p.entries() {
+		roles = append(roles, string(e.Message.Role))
+	}
+	if got, want := strings.Join(roles, ","), "user,assistant,toolResult"; got != want {
+		t.Errorf("transcript roles %s, want %s (the model is not asked again)", got, want)
+	}
+	res := p.toolResults()[0].Result
+	if !res.IsError || res.TextOf() != "Run stopped by owner" {
+		t.Errorf("codemode result %q (isError %v), want %q", res.TextOf(), res.IsError, "Run stopped by owner")
+	}
+	if got, want := nestedSummary(res.NestedCalls), []string{"m1/1 write_file unfinished"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("nestedCalls %q, want %q", got, want)
+	}
+	for _, name := range []string{"one.txt", "two.txt"} {
+		if _, err := os.Stat(filepath.Join(ws, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %v; want no file", name, err)
+		}
+	}
+}
+
+// TestNestedCallsRecordIsBounded: a tool making 300 nested calls gets a record of 256, marked
+// incomplete (SPEC §4).
+func TestNestedCallsRecordIsBounded(t *testing.T) {
+	const n = 300
+	object := json.RawMessage(`{"type":"object"}`)
+	ro := tool.Annotations{ReadOnlyHint: tool.Bool(true), OpenWorldHint: tool.Bool(false)}
+	noop := &tool.Tool{Name: "noop", InputSchema: object, Annotations: ro,
+		Execute: func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
+			return tool.Result{Content: []tool.Content{tool.Text("ok")}}, nil
+		}}
+	fanout := &tool.Tool{Name: "fanout", InputSchema: object, Annotations: ro,
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+			failed := 0
+			for i := 0; i < n; i++ {
+				if tc.ExecuteTool(ctx, "noop", map[string]any{"i": i}).IsError {
+					failed++
+				}
+			}
+			return tool.Result{Content: []tool.Content{tool.Text(fmt.Sprintf("%d calls, %d failed", n, failed))}}, nil
+		}}
+	p := newPipeline(t, fauxScript(t, fauxStep{id: "f1", name: "fanout", args: map[string]any{}}, fauxStep{text: "done"}),
+		t.TempDir(), tools.Config{}, noop, fanout)
+	p.send()
+	if end := p.await(agent.AgentEnd, nil); end.Error != "" {
+		t.Fatalf("run error %q", end.Error)
+	}
+	rs := p.toolResults()
+	if len(rs) != 1 {
+		t.Fatalf("%d tool results, want 1", len(rs))
+	}
+	res := rs[0].Result
+	if got, want := res.TextOf(), "300 calls, 0 failed"; got != want {
+		t.Errorf("fanout %q, want %q", got, want)
+	}
+	nc := res.NestedCalls
+	if nc == nil || len(nc.Calls) != 256 || nc.Complete {
+		t.Fatalf("nestedCalls: %d calls, complete %v; want 256, incomplete", len(nc.Calls), nc.Complete)
+	}
+	if first, last := nc.Calls[0], nc.Calls[255]; first.ID != "f1/1" || last.ID != "f1/256" || last.Status != "ok" {
+		t.Errorf("record runs %s..%s (%s), want f1/1..f1/256 ok", first.ID, last.ID, last.Status)
+	}
+}

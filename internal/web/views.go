@@ -321,7 +321,8 @@ func (s *Server) toolsView(sess agent.Session, ignored []string) templates.Tools
 			}
 		}
 		groups[g].Tools = append(groups[g].Tools, templates.ToolRow{Name: t.Name, Title: t.Title, Description: t.Description,
-			Exposure: string(t.Exposure), Active: slices.Contains(active, t.Name), Hints: t.Annotations.Effective()})
+			Exposure: string(t.Exposure), Active: slices.Contains(active, t.Name), Hints: t.Annotations.Effective(),
+			Asks: t.AlwaysAsk || gate.NeedsApproval(t.Annotations)})
 	}
 	v.Groups = groups
 	return v

@@ -136,6 +136,9 @@ type ToolRow struct {
 	Name, Title, Description, Exposure, Source string
 	Active                                     bool
 	Hints                                      []tool.Hint
+	// Asks: a call of this tool waits for a person (the policy of SPEC §3, or an untrusted
+	// source).
+	Asks bool
 }
 
 // ToolsView is the Tools panel of a session: tools grouped by source (built-in first, then

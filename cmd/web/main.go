@@ -24,6 +24,7 @@ import (
 	"countersign/internal/fixtures"
 	"countersign/internal/mcp"
 	"countersign/internal/models"
+	"countersign/internal/share"
 	"countersign/internal/store"
 	"countersign/internal/tool"
 	"countersign/internal/tools"
@@ -172,7 +173,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := runner.Recover(ctx); err != nil {
 		return err
 	}
-	srv := web.New(web.Config{Runner: runner, Store: db, Broker: broker, Models: mods,
+	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7).
+	key, err := share.LoadKey(cfg.db + ".share-key")
+	if err != nil {
+		return err
+	}
+	srv := web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources})
 
 	// Listen before serving, so a busy port fails at once.

@@ -25,6 +25,12 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
 		return err
 	}
+	return s.serveLive(w, r, id, ownerViewer(id), nil)
+}
+
+// serveLive streams session id's live fragments to who until the client leaves or done is
+// closed (a revoked or expired share link).
+func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, who viewer, done <-chan struct{}) error {
 	// Accept checks that the Origin is this host (SPEC §7).
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
@@ -39,13 +45,15 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) error {
 	// fragments tolerate (replacements by id, appends deduplicated by id), rather than never.
 	sub := s.cfg.Broker.Subscribe(id)
 	defer s.cfg.Broker.Unsubscribe(sub)
-	who := viewer{owner: true}
 	if err := s.writeFragment(ctx, c, s.resync(ctx, id, who)); err != nil {
 		return nil
 	}
 	for {
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-done:
+			c.Close(websocket.StatusPolicyViolation, "share link revoked or expired")
 			return nil
 		case ev, ok := <-sub.C:
 			if !ok {

@@ -48,7 +48,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) sessionPage(w http.ResponseWriter, r *http.Request) error {
-	v, err := s.sessionView(r.Context(), r.PathValue("id"), viewer{owner: true})
+	v, err := s.sessionView(r.Context(), r, r.PathValue("id"), ownerViewer(r.PathValue("id")))
 	if err != nil {
 		return err
 	}
@@ -80,17 +80,23 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 // decide applies the owner's decision from an approval form: fields decision, reason and,
 // after Edit, arguments (JSON). It answers with the approval's new slot (also pushed live).
 func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
+	return s.decideAs(w, r, r.PathValue("id"), "owner")
+}
+
+// decideAs applies a decision form for session sessionID on behalf of by (the owner or an
+// approver's display name).
+func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID, by string) error {
 	if err := r.ParseForm(); err != nil {
 		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
 	}
-	d := agent.Decision{Decision: r.PostForm.Get("decision"), Reason: r.PostForm.Get("reason"), By: "owner"}
+	d := agent.Decision{Decision: r.PostForm.Get("decision"), Reason: r.PostForm.Get("reason"), By: by}
 	if args := strings.TrimSpace(r.PostForm.Get("arguments")); args != "" {
 		if !json.Valid([]byte(args)) {
 			return apperr.Errorf(apperr.Invalid, "Arguments are not valid JSON.")
 		}
 		d.Arguments = json.RawMessage(args)
 	}
-	a, err := s.cfg.Runner.Decide(r.Context(), r.PathValue("id"), r.PathValue("aid"), d)
+	a, err := s.cfg.Runner.Decide(r.Context(), sessionID, r.PathValue("aid"), d)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/share"
 	"countersign/web/static"
 	"countersign/web/templates"
 )
@@ -43,6 +44,8 @@ type Config struct {
 	Workspace string
 	// Renderers draw tools' calls and results; nil means BuiltinRenderers.
 	Renderers map[string]Renderer
+	// Shares makes and resolves share links; nil disables sharing.
+	Shares *share.Service
 	// Sources lists the tool sources besides the built-ins (MCP servers) with their state, for
 	// the Tools panel; nil when there are none.
 	Sources func() []ToolSource
@@ -67,6 +70,7 @@ type Server struct {
 	// holds the token itself.
 	ownerCookie string
 	renderers   map[string]Renderer
+	sockets     reviewerSockets
 }
 
 // New returns a Server.
@@ -110,6 +114,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /sessions/{id}/audit", s.owner(s.auditPage))
 	mux.Handle("GET /sessions/{id}/live", s.owner(s.live))
 	s.apiRoutes(mux)
+	s.shareRoutes(mux)
 	// Everything else: 401 without the owner's cookie, 404 with it.
 	mux.Handle("/", s.owner(func(w http.ResponseWriter, r *http.Request) error {
 		return apperr.Errorf(apperr.NotFound, "Page not found")

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -20,10 +21,22 @@ import (
 // viewer is who looks at a page and what they may do there.
 type viewer struct {
 	owner bool
+	// decidePrefix, when set, is where this viewer's decision forms post: the prefix of
+	// <prefix><approval id>/decision. Empty for read-only viewers.
+	decidePrefix string
+	// name is who decides: "owner" or a reviewer's display name.
+	name string
+}
+
+// ownerViewer is the owner looking at session id.
+func ownerViewer(id string) viewer {
+	return viewer{owner: true, decidePrefix: "/sessions/" + id + "/approvals/", name: "owner"}
 }
 
 // sessionView builds the session page's view model from the store and the run's live state.
-func (s *Server) sessionView(ctx context.Context, id string, who viewer) (templates.SessionView, error) {
+// The owner gets the composer, the Tools and share panels and the audit link; a reviewer gets
+// the transcript, live, and — with the approver role — the decision buttons.
+func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, who viewer) (templates.SessionView, error) {
 	sess, err := s.cfg.Store.Session(ctx, id)
 	if err != nil {
 		return templates.SessionView{}, err
@@ -32,18 +45,23 @@ func (s *Server) sessionView(ctx context.Context, id string, who viewer) (templa
 	if err != nil {
 		return templates.SessionView{}, err
 	}
-	var tools *templates.ToolsView
-	if who.owner {
-		tv := s.toolsView(sess, nil)
-		tools = &tv
+	v := templates.SessionView{
+		ID: sess.ID, Title: sess.Title, Model: sess.Model, Workspace: sess.Workspace,
+		Running: s.cfg.Runner.Busy(sess.ID), Items: items,
+		LiveURL: "/sessions/" + sess.ID + "/live",
 	}
-	return templates.SessionView{
-		Tools: tools,
-		ID:    sess.ID, Title: sess.Title, Model: sess.Model, Workspace: sess.Workspace,
-		Running: s.cfg.Runner.Busy(sess.ID), Items: items, CanSend: who.owner,
-		LiveURL: "/sessions/" + sess.ID + "/live", AuditURL: "/sessions/" + sess.ID + "/audit",
-		SendURL: "/sessions/" + sess.ID + "/messages", StopURL: "/sessions/" + sess.ID + "/stop",
-	}, nil
+	if who.owner {
+		v.CanSend, v.AuditURL = true, "/sessions/"+sess.ID+"/audit"
+		v.SendURL, v.StopURL = "/sessions/"+sess.ID+"/messages", "/sessions/"+sess.ID+"/stop"
+		tv := s.toolsView(sess, nil)
+		v.Tools = &tv
+		sv, err := s.sharesView(ctx, r, sess.ID, "")
+		if err != nil {
+			return templates.SessionView{}, err
+		}
+		v.Shares = &sv
+	}
+	return v, nil
 }
 
 // transcriptItems renders the transcript: each stored message, tool results folded into their
@@ -187,10 +205,10 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 }
 
 func (b *builder) decideURL(a gate.Approval) string {
-	if a.Status != gate.Pending || !b.who.owner {
+	if a.Status != gate.Pending || b.who.decidePrefix == "" {
 		return ""
 	}
-	return "/sessions/" + a.SessionID + "/approvals/" + a.ID + "/decision"
+	return b.who.decidePrefix + a.ID + "/decision"
 }
 
 // baseCard is a card with its identity and arguments (through the tool's renderer, if any).

@@ -21,6 +21,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/models"
+	"countersign/internal/share"
 	"countersign/internal/store"
 	"countersign/internal/tool"
 	"countersign/internal/web"
@@ -84,7 +85,12 @@ func newTestServer(t *testing.T, scripts map[string]string, extra ...*tool.Tool)
 	}
 	broker := agent.NewBroker()
 	ts.runner = agent.New(agent.Config{Store: db, Models: ms, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
-	srv := web.New(web.Config{Runner: ts.runner, Store: db, Broker: broker, Models: ms, OwnerToken: token, Workspace: ts.workDir})
+	key := make([]byte, 32)
+	for i := range key {
+		key[i] = byte(i)
+	}
+	srv := web.New(web.Config{Runner: ts.runner, Store: db, Broker: broker, Models: ms, OwnerToken: token,
+		Workspace: ts.workDir, Shares: share.NewService(db, key)})
 	ts.Server = httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ts.runner.Shutdown("test cleanup")

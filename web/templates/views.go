@@ -52,6 +52,10 @@ type SessionView struct {
 	Tools *ToolsView
 	// AuditURL is the audit page's address; "" hides the link.
 	AuditURL string
+	// Shares is the share-links panel; nil hides it.
+	Shares *SharesView
+	// Banner tells a reviewer how they see the session ("" for the owner).
+	Banner string
 }
 
 // MessageView is one transcript message: a user message, or an assistant message with its tool
@@ -172,4 +176,23 @@ type AuditRow struct {
 	Automatic, Edited                 bool
 	Scope, Reason                     string
 	Arguments, EditedArguments        string
+}
+
+// SharesView is the owner's share-links panel (SPEC §6, §7).
+type SharesView struct {
+	CreateURL string
+	Links     []ShareRow
+	Error     string
+}
+
+// ShareRow is one share link in the panel.
+type ShareRow struct {
+	ID, URL, Role, Label      string
+	Expires, LastUsed, Status string // Status: active, expired or revoked
+	RevokeURL                 string
+}
+
+// NamePage asks a reviewer for the display name recorded with their decisions.
+type NamePage struct {
+	Action, Title, Role, Error string
 }

@@ -1,0 +1,153 @@
+package agent_test
+
+// Benchmarks of the agent loop and the call pipeline on the real code paths: SQLite on disk, the
+// faux model with no chunk delay, one allowing tool_call handler (issue 9). They only run with
+// -bench (make bench, or go test -run '^$' -bench . ./internal/agent); the load program
+// bench/cmd/load measures the same cases through the HTTP server and WebSockets, side by side
+// with the peers. Profile with -cpuprofile / -memprofile.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/benchkit"
+)
+
+func newBenchEnv(b *testing.B) *benchkit.Env {
+	b.Helper()
+	e, err := benchkit.New(context.Background(), b.TempDir(), benchkit.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close() })
+	return e
+}
+
+// drain reads a session's events until agent_end, as a connected viewer would.
+func drain(sub *agent.Subscription) <-chan int {
+	done := make(chan int, 1)
+	go func() {
+		n := 0
+		for ev := range sub.C {
+			n++
+			if ev.Type == agent.AgentEnd {
+				break
+			}
+		}
+		done <- n
+	}()
+	return done
+}
+
+// BenchmarkNested: one model call to review_diff, which runs run_checks and failing_tests through
+// ExecuteTool b.N/2 times each; ns/op is the cost of one nested call (the whole run divided by
+// the nested calls), loop-µs/call the time measured inside review_diff around its loop.
+func BenchmarkNested(b *testing.B) {
+	e := newBenchEnv(b)
+	ctx := context.Background()
+	n := max(b.N/2, 1)
+	sess, err := e.NewSession(ctx, "nested", benchkit.NestedScript(n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub := e.Broker.Subscribe(sess.ID)
+	defer e.Broker.Unsubscribe(sub)
+	done := drain(sub)
+	b.ResetTimer()
+	if err := e.Runner.Send(ctx, sess.ID, "go"); err != nil {
+		b.Fatal(err)
+	}
+	<-done
+	b.StopTimer()
+	entries, err := e.DB.Entries(ctx, sess.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var d benchkit.NestedDetails
+	for _, en := range entries {
+		if en.Message.Role == agent.ToolResult {
+			_ = json.Unmarshal(en.Message.Result.Details, &d)
+		}
+	}
+	if d.OK != 2*n || e.GateNested.Load() != int64(2*n) {
+		b.Fatalf("nested calls ok %d, gate saw %d, want %d", d.OK, e.GateNested.Load(), 2*n)
+	}
+	b.ReportMetric(float64(d.LoopNs)/1e3/float64(2*n), "loop-µs/call")
+}
+
+// BenchmarkDirect: K model turns of one echo call each, then text, with one in-process
+// subscriber draining the events; ns/op is one whole run.
+func BenchmarkDirect(b *testing.B) {
+	for _, k := range []int{200, 1000} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
+			e := newBenchEnv(b)
+			ctx := context.Background()
+			var first, last int64
+			for i := 0; b.Loop(); i++ {
+				sess, err := e.NewSession(ctx, fmt.Sprintf("direct-%d", i), benchkit.DirectScript(k))
+				if err != nil {
+					b.Fatal(err)
+				}
+				sub := e.Broker.Subscribe(sess.ID)
+				done := drain(sub)
+				e.Echo.Reset()
+				if err := e.Runner.Send(ctx, sess.ID, "go"); err != nil {
+					b.Fatal(err)
+				}
+				<-done
+				e.Broker.Unsubscribe(sub)
+				ts := e.Echo.Times()
+				if len(ts) != k {
+					b.Fatalf("echo ran %d times, want %d", len(ts), k)
+				}
+				f, l := benchkit.TurnSpread(ts)
+				first, last = first+f, last+l
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*k), "µs/call")
+			b.ReportMetric(float64(first)/float64(b.N), "turn-µs-first50")
+			b.ReportMetric(float64(last)/float64(b.N), "turn-µs-last50")
+		})
+	}
+}
+
+// BenchmarkApproval: one session parked on a pending approval, decided in process as soon as it
+// is shown; ns/op is one whole run (two model turns, the approval and the call), stored-to-start-µs
+// the time from the approval's creation (set just before it is stored) to the tool's start.
+func BenchmarkApproval(b *testing.B) {
+	e := newBenchEnv(b)
+	ctx := context.Background()
+	var total time.Duration
+	for i := 0; b.Loop(); i++ {
+		sess, err := e.NewSession(ctx, fmt.Sprintf("gated-%d", i), benchkit.GatedScript())
+		if err != nil {
+			b.Fatal(err)
+		}
+		sub := e.Broker.Subscribe(sess.ID)
+		if err := e.Runner.Send(ctx, sess.ID, "go"); err != nil {
+			b.Fatal(err)
+		}
+		var asked *agent.Event
+		for ev := range sub.C {
+			if ev.Type == agent.ApprovalRequested {
+				asked = &ev
+				if _, err := e.Runner.Decide(ctx, sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "bench"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if ev.Type == agent.AgentEnd {
+				break
+			}
+		}
+		e.Broker.Unsubscribe(sub)
+		started, ok := e.Gated.Load(asked.ToolCallID)
+		if !ok {
+			b.Fatal("the gated tool did not run")
+		}
+		total += started.(time.Time).Sub(asked.Approval.CreatedAt)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "stored-to-start-µs")
+}

@@ -1,0 +1,298 @@
+// Package benchkit builds what Countersign's benchmarks run on (issue 9): a Runner over a real
+// SQLite file, the faux model replaying scripts generated in code with no chunk delay, the peer
+// benchmark's tools (echo, run_checks, failing_tests, review_diff; see ../shared/peers), a gated
+// tool that needs a person's approval, and one allowing tool_call handler. It is used by the Go
+// benchmarks in internal/agent and by the load program bench/cmd/load (which adds the real HTTP
+// server); nothing in the product imports it.
+package benchkit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/models"
+	"countersign/internal/store"
+	"countersign/internal/tool"
+)
+
+// Env is one benchmark environment: a store in Dir, a Runner with the benchmark tools, and its
+// Broker. Close releases it.
+type Env struct {
+	Dir    string
+	DB     *store.DB
+	Broker *agent.Broker
+	Runner *agent.Runner
+	Tools  *tool.Registry
+	Models *Scripts
+	// Gate counts the calls the tool_call handler saw: model-issued and nested.
+	GateDirect, GateNested atomic.Int64
+	// Echo records the start time of every echo execution (the peers' turn stamps).
+	Echo Stamps
+	// Gated records, per tool call id, when the gated tool started executing.
+	Gated sync.Map // toolCallId → time.Time
+}
+
+// Stamps is a goroutine-safe list of times.
+type Stamps struct {
+	mu sync.Mutex
+	ts []time.Time
+}
+
+// Add appends t.
+func (s *Stamps) Add(t time.Time) {
+	s.mu.Lock()
+	s.ts = append(s.ts, t)
+	s.mu.Unlock()
+}
+
+// Reset empties the list.
+func (s *Stamps) Reset() {
+	s.mu.Lock()
+	s.ts = s.ts[:0]
+	s.mu.Unlock()
+}
+
+// Times returns a copy of the list.
+func (s *Stamps) Times() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.ts...)
+}
+
+// TurnSpread is the peers' turn_us_first50 / turn_us_last50: the mean gap, in µs, between
+// consecutive stamps over the first and the last 50 gaps.
+func TurnSpread(ts []time.Time) (first50, last50 int64) {
+	mean := func(xs []time.Time) int64 {
+		if len(xs) < 2 {
+			return 0
+		}
+		return xs[len(xs)-1].Sub(xs[0]).Microseconds() / int64(len(xs)-1)
+	}
+	n := min(len(ts), 51)
+	return mean(ts[:n]), mean(ts[len(ts)-n:])
+}
+
+// Options configure New.
+type Options struct {
+	// ApprovalTimeout for the gated tool; default 15 minutes.
+	ApprovalTimeout time.Duration
+	// Logger; default discards everything.
+	Logger *slog.Logger
+}
+
+// New opens a store at dir/bench.db and wires a Runner with the benchmark tools.
+func New(ctx context.Context, dir string, opt Options) (*Env, error) {
+	db, err := store.Open(ctx, filepath.Join(dir, "bench.db"))
+	if err != nil {
+		return nil, err
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	e := &Env{Dir: dir, DB: db, Broker: agent.NewBroker(), Tools: tool.NewRegistry(), Models: &Scripts{m: map[string]*models.Script{}}}
+	for _, t := range e.tools() {
+		if err := e.Tools.Register(t); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	handler := func(_ context.Context, ev gate.CallEvent) (gate.Verdict, error) {
+		// As the peers' gate: look at the annotations (the event carries them), allow.
+		if ev.ParentToolCallID != "" {
+			e.GateNested.Add(1)
+		} else {
+			e.GateDirect.Add(1)
+		}
+		_ = ev.Annotations.ReadOnlyHint != nil && *ev.Annotations.ReadOnlyHint
+		return gate.Verdict{}, nil
+	}
+	e.Runner = agent.New(agent.Config{Store: db, Models: e.Models, Tools: e.Tools, Broker: e.Broker,
+		CallHandlers: gate.Handlers{handler}, ApprovalTimeout: opt.ApprovalTimeout, Logger: opt.Logger})
+	return e, nil
+}
+
+// Close stops every run and closes the store.
+func (e *Env) Close() error {
+	e.Runner.Shutdown("benchmark end")
+	e.Runner.Wait()
+	return e.DB.Close()
+}
+
+// NewSession creates a session whose model replays script (registered under name).
+func (e *Env) NewSession(ctx context.Context, name string, script *models.Script) (agent.Session, error) {
+	e.Models.Add(name, script)
+	return e.Runner.CreateSession(ctx, name, "faux:"+name, e.Dir)
+}
+
+var (
+	readOnly    = tool.Annotations{ReadOnlyHint: tool.Bool(true), OpenWorldHint: tool.Bool(false)}
+	emptySchema = json.RawMessage(`{"type":"object","properties":{},"additionalProperties":false}`)
+)
+
+// NestedDetails is review_diff's details: how many nested calls came back as expected, and the
+// loop's wall time measured inside the tool, around the loop only (as pi-bench.mjs does).
+type NestedDetails struct {
+	OK     int   `json:"ok"`
+	LoopNs int64 `json:"loopNs"`
+}
+
+func (e *Env) tools() []*tool.Tool {
+	return []*tool.Tool{
+		{
+			Name: "echo", Title: "Echo", Description: "Echo the input back",
+			InputSchema:  json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`),
+			OutputSchema: json.RawMessage(`{"type":"object","properties":{"echoed":{"type":"string"},"len":{"type":"number"}},"required":["echoed","len"]}`),
+			Annotations:  readOnly,
+			Execute: func(_ context.Context, args json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
+				e.Echo.Add(time.Now())
+				var in struct{ Text string }
+				if err := json.Unmarshal(args, &in); err != nil {
+					return tool.Result{}, err
+				}
+				sc := tool.Structured(struct {
+					Echoed string `json:"echoed"`
+					Len    int    `json:"len"`
+				}{in.Text, len(in.Text)})
+				return tool.Result{Content: []tool.Content{tool.Text(in.Text)}, StructuredContent: sc, Details: sc}, nil
+			},
+		},
+		{
+			Name: "run_checks", Title: "Run checks", Description: "Run checks (benchmark stand-in)",
+			InputSchema:  emptySchema,
+			OutputSchema: json.RawMessage(`{"type":"object","properties":{"passed":{"type":"number"},"failed":{"type":"number"}},"required":["passed","failed"]}`),
+			Annotations:  readOnly,
+			Execute: func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
+				sc := json.RawMessage(`{"passed":12,"failed":1}`)
+				return tool.Result{Content: []tool.Content{tool.Text("12 passed, 1 failed")}, StructuredContent: sc, Details: sc}, nil
+			},
+		},
+		{
+			Name: "failing_tests", Title: "Failing tests", Description: "List failing tests (benchmark stand-in)",
+			InputSchema:  emptySchema,
+			OutputSchema: json.RawMessage(`{"type":"object","properties":{"tests":{"type":"array","items":{"type":"string"}}},"required":["tests"]}`),
+			Annotations:  readOnly,
+			Execute: func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
+				sc := json.RawMessage(`{"tests":["TestFoo"]}`)
+				return tool.Result{Content: []tool.Content{tool.Text("TestFoo")}, StructuredContent: sc, Details: sc}, nil
+			},
+		},
+		{
+			Name: "review_diff", Title: "Review diff", Description: "Review a diff by calling other tools n times each",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer","minimum":0}},"required":["n"]}`),
+			Annotations: readOnly,
+			Execute: func(ctx context.Context, args json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+				var in struct{ N int }
+				if err := json.Unmarshal(args, &in); err != nil {
+					return tool.Result{}, err
+				}
+				empty := json.RawMessage(`{}`)
+				ok := 0
+				t0 := time.Now()
+				for range in.N {
+					a := tc.ExecuteTool(ctx, "run_checks", empty)
+					b := tc.ExecuteTool(ctx, "failing_tests", empty)
+					// Check the answers, as pi-bench.mjs does inside its loop.
+					var checks struct{ Failed int }
+					var tests struct{ Tests []string }
+					if !a.IsError && !b.IsError &&
+						json.Unmarshal(a.Result.StructuredContent, &checks) == nil && checks.Failed == 1 &&
+						json.Unmarshal(b.Result.StructuredContent, &tests) == nil && len(tests.Tests) == 1 {
+						ok += 2
+					}
+				}
+				d := NestedDetails{OK: ok, LoopNs: time.Since(t0).Nanoseconds()}
+				return tool.Result{Content: []tool.Content{tool.Text(fmt.Sprintf("ok=%d", ok))}, Details: tool.Structured(d)}, nil
+			},
+		},
+		{
+			// No annotations: it needs a person's approval (SPEC §3 default rule).
+			Name: "gated", Title: "Gated", Description: "A call that needs approval",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
+			Execute: func(_ context.Context, _ json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+				e.Gated.Store(tc.ToolCallID(), time.Now())
+				return tool.Result{Content: []tool.Content{tool.Text("ran")}}, nil
+			},
+		},
+	}
+}
+
+// Scripts offers "faux:<name>" models replaying scripts generated in code, with no chunk delay.
+// It implements agent.Models.
+type Scripts struct {
+	mu sync.RWMutex
+	m  map[string]*models.Script
+}
+
+// Add registers script under name.
+func (s *Scripts) Add(name string, script *models.Script) {
+	script.Name = name
+	s.mu.Lock()
+	s.m[name] = script
+	s.mu.Unlock()
+}
+
+// Model implements agent.Models.
+func (s *Scripts) Model(name string) (agent.Model, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if sc := s.m[name[min(len(name), len("faux:")):]]; sc != nil {
+		return &models.Faux{Script: sc}, nil
+	}
+	return nil, apperr.Errorf(apperr.Invalid, "unknown model %q", name)
+}
+
+// Names implements agent.Models.
+func (s *Scripts) Names() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []string
+	for n := range s.m {
+		out = append(out, "faux:"+n)
+	}
+	return out
+}
+
+// DirectScript is K turns of one echo call each ({"text": "hello <i>"}), then a text turn.
+func DirectScript(k int) *models.Script {
+	sc := &models.Script{}
+	for i := range k {
+		args, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("hello %d", i)})
+		sc.Steps = append(sc.Steps, models.Step{StopReason: agent.ToolUse, Content: []agent.Block{
+			{Type: "toolCall", ID: fmt.Sprintf("call-%d", i), Name: "echo", Arguments: args}}})
+	}
+	sc.Steps = append(sc.Steps, TextStep("done"))
+	return sc
+}
+
+// NestedScript is one review_diff {n} call, then a text turn.
+func NestedScript(n int) *models.Script {
+	return &models.Script{Steps: []models.Step{
+		{StopReason: agent.ToolUse, Content: []agent.Block{{Type: "toolCall", ID: "rd", Name: "review_diff",
+			Arguments: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))}}},
+		TextStep("done"),
+	}}
+}
+
+// GatedScript is one gated call (which waits for a person), then a text turn.
+func GatedScript() *models.Script {
+	return &models.Script{Steps: []models.Step{
+		{StopReason: agent.ToolUse, Content: []agent.Block{{Type: "toolCall", Name: "gated",
+			Arguments: json.RawMessage(`{"text":"please"}`)}}},
+		TextStep("done"),
+	}}
+}
+
+// TextStep is a final text turn.
+func TextStep(text string) models.Step {
+	return models.Step{StopReason: agent.Stop, Content: []agent.Block{{Type: "text", Text: text}}}
+}

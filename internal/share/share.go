@@ -1,0 +1,198 @@
+// Package share is Countersign's share links (SPEC §7): a link /r/<token> lets a reviewer watch
+// one session live (viewer) and, with the approver role, decide its approvals. The store keeps
+// only a hash of each token; the token itself is derived from a server key kept outside the
+// store, so the owner can see a link's URL again but a leaked database reveals none.
+package share
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"countersign/internal/apperr"
+)
+
+// Role is what a share link allows.
+type Role string
+
+// The roles.
+const (
+	Viewer   Role = "viewer"   // read-only, live
+	Approver Role = "approver" // may also decide approvals; never send messages or stop runs
+)
+
+// Link is a share link as stored: no token, only its hash.
+type Link struct {
+	ID         string     `json:"id"`
+	SessionID  string     `json:"sessionId"`
+	Role       Role       `json:"role"`
+	Label      string     `json:"label"`
+	TokenHash  string     `json:"-"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
+	RevokedAt  *time.Time `json:"revokedAt,omitempty"`
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+}
+
+// Active reports whether the link still opens the session at now: not revoked, not expired.
+func (l Link) Active(now time.Time) bool {
+	return l.RevokedAt == nil && (l.ExpiresAt == nil || now.Before(*l.ExpiresAt))
+}
+
+// Store keeps share links. ShareByHash and Share answer apperr.NotFound for unknown links.
+type Store interface {
+	CreateShare(ctx context.Context, l Link) error
+	Share(ctx context.Context, id string) (Link, error)
+	ShareByHash(ctx context.Context, tokenHash string) (Link, error)
+	Shares(ctx context.Context, sessionID string) ([]Link, error)
+	RevokeShare(ctx context.Context, id string, at time.Time) (Link, error)
+	TouchShare(ctx context.Context, id string, at time.Time) error
+}
+
+// Service creates, resolves and revokes share links.
+type Service struct {
+	store Store
+	key   []byte
+	now   func() time.Time
+}
+
+// NewService returns a service over store; key (at least 32 bytes) derives the tokens.
+func NewService(store Store, key []byte) *Service {
+	return &Service{store: store, key: key, now: time.Now}
+}
+
+// LoadKey reads the server's share key from path, creating it (32 random bytes, mode 0600)
+// when it does not exist. Keep it beside the database, never in it.
+func LoadKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if len(b) < 32 {
+			return nil, fmt.Errorf("share key %s is too short", path)
+		}
+		return b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	b = make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return b, f.Close()
+}
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// Token is the secret of link id: 160 bits of HMAC-SHA256(key, id), base32, lower case.
+func (s *Service) Token(id string) string {
+	mac := hmac.New(sha256.New, s.key)
+	mac.Write([]byte("countersign share link v1\x00" + id))
+	return strings.ToLower(b32.EncodeToString(mac.Sum(nil)[:20]))
+}
+
+// Hash is what the store keeps of a token: hex SHA-256.
+func Hash(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
+}
+
+// MaxLabel is the longest label, in bytes.
+const MaxLabel = 200
+
+// Create makes a link for sessionID. expiresIn "" means no expiry; otherwise a positive Go
+// duration ("24h", "90m"). Errors: apperr.Invalid for a bad role, label or duration.
+func (s *Service) Create(ctx context.Context, sessionID string, role Role, label, expiresIn string) (l Link, token string, err error) {
+	defer apperr.Wrap(&err, "share.Create")
+	if role != Viewer && role != Approver {
+		return Link{}, "", apperr.Errorf(apperr.Invalid, "Role must be viewer or approver.")
+	}
+	label = strings.TrimSpace(label)
+	if len(label) > MaxLabel {
+		return Link{}, "", apperr.Errorf(apperr.Invalid, "Label is too long (at most %d characters).", MaxLabel)
+	}
+	now := s.now().UTC()
+	l = Link{ID: strings.ToLower(rand.Text()[:16]), SessionID: sessionID, Role: role, Label: label, CreatedAt: now}
+	if expiresIn = strings.TrimSpace(expiresIn); expiresIn != "" {
+		d, err := time.ParseDuration(expiresIn)
+		if err != nil || d <= 0 {
+			return Link{}, "", apperr.Errorf(apperr.Invalid, "Expires in %q: use a duration such as 30m, 24h or 168h.", expiresIn)
+		}
+		t := now.Add(d)
+		l.ExpiresAt = &t
+	}
+	token = s.Token(l.ID)
+	l.TokenHash = Hash(token)
+	if err := s.store.CreateShare(ctx, l); err != nil {
+		return Link{}, "", err
+	}
+	return l, token, nil
+}
+
+// Resolve returns the active link for token; an unknown, revoked or expired link is
+// apperr.NotFound with no detail. A use is recorded (at most once a minute per link).
+func (s *Service) Resolve(ctx context.Context, token string) (Link, error) {
+	notFound := apperr.Errorf(apperr.NotFound, "Not found")
+	if token == "" || len(token) > 64 {
+		return Link{}, notFound
+	}
+	l, err := s.store.ShareByHash(ctx, Hash(token))
+	if err != nil {
+		if apperr.CodeOf(err) == apperr.NotFound {
+			return Link{}, notFound
+		}
+		return Link{}, err
+	}
+	now := s.now().UTC()
+	if !l.Active(now) || !hmac.Equal([]byte(s.Token(l.ID)), []byte(token)) {
+		return Link{}, notFound
+	}
+	if l.LastUsedAt == nil || now.Sub(*l.LastUsedAt) > time.Minute {
+		if err := s.store.TouchShare(ctx, l.ID, now); err == nil {
+			l.LastUsedAt = &now
+		}
+	}
+	return l, nil
+}
+
+// Revoke revokes link id of sessionID (apperr.NotFound for a link of another session).
+func (s *Service) Revoke(ctx context.Context, sessionID, id string) (Link, error) {
+	l, err := s.store.Share(ctx, id)
+	if err != nil {
+		return Link{}, err
+	}
+	if sessionID != "" && l.SessionID != sessionID {
+		return Link{}, apperr.Errorf(apperr.NotFound, "share link %s not found", id)
+	}
+	if l.RevokedAt != nil {
+		return l, nil
+	}
+	return s.store.RevokeShare(ctx, id, s.now().UTC())
+}
+
+// Links lists a session's links, newest first.
+func (s *Service) Links(ctx context.Context, sessionID string) ([]Link, error) {
+	return s.store.Shares(ctx, sessionID)
+}
+
+// Now is the service's clock.
+func (s *Service) Now() time.Time { return s.now() }

@@ -1,0 +1,319 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"countersign/internal/apperr"
+	"countersign/internal/share"
+	"countersign/web/templates"
+)
+
+// Share links (SPEC §7): the owner makes them in the share panel or the API; a reviewer opens
+// /r/<token>, gives a display name once, and watches the session live; an approver may also
+// decide its approvals. A revoked or expired link answers 404 and its open sockets close.
+
+const reviewerCookie = "countersign_reviewer"
+
+// reviewerSockets tracks the open live sockets per share link, so a revocation can close them.
+type reviewerSockets struct {
+	mu     sync.Mutex
+	byLink map[string]map[chan struct{}]struct{}
+}
+
+func (rs *reviewerSockets) add(linkID string) chan struct{} {
+	ch := make(chan struct{})
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.byLink == nil {
+		rs.byLink = map[string]map[chan struct{}]struct{}{}
+	}
+	if rs.byLink[linkID] == nil {
+		rs.byLink[linkID] = map[chan struct{}]struct{}{}
+	}
+	rs.byLink[linkID][ch] = struct{}{}
+	return ch
+}
+
+func (rs *reviewerSockets) remove(linkID string, ch chan struct{}) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	delete(rs.byLink[linkID], ch)
+	if len(rs.byLink[linkID]) == 0 {
+		delete(rs.byLink, linkID)
+	}
+}
+
+// closeLink closes every open socket of a link.
+func (rs *reviewerSockets) closeLink(linkID string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for ch := range rs.byLink[linkID] {
+		close(ch)
+	}
+	delete(rs.byLink, linkID)
+}
+
+func (s *Server) shareRoutes(mux *http.ServeMux) {
+	mux.Handle("GET /r/{token}", s.handle(s.reviewerPage))
+	mux.Handle("POST /r/{token}/name", s.handle(s.reviewerName))
+	mux.Handle("GET /r/{token}/live", s.handle(s.reviewerLive))
+	mux.Handle("POST /r/{token}/approvals/{aid}/decision", s.handle(s.reviewerDecide))
+	mux.Handle("POST /sessions/{id}/shares", s.owner(s.createShare))
+	mux.Handle("POST /sessions/{id}/shares/{sid}/revoke", s.owner(s.revokeShare))
+	mux.Handle("POST /api/sessions/{id}/shares", s.api(s.apiCreateShare))
+	mux.Handle("DELETE /api/shares/{id}", s.api(s.apiRevokeShare))
+}
+
+// link resolves the request's share token (404 with no detail otherwise).
+func (s *Server) link(r *http.Request) (share.Link, error) {
+	if s.cfg.Shares == nil {
+		return share.Link{}, apperr.Errorf(apperr.NotFound, "Not found")
+	}
+	return s.cfg.Shares.Resolve(r.Context(), r.PathValue("token"))
+}
+
+// reviewerOf returns who the reviewer is: their name from the link's cookie ("" before they
+// gave one) and what the link lets them do.
+func (s *Server) reviewerOf(r *http.Request, l share.Link) viewer {
+	who := viewer{}
+	if c, err := r.Cookie(reviewerCookie); err == nil {
+		if name, err := url.QueryUnescape(c.Value); err == nil {
+			who.name = name
+		}
+	}
+	if l.Role == share.Approver {
+		who.decidePrefix = "/r/" + r.PathValue("token") + "/approvals/"
+	}
+	return who
+}
+
+func (s *Server) reviewerPage(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.link(r)
+	if err != nil {
+		return err
+	}
+	who := s.reviewerOf(r, l)
+	sess, err := s.cfg.Store.Session(r.Context(), l.SessionID)
+	if err != nil {
+		return err
+	}
+	if who.name == "" {
+		s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: sess.Title},
+			templates.ReviewerName(templates.NamePage{Action: "/r/" + r.PathValue("token") + "/name", Title: sess.Title, Role: string(l.Role)})))
+		return nil
+	}
+	v, err := s.sessionView(r.Context(), r, l.SessionID, who)
+	if err != nil {
+		return err
+	}
+	v.LiveURL = "/r/" + r.PathValue("token") + "/live"
+	what := "watch this session live"
+	if l.Role == share.Approver {
+		what = "watch this session live and decide its approvals"
+	}
+	v.Banner = "Shared with you as " + string(l.Role) + ": you can " + what + ". Signed in as " + who.name + "."
+	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: v.Title}, templates.SessionPage(v)))
+	return nil
+}
+
+// reviewerName records the reviewer's display name (1–60 characters) in a cookie scoped to
+// the link.
+func (s *Server) reviewerName(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.link(r)
+	if err != nil {
+		return err
+	}
+	if err := r.ParseForm(); err != nil {
+		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	}
+	name := strings.Join(strings.Fields(r.PostForm.Get("name")), " ")
+	if name == "" || utf8.RuneCountInString(name) > 60 || strings.EqualFold(name, "owner") {
+		sess, err := s.cfg.Store.Session(r.Context(), l.SessionID)
+		if err != nil {
+			return err
+		}
+		s.render(w, r, http.StatusBadRequest, templates.Layout(templates.Page{Title: sess.Title},
+			templates.ReviewerName(templates.NamePage{Action: "/r/" + r.PathValue("token") + "/name", Title: sess.Title,
+				Role: string(l.Role), Error: "Give a name of 1 to 60 characters (not \"owner\")."})))
+		return nil
+	}
+	http.SetCookie(w, &http.Cookie{Name: reviewerCookie, Value: url.QueryEscape(name), Path: "/r/" + r.PathValue("token"),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 30 * 24 * 3600})
+	http.Redirect(w, r, "/r/"+r.PathValue("token"), http.StatusSeeOther)
+	return nil
+}
+
+// reviewerLive is a reviewer's live socket; it closes when the link is revoked or expires.
+func (s *Server) reviewerLive(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.link(r)
+	if err != nil {
+		return err
+	}
+	who := s.reviewerOf(r, l)
+	if who.name == "" {
+		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
+	}
+	done := s.sockets.add(l.ID)
+	defer s.sockets.remove(l.ID, done)
+	if l.ExpiresAt != nil {
+		t := time.AfterFunc(time.Until(*l.ExpiresAt), func() { s.sockets.closeLink(l.ID) })
+		defer t.Stop()
+	}
+	return s.serveLive(w, r, l.SessionID, who, done)
+}
+
+// reviewerDecide is an approver's decision, recorded with their name.
+func (s *Server) reviewerDecide(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.link(r)
+	if err != nil {
+		return err
+	}
+	who := s.reviewerOf(r, l)
+	if l.Role != share.Approver {
+		return apperr.Errorf(apperr.NotFound, "Not found")
+	}
+	if who.name == "" {
+		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
+	}
+	return s.decideAs(w, r, l.SessionID, who.name)
+}
+
+// sharesView is the owner's share panel for a session; created, when set, is an error to show.
+func (s *Server) sharesView(ctx context.Context, r *http.Request, sessionID, formErr string) (templates.SharesView, error) {
+	v := templates.SharesView{CreateURL: "/sessions/" + sessionID + "/shares", Error: formErr}
+	if s.cfg.Shares == nil {
+		return v, nil
+	}
+	links, err := s.cfg.Shares.Links(ctx, sessionID)
+	if err != nil {
+		return v, err
+	}
+	now := s.cfg.Shares.Now()
+	for _, l := range links {
+		row := templates.ShareRow{ID: l.ID, URL: s.shareURL(r, l), Role: string(l.Role), Label: l.Label,
+			Status: "active", RevokeURL: "/sessions/" + sessionID + "/shares/" + l.ID + "/revoke"}
+		switch {
+		case l.RevokedAt != nil:
+			row.Status = "revoked"
+		case !l.Active(now):
+			row.Status = "expired"
+		}
+		if l.ExpiresAt != nil {
+			row.Expires = l.ExpiresAt.Local().Format("2006-01-02 15:04")
+		}
+		if l.LastUsedAt != nil {
+			row.LastUsed = l.LastUsedAt.Local().Format("2006-01-02 15:04")
+		}
+		v.Links = append(v.Links, row)
+	}
+	return v, nil
+}
+
+// shareURL is a link's full URL on the host the owner uses.
+func (s *Server) shareURL(r *http.Request, l share.Link) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + "/r/" + s.cfg.Shares.Token(l.ID)
+}
+
+func (s *Server) createShare(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := r.ParseForm(); err != nil {
+		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	}
+	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
+		return err
+	}
+	formErr := ""
+	if s.cfg.Shares == nil {
+		return apperr.Errorf(apperr.NotFound, "Sharing is not configured")
+	}
+	_, _, err := s.cfg.Shares.Create(r.Context(), id, share.Role(r.PostForm.Get("role")), r.PostForm.Get("label"), r.PostForm.Get("expiresIn"))
+	if apperr.CodeOf(err) == apperr.Invalid {
+		formErr = apperr.MessageOf(err)
+	} else if err != nil {
+		return err
+	}
+	v, err := s.sharesView(r.Context(), r, id, formErr)
+	if err != nil {
+		return err
+	}
+	st := http.StatusOK
+	if formErr != "" {
+		st = http.StatusBadRequest
+	}
+	s.render(w, r, st, templates.SharesPanel(v))
+	return nil
+}
+
+func (s *Server) revokeShare(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if s.cfg.Shares == nil {
+		return apperr.Errorf(apperr.NotFound, "Not found")
+	}
+	l, err := s.cfg.Shares.Revoke(r.Context(), id, r.PathValue("sid"))
+	if err != nil {
+		return err
+	}
+	s.sockets.closeLink(l.ID)
+	v, err := s.sharesView(r.Context(), r, id, "")
+	if err != nil {
+		return err
+	}
+	s.render(w, r, http.StatusOK, templates.SharesPanel(v))
+	return nil
+}
+
+// apiShare is a share link as the API returns it (SPEC §12).
+type apiShare struct {
+	ID        string     `json:"id"`
+	URL       string     `json:"url"`
+	Role      share.Role `json:"role"`
+	Label     string     `json:"label"`
+	ExpiresAt *time.Time `json:"expiresAt"`
+}
+
+func (s *Server) apiCreateShare(w http.ResponseWriter, r *http.Request) error {
+	var in struct {
+		Role      share.Role `json:"role"`
+		Label     string     `json:"label"`
+		ExpiresIn string     `json:"expiresIn"`
+	}
+	if err := decodeJSON(r, &in); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
+		return err
+	}
+	if s.cfg.Shares == nil {
+		return apperr.Errorf(apperr.NotFound, "Sharing is not configured")
+	}
+	l, _, err := s.cfg.Shares.Create(r.Context(), id, in.Role, in.Label, in.ExpiresIn)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, apiShare{ID: l.ID, URL: s.shareURL(r, l), Role: l.Role, Label: l.Label, ExpiresAt: l.ExpiresAt})
+	return nil
+}
+
+func (s *Server) apiRevokeShare(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.Shares == nil {
+		return apperr.Errorf(apperr.NotFound, "Not found")
+	}
+	l, err := s.cfg.Shares.Revoke(r.Context(), "", r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	s.sockets.closeLink(l.ID)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,234 @@
+package web_test
+
+import (
+	"context"
+	"database/sql"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	_ "modernc.org/sqlite"
+
+	"countersign/internal/agent"
+)
+
+// shareServer is a test server with one session to share.
+func shareServer(t *testing.T) (*testServer, string) {
+	t.Helper()
+	ts := newTestServer(t, map[string]string{"one": oneCall})
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "shared", "model": "faux:one"}, &sess)
+	return ts, sess.ID
+}
+
+// reviewer is an HTTP client that opened a share link and gave its name.
+func reviewer(t *testing.T, ts *testServer, link, name string) *http.Client {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	res, err := c.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(body), "Your name") {
+		t.Fatalf("first visit = %d without the name form", res.StatusCode)
+	}
+	u, _ := url.Parse(link)
+	res, err = c.PostForm(ts.URL+u.Path+"/name", url.Values{"name": {name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(body), "Signed in as "+name) {
+		t.Fatalf("after the name = %d: %.300s", res.StatusCode, body)
+	}
+	return c
+}
+
+func TestReviewersNeverReachOwnerRoutes(t *testing.T) {
+	ts, sid := shareServer(t)
+	var links = map[string]string{}
+	for _, role := range []string{"viewer", "approver"} {
+		var out struct{ URL string }
+		if st := ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": role, "label": role}, &out); st != 201 {
+			t.Fatalf("create %s link = %d", role, st)
+		}
+		links[role] = out.URL
+	}
+	for role, link := range links {
+		c := reviewer(t, ts, link, "Rita")
+		owner := []struct{ method, path string }{
+			{"GET", "/"}, {"GET", "/sessions/" + sid}, {"GET", "/sessions/" + sid + "/audit"},
+			{"GET", "/sessions/" + sid + "/live"},
+			{"POST", "/sessions/" + sid + "/messages"}, {"POST", "/sessions/" + sid + "/stop"},
+			{"POST", "/sessions/" + sid + "/shares"}, {"POST", "/sessions/" + sid + "/shares/x/revoke"},
+			{"POST", "/sessions/" + sid + "/approvals/x/decision"}, {"POST", "/sessions/" + sid + "/tools"},
+			{"GET", "/api/sessions"}, {"POST", "/api/sessions/" + sid + "/messages"},
+			{"POST", "/api/approvals/x/decision"}, {"DELETE", "/api/shares/x"},
+		}
+		for _, r := range owner {
+			req, _ := http.NewRequest(r.method, ts.URL+r.path, strings.NewReader("text=hi&decision=approve"))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			res, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusUnauthorized {
+				t.Errorf("%s: %s %s = %d, want 401", role, r.method, r.path, res.StatusCode)
+			}
+		}
+	}
+	// A viewer may not decide, even through its own link's route.
+	u, _ := url.Parse(links["viewer"])
+	c := reviewer(t, ts, links["viewer"], "Val")
+	res, err := c.PostForm(ts.URL+u.Path+"/approvals/x/decision", url.Values{"decision": {"approve"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Errorf("viewer decision = %d, want 404", res.StatusCode)
+	}
+	es, _ := ts.db.Entries(context.Background(), sid)
+	if len(es) != 0 {
+		t.Errorf("reviewers changed the transcript: %d entries", len(es))
+	}
+}
+
+func TestRevokedAndExpiredLinksAre404AndSocketsClose(t *testing.T) {
+	ts, sid := shareServer(t)
+	var out struct{ ID, URL string }
+	ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "viewer"}, &out)
+	c := reviewer(t, ts, out.URL, "Vic")
+	u, _ := url.Parse(out.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+u.Path+"/live", &websocket.DialOptions{HTTPClient: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	if _, _, err := conn.Read(ctx); err != nil { // the resync fragment
+		t.Fatal(err)
+	}
+	if st := ts.call(t, "DELETE", "/api/shares/"+out.ID, nil, nil); st != 204 {
+		t.Fatalf("revoke = %d", st)
+	}
+	readCtx, cancelRead := context.WithTimeout(context.Background(), time.Second)
+	defer cancelRead()
+	_, _, err = conn.Read(readCtx)
+	if websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+		t.Errorf("after revoke the socket read %v, want closed within a second (policy violation)", err)
+	}
+	res, err := c.Get(out.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 404 || strings.Contains(string(body), "shared") {
+		t.Errorf("revoked link = %d (%.100s), want 404 with no detail", res.StatusCode, body)
+	}
+
+	var short struct{ URL string }
+	ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "approver", "expiresIn": "50ms"}, &short)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := http.Get(short.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode == 404 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("expired link still answers %d", res.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var bad map[string]map[string]string
+	if st := ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "admin"}, &bad); st != 400 {
+		t.Errorf("bad role = %d %v", st, bad)
+	}
+	if st := ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "viewer", "expiresIn": "soon"}, &bad); st != 400 {
+		t.Errorf("bad expiresIn = %d %v", st, bad)
+	}
+}
+
+func TestApproverDecisionIsRecordedWithTheirName(t *testing.T) {
+	ts, sid := shareServer(t)
+	var out struct{ URL string }
+	ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "approver"}, &out)
+	c := reviewer(t, ts, out.URL, "Ada Lovelace")
+	events := ts.events(t, sid)
+	next(t, events, "snapshot")
+	ts.call(t, "POST", "/api/sessions/"+sid+"/messages", map[string]string{"text": "go"}, nil)
+	id := next(t, events, "approval_requested")["approval"].(map[string]any)["id"].(string)
+	u, _ := url.Parse(out.URL)
+	req, _ := http.NewRequest("POST", ts.URL+u.Path+"/approvals/"+id+"/decision", strings.NewReader("decision=approve"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("HX-Request", "true")
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("approver decision = %d", res.StatusCode)
+	}
+	next(t, events, "agent_end")
+	a, err := ts.db.Approval(context.Background(), id)
+	if err != nil || a.DecidedBy != "Ada Lovelace" || a.Status != "approved" {
+		t.Errorf("approval %+v (%v): want approved by Ada Lovelace", a, err)
+	}
+}
+
+func TestDatabaseHoldsNoShareToken(t *testing.T) {
+	ts, sid := shareServer(t)
+	var out struct{ URL string }
+	ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "viewer", "label": "for Bob"}, &out)
+	tok := out.URL[strings.LastIndex(out.URL, "/")+1:]
+	if len(tok) < 26 {
+		t.Fatalf("token %q is shorter than 128 bits of base32", tok)
+	}
+	raw, err := sql.Open("sqlite", "file:"+ts.db.Path()+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	rows, err := raw.Query(`SELECT id, session_id, role, label, token_hash, created_at, COALESCE(expires_at,''), COALESCE(revoked_at,''), COALESCE(last_used_at,'') FROM shares`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+		cols := make([]string, 9)
+		ptrs := make([]any, 9)
+		for i := range cols {
+			ptrs[i] = &cols[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cols {
+			if strings.Contains(strings.ToLower(c), tok) {
+				t.Errorf("the shares table holds the token in clear: %q", c)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d share rows", n)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"countersign/internal/gate"
 	"countersign/internal/tool"
 )
 
@@ -19,6 +20,8 @@ type LiveCall struct {
 	Running          bool            `json:"running"`
 	Update           *tool.Update    `json:"update,omitempty"`
 	Result           *tool.Result    `json:"result,omitempty"`
+	// Approval is the call's latest approval, pending or decided.
+	Approval *gate.Approval `json:"approval,omitempty"`
 }
 
 // Live is a snapshot of a session's run in progress: the assistant message being streamed (nil
@@ -54,7 +57,12 @@ func (l Live) Children(messageID, parentID string) []*LiveCall {
 type liveState struct {
 	mu   sync.Mutex
 	live Live
+	// byID finds a call of live.Calls by message and call id without a scan: a run may make
+	// tens of thousands of nested calls, each with several events.
+	byID map[liveKey]*LiveCall
 }
+
+type liveKey struct{ messageID, toolCallID string }
 
 func (s *liveState) apply(ev Event) {
 	s.mu.Lock()
@@ -70,8 +78,12 @@ func (s *liveState) apply(ev Event) {
 		if ev.Message != nil && ev.Message.Role == Assistant {
 			l.Streaming = nil
 		}
-	case ToolExecutionStart, ToolExecutionUpdate, ToolExecutionEnd, ApprovalRequested:
+	case ToolExecutionStart, ToolExecutionUpdate, ToolExecutionEnd, ApprovalRequested, ApprovalResolved:
 		c := s.call(ev)
+		if ev.Approval != nil {
+			a := *ev.Approval
+			c.Approval = &a
+		}
 		switch ev.Type {
 		case ToolExecutionStart:
 			c.Running = true
@@ -87,13 +99,18 @@ func (s *liveState) apply(ev Event) {
 }
 
 func (s *liveState) call(ev Event) *LiveCall {
-	if c := s.live.Call(ev.MessageID, ev.ToolCallID); c != nil {
+	k := liveKey{ev.MessageID, ev.ToolCallID}
+	if c := s.byID[k]; c != nil {
 		return c
 	}
 	c := &LiveCall{ToolCallID: ev.ToolCallID, ParentToolCallID: ev.ParentToolCallID, MessageID: ev.MessageID, ToolName: ev.ToolName}
 	if ev.Approval != nil {
 		c.Arguments = ev.Approval.Arguments
 	}
+	if s.byID == nil {
+		s.byID = map[liveKey]*LiveCall{}
+	}
+	s.byID[k] = c
 	s.live.Calls = append(s.live.Calls, c)
 	return c
 }

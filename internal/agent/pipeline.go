@@ -252,6 +252,7 @@ func (rn *run) finishBatch(store context.Context, msg Message, invs []*invocatio
 			storeErr = err
 			continue
 		}
+		rn.committed(m)
 		rn.r.publish(Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: msg.ID,
 			ToolCallID: inv.call.ID, ToolName: inv.call.Name, Arguments: inv.args, Result: &res, Message: &m})
 	}

@@ -16,6 +16,20 @@ type run struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	live    liveState
+	// transcript is the session's transcript as committed: loaded from the store by the run's
+	// first model request, then extended with each entry the run commits, so a turn does not
+	// re-read (and re-decode) the whole transcript. The store stays the source of truth: a new
+	// run, or a restart, loads it again. Only the run's goroutine uses it.
+	transcript []Message
+	loaded     bool
+}
+
+// committed extends the in-memory transcript with an entry the store has just committed. Before
+// the first load (a resumed batch) there is nothing to extend: the load will include it.
+func (rn *run) committed(m Message) {
+	if rn.loaded {
+		rn.transcript = append(rn.transcript, m)
+	}
 }
 
 // maxTurns bounds a run so a model that never stops calling tools cannot loop forever.
@@ -88,19 +102,24 @@ func (rn *run) drive(resume func(store context.Context) error) {
 // assistant message with stopReason error / aborted that carries no half-written content.
 func (rn *run) streamMessage(store context.Context) (Message, error) {
 	r, sid := rn.r, rn.session.ID
-	entries, err := r.cfg.Store.Entries(store, sid)
-	if err != nil {
-		return Message{}, err
+	if !rn.loaded {
+		entries, err := r.cfg.Store.Entries(store, sid)
+		if err != nil {
+			return Message{}, err
+		}
+		rn.transcript = make([]Message, 0, len(entries)+16)
+		for _, e := range entries {
+			rn.transcript = append(rn.transcript, e.Message)
+		}
+		rn.loaded = true
 	}
 	sess, err := r.cfg.Store.Session(store, sid)
 	if err != nil {
 		return Message{}, err
 	}
 	rn.session = sess
-	req := Request{SessionID: sid, Tools: rn.declaredTools()}
-	for _, e := range entries {
-		req.Messages = append(req.Messages, e.Message)
-	}
+	// Clipped: a provider that appends to the list cannot write into the run's transcript.
+	req := Request{SessionID: sid, Tools: rn.declaredTools(), Messages: slices.Clip(rn.transcript)}
 
 	live := Message{ID: newID(), Role: Assistant, Model: sess.Model, Timestamp: time.Now().UTC()}
 	start := live // events carry copies: live keeps changing as the stream arrives
@@ -135,6 +154,7 @@ func (rn *run) streamMessage(store context.Context) (Message, error) {
 	if _, err := r.cfg.Store.AppendEntry(store, sid, msg); err != nil {
 		return Message{}, err
 	}
+	rn.committed(msg)
 	r.publish(Event{Type: MessageEnd, SessionID: sid, MessageID: msg.ID, Message: &msg})
 	return msg, nil
 }

@@ -22,22 +22,68 @@ const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_c
 // apperr.Conflict for an id that exists; apperr.NotFound for an unknown session.
 func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 	defer apperr.Wrap(&err, "store.CreateApproval(%s)", a.ID)
+	args, err := db.approvalRow(a)
+	if err != nil {
+		return err
+	}
+	_, err = db.write.ExecContext(ctx, insertApproval, args...)
+	return approvalError(a, err)
+}
+
+// CreateApprovals stores several approvals, as CreateApproval does, in one transaction: all of
+// them or none (the first failure, with CreateApproval's error codes, rolls the batch back). The
+// agent writes the automatic audit records of nested calls this way, in batches (SPEC §3: every
+// gated call is listed; one commit per batch instead of one per call).
+func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err error) {
+	defer apperr.Wrap(&err, "store.CreateApprovals(%d)", len(as))
+	if len(as) == 0 {
+		return nil
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, insertApproval)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, a := range as {
+		args, err := db.approvalRow(a)
+		if err != nil {
+			return err
+		}
+		if _, err := stmt.ExecContext(ctx, args...); err != nil {
+			return approvalError(a, err)
+		}
+	}
+	return tx.Commit()
+}
+
+const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// approvalRow is a's column values in approvalColumns order.
+func (db *DB) approvalRow(a gate.Approval) ([]any, error) {
 	if a.ID == "" {
-		return apperr.Errorf(apperr.Invalid, "an approval needs an id")
+		return nil, apperr.Errorf(apperr.Invalid, "an approval needs an id")
 	}
 	if a.CreatedAt.IsZero() {
 		a.CreatedAt = db.Now()
 	}
 	annotations, err := json.Marshal(a.Annotations)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = db.write.ExecContext(ctx, `INSERT INTO approvals (`+approvalColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		a.ID, a.SessionID, a.MessageID, a.ToolCallID, a.ParentToolCallID, a.ToolName,
+	return []any{a.ID, a.SessionID, a.MessageID, a.ToolCallID, a.ParentToolCallID, a.ToolName,
 		a.ToolTitle, nullJSON(a.Arguments), nullJSON(a.EditedArguments), string(annotations),
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
-		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom)
+		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom}, nil
+}
+
+// approvalError turns a driver error of an approval insert into its apperr code.
+func approvalError(a gate.Approval, err error) error {
 	switch {
 	case isUnique(err):
 		return apperr.Errorf(apperr.Conflict, "approval %s already exists", a.ID)

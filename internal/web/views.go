@@ -155,6 +155,11 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 		av := approvalView(a, b.decideURL(a))
 		c.Approval = &av
 	}
+	if appr == nil && lc != nil && lc.Approval != nil {
+		appr = lc.Approval
+		av := approvalView(*appr, b.decideURL(*appr))
+		c.Approval = &av
+	}
 	res := b.results[k]
 	running := false
 	if lc != nil {
@@ -272,7 +277,7 @@ func nestedState(status string) string {
 }
 
 func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
-	return templates.ApprovalView{
+	return templates.ApprovalView{Outcome: outcomeText(a),
 		ID: a.ID, Status: string(a.Status), StatusWord: a.Status.Word(), DecidedBy: a.DecidedBy,
 		Reason: a.Reason, Scope: string(a.Scope), Automatic: a.Automatic, Edited: len(a.EditedArguments) > 0,
 		RequestedBy: a.RequestedBy, ParentToolCallID: a.ParentToolCallID, ToolName: a.ToolName,
@@ -344,4 +349,26 @@ func (s *Server) toolsView(sess agent.Session, ignored []string) templates.Tools
 	}
 	v.Groups = groups
 	return v
+}
+
+// outcomeText is a resolved approval in one line: "denied by Ada: not now",
+// "approved automatically (session grant) for this session".
+func outcomeText(a gate.Approval) string {
+	var b strings.Builder
+	b.WriteString(a.Status.Word())
+	if a.Automatic {
+		b.WriteString(" automatically (" + a.DecidedBy + ")")
+	} else if a.DecidedBy != "" {
+		b.WriteString(" by " + a.DecidedBy)
+	}
+	if a.Scope == gate.Session {
+		b.WriteString(" for this session")
+	}
+	if len(a.EditedArguments) > 0 {
+		b.WriteString(" with edited arguments")
+	}
+	if a.Reason != "" {
+		b.WriteString(": " + a.Reason)
+	}
+	return b.String()
 }

@@ -97,6 +97,8 @@ type CardView struct {
 
 // ApprovalView is an approval as its call's card shows it.
 type ApprovalView struct {
+	// Outcome is the resolved approval in one line ("denied by Ada: not now").
+	Outcome          string
 	ID               string
 	Status           string // pending | approved | denied | timed_out | cancelled
 	StatusWord       string

@@ -1,0 +1,42 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { test, expect } from '@playwright/test';
+import { approvalGroup, expectFinalText, login, newSession, send, toolCard, workspace } from './helpers';
+
+// SPEC §4: nested calls are gated like direct ones, shown inside their parent's card.
+
+test('codemode: two nested write_file prompts name codemode; approve one, deny the other', async ({ page }) => {
+  await login(page);
+  await newSession(page, 'codemode', 'faux:codemode');
+  // codemode is inactive until activated.
+  const box = page.getByRole('group', { name: 'Tools', exact: true }).getByRole('checkbox', { name: 'codemode', exact: true });
+  await expect(box).not.toBeChecked();
+  await box.check();
+  await expect(page.getByRole('group', { name: 'Tools', exact: true }).getByRole('checkbox', { name: 'codemode', exact: true })).toBeChecked();
+
+  await send(page, 'Write the two files with a script.');
+  const parent = toolCard(page, 'codemode');
+  const nestedPrompt = approvalGroup(parent, 'write_file');
+  await expect(nestedPrompt).toHaveCount(1);
+  await expect(nestedPrompt).toContainText('requested by codemode · call cm1');
+  await nestedPrompt.getByRole('button', { name: 'Approve', exact: true }).click();
+
+  // The second prompt is a separate one, for the second call.
+  const second = parent.locator('[data-tool-call-id="cm1/2"]');
+  await expect(approvalGroup(second, 'write_file')).toBeVisible();
+  await expect(approvalGroup(second, 'write_file')).toContainText('requested by codemode · call cm1');
+  await approvalGroup(second, 'write_file').getByRole('textbox', { name: 'Reason', exact: true }).fill('only one file');
+  await approvalGroup(second, 'write_file').getByRole('button', { name: 'Deny', exact: true }).click();
+
+  await expectFinalText(page, 'The script said: second failed: Denied by owner: only one file');
+  expect(fs.readFileSync(path.join(workspace, 'codemode/first.txt'), 'utf8')).toBe('first\n');
+  expect(fs.existsSync(path.join(workspace, 'codemode/second.txt'))).toBe(false);
+  // Both nested calls show under the parent, live and after a reload (from nestedCalls).
+  for (const p of [false, true]) {
+    if (p) await page.reload();
+    const card = toolCard(page, 'codemode');
+    await expect(card.locator('[data-tool-call-id="cm1/1"]')).toContainText('write_file');
+    await expect(card.locator('[data-tool-call-id="cm1/2"]')).toContainText('Denied by owner: only one file');
+    await expect(card).toContainText('second call threw');
+  }
+});

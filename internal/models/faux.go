@@ -162,10 +162,19 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 }
 
 func jsonError(file string, data []byte, dec *json.Decoder, err error) error {
+	// The decoder's offsets are relative to what it buffered; parsing the whole document again
+	// gives the absolute position of a syntax error (SyntaxError.Offset is just past the bad
+	// byte).
 	offset := dec.InputOffset()
 	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		offset = se.Offset
+	var v any
+	if whole := json.Unmarshal(data, &v); errors.As(whole, &se) {
+		offset, err = se.Offset-1, whole
+		if strings.Contains(se.Error(), "unexpected end") {
+			offset = int64(len(data))
+		}
+	} else if _, isObject := v.(map[string]any); whole == nil && !isObject {
+		offset = int64(len(data) - len(bytes.TrimLeft(data, " \t\r\n")))
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		offset, err = int64(len(data)), errors.New("unexpected end of JSON")
@@ -249,20 +258,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// chunks splits text into pieces of a word or two, as a model streams.
+// chunks splits text into pieces of about a word, as a model streams: each chunk ends after a
+// space or newline, and a long word is cut every 16 bytes (on a rune boundary).
 func chunks(text string) []string {
 	var out []string
 	for len(text) > 0 {
 		i := 0
-		for i < len(text) && i < 12 {
+		for i < len(text) && i < 16 {
 			_, size := utf8.DecodeRuneInString(text[i:])
 			i += size
-		}
-		if j := strings.IndexAny(text[i:], " \n"); j >= 0 && j < 8 {
-			i += j + 1
-		}
-		if i > len(text) {
-			i = len(text)
+			if c := text[i-size]; c == ' ' || c == '\n' {
+				break
+			}
 		}
 		out = append(out, text[:i])
 		text = text[i:]

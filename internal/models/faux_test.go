@@ -1,0 +1,110 @@
+package models_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"countersign/internal/agent"
+	"countersign/internal/models"
+)
+
+func TestParseScriptRefusals(t *testing.T) {
+	tests := []struct {
+		name       string
+		src        string
+		line, col  int
+		wantReason string
+	}{
+		{"syntax error", "{\"steps\": [\n  {\"content\": [], \"stopReason\": \"stop\",}\n]}", 2, 41, "invalid JSON"},
+		{"unknown stop reason", "{\"steps\": [\n  {\"content\": [{\"type\": \"text\", \"text\": \"hi\"}], \"stopReason\": \"halt\"}\n]}", 2, 3, `unknown stopReason "halt"`},
+		{"error without message", `{"steps": [{"content": [], "stopReason": "error"}]}`, 1, 12, "needs an errorMessage"},
+		{"unknown field in a step", `{"steps": [{"content": [], "stopReason": "stop", "colour": 1}]}`, 1, 12, `unknown field "colour"`},
+		{"tool call without name", `{"steps": [{"content": [{"type": "toolCall"}], "stopReason": "toolUse"}]}`, 1, 12, "needs a name"},
+		{"arguments not an object", `{"steps": [{"content": [{"type": "toolCall", "name": "x", "arguments": [1]}], "stopReason": "toolUse"}]}`, 1, 12, "must be a JSON object"},
+		{"no steps", `{"steps": []}`, 1, 1, "no steps"},
+		{"not an object", `[1, 2]`, 1, 1, "invalid JSON"},
+		{"truncated", `{"steps": [`, 1, 12, "unexpected end"},
+		{"unknown top-level field", `{"stepz": []}`, 1, 9, `unknown field "stepz"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := models.ParseScript("scripts/bad.json", []byte(tt.src))
+			var se *models.ScriptError
+			if !errors.As(err, &se) {
+				t.Fatalf("error %v, want a *ScriptError", err)
+			}
+			if se.File != "scripts/bad.json" || !strings.Contains(se.Reason, tt.wantReason) {
+				t.Errorf("got %q, want file scripts/bad.json and a reason containing %q", err, tt.wantReason)
+			}
+			if se.Line != tt.line || se.Column != tt.col {
+				t.Errorf("position %d:%d, want %d:%d (%v)", se.Line, se.Column, tt.line, tt.col, err)
+			}
+			if !strings.HasPrefix(err.Error(), "scripts/bad.json:") {
+				t.Errorf("message %q does not start with the file", err)
+			}
+		})
+	}
+}
+
+func TestRegistryReadsTheScriptsFolderAndRefusesBadScripts(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("good.json", `{"steps":[{"content":[{"type":"text","text":"hello there"}],"stopReason":"stop"}]}`)
+	write("broken.json", `{"steps":[`)
+	var logs strings.Builder
+	reg, err := models.NewRegistry(dir, 0, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := strings.Join(reg.Names(), ",")
+	if !strings.HasPrefix(names, "faux:demo") || !strings.Contains(names, "faux:good") || strings.Contains(names, "broken") {
+		t.Errorf("names %s: want demo first, good, and not the broken script", names)
+	}
+	if !strings.Contains(logs.String(), "broken.json:1:") {
+		t.Errorf("the refused script was not logged with its position: %s", logs.String())
+	}
+	// A script dropped in later appears without a restart.
+	write("later.json", `{"steps":[{"content":[{"type":"text","text":"late"}],"stopReason":"stop"}]}`)
+	if !strings.Contains(strings.Join(reg.Names(), ","), "faux:later") {
+		t.Error("a new script did not appear")
+	}
+	if _, err := reg.Model("faux:nope"); err == nil || !strings.Contains(err.Error(), "faux:good") {
+		t.Errorf("unknown model error %v should name what is offered", err)
+	}
+
+	// The faux model streams the text in chunks and then reports a clear error when exhausted.
+	m, err := reg.Model("faux:good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deltas []string
+	msg, err := m.Stream(context.Background(), agent.Request{}, func(d agent.Delta) { deltas = append(deltas, d.Text) })
+	if err != nil || msg.Text() != "hello there" || len(deltas) < 2 || strings.Join(deltas, "") != "hello there" {
+		t.Errorf("stream = %q, %v, deltas %q", msg.Text(), err, deltas)
+	}
+	_, err = m.Stream(context.Background(), agent.Request{Messages: []agent.Message{msg}}, func(agent.Delta) {})
+	if err == nil || !strings.Contains(err.Error(), "no step left") {
+		t.Errorf("exhausted script: %v", err)
+	}
+	_ = io.Discard
+}
+
+func TestEmbeddedDemoScriptParses(t *testing.T) {
+	reg, err := models.NewRegistry("", 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Model("faux:demo"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -21,7 +21,7 @@ func TestParseScriptRefusals(t *testing.T) {
 		line, col  int
 		wantReason string
 	}{
-		{"syntax error", "{\"steps\": [\n  {\"content\": [], \"stopReason\": \"stop\",}\n]}", 2, 41, "invalid JSON"},
+		{"syntax error", "{\"steps\": [\n  {\"content\": [], \"stopReason\": \"stop\",}\n]}", 2, 40, "invalid JSON"},
 		{"unknown stop reason", "{\"steps\": [\n  {\"content\": [{\"type\": \"text\", \"text\": \"hi\"}], \"stopReason\": \"halt\"}\n]}", 2, 3, `unknown stopReason "halt"`},
 		{"error without message", `{"steps": [{"content": [], "stopReason": "error"}]}`, 1, 12, "needs an errorMessage"},
 		{"unknown field in a step", `{"steps": [{"content": [], "stopReason": "stop", "colour": 1}]}`, 1, 12, `unknown field "colour"`},

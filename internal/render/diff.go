@@ -100,9 +100,11 @@ type FileDiff struct {
 
 // Diff computes the unified diff (3 lines of context) that a write_file call of newContent to
 // path makes against oldContent, the file's current content; exists is false when the file does
-// not exist yet (oldContent is then ignored). Lines are compared by github.com/aymanbagabas/
-// go-udiff, a port of the Go team's diff. A missing newline at the end of the file never makes
-// a line look changed; when only one side has it, a note says so.
+// not exist yet (oldContent is then ignored). Lines are compared by go-udiff, a port of the Go
+// team's diff (golang.org/x/tools/internal/diff), whose search is bounded: a file changed in very
+// many places gets a coarser but still correct diff, in at most ~0.1 s for MaxDiffBytes. A
+// missing newline at the end of the file never makes a line look changed; when only one side has
+// it, a note says so.
 func Diff(path, oldContent, newContent string, exists bool) FileDiff {
 	d := FileDiff{Path: path, New: !exists}
 	if !exists {
@@ -119,12 +121,11 @@ func Diff(path, oldContent, newContent string, exists bool) FileDiff {
 	}
 	if !isText(oldContent) || !isText(newContent) {
 		d.Binary = true
-		switch {
-		case !exists:
-			d.Notes = append(d.Notes, fmt.Sprintf("Binary content (%s); not shown.", size(len(newContent))))
-		default:
+		if exists {
 			d.Notes = append(d.Notes, fmt.Sprintf("Binary content (%s now, %s after); not shown.",
 				size(len(oldContent)), size(len(newContent))))
+		} else {
+			d.Notes = append(d.Notes, fmt.Sprintf("Binary content (%s); not shown.", size(len(newContent))))
 		}
 		return d
 	}

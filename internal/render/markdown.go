@@ -26,6 +26,8 @@ import (
 	"github.com/yuin/goldmark/renderer"
 	gmhtml "github.com/yuin/goldmark/renderer/html"
 	"github.com/yuin/goldmark/util"
+	nethtml "golang.org/x/net/html"
+	"golang.org/x/net/html/atom"
 )
 
 // ChromaStyle is the chroma style (a light theme) that ChromaCSS describes.
@@ -98,14 +100,36 @@ func Markdown(src string) string {
 		// Converting into a bytes.Buffer cannot fail; keep the text visible if it ever does.
 		return "<pre>" + html.EscapeString(src) + "</pre>"
 	}
-	return policy.Sanitize(buf.String())
+	return balance(policy.Sanitize(buf.String()))
+}
+
+// fragmentContext is the element Markdown's output is parsed inside of by balance.
+var fragmentContext = &nethtml.Node{Type: nethtml.ElementNode, Data: "div", DataAtom: atom.Div}
+
+// balance re-serialises sanitised HTML as the HTML parser reads it inside a <div>, so every
+// element is closed within the fragment. Raw HTML in assistant text (or a message cut mid-stream)
+// may leave <b>, <a> or <table> open, which would otherwise restyle, link or swallow the rest of
+// the page around it. It runs after the sanitiser: parsing adds only implied elements (such as
+// <tbody>), never attributes.
+func balance(s string) string {
+	nodes, err := nethtml.ParseFragment(strings.NewReader(s), fragmentContext)
+	if err != nil {
+		// Cannot happen: reading a strings.Reader does not fail. Show nothing rather than risk it.
+		return ""
+	}
+	var b strings.Builder
+	for _, n := range nodes {
+		if err := nethtml.Render(&b, n); err != nil {
+			return ""
+		}
+	}
+	return b.String()
 }
 
 // ChromaCSS returns the stylesheet for the classes Markdown puts on highlighted code (chroma's
-// class names, theme ChromaStyle), scoped under the .chroma wrapper, plus a rule that lets long
-// lines scroll inside the block. The web layer serves it as
-// /static/chroma.css: the page's Content-Security-Policy (style-src 'self') forbids inline
-// styles. The result is computed once.
+// class names, theme ChromaStyle, rules scoped under the .chroma wrapper) plus a rule that lets
+// long lines scroll inside the block. The web layer serves it as /static/chroma.css: the page's
+// Content-Security-Policy (style-src 'self') forbids inline styles. It is computed once.
 func ChromaCSS() string { return chromaCSS() }
 
 // chromaClassRE matches a class attribute made only of chroma's class names (token classes such

@@ -1,11 +1,14 @@
 package render
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	nethtml "golang.org/x/net/html"
 )
 
 func TestMarkdown(t *testing.T) {
@@ -140,6 +143,52 @@ func TestMarkdown(t *testing.T) {
 		})
 	}
 }
+
+func TestMarkdownClosesWhatItOpens(t *testing.T) {
+	for _, src := range []string{
+		"text with <b>unclosed bold",
+		"<a href=\"https://example.com\">a link left open",
+		"<table><tr><td>cell",
+		"<details><summary>s</summary>streaming…",
+		"</div></div></section> closing more than it opened",
+		"```go\nfunc main() {", // a message cut mid-stream
+	} {
+		t.Run(src, func(t *testing.T) {
+			got := Markdown(src)
+			if err := checkBalanced(got); err != nil {
+				t.Errorf("Markdown(%q) = %q: %v", src, got, err)
+			}
+		})
+	}
+}
+
+// checkBalanced reports an end tag without its start tag, or a start tag never closed.
+func checkBalanced(s string) error {
+	var open []string
+	z := nethtml.NewTokenizer(strings.NewReader(s))
+	for {
+		switch z.Next() {
+		case nethtml.ErrorToken:
+			if len(open) > 0 {
+				return fmt.Errorf("unclosed %q", open)
+			}
+			return nil
+		case nethtml.StartTagToken:
+			name, _ := z.TagName()
+			if !voidElements[string(name)] {
+				open = append(open, string(name))
+			}
+		case nethtml.EndTagToken:
+			name, _ := z.TagName()
+			if len(open) == 0 || open[len(open)-1] != string(name) {
+				return fmt.Errorf("</%s> does not close the innermost open element (open: %q)", name, open)
+			}
+			open = open[:len(open)-1]
+		}
+	}
+}
+
+var voidElements = map[string]bool{"br": true, "hr": true, "wbr": true, "img": true, "input": true, "col": true}
 
 func TestMarkdownLargeCodeBlockIsNotHighlighted(t *testing.T) {
 	src := "```go\n" + strings.Repeat("var x = 1\n", maxHighlightBytes/10+1) + "```\n"

@@ -66,7 +66,7 @@ func (r *Runner) approvalChanged(a gate.Approval) {
 	if a.Status == gate.Pending {
 		typ = ApprovalRequested
 	}
-	r.cfg.Broker.Publish(Event{Type: typ, SessionID: a.SessionID, MessageID: a.MessageID,
+	r.publish(Event{Type: typ, SessionID: a.SessionID, MessageID: a.MessageID,
 		ToolCallID: a.ToolCallID, ParentToolCallID: a.ParentToolCallID, ToolName: a.ToolName, Approval: &a})
 }
 

@@ -435,6 +435,7 @@ func writeFile(workspace, p, content string) (tool.Result, error) {
 		return tool.Result{}, fmt.Errorf("path %q is the workspace folder itself", p)
 	}
 	created := false
+	var details WriteFileDetails
 	switch fi, err := j.root.Stat(rel); {
 	case errors.Is(err, fs.ErrNotExist):
 		created = true
@@ -442,6 +443,13 @@ func writeFile(workspace, p, content string) (tool.Result, error) {
 		return tool.Result{}, fmt.Errorf("cannot write %s: %w", display(rel), unwrapPath(err))
 	case fi.IsDir():
 		return tool.Result{}, fmt.Errorf("cannot write %s: it is a folder", display(rel))
+	case fi.Size() > maxPreviousContent:
+		details = WriteFileDetails{PreviousExists: true, PreviousTooLarge: true}
+	default:
+		// Kept for the UI's diff after the fact; a read failure only loses the diff.
+		if prev, err := j.root.ReadFile(rel); err == nil {
+			details = WriteFileDetails{PreviousExists: true, PreviousContent: string(prev)}
+		}
 	}
 	if dir := path.Dir(display(rel)); dir != "." {
 		if err := j.root.MkdirAll(dir, 0o755); err != nil {
@@ -456,5 +464,7 @@ func writeFile(workspace, p, content string) (tool.Result, error) {
 	if created {
 		verb = "Created"
 	}
-	return success(fmt.Sprintf("%s %s (%d bytes)", verb, out.Path, out.Bytes), out), nil
+	res := success(fmt.Sprintf("%s %s (%d bytes)", verb, out.Path, out.Bytes), out)
+	res.Details = tool.Structured(details)
+	return res, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"countersign/internal/agent"
+	"countersign/internal/render"
 	"countersign/web/templates"
 )
 
@@ -172,7 +173,8 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		if ev.Message == nil {
 			return nil
 		}
-		return templates.MessageText(templates.MessageView{ID: ev.MessageID, Text: ev.Message.Text()})
+		text := ev.Message.Text()
+		return templates.MessageText(templates.MessageView{ID: ev.MessageID, Role: "assistant", Text: text, HTML: render.Markdown(text)})
 	case agent.ApprovalRequested, agent.ApprovalResolved, agent.ToolExecutionStart,
 		agent.ToolExecutionUpdate, agent.ToolExecutionEnd:
 		b.live = s.cfg.Runner.Live(ev.SessionID)

@@ -8,7 +8,9 @@ import (
 
 	"github.com/a-h/templ"
 
+	"countersign/internal/render"
 	"countersign/internal/tool"
+	"countersign/internal/tools"
 	"countersign/web/templates"
 )
 
@@ -16,24 +18,40 @@ import (
 // JSON; result text and structuredContent). Either function may be nil. A renderer that fails —
 // returns an error, panics, or cannot read the data — falls back to the generic view.
 type Renderer struct {
-	// Call renders the call from its arguments and the session's workspace.
-	Call func(arguments json.RawMessage, workspace string) (templ.Component, error)
-	// Result renders a result that is not a contract violation.
+	// Call renders the call: its arguments, where it runs and, once it ended, its result.
+	Call func(c CallInfo) (templ.Component, error)
+	// Result renders a successful result (errors and contract violations use the generic view).
 	Result func(res tool.Result) (templ.Component, error)
 }
+
+// CallInfo is what a call renderer sees.
+type CallInfo struct {
+	// Arguments are the arguments the call runs (or ran) with: an approved edit when there is one.
+	Arguments json.RawMessage
+	// Workspace is the session's workspace folder.
+	Workspace string
+	// Result is the call's result once it has one; nil while it waits or runs.
+	Result *tool.Result
+	// Finished is true once the call ended, even when its result body is not at hand (a
+	// nested call rebuilt from its parent's record).
+	Finished bool
+}
+
+// maxPreview bounds the file a write_file prompt reads for its diff.
+const maxPreview = 1 << 20
 
 // BuiltinRenderers are the renderers of the built-in tools.
 func BuiltinRenderers() map[string]Renderer {
 	return map[string]Renderer{
 		"run_command": {
-			Call: func(args json.RawMessage, workspace string) (templ.Component, error) {
+			Call: func(c CallInfo) (templ.Component, error) {
 				var in struct {
 					Command string `json:"command"`
 				}
-				if err := json.Unmarshal(args, &in); err != nil || in.Command == "" {
-					return nil, fmt.Errorf("no command in %s", args)
+				if err := json.Unmarshal(c.Arguments, &in); err != nil || in.Command == "" {
+					return nil, fmt.Errorf("no command in %s", c.Arguments)
 				}
-				return templates.RunCommandCall(in.Command, workspace), nil
+				return templates.RunCommandCall(in.Command, c.Workspace), nil
 			},
 			Result: func(res tool.Result) (templ.Component, error) {
 				var out struct {
@@ -48,7 +66,34 @@ func BuiltinRenderers() map[string]Renderer {
 				return templates.RunCommandResult(*out.ExitCode, out.Stdout, out.Stderr, out.Truncated), nil
 			},
 		},
+		"write_file": {Call: writeFileCall},
 	}
+}
+
+// writeFileCall shows a write_file call as a diff: against the file's current content while
+// the call waits for its approval, against the content it replaced once it ran.
+func writeFileCall(c CallInfo) (templ.Component, error) {
+	var in struct {
+		Path    string `json:"path"`
+		Content string `json:"content"`
+	}
+	if err := json.Unmarshal(c.Arguments, &in); err != nil || in.Path == "" {
+		return nil, fmt.Errorf("no path in %s", c.Arguments)
+	}
+	if c.Result != nil && !c.Result.IsError && len(c.Result.Details) > 0 {
+		var d tools.WriteFileDetails
+		if err := json.Unmarshal(c.Result.Details, &d); err == nil && !d.PreviousTooLarge {
+			return templates.FileDiff(render.Diff(in.Path, d.PreviousContent, in.Content, d.PreviousExists)), nil
+		}
+	}
+	if c.Finished {
+		return templates.WriteFileDone(in.Path), nil
+	}
+	old, exists, err := tools.ReadForPreview(c.Workspace, in.Path, maxPreview)
+	if err != nil {
+		return templates.PreviewError(in.Path, err.Error()), nil
+	}
+	return templates.FileDiff(render.Diff(in.Path, old, in.Content, exists)), nil
 }
 
 // safeRender renders c eagerly so that a failing renderer is caught here, not halfway through

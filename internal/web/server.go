@@ -19,6 +19,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/render"
 	"countersign/internal/share"
 	"countersign/web/static"
 	"countersign/web/templates"
@@ -101,6 +102,12 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.Handle("GET /login", s.handle(s.login))
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static.FS)))
+	chroma := []byte(render.ChromaCSS())
+	mux.HandleFunc("GET /static/chroma.css", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = w.Write(chroma)
+	})
 
 	// The owner's routes.
 	mux.Handle("POST /logout", s.owner(s.logout))

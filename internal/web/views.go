@@ -14,6 +14,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
+	"countersign/internal/render"
 	"countersign/internal/tool"
 	"countersign/web/templates"
 )
@@ -129,6 +130,9 @@ func (s *Server) newBuilder(sessionID, workspace string, who viewer) *builder {
 
 func (b *builder) message(m agent.Message, streaming bool) templates.MessageView {
 	v := templates.MessageView{ID: m.ID, Role: string(m.Role), Text: m.Text(), Streaming: streaming}
+	if m.Role == agent.Assistant {
+		v.HTML = render.Markdown(v.Text)
+	}
 	if m.StopReason == agent.Error || m.StopReason == agent.Aborted {
 		v.Error = m.ErrorMessage
 		if m.StopReason == agent.Error {
@@ -177,11 +181,18 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 		c.Result = b.resultView(name, *res)
 		c.DurationMs = res.DurationMs
 	}
+	// The call as it runs: an approved edit replaces the arguments asked for.
+	if appr != nil && len(appr.EditedArguments) > 0 {
+		args = appr.EditedArguments
+		c.ArgumentsJSON = prettyJSON(args)
+	}
+	c.CallView = b.callView(name, CallInfo{Arguments: args, Result: res, Finished: res != nil})
 	// Nested calls: the stored record once the parent has a result, else the live ones.
 	if res != nil && res.NestedCalls != nil {
 		for _, n := range res.NestedCalls.Calls {
 			nc := b.baseCard(messageID, n.ID, toolCallID, n.Name, n.Arguments)
 			nc.State, nc.DurationMs = nestedState(n.Status), n.DurationMs
+			nc.CallView = b.callView(n.Name, CallInfo{Arguments: n.Arguments, Finished: true})
 			if a, ok := b.approvals[callKey{messageID, n.ID}]; ok {
 				av := approvalView(a, "")
 				nc.Approval = &av
@@ -223,10 +234,17 @@ func (b *builder) baseCard(messageID, toolCallID, parentID, name string, args js
 	if t, ok := b.s.cfg.Runner.Tools().Lookup(name); ok {
 		c.Title = t.Title
 	}
-	if r, ok := b.s.renderers[name]; ok && r.Call != nil {
-		c.CallView = b.s.safeRender(name, func() (templ.Component, error) { return r.Call(args, b.workspace) })
-	}
 	return c
+}
+
+// callView renders a call through its tool's renderer, if it has one.
+func (b *builder) callView(name string, info CallInfo) templ.Component {
+	r, ok := b.s.renderers[name]
+	if !ok || r.Call == nil {
+		return nil
+	}
+	info.Workspace = b.workspace
+	return b.s.safeRender(name, func() (templ.Component, error) { return r.Call(info) })
 }
 
 // cardID is a call's element id: tool call ids repeat across messages (scripts reuse them), the
@@ -289,6 +307,7 @@ func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
 // resultView is a result as a card shows it, through the tool's renderer when it has one.
 func (b *builder) resultView(name string, r tool.Result) *templates.ResultView {
 	v := &templates.ResultView{IsError: r.IsError, Text: r.TextOf(), StructuredJSON: prettyJSON(r.StructuredContent)}
+	v.Head, v.Lines = head(v.Text, collapseLines)
 	if cv := r.ContractViolation; cv != nil {
 		orig := tool.Result{Content: cv.Content}
 		images := 0
@@ -371,4 +390,22 @@ func outcomeText(a gate.Approval) string {
 		b.WriteString(": " + a.Reason)
 	}
 	return b.String()
+}
+
+// collapseLines is how many lines of a long output a card shows before "show all".
+const collapseLines = 20
+
+// head returns the first n lines of text when it has more ("" otherwise) and its line count.
+func head(text string, n int) (string, int) {
+	lines := strings.Count(text, "\n") + 1
+	if lines <= n {
+		return "", lines
+	}
+	i, seen := 0, 0
+	for seen < n {
+		j := strings.IndexByte(text[i:], '\n')
+		i += j + 1
+		seen++
+	}
+	return strings.TrimSuffix(text[:i], "\n"), lines
 }

@@ -61,9 +61,11 @@ type SessionView struct {
 // MessageView is one transcript message: a user message, or an assistant message with its tool
 // calls rendered as cards (their results are shown in the cards, not as separate messages).
 type MessageView struct {
-	ID        string
-	Role      string // user | assistant
-	Text      string
+	ID   string
+	Role string // user | assistant
+	Text string
+	// HTML is the assistant's text as sanitised Markdown (SPEC §6); "" for user messages.
+	HTML      string
 	Error     string // an assistant message that ended in error or was stopped
 	Streaming bool
 	Cards     []CardView
@@ -121,9 +123,12 @@ type ApprovalView struct {
 type ResultView struct {
 	// Custom, when set, is the tool's own rendering of the result (a registered renderer),
 	// shown above the generic structuredContent view.
-	Custom         templ.Component
-	IsError        bool
-	Text           string
+	Custom  templ.Component
+	IsError bool
+	Text    string
+	// Head is the first lines of a long Text ("" when Text is short); Lines its line count.
+	Head           string
+	Lines          int
 	StructuredJSON string
 	Violation      *ViolationView
 }

@@ -39,4 +39,7 @@ test('codemode: two nested write_file prompts name codemode; approve one, deny t
     await expect(card.locator('[data-tool-call-id="cm1/2"]')).toContainText('Denied by owner: only one file');
     await expect(card).toContainText('second call threw');
   }
+  fs.mkdirSync(path.resolve(__dirname, '../screenshots'), { recursive: true });
+  await page.setViewportSize({ width: 1400, height: 1000 });
+  await page.screenshot({ path: path.resolve(__dirname, '../screenshots/finished-run-with-nested-calls.png'), fullPage: true });
 });

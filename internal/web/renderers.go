@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/a-h/templ"
 
@@ -67,6 +68,20 @@ func BuiltinRenderers() map[string]Renderer {
 			},
 		},
 		"write_file": {Call: writeFileCall},
+		"codemode": {Call: func(c CallInfo) (templ.Component, error) {
+			var in struct {
+				Code string `json:"code"`
+			}
+			if err := json.Unmarshal(c.Arguments, &in); err != nil || in.Code == "" {
+				return nil, fmt.Errorf("no code in %s", c.Arguments)
+			}
+			// The script, highlighted; a fence longer than any backtick run inside keeps it whole.
+			fence := "```"
+			for strings.Contains(in.Code, fence) {
+				fence += "`"
+			}
+			return templates.CodeBlock(render.Markdown(fence + "js\n" + in.Code + "\n" + fence)), nil
+		}},
 	}
 }
 

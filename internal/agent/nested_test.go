@@ -1,0 +1,136 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+// TestExecuteToolOutcomes: every way a nested call can fail comes back as an isError outcome
+// with a clear text, never as a Go error or a panic (SPEC §4); model-only and hidden tools are
+// not reachable through ExecuteTool.
+func TestExecuteToolOutcomes(t *testing.T) {
+	type outcome struct {
+		id, text string
+		isError  bool
+	}
+	var got []outcome
+	obj := json.RawMessage(`{"type":"object"}`)
+	ro := tool.Annotations{ReadOnlyHint: tool.Bool(true)}
+	ok := func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
+		return tool.Result{Content: []tool.Content{tool.Text("fine")}}, nil
+	}
+	stopped, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("custom stop"))
+	probe := &tool.Tool{Name: "probe", InputSchema: obj, Annotations: ro,
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+			calls := []struct {
+				ctx  context.Context
+				name string
+				args any
+			}{
+				{ctx, "nope", nil},
+				{ctx, "modelonly", nil},
+				{ctx, "hiddentool", nil},
+				{ctx, "strict", map[string]any{"n": "not a number"}},
+				{ctx, "guarded", nil},
+				{ctx, "risky", nil},
+				{ctx, "forgotten", nil},
+				{ctx, "panicky", nil},
+				{stopped, "plain", nil},
+				{ctx, "plain", []int{1, 2}},
+				{ctx, "plain", nil},
+			}
+			for _, c := range calls {
+				o := tc.ExecuteTool(c.ctx, c.name, c.args)
+				got = append(got, outcome{o.ToolCall.ID, o.Result.TextOf(), o.IsError})
+			}
+			return tool.Result{Content: []tool.Content{tool.Text("probed")}}, nil
+		}}
+	tools := []*tool.Tool{probe,
+		{Name: "modelonly", InputSchema: obj, Annotations: ro, Exposure: tool.ModelOnly, Execute: ok},
+		{Name: "hiddentool", InputSchema: obj, Annotations: ro, Exposure: tool.Hidden, Execute: ok},
+		{Name: "strict", InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`), Annotations: ro, Execute: ok},
+		{Name: "guarded", InputSchema: obj, Annotations: ro, Execute: ok},
+		{Name: "risky", InputSchema: obj, Execute: ok},
+		{Name: "forgotten", InputSchema: obj, Execute: ok},
+		{Name: "panicky", InputSchema: obj, Annotations: ro, Execute: func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
+			panic("kaboom")
+		}},
+		{Name: "plain", InputSchema: obj, Annotations: ro, Execute: ok},
+	}
+	block := func(_ context.Context, ev gate.CallEvent) (gate.Verdict, error) {
+		if ev.ToolName == "guarded" {
+			return gate.Verdict{Block: true, Reason: "guarded stays shut"}, nil
+		}
+		return gate.Verdict{}, nil
+	}
+	script := `{"steps":[{"content":[{"type":"toolCall","id":"p","name":"probe"}],"stopReason":"toolUse"},
+	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`
+	h := newHarnessWith(t, script, agent.Config{CallHandlers: gate.Handlers{block}, ApprovalTimeout: 500 * time.Millisecond}, tools...)
+	if err := h.runner.Send(context.Background(), h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(15 * time.Second)
+	for done := false; !done; {
+		select {
+		case ev := <-h.events.C:
+			if ev.Type == agent.ApprovalRequested && ev.ToolName == "risky" {
+				if ev.Approval.RequestedBy != "probe" || ev.Approval.ParentToolCallID != "p" {
+					t.Errorf("nested approval asked by %q for %q, want probe / p", ev.Approval.RequestedBy, ev.Approval.ParentToolCallID)
+				}
+				if _, err := h.runner.Decide(context.Background(), h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", Reason: "no", By: "owner"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done = ev.Type == agent.AgentEnd
+		case <-timeout:
+			t.Fatal("the run did not end")
+		}
+	}
+	want := []outcome{
+		{"p/1", `Tool "nope" not found`, true},
+		{"p/2", `Tool "modelonly" not found`, true},
+		{"p/3", `Tool "hiddentool" not found`, true},
+		{"p/4", `Invalid arguments for tool "strict"`, true},
+		{"p/5", "guarded stays shut", true},
+		{"p/6", "Denied by owner: no", true},
+		{"p/7", "Approval timed out", true},
+		{"p/8", "tool panicky panicked: kaboom", true},
+		{"p/9", "custom stop", true},
+		{"p/10", `Arguments for tool "plain" are not a JSON object`, true},
+		{"p/11", "fine", false},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d outcomes, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.id != w.id || g.isError != w.isError || !strings.Contains(g.text, w.text) {
+			t.Errorf("outcome %d = %+v, want id %s isError %v text containing %q", i, g, w.id, w.isError, w.text)
+		}
+	}
+	// Nested calls add no transcript entries; the parent's result records them.
+	rs := h.toolResults()
+	if len(rs) != 1 || rs[0].ToolCallID != "p" {
+		t.Fatalf("tool results %+v, want only the parent's", rs)
+	}
+	nc := rs[0].Result.NestedCalls
+	if nc == nil || len(nc.Calls) != len(want) || !nc.Complete {
+		t.Fatalf("nestedCalls %+v", nc)
+	}
+	statuses := make([]string, len(nc.Calls))
+	for i, c := range nc.Calls {
+		statuses[i] = c.Status
+	}
+	if got, want := strings.Join(statuses, ","), "error,error,error,error,blocked,denied,denied,error,unfinished,error,ok"; got != want {
+		t.Errorf("nested statuses %s, want %s", got, want)
+	}
+}

@@ -57,6 +57,12 @@ type testServer struct {
 
 func newTestServer(t *testing.T, scripts map[string]string, extra ...*tool.Tool) *testServer {
 	t.Helper()
+	return newTestServerWith(t, scripts, nil, extra...)
+}
+
+// newTestServerWith is newTestServer with the tool renderers given (nil: the built-in ones).
+func newTestServerWith(t *testing.T, scripts map[string]string, renderers map[string]web.Renderer, extra ...*tool.Tool) *testServer {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
 	if err != nil {
@@ -90,7 +96,7 @@ func newTestServer(t *testing.T, scripts map[string]string, extra ...*tool.Tool)
 		key[i] = byte(i)
 	}
 	srv := web.New(web.Config{Runner: ts.runner, Store: db, Broker: broker, Models: ms, OwnerToken: token,
-		Workspace: ts.workDir, Shares: share.NewService(db, key)})
+		Workspace: ts.workDir, Shares: share.NewService(db, key), Renderers: renderers})
 	ts.Server = httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ts.runner.Shutdown("test cleanup")

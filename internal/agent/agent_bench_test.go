@@ -27,8 +27,9 @@ func newBenchEnv(b *testing.B) *benchkit.Env {
 	return e
 }
 
-// drain reads a session's events until agent_end, as a connected viewer would.
-func drain(sub *agent.Subscription) <-chan int {
+// drain reads a session's events until agent_end, as a connected viewer would, then waits for
+// the run to end (a viewer that falls behind is dropped by the broker before agent_end).
+func drain(r *agent.Runner, sub *agent.Subscription) <-chan int {
 	done := make(chan int, 1)
 	go func() {
 		n := 0
@@ -38,14 +39,17 @@ func drain(sub *agent.Subscription) <-chan int {
 				break
 			}
 		}
+		r.Wait()
 		done <- n
 	}()
 	return done
 }
 
 // BenchmarkNested: one model call to review_diff, which runs run_checks and failing_tests through
-// ExecuteTool b.N/2 times each; ns/op is the cost of one nested call (the whole run divided by
-// the nested calls), loop-µs/call the time measured inside review_diff around its loop.
+// ExecuteTool b.N/2 times each, with no viewer; ns/op is the whole run divided by the nested
+// calls (so it includes writing their audit records), loop-µs/call the time measured inside
+// review_diff around its loop (pi-bench.mjs's us_per_call), loop-cpu-µs/call the process's CPU
+// time during the loop (every thread) per call.
 func BenchmarkNested(b *testing.B) {
 	e := newBenchEnv(b)
 	ctx := context.Background()
@@ -54,14 +58,12 @@ func BenchmarkNested(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sub := e.Broker.Subscribe(sess.ID)
-	defer e.Broker.Unsubscribe(sub)
-	done := drain(sub)
+	// No viewer, as in pi-bench.mjs: the pipeline alone.
 	b.ResetTimer()
 	if err := e.Runner.Send(ctx, sess.ID, "go"); err != nil {
 		b.Fatal(err)
 	}
-	<-done
+	e.Runner.Wait()
 	b.StopTimer()
 	entries, err := e.DB.Entries(ctx, sess.ID)
 	if err != nil {
@@ -77,6 +79,7 @@ func BenchmarkNested(b *testing.B) {
 		b.Fatalf("nested calls ok %d, gate saw %d, want %d", d.OK, e.GateNested.Load(), 2*n)
 	}
 	b.ReportMetric(float64(d.LoopNs)/1e3/float64(2*n), "loop-µs/call")
+	b.ReportMetric(float64(d.LoopCPUNs)/1e3/float64(2*n), "loop-cpu-µs/call")
 }
 
 // BenchmarkDirect: K model turns of one echo call each, then text, with one in-process
@@ -93,7 +96,7 @@ func BenchmarkDirect(b *testing.B) {
 					b.Fatal(err)
 				}
 				sub := e.Broker.Subscribe(sess.ID)
-				done := drain(sub)
+				done := drain(e.Runner, sub)
 				e.Echo.Reset()
 				if err := e.Runner.Send(ctx, sess.ID, "go"); err != nil {
 					b.Fatal(err)

@@ -48,6 +48,29 @@ type Event struct {
 	Approval         *gate.Approval  `json:"approval,omitempty"`
 	Session          *Session        `json:"session,omitempty"`
 	Error            string          `json:"error,omitempty"`
+
+	// enc is the event's JSON encoding, made once and shared by the copies every subscriber
+	// receives (Broker.Publish sets it): a session with 100 viewers costs one encoding per
+	// event, not 100. An event must not change once published.
+	enc *encoding
+}
+
+type encoding struct {
+	once sync.Once
+	b    []byte
+	err  error
+}
+
+// eventFields is Event without its methods, for encoding/json.
+type eventFields Event
+
+// MarshalJSON encodes the event as {type, sessionId, ...}; a published event is encoded once.
+func (ev Event) MarshalJSON() ([]byte, error) {
+	if ev.enc == nil {
+		return json.Marshal(eventFields(ev))
+	}
+	ev.enc.once.Do(func() { ev.enc.b, ev.enc.err = json.Marshal(eventFields(ev)) })
+	return ev.enc.b, ev.enc.err
 }
 
 // Broker fans events out to subscribers per session. Publish never blocks: each subscriber has a
@@ -101,7 +124,11 @@ func (b *Broker) Unsubscribe(s *Subscription) {
 func (b *Broker) Publish(ev Event) {
 	var slow []*Subscription
 	b.mu.RLock()
-	for s := range b.subs[ev.SessionID] {
+	subs := b.subs[ev.SessionID]
+	if len(subs) > 0 {
+		ev.enc = &encoding{}
+	}
+	for s := range subs {
 		select {
 		case s.c <- ev:
 		default:

@@ -70,13 +70,13 @@ func (rn *run) prepare(ctx context.Context, inv *invocation, nested bool) {
 	})
 	if verdict.Block {
 		approval.Status, approval.DecidedBy, approval.Reason = gate.Denied, "tool_call handler", verdict.Reason
-		rn.record(ctx, approval)
+		rn.recordRule(ctx, approval, nested)
 		inv.stop(tool.ErrorResult("%s", verdict.Reason), "blocked")
 		return
 	}
 	if !t.AlwaysAsk && !gate.NeedsApproval(t.Annotations) {
 		approval.Status, approval.DecidedBy, approval.Reason = gate.Approved, "policy", "annotations allow it without approval"
-		rn.record(ctx, approval)
+		rn.recordRule(ctx, approval, nested)
 		return
 	}
 	if g, ok := rn.grant(ctx, t.Name); ok {
@@ -109,6 +109,17 @@ func (rn *run) grant(ctx context.Context, toolName string) (gate.Grant, bool) {
 		return gate.Grant{}, false
 	}
 	return g, true
+}
+
+// recordRule records a decision the policy or a tool_call handler made. A nested call's goes to
+// the background audit writer (see auditLog for why, and what durability it has); a
+// model-issued call's is stored before the call goes on.
+func (rn *run) recordRule(ctx context.Context, a gate.Approval, nested bool) {
+	if nested {
+		rn.r.audit.add(a)
+		return
+	}
+	rn.record(ctx, a)
 }
 
 // record stores an automatic decision for the audit; failing to store it is logged, not fatal.
@@ -246,6 +257,10 @@ func (rn *run) finishBatch(store context.Context, msg Message, invs []*invocatio
 		if storeErr != nil {
 			continue // drain the others; nothing more is stored
 		}
+		if inv.children.Load() > 0 {
+			// The audit records of the call's nested calls are committed before its result.
+			rn.r.audit.flush()
+		}
 		m := Message{ID: newID(), Role: ToolResult, ToolCallID: inv.call.ID, ToolName: inv.call.Name,
 			Result: &res, Timestamp: time.Now().UTC()}
 		if _, err := rn.r.cfg.Store.AppendEntry(store, rn.session.ID, m); err != nil {
@@ -260,12 +275,18 @@ func (rn *run) finishBatch(store context.Context, msg Message, invs []*invocatio
 }
 
 func (rn *run) isActive(name string) bool {
-	for _, n := range rn.r.ActiveTools(rn.session) {
-		if n == name {
-			return true
+	active := rn.active.Load()
+	if active == nil {
+		// Once per model request (streamMessage resets it), not once per call: a tool may make
+		// thousands of nested calls, and the registry's default set is computed by sorting.
+		m := map[string]bool{}
+		for _, n := range rn.r.ActiveTools(rn.session) {
+			m[n] = true
 		}
+		rn.active.Store(&m)
+		active = &m
 	}
-	return false
+	return (*active)[name]
 }
 
 // toolContext is the tool.Context of one running call.

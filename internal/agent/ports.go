@@ -59,6 +59,9 @@ type Store interface {
 	Entries(ctx context.Context, sessionID string) ([]Entry, error)
 
 	gate.Store
+	// CreateApprovals stores decided approvals in one transaction, all or none (the automatic
+	// audit records of nested calls, written in batches).
+	CreateApprovals(ctx context.Context, as []gate.Approval) error
 	// Approvals lists a session's approvals in creation order; status "" means every status.
 	Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error)
 	// PendingApprovals lists every session's pending approvals (used at restart).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +23,9 @@ type run struct {
 	// run, or a restart, loads it again. Only the run's goroutine uses it.
 	transcript []Message
 	loaded     bool
+	// active is the session's active tool set as of the last model request (nil: not computed
+	// yet); see isActive.
+	active atomic.Pointer[map[string]bool]
 }
 
 // committed extends the in-memory transcript with an entry the store has just committed. Before
@@ -118,6 +122,7 @@ func (rn *run) streamMessage(store context.Context) (Message, error) {
 		return Message{}, err
 	}
 	rn.session = sess
+	rn.active.Store(nil)
 	// Clipped: a provider that appends to the list cannot write into the run's transcript.
 	req := Request{SessionID: sid, Tools: rn.declaredTools(), Messages: slices.Clip(rn.transcript)}
 

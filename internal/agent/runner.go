@@ -39,9 +39,10 @@ type Config struct {
 // Runner runs agent sessions: at most one run per session, each with its own cancellable
 // context kept here (never a request's context).
 type Runner struct {
-	cfg  Config
-	gate *gate.Gate
-	log  *slog.Logger
+	cfg   Config
+	gate  *gate.Gate
+	log   *slog.Logger
+	audit *auditLog // nested calls' automatic decisions, written in the background
 
 	mu   sync.Mutex
 	runs map[string]*run // by session id
@@ -56,7 +57,7 @@ func New(cfg Config) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*run{}}
+	r := &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*run{}, audit: newAuditLog(cfg.Store, cfg.Logger)}
 	r.gate = gate.New(cfg.Store, cfg.ApprovalTimeout, r.approvalChanged)
 	return r
 }

@@ -13,8 +13,10 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"countersign/internal/agent"
@@ -144,6 +146,18 @@ var (
 type NestedDetails struct {
 	OK     int   `json:"ok"`
 	LoopNs int64 `json:"loopNs"`
+	// LoopCPUNs is the process's CPU time (user + system, every thread) during the loop.
+	LoopCPUNs int64 `json:"loopCpuNs"`
+}
+
+// CPU returns the process's CPU time so far (user + system, every thread: GC and the background
+// audit writer included), like Node's process.cpuUsage.
+func CPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (e *Env) tools() []*tool.Tool {
@@ -197,7 +211,7 @@ func (e *Env) tools() []*tool.Tool {
 				}
 				empty := json.RawMessage(`{}`)
 				ok := 0
-				t0 := time.Now()
+				c0, t0 := CPU(), time.Now()
 				for range in.N {
 					a := tc.ExecuteTool(ctx, "run_checks", empty)
 					b := tc.ExecuteTool(ctx, "failing_tests", empty)
@@ -210,7 +224,7 @@ func (e *Env) tools() []*tool.Tool {
 						ok += 2
 					}
 				}
-				d := NestedDetails{OK: ok, LoopNs: time.Since(t0).Nanoseconds()}
+				d := NestedDetails{OK: ok, LoopNs: time.Since(t0).Nanoseconds(), LoopCPUNs: int64(CPU() - c0)}
 				return tool.Result{Content: []tool.Content{tool.Text(fmt.Sprintf("ok=%d", ok))}, Details: tool.Structured(d)}, nil
 			},
 		},
@@ -229,6 +243,14 @@ func (e *Env) tools() []*tool.Tool {
 // Scripts offers "faux:<name>" models replaying scripts generated in code, with no chunk delay.
 // It implements agent.Models.
 type Scripts struct {
+	// OnText, when set before the runs start, is called as the model hands each text delta to
+	// the loop, just before the loop publishes it as message_update: the session, the model
+	// request's number in the session (1 for the first), the length of the message's text with
+	// this delta, and the time. The fan-out case uses it as each delta's publish time.
+	OnText func(sessionID string, turn, textLen int, at time.Time)
+	// ChunkDelay is the faux model's pause between text chunks (zero: none).
+	ChunkDelay time.Duration
+
 	mu sync.RWMutex
 	m  map[string]*models.Script
 }
@@ -246,7 +268,11 @@ func (s *Scripts) Model(name string) (agent.Model, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if sc := s.m[name[min(len(name), len("faux:")):]]; sc != nil {
-		return &models.Faux{Script: sc}, nil
+		faux := &models.Faux{Script: sc, ChunkDelay: s.ChunkDelay}
+		if s.OnText != nil {
+			return stamped{faux, s.OnText}, nil
+		}
+		return faux, nil
 	}
 	return nil, apperr.Errorf(apperr.Invalid, "unknown model %q", name)
 }
@@ -260,6 +286,29 @@ func (s *Scripts) Names() []string {
 		out = append(out, "faux:"+n)
 	}
 	return out
+}
+
+// stamped reports each text delta to onText before passing it on.
+type stamped struct {
+	model  agent.Model
+	onText func(sessionID string, turn, textLen int, at time.Time)
+}
+
+func (m stamped) Stream(ctx context.Context, req agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
+	turn := 1
+	for _, msg := range req.Messages {
+		if msg.Role == agent.Assistant {
+			turn++
+		}
+	}
+	n := 0
+	return m.model.Stream(ctx, req, func(d agent.Delta) {
+		if d.Text != "" {
+			n += len(d.Text)
+			m.onText(req.SessionID, turn, n, time.Now())
+		}
+		onDelta(d)
+	})
 }
 
 // DirectScript is K turns of one echo call each ({"text": "hello <i>"}), then a text turn.
@@ -290,6 +339,21 @@ func GatedScript() *models.Script {
 			Arguments: json.RawMessage(`{"text":"please"}`)}}},
 		TextStep("done"),
 	}}
+}
+
+// StreamScript is turns model turns, each streaming text of about textBytes bytes (in the faux
+// model's word-sized chunks) and then one echo call, then a final text turn of the same size.
+func StreamScript(turns, textBytes int) *models.Script {
+	text := strings.Repeat("Streaming words to every viewer. ", textBytes/33+1)[:textBytes]
+	sc := &models.Script{}
+	for i := range turns {
+		args, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("hello %d", i)})
+		sc.Steps = append(sc.Steps, models.Step{StopReason: agent.ToolUse, Content: []agent.Block{
+			{Type: "text", Text: text},
+			{Type: "toolCall", ID: fmt.Sprintf("call-%d", i), Name: "echo", Arguments: args}}})
+	}
+	sc.Steps = append(sc.Steps, TextStep(text))
+	return sc
 }
 
 // TextStep is a final text turn.

@@ -50,7 +50,24 @@ type DB struct {
 	path  string
 	write *sql.DB // exactly one connection: every write, and every transaction
 	read  *sql.DB // query_only connections for plain reads
+	ckpt  *sql.DB // one connection for the background checkpoints
+
+	stopCheckpoints context.CancelFunc
+	checkpointsDone chan struct{}
 }
+
+// checkpointInterval is how often the background checkpointer copies the WAL into the database
+// file. Why in the background: a checkpoint fsyncs the WAL and the database, which takes from a
+// fraction of a millisecond to tens of milliseconds here; SQLite's automatic checkpoint runs it
+// inside whichever commit crosses the threshold, so an approval or a transcript entry would wait
+// for it. A PASSIVE checkpoint blocks neither the writer nor the readers. The write connection
+// keeps a high automatic threshold (walAutoCheckpoint) only as a bound on the WAL's size should
+// the checkpointer fall behind. Durability is unchanged: a commit is in the WAL either way.
+const checkpointInterval = 500 * time.Millisecond
+
+// walAutoCheckpoint is the write connection's automatic checkpoint threshold, in pages (4 KiB
+// each; SQLite's default is 1000).
+const walAutoCheckpoint = 16384
 
 // Open opens (creating if needed) the database at path, creating its parent folder, and applies
 // any migration not yet applied. The path is a file path, never ":memory:" (the pools would each
@@ -75,7 +92,7 @@ func Open(ctx context.Context, path string) (_ *DB, err error) {
 	// then writes cannot fail halfway with SQLITE_BUSY on lock upgrade.
 	file := "file:" + (&url.URL{Path: abs}).EscapedPath()
 	pragmas := "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
-	write, err := sql.Open("sqlite", file+"?"+pragmas+"&_txlock=immediate")
+	write, err := sql.Open("sqlite", file+"?"+pragmas+fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)", walAutoCheckpoint)+"&_txlock=immediate")
 	if err != nil {
 		return nil, err
 	}
@@ -98,11 +115,21 @@ func Open(ctx context.Context, path string) (_ *DB, err error) {
 	}
 	read.SetMaxOpenConns(readers)
 	read.SetMaxIdleConns(readers)
-	db := &DB{Now: time.Now, path: abs, write: write, read: read}
+	ckpt, err := sql.Open("sqlite", file+"?"+pragmas)
+	if err != nil {
+		write.Close()
+		read.Close()
+		return nil, err
+	}
+	ckpt.SetMaxOpenConns(1)
+	db := &DB{Now: time.Now, path: abs, write: write, read: read, ckpt: ckpt}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
+	cctx, cancel := context.WithCancel(context.Background())
+	db.stopCheckpoints, db.checkpointsDone = cancel, make(chan struct{})
+	go db.checkpoints(cctx)
 	return db, nil
 }
 
@@ -112,7 +139,28 @@ func (db *DB) Path() string { return db.path }
 // Close closes both pools. Statements in flight finish first; the WAL is checkpointed when the
 // last connection closes.
 func (db *DB) Close() error {
-	return errors.Join(db.read.Close(), db.write.Close())
+	if db.stopCheckpoints != nil {
+		db.stopCheckpoints()
+		<-db.checkpointsDone
+	}
+	return errors.Join(db.read.Close(), db.write.Close(), db.ckpt.Close())
+}
+
+// checkpoints runs a PASSIVE checkpoint every checkpointInterval until ctx ends (see
+// checkpointInterval for why). A failed checkpoint is retried at the next tick; SQLite's own
+// threshold still bounds the WAL.
+func (db *DB) checkpoints(ctx context.Context) {
+	defer close(db.checkpointsDone)
+	t := time.NewTicker(checkpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, _ = db.ckpt.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`)
+	}
 }
 
 // migrate applies, in name order, every embedded migration not yet recorded in the migrations

@@ -61,9 +61,9 @@ func TestRendererFallsBackToTheGenericView(t *testing.T) {
 		t.Fatalf("page = %d", res.StatusCode)
 	}
 	for _, want := range []string{
-		"&#34;command&#34;: &#34;ls&#34;", // shell's call: generic JSON after the panic
+		"&#34;command&#34;: &#34;ls&#34;",      // shell's call: generic JSON after the panic
 		`ran {&#34;command&#34;:&#34;ls&#34;}`, // shell's result: generic text after the failed render
-		"&#34;at&#34;: &#34;x&#34;",         // peek's call: generic JSON after the error
+		"&#34;at&#34;: &#34;x&#34;",            // peek's call: generic JSON after the error
 		`<p class="custom-peek">custom view</p>`,
 	} {
 		if !strings.Contains(page, want) {

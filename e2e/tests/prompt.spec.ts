@@ -41,7 +41,8 @@ test('a write_file prompt shows the diff; an invalid edit is refused; a valid ed
   expect(fs.readFileSync(target, 'utf8')).toBe('alpha\nedited by a person\ngamma\n');
   await expect(card).toContainText('approved by owner with edited arguments');
   // The card shows what ran.
-  await expect(card.locator('tr.diff-add')).toContainText('edited by a person');
+  await expect(card.locator('tr.diff-add', { hasText: 'edited by a person' })).toBeVisible();
+  await expect(card.locator('tr.diff-del', { hasText: 'beta' })).toBeVisible();
 
   await page.getByRole('link', { name: 'Audit', exact: true }).click();
   const row = page.getByRole('row').filter({ hasText: 'write_file' });

@@ -192,7 +192,10 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		if ev.ParentToolCallID != "" {
 			return appendTo(cardID(ev.MessageID, ev.ParentToolCallID)+"-nested", templates.Card(card))
 		}
-		if ev.Type == agent.ApprovalRequested || ev.Type == agent.ApprovalResolved {
+		// The slot holds the call's view too: redrawn when the approval changes and when the
+		// call ends (its result may change the view, e.g. write_file's diff), never while a
+		// prompt waits.
+		if ev.Type == agent.ApprovalRequested || ev.Type == agent.ApprovalResolved || ev.Type == agent.ToolExecutionEnd {
 			return fragments(templates.ApprovalSlot(card), templates.CardBody(card))
 		}
 		return templates.CardBody(card)

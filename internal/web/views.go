@@ -186,7 +186,10 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 		args = appr.EditedArguments
 		c.ArgumentsJSON = prettyJSON(args)
 	}
-	c.CallView = b.callView(name, CallInfo{Arguments: args, Result: res, Finished: res != nil})
+	// Past its prompt, a call is not previewed against the workspace any more: it may be
+	// changing it right now. Its result, once there, carries what the renderer needs.
+	decided := appr != nil && appr.Status != gate.Pending
+	c.CallView = b.callView(name, CallInfo{Arguments: args, Result: res, Finished: res != nil || decided})
 	// Nested calls: the stored record once the parent has a result, else the live ones.
 	if res != nil && res.NestedCalls != nil {
 		for _, n := range res.NestedCalls.Calls {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"countersign/internal/apperr"
@@ -102,8 +103,17 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 	if len(parked) == 0 {
 		// Nothing to wait for: interrupted calls get their results and the session is idle.
 		for _, c := range open {
-			res := tool.ErrorResult("%s", InterruptedText)
+			res := r.interrupted(ctx, sessionID, last.ID, c.ID)
 			m := Message{ID: newID(), Role: ToolResult, ToolCallID: c.ID, ToolName: c.Name, Result: &res, Timestamp: time.Now().UTC()}
+			if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, m); err != nil {
+				return err
+			}
+		}
+		if sess.State == Running && runWasCut(entries) {
+			// The model was answering (its message was never stored) or about to be asked:
+			// the run ends as interrupted, and says so in the transcript.
+			m := Message{ID: newID(), Role: Assistant, StopReason: Aborted, Model: sess.Model,
+				ErrorMessage: InterruptedText + " before the model finished", Timestamp: time.Now().UTC()}
 			if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, m); err != nil {
 				return err
 			}
@@ -129,7 +139,7 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 		t, found := r.cfg.Tools.Lookup(c.Name)
 		switch {
 		case !isParked:
-			inv.stop(tool.ErrorResult("%s", InterruptedText), "unfinished")
+			inv.stop(r.interrupted(ctx, sessionID, last.ID, c.ID), "unfinished")
 		case !found:
 			_, _ = r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: "system",
 				Automatic: true, Reason: "the tool is no longer registered"})
@@ -170,4 +180,50 @@ func isOpen(open []Block, id string) bool {
 		}
 	}
 	return false
+}
+
+// runWasCut reports whether a run's transcript stops where the model was still to answer:
+// after the user's message or after tool results, not after an assistant message that ended.
+func runWasCut(entries []Entry) bool {
+	if len(entries) == 0 {
+		return false
+	}
+	return entries[len(entries)-1].Message.Role != Assistant
+}
+
+// interrupted is the error result of a call that was executing when the process died. What ran
+// beneath it is rebuilt from the audit (every nested call passed the gate and was recorded),
+// marked incomplete: its results died with the process (SPEC §4, §8).
+func (r *Runner) interrupted(ctx context.Context, sessionID, messageID, callID string) tool.Result {
+	res := tool.ErrorResult("%s", InterruptedText)
+	as, err := r.cfg.Store.Approvals(ctx, sessionID, "")
+	if err != nil {
+		return res
+	}
+	var calls nestedLog // bounded as a live record is
+	for _, a := range as {
+		if a.MessageID != messageID || !strings.HasPrefix(a.ToolCallID, callID+"/") {
+			continue
+		}
+		status := "unfinished"
+		switch a.Status {
+		case gate.Denied:
+			status = "denied"
+			if a.Automatic && a.DecidedBy == "tool_call handler" {
+				status = "blocked"
+			}
+		case gate.TimedOut:
+			status = "denied"
+		}
+		nc := tool.NestedCall{ID: a.ToolCallID, Name: a.ToolName, Arguments: a.EffectiveArguments(), Status: status}
+		if status != "unfinished" {
+			nc.Error = a.Reason
+		}
+		calls.add(nc)
+	}
+	if rec := calls.record(); rec != nil {
+		rec.Complete = false
+		res.NestedCalls = rec
+	}
+	return res
 }

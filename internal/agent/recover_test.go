@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,5 +145,75 @@ func TestRestartInterruptsAnExecutingCallAndNeverRerunsIt(t *testing.T) {
 	awaitOn(t, sub, agent.AgentEnd)
 	if runs.Load() != 1 || runs2.Load() != 0 {
 		t.Errorf("the call ran %d times before and %d after the restart, want 1 and 0", runs.Load(), runs2.Load())
+	}
+}
+
+func TestRestartWhileTheModelStreamsEndsTheRunAsInterrupted(t *testing.T) {
+	script := `{"steps":[{"content":[{"type":"text","text":"a long answer"}],"stopReason":"stop","delayMs":60000},
+	  {"content":[{"type":"text","text":"next"}],"stopReason":"stop"}]}`
+	h := newHarness(t, script, nil)
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	h.await(agent.MessageStart)
+	r2, db2, sub := h.restart(t, script)
+	es, _ := db2.Entries(ctx, h.sess.ID)
+	if len(es) != 2 {
+		t.Fatalf("%d entries, want the user message and the interruption", len(es))
+	}
+	m := es[1].Message
+	if m.Role != agent.Assistant || m.StopReason != agent.Aborted || !strings.Contains(m.ErrorMessage, agent.InterruptedText) || len(m.Content) != 0 {
+		t.Errorf("after restart: %+v, want an aborted assistant message saying it was interrupted", m)
+	}
+	if r2.Busy(h.sess.ID) {
+		t.Error("the session is busy after restart")
+	}
+	if err := r2.Send(ctx, h.sess.ID, "again"); err != nil {
+		t.Fatal(err)
+	}
+	awaitOn(t, sub, agent.AgentEnd)
+}
+
+func TestRestartKeepsWhatRanBeneathAnInterruptedCall(t *testing.T) {
+	started := make(chan struct{}, 1)
+	obj := json.RawMessage(`{"type":"object"}`)
+	ro := tool.Annotations{ReadOnlyHint: tool.Bool(true)}
+	parent := &tool.Tool{Name: "parent", InputSchema: obj, Annotations: ro,
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+			tc.ExecuteTool(ctx, "child", map[string]any{"n": 1})
+			started <- struct{}{}
+			<-ctx.Done()
+			return tool.Result{}, ctx.Err()
+		}}
+	child := &tool.Tool{Name: "child", InputSchema: obj, Annotations: ro,
+		Execute: func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
+			return tool.Result{Content: []tool.Content{tool.Text("child ran")}}, nil
+		}}
+	script := `{"steps":[{"content":[{"type":"toolCall","id":"p","name":"parent"}],"stopReason":"toolUse"},
+	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`
+	h := newHarness(t, script, nil, parent, child)
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	// The nested call's audit record may be written in the background: wait until it is stored.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		as, _ := h.db.Approvals(ctx, h.sess.ID, "")
+		if len(as) >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, db2, _ := h.restart(t, script, parent, child)
+	es, _ := db2.Entries(ctx, h.sess.ID)
+	res := es[len(es)-1].Message.Result
+	if res == nil || res.TextOf() != agent.InterruptedText {
+		t.Fatalf("last entry %+v, want the interrupted result", es[len(es)-1].Message)
+	}
+	if res.NestedCalls == nil || len(res.NestedCalls.Calls) != 1 || res.NestedCalls.Calls[0].ID != "p/1" || res.NestedCalls.Complete {
+		t.Errorf("nestedCalls %+v, want p/1 rebuilt from the audit, marked incomplete", res.NestedCalls)
 	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -278,7 +279,12 @@ func (r *Runner) validateEdit(a gate.Approval, raw json.RawMessage) (json.RawMes
 		}
 		return nil, apperr.Errorf(apperr.Invalid, "Arguments do not match the tool's inputSchema:\n%s", strings.Join(lines, "\n"))
 	}
-	compact, _ := json.Marshal(v)
+	// Compact, and without HTML escaping: the audit shows the edit as the decider wrote it.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	compact := json.RawMessage(bytes.TrimSpace(buf.Bytes()))
 	var orig any
 	_ = json.Unmarshal(a.Arguments, &orig)
 	if o, _ := json.Marshal(orig); string(o) == string(compact) {

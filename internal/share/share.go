@@ -196,3 +196,18 @@ func (s *Service) Links(ctx context.Context, sessionID string) ([]Link, error) {
 
 // Now is the service's clock.
 func (s *Service) Now() time.Time { return s.now() }
+
+// SignName binds a reviewer's display name to link id, for the reviewer's cookie: the cookie
+// cannot be edited to decide under another name.
+func (s *Service) SignName(id, name string) string {
+	mac := hmac.New(sha256.New, s.key)
+	mac.Write([]byte("countersign reviewer name v1\x00" + id + "\x00" + name))
+	return hex.EncodeToString(mac.Sum(nil)[:16])
+}
+
+// ValidName reports whether name is an acceptable reviewer name: 1 to 60 characters, already
+// trimmed, and not "owner" (reviewers never appear as the owner).
+func ValidName(name string) bool {
+	n := len([]rune(name))
+	return n >= 1 && n <= 60 && name == strings.TrimSpace(name) && !strings.EqualFold(name, "owner")
+}

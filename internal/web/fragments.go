@@ -36,8 +36,3 @@ func appendTo(parentID string, c templ.Component) templ.Component {
 		return err
 	})
 }
-
-// removeEmpty removes the "No messages yet" placeholder once the transcript has a message.
-func removeEmpty() templ.Component {
-	return templ.Raw(`<p id="transcript-empty" hx-swap-oob="delete"></p>`)
-}

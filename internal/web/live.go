@@ -168,7 +168,7 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		}
 		streaming := ev.Type == agent.MessageStart
 		b.live = s.cfg.Runner.Live(ev.SessionID)
-		return fragments(removeEmpty(), appendTo("transcript", templates.Message(b.message(*ev.Message, streaming))))
+		return appendTo("transcript", templates.Message(b.message(*ev.Message, streaming)))
 	case agent.MessageUpdate:
 		if ev.Message == nil {
 			return nil

@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -32,8 +33,8 @@ func (s *Server) renderSessions(w http.ResponseWriter, r *http.Request, st int, 
 // createSession handles the New-session form: 303 to the new session, or the form again with
 // the reason (400) and what was typed.
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
-	if err := r.ParseForm(); err != nil {
-		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	if err := parseForm(r); err != nil {
+		return err
 	}
 	form := templates.NewSessionForm{Title: r.PostForm.Get("title"), Model: r.PostForm.Get("model"), Workspace: r.PostForm.Get("workspace")}
 	sess, err := s.cfg.Runner.CreateSession(r.Context(), form.Title, form.Model, form.Workspace)
@@ -59,8 +60,8 @@ func (s *Server) sessionPage(w http.ResponseWriter, r *http.Request) error {
 // sendMessage starts a run (202), or refuses with the reason (409 while busy, 400 empty); the
 // page keeps the text in the box unless the answer is 2xx.
 func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
-	if err := r.ParseForm(); err != nil {
-		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	if err := parseForm(r); err != nil {
+		return err
 	}
 	if err := s.cfg.Runner.Send(r.Context(), r.PathValue("id"), r.PostForm.Get("text")); err != nil {
 		return err
@@ -86,11 +87,12 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 // decideAs applies a decision form for session sessionID on behalf of by (the owner or an
 // approver's display name).
 func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID, by string) error {
-	if err := r.ParseForm(); err != nil {
-		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	if err := parseForm(r); err != nil {
+		return err
 	}
 	d := agent.Decision{Decision: r.PostForm.Get("decision"), Reason: r.PostForm.Get("reason"), By: by}
-	if args := strings.TrimSpace(r.PostForm.Get("arguments")); args != "" {
+	// Edited arguments matter only to an approval; a denial never depends on them.
+	if args := strings.TrimSpace(r.PostForm.Get("arguments")); args != "" && d.Decision != "deny" {
 		if !json.Valid([]byte(args)) {
 			return apperr.Errorf(apperr.Invalid, "Arguments are not valid JSON.")
 		}
@@ -110,8 +112,8 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID, by 
 // setTools applies the Tools panel: the checked boxes become the session's active set
 // (SetActiveTools). It answers with the panel, naming what was ignored.
 func (s *Server) setTools(w http.ResponseWriter, r *http.Request) error {
-	if err := r.ParseForm(); err != nil {
-		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	if err := parseForm(r); err != nil {
+		return err
 	}
 	id := r.PathValue("id")
 	_, ignored, err := s.cfg.Runner.SetActiveTools(r.Context(), id, r.PostForm["active"])
@@ -152,5 +154,17 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 		v.Rows = append(v.Rows, row)
 	}
 	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: "Audit: " + sess.Title, Owner: true}, templates.AuditPage(v)))
+	return nil
+}
+
+// parseForm reads a form body: apperr.TooLarge over the body limit, apperr.Invalid otherwise.
+func parseForm(r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return apperr.Errorf(apperr.TooLarge, "The request is too large (at most %d bytes).", mbe.Limit)
+		}
+		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	}
 	return nil
 }

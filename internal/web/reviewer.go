@@ -2,12 +2,12 @@ package web
 
 import (
 	"context"
+	"crypto/hmac"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"countersign/internal/apperr"
 	"countersign/internal/share"
@@ -82,9 +82,15 @@ func (s *Server) link(r *http.Request) (share.Link, error) {
 // gave one) and what the link lets them do.
 func (s *Server) reviewerOf(r *http.Request, l share.Link) viewer {
 	who := viewer{}
+	// The cookie is "<name>.<signature>"; anything else (edited, forged, another link's) counts
+	// as no name, and the reviewer is asked again.
 	if c, err := r.Cookie(reviewerCookie); err == nil {
-		if name, err := url.QueryUnescape(c.Value); err == nil {
-			who.name = name
+		if i := strings.LastIndexByte(c.Value, '.'); i > 0 {
+			name, err := url.QueryUnescape(c.Value[:i])
+			if err == nil && share.ValidName(name) &&
+				hmac.Equal([]byte(c.Value[i+1:]), []byte(s.cfg.Shares.SignName(l.ID, name))) {
+				who.name = name
+			}
 		}
 	}
 	if l.Role == share.Approver {
@@ -129,11 +135,11 @@ func (s *Server) reviewerName(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := r.ParseForm(); err != nil {
-		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	if err := parseForm(r); err != nil {
+		return err
 	}
 	name := strings.Join(strings.Fields(r.PostForm.Get("name")), " ")
-	if name == "" || utf8.RuneCountInString(name) > 60 || strings.EqualFold(name, "owner") {
+	if !share.ValidName(name) {
 		sess, err := s.cfg.Store.Session(r.Context(), l.SessionID)
 		if err != nil {
 			return err
@@ -143,7 +149,7 @@ func (s *Server) reviewerName(w http.ResponseWriter, r *http.Request) error {
 				Role: string(l.Role), Error: "Give a name of 1 to 60 characters (not \"owner\")."})))
 		return nil
 	}
-	http.SetCookie(w, &http.Cookie{Name: reviewerCookie, Value: url.QueryEscape(name), Path: "/r/" + r.PathValue("token"),
+	http.SetCookie(w, &http.Cookie{Name: reviewerCookie, Value: url.QueryEscape(name) + "." + s.cfg.Shares.SignName(l.ID, name), Path: "/r/" + r.PathValue("token"),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 30 * 24 * 3600})
 	http.Redirect(w, r, "/r/"+r.PathValue("token"), http.StatusSeeOther)
 	return nil
@@ -226,8 +232,8 @@ func (s *Server) shareURL(r *http.Request, l share.Link) string {
 
 func (s *Server) createShare(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	if err := r.ParseForm(); err != nil {
-		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
+	if err := parseForm(r); err != nil {
+		return err
 	}
 	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
 		return err

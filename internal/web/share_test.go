@@ -232,3 +232,43 @@ func TestDatabaseHoldsNoShareToken(t *testing.T) {
 		t.Fatalf("%d share rows", n)
 	}
 }
+
+// TestReviewerNameCannotBeForged: the name cookie is signed; an edited one, or one naming the
+// owner, decides nothing.
+func TestReviewerNameCannotBeForged(t *testing.T) {
+	ts, sid := shareServer(t)
+	var out struct{ URL string }
+	ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "approver"}, &out)
+	u, _ := url.Parse(out.URL)
+	real := reviewer(t, ts, out.URL, "Mallory")
+	var sig string
+	for _, c := range real.Jar.Cookies(u) {
+		if c.Name == "countersign_reviewer" {
+			sig = c.Value[strings.LastIndexByte(c.Value, '.')+1:]
+		}
+	}
+	if sig == "" {
+		t.Fatal("no signed name cookie")
+	}
+	for _, forged := range []string{"owner", "owner." + sig, "Alice." + sig, url.QueryEscape(strings.Repeat("x", 3000)) + "." + sig} {
+		req, _ := http.NewRequest("POST", ts.URL+u.Path+"/approvals/x/decision", strings.NewReader("decision=approve"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(&http.Cookie{Name: "countersign_reviewer", Value: forged})
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Errorf("forged name cookie %.40q: %d, want 401", forged, res.StatusCode)
+		}
+	}
+	res, err := real.PostForm(ts.URL+u.Path+"/name", url.Values{"name": {"Owner"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest {
+		t.Errorf("the name Owner = %d, want 400", res.StatusCode)
+	}
+}

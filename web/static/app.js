@@ -16,15 +16,61 @@
     });
   }
 
-  // Keep the transcript scrolled to the bottom while the reader is at the bottom.
+  // Keep the end of the transcript in view while the reader is there. On narrow screens the
+  // side panels come after the transcript, so follow the transcript's end, not the page's.
   var stick = true;
-  function nearBottom() {
-    return window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+  function transcriptEnd() {
+    var log = document.getElementById("transcript");
+    return log ? log.getBoundingClientRect().bottom : 0;
   }
-  window.addEventListener("scroll", function () { stick = nearBottom(); }, { passive: true });
+  function nearEnd() {
+    return transcriptEnd() <= window.innerHeight + 120;
+  }
+  window.addEventListener("scroll", function () { stick = nearEnd(); }, { passive: true });
   function follow() {
-    if (stick) window.scrollTo(0, document.body.scrollHeight);
+    if (!stick) return;
+    var composer = document.querySelector(".composer") || document.getElementById("transcript");
+    if (composer) composer.scrollIntoView({ block: "end" });
   }
+  document.addEventListener("DOMContentLoaded", follow);
+
+  // The live connection's state, said plainly: reconnecting after a drop, or ended for good when
+  // a share link was revoked or expired (the server closes with 1008).
+  function banner(text, kind) {
+    var el = document.getElementById("connection-banner");
+    if (!text) {
+      if (el) el.remove();
+      return;
+    }
+    if (!el) {
+      el = document.createElement("p");
+      el.id = "connection-banner";
+      el.setAttribute("role", "status");
+      document.body.appendChild(el);
+    }
+    el.className = "connection-banner " + kind;
+    el.textContent = text;
+  }
+  var ended = false;
+  document.addEventListener("htmx:wsClose", function (e) {
+    var code = e.detail && e.detail.event ? e.detail.event.code : 0;
+    if (code === 1008) {
+      ended = true;
+      banner("This share link was revoked or has expired. The page no longer updates.", "ended");
+      document.querySelectorAll(".approval-form button, .approval-form input, .approval-form textarea")
+        .forEach(function (b) { b.disabled = true; });
+      var sock = e.detail.socketWrapper;
+      var elt = e.target;
+      if (elt && elt.removeAttribute) elt.removeAttribute("ws-connect");
+      if (sock && sock.socket) sock.socket.close();
+      return;
+    }
+    if (!ended) banner("Connection lost — reconnecting…", "lost");
+  });
+  document.addEventListener("htmx:wsOpen", function () { if (!ended) banner("", ""); });
+  document.addEventListener("htmx:sendError", function () {
+    if (!ended) banner("The server cannot be reached. Your action was not sent; try again when it is back.", "lost");
+  });
 
   document.addEventListener("htmx:wsAfterMessage", function () {
     dedupe();

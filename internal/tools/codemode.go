@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"time"
@@ -182,6 +183,7 @@ type jsRun struct {
 	onUpdate func(tool.Update)
 	vm       *goja.Runtime
 	limit    time.Duration // of script execution
+	heapBase uint64        // the process's heap when the run started
 	used     time.Duration // script execution so far
 	timeUp   *stopped
 
@@ -215,7 +217,7 @@ type jsRun struct {
 func runCodemode(ctx context.Context, cfg Config, code string, onUpdate func(tool.Update), tc tool.Context) tool.Result {
 	start := time.Now()
 	r := &jsRun{
-		ctx: ctx, tc: tc, onUpdate: onUpdate, vm: goja.New(), limit: cfg.CodemodeTimeout,
+		ctx: ctx, tc: tc, onUpdate: onUpdate, vm: goja.New(), limit: cfg.CodemodeTimeout, heapBase: heapBytes(),
 		timeUp: &stopped{fmt.Sprintf("Script stopped: time limit of %s exceeded", cfg.CodemodeTimeout)},
 		jobs:   make(chan func()),
 		done:   make(chan struct{}),
@@ -366,13 +368,54 @@ func (r *jsRun) enter(f func() error) error {
 		return r.timeUp
 	}
 	timer := time.AfterFunc(remaining, func() { r.vm.Interrupt(r.timeUp) })
+	stopWatch := r.watchMemory()
 	begin := time.Now()
 	err := f()
+	stopWatch()
 	r.used += time.Since(begin)
 	if !timer.Stop() {
 		r.used = r.limit // it fired: whatever f returned, the budget is spent
 	}
 	return err
+}
+
+// MaxCodemodeHeapGrowth bounds how much a script may grow the process's heap: goja has no
+// memory limit of its own, so a watchdog samples the Go heap while the script runs and
+// interrupts it past this growth. The measure is the whole process's heap (other sessions'
+// work counts too), so it is a guard against a runaway script, not an exact quota; one huge
+// allocation can overshoot it before the next sample.
+const MaxCodemodeHeapGrowth = 256 << 20
+
+// heapBytes is the live heap of the process (runtime/metrics; no stop-the-world).
+func heapBytes() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// watchMemory interrupts the script when the heap grows more than MaxCodemodeHeapGrowth above
+// where it was when the run started; the returned func stops the watchdog.
+func (r *jsRun) watchMemory() func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if h := heapBytes(); h > r.heapBase+MaxCodemodeHeapGrowth {
+					r.vm.Interrupt(&stopped{fmt.Sprintf("Script stopped: memory limit exceeded (the script grew the heap by more than %d MiB)", MaxCodemodeHeapGrowth>>20)})
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // cancelled is the reason a script stopped because ctx ended: "Script stopped: Run stopped by

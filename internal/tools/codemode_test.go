@@ -472,3 +472,13 @@ func TestCodemodeCallLimitAndUpdates(t *testing.T) {
 		t.Errorf("updates start %q, want a started and a finished message per call", messages[:min(2, len(messages))])
 	}
 }
+
+// TestCodemodeMemoryLimit: a script that doubles a string without end is stopped by the memory
+// watchdog, not left to take the server's memory.
+func TestCodemodeMemoryLimit(t *testing.T) {
+	res, out := runJS(t, context.Background(), Config{CodemodeTimeout: time.Minute}, &nestedFake{handle: cannedTools},
+		`let s = 'x'; const keep = []; for (let i = 0; i < 40; i++) { s += s; keep.push(s + i); } return keep.length`, nil)
+	if !res.IsError || !strings.Contains(out.Error, "memory limit") {
+		t.Errorf("result %q (error %q), want the memory limit", res.TextOf(), out.Error)
+	}
+}

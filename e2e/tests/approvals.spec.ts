@@ -132,3 +132,17 @@ test('restart: a parked approval survives SIGKILL and the run resumes; an execut
     await srv.kill();
   }
 });
+
+test('Stop during a pending approval cancels it; the call never runs', async ({ page }) => {
+  await login(page);
+  await newSession(page, 'stop', 'faux:deny');
+  await send(page, 'Make the marker.');
+  const card = toolCard(page, 'run_command');
+  await expect(approvalGroup(card, 'run_command')).toBeVisible();
+  await page.getByRole('button', { name: 'Stop', exact: true }).click();
+  await expect(approvalGroup(card, 'run_command')).toBeHidden();
+  await expect(card).toContainText('cancelled');
+  await expect(card).toContainText('Run stopped by owner');
+  await expect(page.getByRole('button', { name: 'Stop', exact: true })).toBeHidden();
+  expect(fs.existsSync(path.join(workspace, 'denied-marker.txt'))).toBe(false);
+});

@@ -18,7 +18,7 @@ NPM_CI   := npm ci --no-audit --no-fund
 # Playwright must never download a browser: the tests use Debian's /usr/bin/chromium.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: all generate build run fmt lint check-generated test test-go e2e e2e-deps bench vendor clean
+.PHONY: all generate build run fmt lint check-generated test test-go e2e e2e-deps bench bench-peers vendor clean
 
 all: build
 
@@ -70,8 +70,19 @@ e2e-deps:
 e2e: build e2e-deps
 	cd e2e && npx playwright test $(E2E_ARGS)
 
+# Countersign's benchmark cases (issue 9; bench/cmd/load): nested calls, direct turns, peak RSS of
+# the server binary, approval round trips and WebSocket fan-out. BENCH_RUNS=3 for medians.
+# Profiling: go test -run '^$$' -bench . -cpuprofile cpu.out ./internal/agent (see bench/RESULTS.md).
+BENCH_RUNS ?= 1
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) run ./bench/cmd/load -runs $(BENCH_RUNS)
+
+# The same cases side by side with the peers (pi and the Vercel AI SDK, copied from ../shared/peers
+# to a temporary folder) in one run, medians of BENCH_PEERS_RUNS runs; writes bench/RESULTS.md and
+# bench/runs/<date>.jsonl. Needs npm: the peers install their pinned packages and Node 24.
+BENCH_PEERS_RUNS ?= 3
+bench-peers:
+	GO=$(GO) PEERS=../shared/peers bench/peers.sh $(BENCH_PEERS_RUNS)
 
 vendor:
 	cd e2e && $(NPM_CI)

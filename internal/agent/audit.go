@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"sync"
 	"time"
@@ -58,7 +59,7 @@ func newAuditLog(store Store, log *slog.Logger) *auditLog {
 // only while the queue is full.
 func (l *auditLog) add(a gate.Approval) {
 	now := time.Now().UTC()
-	a.ID, a.CreatedAt, a.DecidedAt, a.Automatic = gate.NewID(), now, &now, true
+	a.ID, a.CreatedAt, a.DecidedAt, a.Automatic = recordID(now), now, &now, true
 	l.mu.Lock()
 	for l.waiting >= auditQueueMax {
 		l.cond.Wait()
@@ -125,4 +126,22 @@ func (l *auditLog) flush() {
 		l.cond.Wait()
 	}
 	l.mu.Unlock()
+}
+
+// recordID is an id for an automatic record: 26 characters like gate.NewID's, but the first 13
+// encode the time (base32hex, so text order is time order) and only the last 13 are random
+// (65 bits). Why: the approvals' primary key is a B-tree on the id; random ids scatter each
+// batch of thousands of records over the whole tree, time-ordered ones append to its end (about
+// half the cost of a record). Records are decided already, so an id that can be guessed gives
+// nothing away: a decision on one is refused as already resolved.
+func recordID(t time.Time) string {
+	const hex32 = "0123456789ABCDEFGHIJKLMNOPQRSTUV"
+	var b [26]byte
+	n := uint64(t.UnixNano())
+	for i := 12; i >= 0; i-- {
+		b[i] = hex32[n&31]
+		n >>= 5
+	}
+	copy(b[13:], rand.Text()[:13])
+	return string(b[:])
 }

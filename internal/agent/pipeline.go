@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -175,10 +176,10 @@ func (rn *run) decideAndExecute(ctx context.Context, inv *invocation) tool.Resul
 // result rules of SPEC §1 (step 6).
 func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 	r, t := rn.r, inv.tool
-	r.publish(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,
+	rn.publish(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,
 		ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Arguments: inv.args})
 	updates := newThrottle(func(u tool.Update) {
-		r.publish(Event{Type: ToolExecutionUpdate, SessionID: rn.session.ID, MessageID: inv.messageID,
+		rn.publish(Event{Type: ToolExecutionUpdate, SessionID: rn.session.ID, MessageID: inv.messageID,
 			ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Update: &u})
 	})
 	inv.execCtx = ctx
@@ -268,7 +269,7 @@ func (rn *run) finishBatch(store context.Context, msg Message, invs []*invocatio
 			continue
 		}
 		rn.committed(m)
-		rn.r.publish(Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: msg.ID,
+		rn.publish(Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: msg.ID,
 			ToolCallID: inv.call.ID, ToolName: inv.call.Name, Arguments: inv.args, Result: &res, Message: &m})
 	}
 	return storeErr
@@ -332,7 +333,7 @@ func (tc *toolContext) ExecuteTool(ctx context.Context, name string, arguments a
 		rn.prepare(ctx, child, true)
 	}
 	res := rn.complete(ctx, child)
-	rn.r.publish(Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: child.messageID,
+	rn.publish(Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: child.messageID,
 		ToolCallID: id, ParentToolCallID: parent.call.ID, ToolName: name, Arguments: child.args, Result: &res})
 	errText := ""
 	if res.IsError {
@@ -360,6 +361,11 @@ func marshalArguments(v any) (json.RawMessage, error) {
 			return nil, err
 		}
 		raw = b
+	}
+	// The common case, a JSON object, is checked without decoding it (json.Valid allocates
+	// nothing); anything else is decoded for the error's text.
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) > 0 && t[0] == '{' && json.Valid(raw) {
+		return raw, nil
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {

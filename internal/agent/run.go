@@ -26,6 +26,17 @@ type run struct {
 	// active is the session's active tool set as of the last model request (nil: not computed
 	// yet); see isActive.
 	active atomic.Pointer[map[string]bool]
+	// sessionChanged is set when the session's stored settings change during the run (its
+	// active tools): the next model request reads the session again. Only its active tools
+	// can change; the rest (workspace, model) is fixed when the session is created.
+	sessionChanged atomic.Bool
+}
+
+// publish updates the run's live snapshot, then broadcasts the event: Runner.publish without
+// looking the run up under the Runner's lock, for the events the run itself emits.
+func (rn *run) publish(ev Event) {
+	rn.live.apply(ev)
+	rn.r.cfg.Broker.Publish(ev)
 }
 
 // committed extends the in-memory transcript with an entry the store has just committed. Before
@@ -57,20 +68,20 @@ func (rn *run) drive(resume func(store context.Context) error) {
 		}
 		r.publish(Event{Type: AgentEnd, SessionID: sid, Error: runErr})
 	}()
-	r.publish(Event{Type: AgentStart, SessionID: sid})
+	rn.publish(Event{Type: AgentStart, SessionID: sid})
 	if resume != nil {
 		if err := resume(store); err != nil {
 			runErr = err.Error()
 			return
 		}
-		r.publish(Event{Type: TurnEnd, SessionID: sid})
+		rn.publish(Event{Type: TurnEnd, SessionID: sid})
 		if rn.ctx.Err() != nil {
 			runErr = context.Cause(rn.ctx).Error()
 			return
 		}
 	}
 	for turn := 0; turn < maxTurns; turn++ {
-		r.publish(Event{Type: TurnStart, SessionID: sid})
+		rn.publish(Event{Type: TurnStart, SessionID: sid})
 		msg, err := rn.streamMessage(store)
 		if err != nil {
 			runErr = err.Error()
@@ -79,7 +90,7 @@ func (rn *run) drive(resume func(store context.Context) error) {
 		}
 		if msg.StopReason == Error || msg.StopReason == Aborted {
 			runErr = msg.ErrorMessage
-			r.publish(Event{Type: TurnEnd, SessionID: sid})
+			rn.publish(Event{Type: TurnEnd, SessionID: sid})
 			return
 		}
 		calls := msg.ToolCalls()
@@ -89,7 +100,7 @@ func (rn *run) drive(resume func(store context.Context) error) {
 				return
 			}
 		}
-		r.publish(Event{Type: TurnEnd, SessionID: sid})
+		rn.publish(Event{Type: TurnEnd, SessionID: sid})
 		if msg.StopReason != ToolUse || len(calls) == 0 {
 			return
 		}
@@ -117,29 +128,42 @@ func (rn *run) streamMessage(store context.Context) (Message, error) {
 		}
 		rn.loaded = true
 	}
-	sess, err := r.cfg.Store.Session(store, sid)
-	if err != nil {
-		return Message{}, err
+	if rn.sessionChanged.Swap(false) {
+		sess, err := r.cfg.Store.Session(store, sid)
+		if err != nil {
+			return Message{}, err
+		}
+		rn.session = sess
 	}
-	rn.session = sess
-	rn.active.Store(nil)
+	sess := rn.session
+	rn.active.Store(nil) // recomputed for this request: the registry's default set may have changed
 	// Clipped: a provider that appends to the list cannot write into the run's transcript.
 	req := Request{SessionID: sid, Tools: rn.declaredTools(), Messages: slices.Clip(rn.transcript)}
 
 	live := Message{ID: newID(), Role: Assistant, Model: sess.Model, Timestamp: time.Now().UTC()}
 	start := live // events carry copies: live keeps changing as the stream arrives
-	r.publish(Event{Type: MessageStart, SessionID: sid, MessageID: live.ID, Message: &start})
+	rn.publish(Event{Type: MessageStart, SessionID: sid, MessageID: live.ID, Message: &start})
+	// Text deltas reach subscribers as message_update at most once per updateInterval, each with
+	// the whole message so far and, as Delta, all the text streamed since the previous one: a
+	// model streams far more often than a page can show, and every event is sent to every viewer.
+	sent := 0 // bytes of text already published; only the throttle's publish touches it
+	updates := newThrottle(func(snap Message) {
+		text := snap.Text()
+		rn.publish(Event{Type: MessageUpdate, SessionID: sid, MessageID: snap.ID, Message: &snap, Delta: text[sent:]})
+		sent = len(text)
+	})
 	msg, err := rn.model.Stream(rn.ctx, req, func(d Delta) {
 		switch {
 		case d.Text != "":
 			live.Content = appendText(live.Content, d.Text)
 			snap := live
 			snap.Content = slices.Clone(live.Content)
-			r.publish(Event{Type: MessageUpdate, SessionID: sid, MessageID: live.ID, Message: &snap, Delta: d.Text})
+			updates.update(snap)
 		case d.ToolCall != nil:
 			live.Content = append(live.Content, *d.ToolCall)
 		}
 	})
+	updates.flush()
 	msg.ID, msg.Role, msg.Model, msg.Timestamp = live.ID, Assistant, sess.Model, live.Timestamp
 	switch {
 	case rn.ctx.Err() != nil:
@@ -160,7 +184,7 @@ func (rn *run) streamMessage(store context.Context) (Message, error) {
 		return Message{}, err
 	}
 	rn.committed(msg)
-	r.publish(Event{Type: MessageEnd, SessionID: sid, MessageID: msg.ID, Message: &msg})
+	rn.publish(Event{Type: MessageEnd, SessionID: sid, MessageID: msg.ID, Message: &msg})
 	return msg, nil
 }
 

@@ -348,6 +348,12 @@ func (r *Runner) SetActiveTools(ctx context.Context, sessionID string, names []s
 	if err := r.cfg.Store.SetActiveTools(ctx, sessionID, active); err != nil {
 		return nil, nil, err
 	}
+	// A run in progress reads the session again before its next model request.
+	r.mu.Lock()
+	if rn := r.runs[sessionID]; rn != nil {
+		rn.sessionChanged.Store(true)
+	}
+	r.mu.Unlock()
 	s, err := r.cfg.Store.Session(ctx, sessionID)
 	if err == nil {
 		r.publish(Event{Type: SessionUpdated, SessionID: sessionID, Session: &s})

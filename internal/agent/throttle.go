@@ -3,32 +3,32 @@ package agent
 import (
 	"sync"
 	"time"
-
-	"countersign/internal/tool"
 )
 
-// updateInterval is the least time between two tool_execution_update events of one call. A tool
-// may call onUpdate as often as it likes; subscribers see at most one update per interval, and
-// always the last one (flushed before tool_execution_end).
+// updateInterval is the least time between two tool_execution_update events of one call, and
+// between two message_update events of one streaming message. A tool may call onUpdate, and a
+// model may stream deltas, as often as it likes; subscribers see at most one update per interval,
+// and always the last one (flushed before tool_execution_end / message_end).
 const updateInterval = 50 * time.Millisecond
 
-// throttle coalesces a call's onUpdate reports.
-type throttle struct {
-	publish func(tool.Update)
+// throttle coalesces a call's onUpdate reports, or a message's streamed text, to at most one
+// publish per updateInterval.
+type throttle[T any] struct {
+	publish func(T)
 
 	pubMu sync.Mutex // held while publishing, so flush waits for a publish in flight
 
 	mu      sync.Mutex
 	last    time.Time
-	pending *tool.Update
+	pending *T
 	timer   *time.Timer
 	closed  bool
 }
 
-func newThrottle(publish func(tool.Update)) *throttle { return &throttle{publish: publish} }
+func newThrottle[T any](publish func(T)) *throttle[T] { return &throttle[T]{publish: publish} }
 
 // update is the onUpdate callback given to the tool; it never blocks on subscribers.
-func (t *throttle) update(u tool.Update) {
+func (t *throttle[T]) update(u T) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -50,7 +50,7 @@ func (t *throttle) update(u tool.Update) {
 	t.mu.Unlock()
 }
 
-func (t *throttle) fire() {
+func (t *throttle[T]) fire() {
 	t.pubMu.Lock()
 	defer t.pubMu.Unlock()
 	t.mu.Lock()
@@ -64,7 +64,7 @@ func (t *throttle) fire() {
 }
 
 // flush publishes the last pending update, if any, and ignores later ones.
-func (t *throttle) flush() {
+func (t *throttle[T]) flush() {
 	t.pubMu.Lock()
 	defer t.pubMu.Unlock()
 	t.mu.Lock()

@@ -26,7 +26,7 @@ func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 	if err != nil {
 		return err
 	}
-	_, err = db.write.ExecContext(ctx, insertApproval, args...)
+	_, err = db.writes.ExecContext(ctx, insertApproval, args...)
 	return approvalError(a, err)
 }
 
@@ -39,15 +39,17 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 	if len(as) == 0 {
 		return nil
 	}
+	// Prepared before the transaction takes the only write connection.
+	prepared, err := db.writes.stmt(ctx, insertApproval)
+	if err != nil {
+		return err
+	}
 	tx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, insertApproval)
-	if err != nil {
-		return err
-	}
+	stmt := tx.StmtContext(ctx, prepared)
 	defer stmt.Close()
 	for _, a := range as {
 		args, err := db.approvalRow(a)
@@ -111,6 +113,11 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	if r.At.IsZero() {
 		r.At = db.Now()
 	}
+	// Prepared before the transaction takes the only write connection.
+	resolve, err := db.writes.stmt(ctx, resolveApproval)
+	if err != nil {
+		return gate.Approval{}, err
+	}
 	// A transaction (BEGIN IMMEDIATE: the write lock from the start) so that "no row updated"
 	// and the existence check that explains it see the same database.
 	tx, err := db.write.BeginTx(ctx, nil)
@@ -118,10 +125,7 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 		return gate.Approval{}, err
 	}
 	defer tx.Rollback()
-	a, err = scanApproval(tx.QueryRowContext(ctx, `UPDATE approvals
-		SET status = ?, decided_by = ?, reason = ?, scope = ?, edited_arguments = ?, automatic = ?, decided_at = ?, derived_from = ?
-		WHERE id = ? AND status = 'pending'
-		RETURNING `+approvalColumns,
+	a, err = scanApproval(tx.StmtContext(ctx, resolve).QueryRowContext(ctx,
 		string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
 		formatTime(r.At), r.DerivedFrom, id))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -147,10 +151,15 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	return a, nil
 }
 
+const resolveApproval = `UPDATE approvals
+	SET status = ?, decided_by = ?, reason = ?, scope = ?, edited_arguments = ?, automatic = ?, decided_at = ?, derived_from = ?
+	WHERE id = ? AND status = 'pending'
+	RETURNING ` + approvalColumns
+
 // Approval returns the approval with the given id, or apperr.NotFound.
 func (db *DB) Approval(ctx context.Context, id string) (a gate.Approval, err error) {
 	defer apperr.Wrap(&err, "store.Approval(%s)", id)
-	a, err = scanApproval(db.read.QueryRowContext(ctx,
+	a, err = scanApproval(db.reads.QueryRowContext(ctx,
 		`SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
@@ -247,7 +256,7 @@ func (db *DB) CreateGrant(ctx context.Context, g gate.Grant) (err error) {
 func (db *DB) Grant(ctx context.Context, sessionID, toolName string) (g gate.Grant, err error) {
 	defer apperr.Wrap(&err, "store.Grant(%s, %s)", sessionID, toolName)
 	var created string
-	err = db.read.QueryRowContext(ctx, `SELECT session_id, tool_name, approval_id, granted_by, created_at
+	err = db.reads.QueryRowContext(ctx, `SELECT session_id, tool_name, approval_id, granted_by, created_at
 		FROM grants WHERE session_id = ? AND tool_name = ?`, sessionID, toolName).
 		Scan(&g.SessionID, &g.ToolName, &g.ApprovalID, &g.GrantedBy, &created)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -43,7 +43,7 @@ func (db *DB) CreateSession(ctx context.Context, s agent.Session) (err error) {
 // Session returns the session with the given id, or apperr.NotFound.
 func (db *DB) Session(ctx context.Context, id string) (s agent.Session, err error) {
 	defer apperr.Wrap(&err, "store.Session(%s)", id)
-	s, err = scanSession(db.read.QueryRowContext(ctx,
+	s, err = scanSession(db.reads.QueryRowContext(ctx,
 		`SELECT `+sessionColumns+` FROM sessions WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return agent.Session{}, apperr.Errorf(apperr.NotFound, "session %s not found", id)
@@ -100,7 +100,7 @@ func (db *DB) AppendEntry(ctx context.Context, sessionID string, m agent.Message
 	// One statement is one transaction: seq is computed and used under the write lock, and the
 	// single write connection means no other insert of ours can interleave anyway.
 	var seq int64
-	err = db.write.QueryRowContext(ctx, `
+	err = db.writes.QueryRowContext(ctx, `
 		INSERT INTO entries (session_id, seq, role, tool_call_id, message, created_at)
 		SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ? FROM entries WHERE session_id = ?
 		RETURNING seq`,
@@ -139,7 +139,7 @@ func (db *DB) Entries(ctx context.Context, sessionID string) (_ []agent.Entry, e
 }
 
 func (db *DB) updateSession(ctx context.Context, id, query string, args ...any) error {
-	res, err := db.write.ExecContext(ctx, query, args...)
+	res, err := db.writes.ExecContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -51,6 +52,10 @@ type DB struct {
 	write *sql.DB // exactly one connection: every write, and every transaction
 	read  *sql.DB // query_only connections for plain reads
 	ckpt  *sql.DB // one connection for the background checkpoints
+	// writes and reads prepare the statements of the hot paths (a transcript entry, an
+	// approval, a session) once per connection instead of once per call: compiling the SQL
+	// cost as much as running it.
+	writes, reads *stmtCache
 
 	stopCheckpoints context.CancelFunc
 	checkpointsDone chan struct{}
@@ -122,7 +127,8 @@ func Open(ctx context.Context, path string) (_ *DB, err error) {
 		return nil, err
 	}
 	ckpt.SetMaxOpenConns(1)
-	db := &DB{Now: time.Now, path: abs, write: write, read: read, ckpt: ckpt}
+	db := &DB{Now: time.Now, path: abs, write: write, read: read, ckpt: ckpt,
+		writes: newStmtCache(write), reads: newStmtCache(read)}
 	if err := db.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -143,7 +149,62 @@ func (db *DB) Close() error {
 		db.stopCheckpoints()
 		<-db.checkpointsDone
 	}
-	return errors.Join(db.read.Close(), db.write.Close(), db.ckpt.Close())
+	return errors.Join(db.reads.close(), db.writes.close(), db.read.Close(), db.write.Close(), db.ckpt.Close())
+}
+
+// stmtCache prepares each query once and keeps it: database/sql then prepares it on each
+// connection of the pool at its first use there and reuses it. Only constant query texts go
+// through it, so it holds a few dozen statements at most. Preparing takes a connection of the
+// pool: never call it while a transaction holds the write pool's only connection.
+type stmtCache struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+func newStmtCache(db *sql.DB) *stmtCache { return &stmtCache{db: db, m: map[string]*sql.Stmt{}} }
+
+func (c *stmtCache) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.m[query]; ok {
+		return st, nil
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	c.m[query] = st
+	return st, nil
+}
+
+// ExecContext is sql.DB's, with the statement prepared once.
+func (c *stmtCache) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// QueryRowContext is sql.DB's, with the statement prepared once.
+func (c *stmtCache) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return c.db.QueryRowContext(ctx, query, args...) // reports the same error
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+func (c *stmtCache) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for q, st := range c.m {
+		errs = append(errs, st.Close())
+		delete(c.m, q)
+	}
+	return errors.Join(errs...)
 }
 
 // checkpoints runs a PASSIVE checkpoint every checkpointInterval until ctx ends (see

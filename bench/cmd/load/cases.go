@@ -1,0 +1,569 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/benchkit"
+	"countersign/internal/gate"
+)
+
+// newEnv is a benchkit environment in a fresh temporary folder; cleanup closes and removes it.
+func newEnv(ctx context.Context, opt benchkit.Options) (*benchkit.Env, func(), error) {
+	dir, err := os.MkdirTemp("", "countersign-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := benchkit.New(ctx, dir, opt)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return e, func() { e.Close(); os.RemoveAll(dir) }, nil
+}
+
+// nested: one model call to review_diff, which runs run_checks and failing_tests n times each
+// through ExecuteTool. No viewer is connected (pi-bench.mjs has none either).
+func nested(ctx context.Context, n int) (line, error) {
+	e, cleanup, err := newEnv(ctx, benchkit.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	sess, err := e.NewSession(ctx, "nested", benchkit.NestedScript(n))
+	if err != nil {
+		return nil, err
+	}
+	c0, t0 := benchkit.CPU(), time.Now()
+	if err := e.Runner.Send(ctx, sess.ID, "go"); err != nil {
+		return nil, err
+	}
+	e.Runner.Wait()
+	total, cpu := time.Since(t0), benchkit.CPU()-c0
+
+	entries, err := e.DB.Entries(ctx, sess.ID)
+	if err != nil {
+		return nil, err
+	}
+	var rd *agent.Message
+	toolResults, nestedEntries := 0, 0
+	for i := range entries {
+		m := &entries[i].Message
+		switch m.Role {
+		case agent.ToolResult:
+			toolResults++
+			if m.ToolName == "review_diff" {
+				rd = m
+			} else {
+				nestedEntries++
+			}
+		case agent.Assistant:
+			for _, c := range m.ToolCalls() {
+				if c.Name != "review_diff" {
+					nestedEntries++
+				}
+			}
+		}
+	}
+	if rd == nil || rd.Result == nil {
+		return nil, fmt.Errorf("no review_diff result in the transcript")
+	}
+	var d benchkit.NestedDetails
+	if err := json.Unmarshal(rd.Result.Details, &d); err != nil {
+		return nil, fmt.Errorf("review_diff details: %v (result %s)", err, rd.Result.TextOf())
+	}
+	// Every nested call is audited (SPEC §3), committed before the parent's result.
+	approvals, err := e.DB.Approvals(ctx, sess.ID, "")
+	if err != nil {
+		return nil, err
+	}
+	audited := 0
+	for _, a := range approvals {
+		if a.ParentToolCallID == "rd" && a.Automatic && a.Status == gate.Approved {
+			audited++
+		}
+	}
+	calls := 2 * n
+	kept, complete := 0, false
+	if nc := rd.Result.NestedCalls; nc != nil {
+		kept, complete = len(nc.Calls), nc.Complete
+	}
+	if e.GateNested.Load() != int64(calls) || d.OK != calls || nestedEntries != 0 || toolResults != 1 || audited != calls {
+		return nil, fmt.Errorf("nested n=%d: gate saw %d, ok %d, nested entries %d, tool results %d, audited %d",
+			n, e.GateNested.Load(), d.OK, nestedEntries, toolResults, audited)
+	}
+	loop := time.Duration(d.LoopNs)
+	return line{}.add("peer", "countersign").add("case", "nested").add("n", n).add("calls", calls).
+		add("us_per_call", round2(float64(loop.Nanoseconds())/1e3/float64(calls))).
+		add("loop_ms", ms(loop)).add("loop_cpu_ms", ms(time.Duration(d.LoopCPUNs))).
+		add("total_ms", ms(total)).add("cpu_ms", ms(cpu)).
+		add("us_per_call_total", round2(float64(total.Nanoseconds())/1e3/float64(calls))).
+		add("gate_saw", e.GateNested.Load()).
+		add("handler_saw_all_nested", e.GateNested.Load() == int64(calls)).
+		add("all_nested_ok", d.OK == calls).
+		add("transcript_nested_entries", nestedEntries).add("transcript_tool_results", toolResults).
+		add("nested_calls_record_kept", kept).add("nested_calls_record_complete", complete).
+		add("audit_rows", audited), nil
+}
+
+// direct: K model turns of one echo call each, then text, through the JSON API with one events
+// WebSocket connected.
+func direct(ctx context.Context, k int) (line, error) {
+	e, cleanup, err := newEnv(ctx, benchkit.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	a, stop, err := serve(e)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	name := fmt.Sprintf("direct-%d", k)
+	e.Models.Add(name, benchkit.DirectScript(k))
+	id, err := a.createSession(ctx, name, "faux:"+name)
+	if err != nil {
+		return nil, err
+	}
+	c, err := a.events(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer c.CloseNow()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := readUntilEnd(ctx, c, nil)
+		done <- result{n, err}
+	}()
+	c0, t0 := benchkit.CPU(), time.Now()
+	if err := a.send(ctx, id, "go"); err != nil {
+		return nil, err
+	}
+	r := <-done
+	total, cpu := time.Since(t0), benchkit.CPU()-c0
+	if r.err != nil {
+		return nil, r.err
+	}
+	ts := e.Echo.Times()
+	entries, err := e.DB.Entries(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(ts) != k || len(entries) != 2*k+2 {
+		return nil, fmt.Errorf("direct K=%d: echo ran %d times, %d entries", k, len(ts), len(entries))
+	}
+	first, last := benchkit.TurnSpread(ts)
+	return line{}.add("peer", "countersign").add("case", "direct").add("model", "faux").add("n", k).
+		add("total_ms", ms(total)).add("cpu_ms", ms(cpu)).
+		add("us_per_call", round2(float64(total.Nanoseconds())/1e3/float64(k))).
+		add("turn_us_first50", first).add("turn_us_last50", last).
+		add("turn_ratio", round2(float64(last)/float64(max(first, 1)))).
+		add("events", r.n).add("entries", len(entries)), nil
+}
+
+// rss: the server binary as its own process, through a K-turn session over the JSON API. The
+// binary has no echo tool: each turn calls read_file on a one-line file (read-only, no prompt).
+func rss(ctx context.Context, bin string, k int) (line, error) {
+	dir, err := os.MkdirTemp("", "countersign-bench-rss-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ws, scripts := filepath.Join(dir, "workspace"), filepath.Join(dir, "scripts")
+	for _, d := range []string{ws, scripts} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, "echo.txt"), []byte("hello\n"), 0o644); err != nil {
+		return nil, err
+	}
+	var steps []string
+	for i := range k {
+		steps = append(steps, fmt.Sprintf(`{"content":[{"type":"toolCall","id":"c%d","name":"read_file","arguments":{"path":"echo.txt"}}],"stopReason":"toolUse"}`, i))
+	}
+	steps = append(steps, `{"content":[{"type":"text","text":"done"}],"stopReason":"stop"}`)
+	name := fmt.Sprintf("rss-%d", k)
+	script := `{"steps":[` + strings.Join(steps, ",\n") + `]}`
+	if err := os.WriteFile(filepath.Join(scripts, name+".json"), []byte(script), 0o644); err != nil {
+		return nil, err
+	}
+	p, err := startServer(ctx, bin, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "data", "cs.db"),
+		"-workspace", ws, "-scripts", scripts, "-faux-delay", "0")
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+	pid := p.cmd.Process.Pid
+	// The first request makes sure the server serves before its start RSS is read.
+	id, err := p.api.createSession(ctx, name, "faux:"+name)
+	if err != nil {
+		return nil, err
+	}
+	started, err := memory(pid)
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.api.events(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer c.CloseNow()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := readUntilEnd(ctx, c, nil)
+		done <- result{n, err}
+	}()
+	t0 := time.Now()
+	if err := p.api.send(ctx, id, "go"); err != nil {
+		return nil, err
+	}
+	r := <-done
+	total := time.Since(t0)
+	if r.err != nil {
+		return nil, r.err
+	}
+	ended, err := memory(pid)
+	if err != nil {
+		return nil, err
+	}
+	var sess struct{ Entries []json.RawMessage }
+	if err := p.api.do(ctx, "GET", "/api/sessions/"+id, nil, &sess, 200); err != nil {
+		return nil, err
+	}
+	if len(sess.Entries) != 2*k+2 {
+		return nil, fmt.Errorf("rss K=%d: %d entries", k, len(sess.Entries))
+	}
+	mb := func(b int64) float64 { return round1(float64(b) / (1 << 20)) }
+	return line{}.add("peer", "countersign").add("case", "rss").add("n", k).
+		add("rss_after_start_mb", mb(started.rss)).add("rss_mb", mb(ended.rss)).add("max_rss_mb", mb(ended.hwm)).
+		add("rss_anon_mb", mb(ended.anon)).add("rss_file_mb", mb(ended.file)).
+		add("total_ms", ms(total)).add("us_per_call", round2(float64(total.Nanoseconds())/1e3/float64(k))).
+		add("events", r.n).add("entries", len(sess.Entries)), nil
+}
+
+// approvals: n sessions, each parked on a pending approval, one events WebSocket client per
+// session that approves over HTTP as soon as it sees approval_requested. Mode one_at_a_time
+// starts a session when the previous one has ended; burst starts all n at once, so n prompts and
+// n decisions are in flight together.
+func approvals(ctx context.Context, n int, mode string) (line, error) {
+	e, cleanup, err := newEnv(ctx, benchkit.Options{ApprovalTimeout: 5 * time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	a, stop, err := serve(e)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	type client struct {
+		id             string
+		asked, started time.Time // frame arrivals at the client
+		created        time.Time // the approval's createdAt, stamped just before it is stored
+		decided        time.Time // its decidedAt, stamped just before the decision is stored
+		callID         string
+		decideErr      error
+		done           chan error
+	}
+	clients := make([]*client, n)
+	for i := range clients {
+		name := fmt.Sprintf("gated-%d", i)
+		e.Models.Add(name, benchkit.GatedScript())
+		id, err := a.createSession(ctx, name, "faux:"+name)
+		if err != nil {
+			return nil, err
+		}
+		cl := &client{id: id, done: make(chan error, 1)}
+		clients[i] = cl
+		c, err := a.events(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		defer c.CloseNow()
+		go func() {
+			_, err := readUntilEnd(ctx, c, func(ev *event, _ []byte, at time.Time) {
+				switch ev.Type {
+				case "approval_requested":
+					cl.asked, cl.callID = at, ev.ToolCallID
+					cl.created = ev.Approval.CreatedAt
+					cl.decideErr = a.approve(ctx, ev.Approval.ID)
+				case "approval_resolved":
+					if ev.Approval != nil && ev.Approval.DecidedAt != nil {
+						cl.decided = *ev.Approval.DecidedAt
+					}
+				case "tool_execution_start":
+					if ev.ToolCallID == cl.callID {
+						cl.started = at
+					}
+				}
+			})
+			if err == nil {
+				err = cl.decideErr
+			}
+			cl.done <- err
+		}()
+	}
+	t0 := time.Now()
+	switch mode {
+	case "one_at_a_time":
+		for _, cl := range clients {
+			if err := a.send(ctx, cl.id, "go"); err != nil {
+				return nil, err
+			}
+			if err := <-cl.done; err != nil {
+				return nil, err
+			}
+		}
+	case "burst":
+		errs := make(chan error, n)
+		for _, cl := range clients {
+			go func() { errs <- a.send(ctx, cl.id, "go") }()
+		}
+		for range clients {
+			if err := <-errs; err != nil {
+				return nil, err
+			}
+		}
+		for _, cl := range clients {
+			if err := <-cl.done; err != nil {
+				return nil, err
+			}
+		}
+	default:
+		return nil, fmt.Errorf("unknown mode %q", mode)
+	}
+	total := time.Since(t0)
+	// server: createdAt → the tool's first line; shown: createdAt → the prompt's arrival at the
+	// client; answered: arrival → decidedAt (the client's POST, the handler, its reads);
+	// resumed: decidedAt → the tool's first line (the decision's commit, waking the call).
+	var server, seen, shown, answered, resumed []float64
+	us := func(d time.Duration) float64 { return float64(d.Microseconds()) }
+	for _, cl := range clients {
+		v, ok := e.Gated.Load(cl.callID)
+		if !ok || cl.started.IsZero() || cl.decided.IsZero() {
+			return nil, fmt.Errorf("session %s: the gated call did not start", cl.id)
+		}
+		started := v.(time.Time)
+		server = append(server, us(started.Sub(cl.created)))
+		seen = append(seen, us(cl.started.Sub(cl.asked)))
+		shown = append(shown, us(cl.asked.Sub(cl.created)))
+		answered = append(answered, us(cl.decided.Sub(cl.asked)))
+		resumed = append(resumed, us(started.Sub(cl.decided)))
+	}
+	return line{}.add("peer", "countersign").add("case", "approval_round_trip").add("mode", mode).add("n", n).
+		add("p50_us", percentile(server, 50)).add("p99_us", percentile(server, 99)).add("max_us", percentile(server, 100)).
+		add("client_p50_us", percentile(seen, 50)).add("client_p99_us", percentile(seen, 99)).
+		add("shown_p50_us", percentile(shown, 50)).add("shown_p99_us", percentile(shown, 99)).
+		add("answered_p50_us", percentile(answered, 50)).add("answered_p99_us", percentile(answered, 99)).
+		add("resumed_p50_us", percentile(resumed, 50)).add("resumed_p99_us", percentile(resumed, 99)).
+		add("total_ms", ms(total)), nil
+}
+
+// fanout: viewersPer events WebSockets on each of sessions sessions, every session streaming text
+// (word-sized deltas, chunkDelay apart) and tool calls at once. Two delays per event a viewer
+// receives, both stamped in this process on one clock:
+//   - delivery (p50_ms, p99_ms): from the event's publication to its arrival at the viewer. The
+//     publication is stamped by an in-process subscriber of the session (a probe, as a viewer
+//     with no socket), so it is at or just after the publish; every event type is counted but
+//     tool_execution_update (none here);
+//   - text (text_p50_ms, text_p99_ms), message_update only: from the moment the model handed
+//     over the newest text in the update to its arrival; it includes the wait for the next
+//     message_update (at most one per 50ms per message, see agent.updateInterval).
+//
+// A viewer that receives a coalesced update (newer text superseding updates it had not been
+// sent yet) counts the newest one.
+func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Duration) (line, error) {
+	type textKey struct {
+		session         string
+		turn, textBytes int
+	}
+	// evKey names one event of a session: its type, ids, text length (message_update) and how
+	// many events with the same name came before it.
+	type evKey struct {
+		session, typ, messageID, toolCallID string
+		textBytes, nth                      int
+	}
+	var mu sync.Mutex
+	handed := map[textKey]time.Time{}
+	published := map[evKey]time.Time{}
+	e, cleanup, err := newEnv(ctx, benchkit.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	e.Models.ChunkDelay = chunkDelay
+	e.Models.OnText = func(sessionID string, turn, textLen int, at time.Time) {
+		mu.Lock()
+		handed[textKey{sessionID, turn, textLen}] = at
+		mu.Unlock()
+	}
+	a, stop, err := serve(e)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	const turns, textBytes = 10, 300
+	ids := make([]string, sessions)
+	var probes sync.WaitGroup
+	for s := range ids {
+		name := fmt.Sprintf("stream-%d", s)
+		e.Models.Add(name, benchkit.StreamScript(turns, textBytes))
+		if ids[s], err = a.createSession(ctx, name, "faux:"+name); err != nil {
+			return nil, err
+		}
+		sub := e.Broker.Subscribe(ids[s])
+		defer e.Broker.Unsubscribe(sub)
+		probes.Add(1)
+		go func() {
+			defer probes.Done()
+			seen := map[evKey]int{}
+			for ev := range sub.C {
+				at := time.Now()
+				k := evKey{session: ev.SessionID, typ: string(ev.Type), messageID: ev.MessageID, toolCallID: ev.ToolCallID}
+				if ev.Type == agent.MessageUpdate && ev.Message != nil {
+					k.textBytes = len(ev.Message.Text())
+				}
+				k.nth = seen[k]
+				seen[k]++
+				mu.Lock()
+				published[k] = at
+				mu.Unlock()
+				if ev.Type == agent.AgentEnd {
+					return
+				}
+			}
+		}()
+	}
+	type arrival struct {
+		ev   evKey
+		text *textKey
+		at   time.Time
+	}
+	type viewer struct {
+		arrivals []arrival
+		frames   int
+		err      error
+	}
+	viewers := make([]*viewer, sessions*viewersPer)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	ready := make(chan error, len(viewers))
+	sem := make(chan struct{}, 32) // dial at most 32 at a time
+	for i := range viewers {
+		v := &viewer{}
+		viewers[i] = v
+		sid := ids[i%sessions]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			c, err := a.events(ctx, sid)
+			<-sem
+			ready <- err
+			if err != nil {
+				return
+			}
+			defer c.CloseNow()
+			<-start
+			turn := 0
+			seen := map[evKey]int{}
+			v.frames, v.err = readUntilEnd(ctx, c, func(ev *event, frame []byte, at time.Time) {
+				k := evKey{session: sid, typ: ev.Type, messageID: frameString(frame, "messageId"), toolCallID: frameString(frame, "toolCallId")}
+				ar := arrival{at: at}
+				switch ev.Type {
+				case "message_start":
+					if ev.Message != nil && ev.Message.Role == "assistant" {
+						turn++
+					}
+				case "message_update":
+					k.textBytes = ev.textLen()
+					ar.text = &textKey{sid, turn, k.textBytes}
+				case "tool_execution_update":
+					return // coalesced away unevenly: not matched
+				}
+				k.nth = seen[k]
+				seen[k]++
+				ar.ev = k
+				v.arrivals = append(v.arrivals, ar)
+			})
+		}()
+	}
+	for range viewers {
+		if err := <-ready; err != nil {
+			close(start)
+			return nil, fmt.Errorf("connecting viewers: %w", err)
+		}
+	}
+	close(start)
+	c0, t0 := benchkit.CPU(), time.Now()
+	errs := make(chan error, sessions)
+	for _, id := range ids {
+		go func() { errs <- a.send(ctx, id, "go") }()
+	}
+	for range ids {
+		if err := <-errs; err != nil {
+			return nil, err
+		}
+	}
+	wg.Wait()
+	total, cpu := time.Since(t0), benchkit.CPU()-c0
+	probes.Wait()
+	var delays, textDelays []float64
+	frames, dropped, unmatched := 0, 0, 0
+	msOf := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+	for _, v := range viewers {
+		frames += v.frames
+		if v.err == errDropped {
+			dropped++
+		} else if v.err != nil {
+			return nil, v.err
+		}
+		for _, ar := range v.arrivals {
+			if p, ok := published[ar.ev]; ok {
+				delays = append(delays, msOf(ar.at.Sub(p)))
+			} else if ar.ev.typ != "message_update" {
+				unmatched++ // a coalesced update shifts nothing; anything else should match
+			}
+			if ar.text != nil {
+				if h, ok := handed[*ar.text]; ok {
+					textDelays = append(textDelays, msOf(ar.at.Sub(h)))
+				}
+			}
+		}
+	}
+	mode := "paced"
+	if chunkDelay == 0 {
+		mode = "burst"
+	}
+	updates := 0
+	for k := range published {
+		if k.typ == string(agent.MessageUpdate) {
+			updates++
+		}
+	}
+	return line{}.add("peer", "countersign").add("case", "fanout").add("mode", mode).add("n", len(viewers)).
+		add("chunk_delay_ms", ms(chunkDelay)).add("sessions", sessions).add("viewers", len(viewers)).
+		add("events_published", len(published)).add("text_deltas", len(handed)).add("updates_published", updates).
+		add("frames_received", frames).add("events_matched", len(delays)).
+		add("p50_ms", round2(percentile(delays, 50))).add("p99_ms", round2(percentile(delays, 99))).
+		add("max_ms", round2(percentile(delays, 100))).
+		add("text_p50_ms", round2(percentile(textDelays, 50))).add("text_p99_ms", round2(percentile(textDelays, 99))).
+		add("dropped_viewers", dropped).add("unmatched", unmatched).
+		add("total_ms", ms(total)).add("cpu_ms", ms(cpu)), nil
+}

@@ -1,0 +1,312 @@
+// Command load runs Countersign's benchmark cases (issue 9) on the real code paths — SQLite on
+// disk in a temporary folder, the real HTTP server with its JSON API and event WebSockets on
+// loopback, the faux model with no chunk delay — and prints one JSON line per measurement, with
+// the same case names and field names as the peer benchmark (../shared/peers: pi-bench.mjs,
+// ai-bench.mjs), so bench/cmd/report can put them side by side.
+//
+//	go run ./bench/cmd/load [-runs 3] [-cases nested,direct,rss,approval,fanout]
+//
+// Cases:
+//   - nested: one model call to review_diff, which calls run_checks and failing_tests n times
+//     each through ExecuteTool (2n calls through the whole pipeline, one allowing tool_call
+//     handler); us_per_call is measured inside review_diff around the loop, as pi's is.
+//   - direct: K model turns of one read-only echo call each, then a text turn, driven through the
+//     JSON API with one events WebSocket connected; us_per_call is the whole run (POST message
+//     to agent_end on the socket) divided by K; turn_us_first50/last50 are the mean gaps between
+//     consecutive echo executions over the first and the last 50 turns.
+//   - rss: the server binary (cmd/web, built into a temporary folder) as its own process, driven
+//     over the JSON API through a K = 1,000 session; VmRSS and VmHWM from /proc/<pid>/status.
+//   - approval: 100 sessions, each parked on a pending approval, one events WebSocket client per
+//     session that approves over HTTP as soon as it sees approval_requested; the time from the
+//     approval's createdAt to the tool's first line, both stamped in the server process.
+//   - fanout: 1,000 WebSocket viewers on 10 sessions streaming text and tool calls; the delay
+//     from publishing each text delta (stamped in the server process as the model hands it
+//     over) to its arrival at each viewer (same process, same clock).
+//
+// With -runs N > 1 it also prints one median line per measurement (as ../shared/peers/median.mjs
+// does: the median of every numeric field). Progress goes to stderr.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strings"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	runs  int
+	cases map[string]bool
+	bin   string // server binary for rss; empty: build cmd/web
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	runs := fs.Int("runs", 1, "how many times to run every case (medians are printed when more than 1)")
+	cases := fs.String("cases", "nested,direct,rss,approval,fanout", "comma-separated cases to run")
+	bin := fs.String("bin", "", "server binary for the rss case (default: go build ./cmd/web into a temporary folder)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured runs (not the warm-up) to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	opt := options{runs: *runs, cases: map[string]bool{}, bin: *bin}
+	for _, c := range strings.Split(*cases, ",") {
+		opt.cases[strings.TrimSpace(c)] = true
+	}
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "load: "+format+"\n", a...) }
+	out := &printer{w: stdout}
+
+	if opt.cases["rss"] && opt.bin == "" {
+		dir, err := os.MkdirTemp("", "countersign-bench-bin-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		logf("building cmd/web")
+		if opt.bin, err = buildServer(ctx, dir); err != nil {
+			return err
+		}
+	}
+
+	// Warm-up, unreported, as the peers do (module init, first SQLite file, first sockets).
+	if opt.cases["nested"] {
+		if _, err := nested(ctx, 1000); err != nil {
+			return err
+		}
+	}
+	if opt.cases["direct"] {
+		if _, err := direct(ctx, 200); err != nil {
+			return err
+		}
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	for r := 1; r <= opt.runs; r++ {
+		out.emit(meta(r))
+		type step struct {
+			name string
+			f    func() (line, error)
+		}
+		var steps []step
+		if opt.cases["nested"] {
+			for _, n := range []int{1000, 10000} {
+				steps = append(steps, step{fmt.Sprintf("nested n=%d", n), func() (line, error) { return nested(ctx, n) }})
+			}
+		}
+		if opt.cases["direct"] {
+			for _, k := range []int{200, 1000} {
+				steps = append(steps, step{fmt.Sprintf("direct K=%d", k), func() (line, error) { return direct(ctx, k) }})
+			}
+		}
+		if opt.cases["rss"] {
+			steps = append(steps, step{"rss K=1000", func() (line, error) { return rss(ctx, opt.bin, 1000) }})
+		}
+		if opt.cases["approval"] {
+			for _, mode := range []string{"one_at_a_time", "burst"} {
+				steps = append(steps, step{"approval " + mode, func() (line, error) { return approvals(ctx, 100, mode) }})
+			}
+		}
+		if opt.cases["fanout"] {
+			// paced: the faux model's default pause between text chunks (cmd/web -faux-delay,
+			// 15ms), about a real model's streaming rate; burst: no pause at all.
+			for _, d := range []time.Duration{15 * time.Millisecond, 0} {
+				steps = append(steps, step{fmt.Sprintf("fanout chunk delay %v", d), func() (line, error) { return fanout(ctx, 10, 100, d) }})
+			}
+		}
+		for _, s := range steps {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			logf("run %d: %s", r, s.name)
+			runtime.GC()
+			l, err := s.f()
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			out.emit(l)
+		}
+	}
+	if opt.runs > 1 {
+		for _, l := range out.medians() {
+			out.print(l)
+		}
+	}
+	return nil
+}
+
+// meta is the run's context line: machine, load and versions (as run.sh's meta line).
+func meta(r int) line {
+	l := line{}.
+		add("peer", "meta").add("side", "countersign").add("run", r).
+		add("go", runtime.Version()).add("countersign", gitDescribe()).
+		add("date", time.Now().UTC().Format(time.RFC3339)).
+		add("cpus", runtime.NumCPU()).add("cpu", cpuModel()).add("loadavg", loadavg())
+	return l
+}
+
+// line is one JSON output line whose fields keep their order.
+type line []field
+
+type field struct {
+	k string
+	v any
+}
+
+func (l line) add(k string, v any) line { return append(l, field{k, v}) }
+
+func (l line) get(k string) (any, bool) {
+	for _, f := range l {
+		if f.k == k {
+			return f.v, true
+		}
+	}
+	return nil, false
+}
+
+// MarshalJSON writes the fields in order.
+func (l line) MarshalJSON() ([]byte, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, f := range l {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(f.k)
+		v, err := json.Marshal(f.v)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return []byte(b.String()), nil
+}
+
+type printer struct {
+	w     io.Writer
+	lines []line
+}
+
+func (p *printer) emit(l line) {
+	p.lines = append(p.lines, l)
+	p.print(l)
+}
+
+func (p *printer) print(l line) {
+	b, _ := json.Marshal(l)
+	fmt.Fprintln(p.w, string(b))
+}
+
+// medians groups the measurement lines by (case, model, mode, n) and returns one line per group
+// with the median of every numeric field ("n" kept), as median.mjs does.
+func (p *printer) medians() []line {
+	var order []string
+	groups := map[string][]line{}
+	for _, l := range p.lines {
+		if v, _ := l.get("peer"); v == "meta" {
+			continue
+		}
+		var key []string
+		for _, k := range []string{"case", "model", "mode", "n"} {
+			v, _ := l.get(k)
+			key = append(key, fmt.Sprint(v))
+		}
+		ks := strings.Join(key, "|")
+		if groups[ks] == nil {
+			order = append(order, ks)
+		}
+		groups[ks] = append(groups[ks], l)
+	}
+	var out []line
+	for _, ks := range order {
+		rows := groups[ks]
+		m := line{}.add("stat", "median").add("runs", len(rows))
+		for _, f := range rows[0] {
+			if x, ok := number(f.v); ok && f.k != "n" {
+				var xs []float64
+				for _, r := range rows {
+					if v, ok := r.get(f.k); ok {
+						if y, ok := number(v); ok {
+							xs = append(xs, y)
+						}
+					}
+				}
+				_ = x
+				m = m.add(f.k, median(xs))
+				continue
+			}
+			m = m.add(f.k, f.v)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case float64:
+		return x, true
+	}
+	return 0, false
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
+
+// percentile returns the p-th percentile (0 < p ≤ 100, nearest rank) of xs.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := int(float64(len(s))*p/100+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func round1(x float64) float64   { return float64(int64(x*10+0.5)) / 10 }
+func round2(x float64) float64   { return float64(int64(x*100+0.5)) / 100 }
+func ms(d time.Duration) float64 { return round1(float64(d.Microseconds()) / 1e3) }

@@ -176,6 +176,8 @@ func (rn *run) decideAndExecute(ctx context.Context, inv *invocation) tool.Resul
 // result rules of SPEC §1 (step 6).
 func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 	r, t := rn.r, inv.tool
+	// durationMs is the tool's own time: the wait for a person's decision does not count.
+	inv.start = time.Now()
 	rn.publish(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,
 		ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Arguments: inv.args})
 	updates := newThrottle(func(u tool.Update) {

@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -381,11 +379,3 @@ func (r *Runner) publish(ev Event) {
 }
 
 func newID() string { return strings.ToLower(rand.Text()[:16]) }
-
-// errText is an error's message for results and the UI, with the cause of a cancelled context.
-func errText(ctx context.Context, err error) string {
-	if c := context.Cause(ctx); c != nil && errors.Is(err, context.Canceled) {
-		return c.Error()
-	}
-	return fmt.Sprint(err)
-}

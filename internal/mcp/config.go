@@ -301,9 +301,9 @@ func (p *parser) server(name string, nameAt int64) (ServerConfig, error) {
 				err = p.errAt(vat, "server %q: \"command\" is empty", name)
 			}
 		case "args":
-			vat, err = p.value(&s.Args, fmt.Sprintf("server %q: \"args\" must be an array of strings", name))
+			_, err = p.value(&s.Args, fmt.Sprintf("server %q: \"args\" must be an array of strings", name))
 		case "env":
-			vat, err = p.value(&s.Env, fmt.Sprintf("server %q: \"env\" must be an object of strings", name))
+			_, err = p.value(&s.Env, fmt.Sprintf("server %q: \"env\" must be an object of strings", name))
 		case "url":
 			vat, err = p.value(&s.URL, fmt.Sprintf("server %q: \"url\" must be a string", name))
 			if err == nil {
@@ -312,9 +312,9 @@ func (p *parser) server(name string, nameAt int64) (ServerConfig, error) {
 				}
 			}
 		case "headers":
-			vat, err = p.value(&s.Headers, fmt.Sprintf("server %q: \"headers\" must be an object of strings", name))
+			_, err = p.value(&s.Headers, fmt.Sprintf("server %q: \"headers\" must be an object of strings", name))
 		case "trusted":
-			vat, err = p.value(&s.Trusted, fmt.Sprintf("server %q: \"trusted\" must be true or false", name))
+			_, err = p.value(&s.Trusted, fmt.Sprintf("server %q: \"trusted\" must be true or false", name))
 		case "type":
 			// Accepted for files written for other clients (Claude Code's .mcp.json), where it
 			// must agree with command or url.

@@ -53,10 +53,7 @@ func (s *Server) api(h handlerFunc) http.Handler {
 }
 
 func (s *Server) writeJSONError(w http.ResponseWriter, r *http.Request, err error) {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		err = apperr.Errorf(apperr.TooLarge, "The request body is too large (at most %d bytes).", mbe.Limit)
-	}
+	err = tooLarge(err)
 	code := apperr.CodeOf(err)
 	if code == apperr.Internal {
 		s.log.Error("API request failed", "method", r.Method, "path", r.URL.Path, "err", err)

@@ -2,7 +2,6 @@ package web
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -160,9 +159,8 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 // parseForm reads a form body: apperr.TooLarge over the body limit, apperr.Invalid otherwise.
 func parseForm(r *http.Request) error {
 	if err := r.ParseForm(); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return apperr.Errorf(apperr.TooLarge, "The request is too large (at most %d bytes).", mbe.Limit)
+		if err := tooLarge(err); apperr.CodeOf(err) == apperr.TooLarge {
+			return err
 		}
 		return apperr.Errorf(apperr.Invalid, "The form could not be read: %v", err)
 	}

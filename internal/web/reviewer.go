@@ -190,7 +190,8 @@ func (s *Server) reviewerDecide(w http.ResponseWriter, r *http.Request) error {
 	return s.decideAs(w, r, l.SessionID, who.name)
 }
 
-// sharesView is the owner's share panel for a session; created, when set, is an error to show.
+// sharesView is the owner's share panel for a session; formErr, when set, is the create form's
+// refusal to show.
 func (s *Server) sharesView(ctx context.Context, r *http.Request, sessionID, formErr string) (templates.SharesView, error) {
 	v := templates.SharesView{CreateURL: "/sessions/" + sessionID + "/shares", Error: formErr}
 	if s.cfg.Shares == nil {

@@ -227,10 +227,7 @@ func status(code apperr.Code) int {
 // writeError answers an error: a fragment for htmx requests, a page otherwise. Internal errors
 // are logged and shown as "Internal error".
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		err = apperr.Errorf(apperr.TooLarge, "The request is too large (at most %d bytes).", mbe.Limit)
-	}
+	err = tooLarge(err)
 	code := apperr.CodeOf(err)
 	if code == apperr.Internal {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -253,4 +250,14 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, st int, c templ.
 	if err := c.Render(r.Context(), w); err != nil {
 		s.log.Error("render", "path", r.URL.Path, "err", err)
 	}
+}
+
+// tooLarge turns a body over its limit (http.MaxBytesReader) into apperr.TooLarge (413); other
+// errors pass unchanged.
+func tooLarge(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return apperr.Errorf(apperr.TooLarge, "The request is too large (at most %d bytes).", mbe.Limit)
+	}
+	return err
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -34,7 +35,7 @@ var printer = message.NewPrinter(language.English)
 // compileSchema compiles one schema of a tool as JSON Schema 2020-12. The root must be an object
 // schema ("type": "object"), as MCP 2025-11-25 §tools requires of inputSchema and outputSchema.
 // An empty raw means "no schema" (nil, nil).
-func compileSchema(toolName, field string, raw json.RawMessage) (*jsonschema.Schema, error) {
+func compileSchema(toolName, field string, raw json.RawMessage) (*schema, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, nil
 	}
@@ -58,7 +59,51 @@ func compileSchema(toolName, field string, raw json.RawMessage) (*jsonschema.Sch
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: %s does not compile: %v", toolName, field, err)
 	}
-	return sch, nil
+	return &schema{sch: sch}, nil
+}
+
+// schema is a compiled schema with a memo of documents it has accepted.
+//
+// Validating a document against a compiled schema is a pure function of the two (no remote
+// references, no clock), and decoding the document for the validator is most of a small call's
+// cost. Tools are often called with the same arguments — `{}` for a tool without parameters, the
+// same query in a codemode loop — and return the same small structuredContent, so the schema
+// remembers up to memoEntries documents of at most memoDocBytes that it accepted, by their exact
+// bytes, and answers those without decoding. Rejected documents are never remembered: their
+// violations are computed again, so error texts are always fresh. The memo is cleared when full.
+type schema struct {
+	sch *jsonschema.Schema
+
+	mu    sync.RWMutex
+	valid map[string]struct{}
+}
+
+// The bounds of a schema's memo: at most memoEntries × memoDocBytes (128 KiB) per schema.
+const (
+	memoEntries  = 256
+	memoDocBytes = 512
+)
+
+// validate returns doc's violations of the schema (nil: valid).
+func (s *schema) validate(doc []byte) []Violation {
+	if len(doc) <= memoDocBytes {
+		s.mu.RLock()
+		_, ok := s.valid[string(doc)]
+		s.mu.RUnlock()
+		if ok {
+			return nil
+		}
+	}
+	vs := validate(s.sch, doc)
+	if vs == nil && len(doc) <= memoDocBytes {
+		s.mu.Lock()
+		if s.valid == nil || len(s.valid) >= memoEntries {
+			s.valid = make(map[string]struct{}, memoEntries)
+		}
+		s.valid[string(doc)] = struct{}{}
+		s.mu.Unlock()
+	}
+	return vs
 }
 
 // validate checks a JSON document against sch and returns every violation (leaf causes of the
@@ -113,7 +158,7 @@ func (t *Tool) ValidateInput(arguments json.RawMessage) []Violation {
 	if len(bytes.TrimSpace(arguments)) == 0 {
 		arguments = json.RawMessage("{}")
 	}
-	return validate(t.input, arguments)
+	return t.input.validate(arguments)
 }
 
 // ValidateOutput checks structuredContent against the tool's outputSchema (SPEC §1 results, rule
@@ -122,5 +167,5 @@ func (t *Tool) ValidateOutput(structuredContent json.RawMessage) []Violation {
 	if t.output == nil {
 		return nil
 	}
-	return validate(t.output, structuredContent)
+	return t.output.validate(structuredContent)
 }

@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // Exposure decides who sees and who may call a tool (SPEC §1, exposure table).
@@ -123,8 +121,8 @@ type Tool struct {
 	AlwaysAsk bool        `json:"-"`
 	Execute   ExecuteFunc `json:"-"`
 
-	input  *jsonschema.Schema
-	output *jsonschema.Schema
+	input  *schema
+	output *schema
 }
 
 // ActiveByDefault reports whether the tool is in a new session's active set (SPEC §1 table).

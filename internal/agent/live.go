@@ -22,6 +22,8 @@ type LiveCall struct {
 	Result           *tool.Result    `json:"result,omitempty"`
 	// Approval is the call's latest approval, pending or decided.
 	Approval *gate.Approval `json:"approval,omitempty"`
+
+	dropped bool // past the parent's maxNestedCalls finished calls: no longer in the snapshot
 }
 
 // Live is a snapshot of a session's run in progress: the assistant message being streamed (nil
@@ -60,6 +62,10 @@ type liveState struct {
 	// byID finds a call of live.Calls by message and call id without a scan: a run may make
 	// tens of thousands of nested calls, each with several events.
 	byID map[liveKey]*LiveCall
+	// kept counts, per parent call, its finished nested calls still in live.Calls; dropped
+	// counts the calls of live.Calls marked dropped and not yet compacted away.
+	kept    map[liveKey]int
+	dropped int
 }
 
 type liveKey struct{ messageID, toolCallID string }
@@ -95,6 +101,31 @@ func (s *liveState) apply(ev Event) {
 		if len(ev.Arguments) > 0 {
 			c.Arguments = ev.Arguments
 		}
+		if ev.Type == ToolExecutionEnd && c.ParentToolCallID != "" {
+			s.finishNested(c)
+		}
+	}
+}
+
+// finishNested keeps a finished nested call in the snapshot only while its parent has fewer than
+// maxNestedCalls finished ones, as the parent's nestedCalls record will (SPEC §4): a tool may make
+// tens of thousands of nested calls, and a page reloaded mid-run shows the same calls as after.
+// Running calls and calls waiting for a person are always kept.
+func (s *liveState) finishNested(c *LiveCall) {
+	parent := liveKey{c.MessageID, c.ParentToolCallID}
+	if s.kept == nil {
+		s.kept = map[liveKey]int{}
+	}
+	if s.kept[parent] < maxNestedCalls {
+		s.kept[parent]++
+		return
+	}
+	c.dropped = true
+	delete(s.byID, liveKey{c.MessageID, c.ToolCallID})
+	s.dropped++
+	if s.dropped > 2*maxNestedCalls && s.dropped > len(s.live.Calls)/2 {
+		s.live.Calls = slices.DeleteFunc(s.live.Calls, func(c *LiveCall) bool { return c.dropped })
+		s.dropped = 0
 	}
 }
 
@@ -125,6 +156,9 @@ func (s *liveState) snapshot() Live {
 		out.Streaming = &m
 	}
 	for _, c := range s.live.Calls {
+		if c.dropped {
+			continue
+		}
 		cc := *c
 		out.Calls = append(out.Calls, &cc)
 	}

@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestLiveKeepsNestedCallsBounded: a tool making thousands of nested calls leaves at most
+// maxNestedCalls finished ones per parent in the live snapshot (as its nestedCalls record keeps),
+// while running ones are always there, and other parents are not affected.
+func TestLiveKeepsNestedCallsBounded(t *testing.T) {
+	var s liveState
+	ev := func(typ EventType, parent, id string) Event {
+		return Event{Type: typ, SessionID: "s", MessageID: "m", ToolCallID: id, ParentToolCallID: parent, ToolName: "t"}
+	}
+	s.apply(ev(ToolExecutionStart, "", "p"))
+	s.apply(ev(ToolExecutionStart, "", "q"))
+	const n = 5 * maxNestedCalls
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("p/%d", i)
+		s.apply(ev(ToolExecutionStart, "p", id))
+		s.apply(ev(ToolExecutionEnd, "p", id))
+	}
+	s.apply(ev(ToolExecutionStart, "p", "p/running"))
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("q/%d", i)
+		s.apply(ev(ToolExecutionStart, "q", id))
+		s.apply(ev(ToolExecutionEnd, "q", id))
+	}
+	live := s.snapshot()
+	kids := live.Children("m", "p")
+	if len(kids) != maxNestedCalls+1 {
+		t.Fatalf("p has %d live nested calls, want %d finished + 1 running", len(kids), maxNestedCalls)
+	}
+	for i, c := range kids[:maxNestedCalls] {
+		if want := fmt.Sprintf("p/%d", i+1); c.ToolCallID != want || c.Running {
+			t.Fatalf("nested call %d = %s running=%v, want %s finished", i, c.ToolCallID, c.Running, want)
+		}
+	}
+	if c := live.Call("m", "p/running"); c == nil || !c.Running {
+		t.Errorf("the running nested call is missing or not running: %+v", c)
+	}
+	if got := len(live.Children("m", "q")); got != 3 {
+		t.Errorf("q has %d live nested calls, want 3", got)
+	}
+	if len(s.live.Calls) > 4*maxNestedCalls {
+		t.Errorf("live.Calls holds %d calls: dropped calls were not compacted", len(s.live.Calls))
+	}
+	if live.Call("m", "p") == nil || live.Call("m", "q") == nil {
+		t.Error("a model-issued call is missing")
+	}
+}

@@ -2,8 +2,8 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -130,7 +130,7 @@ func (l *auditLog) flush() {
 
 // recordID is an id for an automatic record: 26 characters like gate.NewID's, but the first 13
 // encode the time (base32hex, so text order is time order) and only the last 13 are random
-// (65 bits). Why: the approvals' primary key is a B-tree on the id; random ids scatter each
+// (64 bits). Why: the approvals' primary key is a B-tree on the id; random ids scatter each
 // batch of thousands of records over the whole tree, time-ordered ones append to its end (about
 // half the cost of a record). Records are decided already, so an id that can be guessed gives
 // nothing away: a decision on one is refused as already resolved.
@@ -142,6 +142,12 @@ func recordID(t time.Time) string {
 		b[i] = hex32[n&31]
 		n >>= 5
 	}
-	copy(b[13:], rand.Text()[:13])
+	// The random half comes from math/rand/v2 (the runtime's ChaCha8, seeded from the OS), not
+	// crypto/rand: these ids are not secrets (see above), and crypto/rand costs a system call.
+	r := rand.Uint64()
+	for i := 25; i >= 13; i-- {
+		b[i] = hex32[r&31]
+		r >>= 5
+	}
 	return string(b[:])
 }

@@ -175,6 +175,12 @@ func (db *DB) Approvals(ctx context.Context, sessionID string, status gate.Statu
 		return db.queryApprovals(ctx, `SELECT `+approvalColumns+` FROM approvals
 			WHERE session_id = ? ORDER BY created_at, rowid`, sessionID)
 	}
+	if status == gate.Pending {
+		// The literal lets SQLite use the partial index approvals_pending (a bound parameter
+		// would not).
+		return db.queryApprovals(ctx, `SELECT `+approvalColumns+` FROM approvals
+			WHERE session_id = ? AND status = 'pending' ORDER BY created_at, rowid`, sessionID)
+	}
 	return db.queryApprovals(ctx, `SELECT `+approvalColumns+` FROM approvals
 		WHERE session_id = ? AND status = ? ORDER BY created_at, rowid`, sessionID, string(status))
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -708,5 +709,35 @@ func TestReadPoolIsReadOnly(t *testing.T) {
 	_, err := db.read.ExecContext(context.Background(), `DELETE FROM sessions`)
 	if err == nil {
 		t.Fatal("a write through the read pool succeeded")
+	}
+}
+
+// TestPendingLookupsUseThePartialIndex: automatic records are stored decided, so only pending
+// approvals are indexed by status (migration 0004); the two lookups by pending status must use
+// that index, not scan the session's approvals or the whole table.
+func TestPendingLookupsUseThePartialIndex(t *testing.T) {
+	db := MustOpenDB(t)
+	ctx := context.Background()
+	for _, q := range []string{
+		`SELECT ` + approvalColumns + ` FROM approvals WHERE session_id = 's' AND status = 'pending' ORDER BY created_at, rowid`,
+		`SELECT ` + approvalColumns + ` FROM approvals WHERE status = 'pending' ORDER BY created_at, rowid`,
+	} {
+		rows, err := db.read.QueryContext(ctx, `EXPLAIN QUERY PLAN `+q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if !strings.Contains(strings.Join(plan, "; "), "approvals_pending") {
+			t.Errorf("plan of %q = %q, want it to use approvals_pending", q, plan)
+		}
 	}
 }

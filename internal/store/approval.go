@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
@@ -40,7 +41,11 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 		return nil
 	}
 	// Prepared before the transaction takes the only write connection.
-	prepared, err := db.writes.stmt(ctx, insertApproval)
+	one, err := db.writes.stmt(ctx, insertApproval)
+	if err != nil {
+		return err
+	}
+	many, err := db.writes.stmt(ctx, insertApprovals)
 	if err != nil {
 		return err
 	}
@@ -49,19 +54,64 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 		return err
 	}
 	defer tx.Rollback()
-	stmt := tx.StmtContext(ctx, prepared)
-	defer stmt.Close()
-	for _, a := range as {
-		args, err := db.approvalRow(a)
-		if err != nil {
-			return err
+	stmtOne, stmtMany := tx.StmtContext(ctx, one), tx.StmtContext(ctx, many)
+	defer stmtOne.Close()
+	defer stmtMany.Close()
+	args := make([]any, 0, approvalsPerInsert*approvalColumnCount)
+	for len(as) > 0 {
+		// Rows go approvalsPerInsert to a statement while there are that many: one statement
+		// execution per row is about a third of a small row's cost.
+		chunk, stmt := as[:1], stmtOne
+		if len(as) >= approvalsPerInsert {
+			chunk, stmt = as[:approvalsPerInsert], stmtMany
+		}
+		args = args[:0]
+		for _, a := range chunk {
+			row, err := db.approvalRow(a)
+			if err != nil {
+				return err
+			}
+			args = append(args, row...)
 		}
 		if _, err := stmt.ExecContext(ctx, args...); err != nil {
-			return approvalError(a, err)
+			if len(chunk) == 1 {
+				return approvalError(chunk[0], err)
+			}
+			return db.approvalsError(ctx, tx, stmtOne, chunk, err)
 		}
+		as = as[len(chunk):]
 	}
 	return tx.Commit()
 }
+
+// approvalsError finds which row of a failed multi-row insert broke a constraint, by inserting
+// them one at a time inside a savepoint that is then rolled back (the batch fails either way),
+// so the error names the approval as CreateApproval's would.
+func (db *DB) approvalsError(ctx context.Context, tx *sql.Tx, one *sql.Stmt, chunk []gate.Approval, cause error) error {
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT find_bad_row`); err != nil {
+		return cause
+	}
+	defer tx.ExecContext(ctx, `ROLLBACK TO find_bad_row`)
+	for _, a := range chunk {
+		row, err := db.approvalRow(a)
+		if err != nil {
+			return err
+		}
+		if _, err := one.ExecContext(ctx, row...); err != nil {
+			return approvalError(a, err)
+		}
+	}
+	return cause
+}
+
+// approvalsPerInsert is how many rows CreateApprovals puts in one INSERT (19 parameters each,
+// well under SQLite's limit of 32,766).
+const approvalsPerInsert = 16
+
+const approvalColumnCount = 19
+
+var insertApprovals = `INSERT INTO approvals (` + approvalColumns + `) VALUES ` +
+	strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?), `, approvalsPerInsert), ", ")
 
 const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"reflect"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/tool"
 )
 
 func TestCreateApprovalsIsAllOrNothing(t *testing.T) {
@@ -70,5 +72,91 @@ func TestCheckpointsRunInTheBackground(t *testing.T) {
 			t.Fatalf("database file still %d bytes (was %d) after %v: no checkpoint ran", fi.Size(), before.Size(), 10*checkpointInterval)
 		}
 		time.Sleep(checkpointInterval / 5)
+	}
+}
+
+// BenchmarkCreateApprovals: automatic records of nested calls written in batches of 128, as the
+// agent's audit writer does; ns/op is one record.
+func BenchmarkCreateApprovals(b *testing.B) {
+	db := MustOpenDB(b)
+	ctx := context.Background()
+	if err := db.CreateSession(ctx, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"}); err != nil {
+		b.Fatal(err)
+	}
+	yes := true
+	now := time.Now().UTC()
+	batch := make([]gate.Approval, 0, 128)
+	flush := func() {
+		if err := db.CreateApprovals(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		batch = append(batch, gate.Approval{ID: fmt.Sprintf("%013d%013d", i, i), SessionID: "s1", MessageID: "m1",
+			ToolCallID: fmt.Sprintf("c1/%d", i), ParentToolCallID: "c1", ToolName: "run_checks", ToolTitle: "Run checks",
+			Arguments: []byte(`{}`), Annotations: tool.Annotations{ReadOnlyHint: &yes}, RequestedBy: "review_diff",
+			Status: gate.Approved, Automatic: true, DecidedBy: "policy", Reason: "annotations allow it without approval",
+			CreatedAt: now, DecidedAt: &now})
+		if len(batch) == cap(batch) {
+			flush()
+		}
+	}
+	flush()
+}
+
+// TestCreateApprovalsNamesTheBadRowOfAMultiRowInsert: rows go several to an INSERT; when one of
+// them breaks a constraint the error still names it, and nothing of the batch is stored.
+func TestCreateApprovalsNamesTheBadRowOfAMultiRowInsert(t *testing.T) {
+	db := MustOpenDB(t)
+	ctx := context.Background()
+	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
+	now := time.Now().UTC()
+	mk := func(id, session string) gate.Approval {
+		return gate.Approval{ID: id, SessionID: session, MessageID: "m", ToolCallID: "c/" + id, ToolName: "t",
+			RequestedBy: "p", Status: gate.Approved, Automatic: true, DecidedBy: "policy", CreatedAt: now, DecidedAt: &now}
+	}
+	if err := db.CreateApproval(ctx, mk("taken", "s1")); err != nil {
+		t.Fatal(err)
+	}
+	var batch []gate.Approval
+	for i := range 2*approvalsPerInsert + 3 {
+		batch = append(batch, mk(fmt.Sprintf("r%02d", i), "s1"))
+	}
+	for _, tc := range []struct {
+		bad      gate.Approval
+		code     apperr.Code
+		contains string
+	}{
+		{mk("taken", "s1"), apperr.Conflict, "approval taken already exists"},
+		{mk("orphan", "nope"), apperr.NotFound, "session nope not found"},
+	} {
+		b := append([]gate.Approval(nil), batch...)
+		b[approvalsPerInsert+4] = tc.bad
+		err := db.CreateApprovals(ctx, b)
+		assertErr(t, err, tc.code, tc.contains)
+		got, err := db.Approvals(ctx, "s1", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 {
+			t.Fatalf("after a failed batch the session has %d approvals, want only the first one", len(got))
+		}
+	}
+	if err := db.CreateApprovals(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.Approvals(ctx, "s1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(batch)+1 {
+		t.Fatalf("stored %d approvals, want %d", len(got), len(batch)+1)
+	}
+	for i, a := range got[1:] {
+		if !reflect.DeepEqual(a, batch[i]) {
+			t.Fatalf("approval %d = %+v, want %+v", i, a, batch[i])
+		}
 	}
 }

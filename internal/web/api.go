@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/coder/websocket"
-	"github.com/coder/websocket/wsjson"
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
@@ -270,13 +269,14 @@ func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) error {
 
 // apiEvents streams a session's events as JSON over a WebSocket: first a snapshot (the
 // session, its pending approvals and the run's live state), then each SPEC §2 event
-// {type, sessionId, ...}. Updates superseded while the client was slow are coalesced.
+// {type, sessionId, ...}, one per message. Updates superseded while the client was slow are
+// coalesced; the events queued for a client that is behind are sent in one batch.
 func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
 		return err
 	}
-	c, err := websocket.Accept(w, r, nil)
+	c, err := acceptSocket(w, r)
 	if err != nil {
 		return nil
 	}
@@ -297,11 +297,19 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 	if pending == nil {
 		pending = []gate.Approval{}
 	}
-	snapshot := map[string]any{"type": "snapshot", "sessionId": id, "session": sess,
-		"state": sess.State, "pendingApprovals": pending, "live": s.cfg.Runner.Live(id)}
-	if err := s.writeJSONFrame(ctx, c, snapshot); err != nil {
+	snapshot, err := json.Marshal(map[string]any{"type": "snapshot", "sessionId": id, "session": sess,
+		"state": sess.State, "pendingApprovals": pending, "live": s.cfg.Runner.Live(id)})
+	if err != nil {
+		s.log.Error("API snapshot", "session", id, "err", err)
 		return nil
 	}
+	if err := s.writeEvents(ctx, c, [][]byte{snapshot}); err != nil {
+		return nil
+	}
+	var (
+		evs  []agent.Event
+		msgs [][]byte
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -311,23 +319,29 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 				c.Close(websocket.StatusTryAgainLater, "fell behind; reconnect for a new snapshot")
 				return nil
 			}
-			for _, ev := range coalesce(ev, sub.C) {
-				if err := s.writeJSONFrame(ctx, c, ev); err != nil {
-					return nil
+			evs, msgs = coalesce(evs, ev, sub.C), msgs[:0]
+			for _, ev := range evs {
+				// The encoding made once for all the session's viewers (agent.Event.MarshalJSON).
+				b, err := ev.MarshalJSON()
+				if err != nil {
+					s.log.Error("API event encoding", "session", id, "type", ev.Type, "err", err)
+					continue
 				}
+				msgs = append(msgs, b)
+			}
+			clear(evs) // keep no event alive while waiting for the next
+			if err := s.writeEvents(ctx, c, msgs); err != nil {
+				return nil
 			}
 		}
 	}
 }
 
-func (s *Server) writeJSONFrame(ctx context.Context, c *websocket.Conn, v any) error {
-	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	if err := wsjson.Write(wctx, c, v); err != nil {
-		if !strings.Contains(err.Error(), "closed") {
-			s.log.Debug("API event write", "err", fmt.Sprint(err))
-		}
-		return err
+// writeEvents sends msgs, one JSON event each, as one text message each, in one batch.
+func (s *Server) writeEvents(ctx context.Context, c *socket, msgs [][]byte) error {
+	err := c.writeBatch(ctx, msgs)
+	if err != nil && !strings.Contains(err.Error(), "closed") {
+		s.log.Debug("API event write", "err", fmt.Sprint(err))
 	}
-	return nil
+	return err
 }

@@ -33,7 +33,7 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) error {
 // closed (a revoked or expired share link).
 func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, who viewer, done <-chan struct{}) error {
 	// Accept checks that the Origin is this host (SPEC §7).
-	c, err := websocket.Accept(w, r, nil)
+	c, err := acceptSocket(w, r)
 	if err != nil {
 		return nil // Accept has answered
 	}
@@ -46,9 +46,13 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 	// fragments tolerate (replacements by id, appends deduplicated by id), rather than never.
 	sub := s.cfg.Broker.Subscribe(id)
 	defer s.cfg.Broker.Unsubscribe(sub)
-	if err := s.writeFragment(ctx, c, s.resync(ctx, id, who)); err != nil {
+	if err := s.writeFragments(ctx, c, s.renderFragment(ctx, nil, s.resync(ctx, id, who))); err != nil {
 		return nil
 	}
+	var (
+		evs  []agent.Event
+		msgs [][]byte
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -62,30 +66,37 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 				c.Close(websocket.StatusTryAgainLater, "resync")
 				return nil
 			}
-			for _, ev := range coalesce(ev, sub.C) {
-				if err := s.writeFragment(ctx, c, s.fragment(ctx, ev, who)); err != nil {
-					return nil
-				}
+			evs, msgs = coalesce(evs, ev, sub.C), msgs[:0]
+			for _, ev := range evs {
+				msgs = s.renderFragment(ctx, msgs, s.fragment(ctx, ev, who))
+			}
+			clear(evs) // keep no event alive while waiting for the next
+			if err := s.writeFragments(ctx, c, msgs); err != nil {
+				return nil
 			}
 		}
 	}
 }
 
-// coalesce takes the event just received and whatever else is already queued, and drops updates
-// that a later update of the same message or call supersedes. The last update always survives.
-func coalesce(first agent.Event, queue <-chan agent.Event) []agent.Event {
-	evs := []agent.Event{first}
+// coalesce puts in evs (reusing its array) the event just received and whatever else is already
+// queued, at most 256 in all, and drops updates that a later update of the same message or call
+// supersedes. The last update always survives; the order is kept.
+func coalesce(evs []agent.Event, first agent.Event, queue <-chan agent.Event) []agent.Event {
+	evs = append(evs[:0], first)
+drain:
 	for len(evs) < 256 {
 		select {
 		case ev, ok := <-queue:
 			if !ok {
-				return evs
+				break drain
 			}
 			evs = append(evs, ev)
-			continue
 		default:
+			break drain
 		}
-		break
+	}
+	if len(evs) == 1 {
+		return evs // a client that keeps up: nothing to coalesce
 	}
 	type key struct {
 		t          agent.EventType
@@ -97,33 +108,39 @@ func coalesce(first agent.Event, queue <-chan agent.Event) []agent.Event {
 			last[key{ev.Type, ev.MessageID, ev.ToolCallID}] = i
 		}
 	}
-	out := evs[:0:0]
+	out := evs[:0]
 	for i, ev := range evs {
 		if ev.Type == agent.MessageUpdate || ev.Type == agent.ToolExecutionUpdate {
 			if last[key{ev.Type, ev.MessageID, ev.ToolCallID}] != i {
 				continue
 			}
 		}
-		out = append(out, ev)
+		out = append(out, ev) // i >= len(out): evs[i] was read before being overwritten
 	}
+	clear(evs[len(out):])
 	return out
 }
 
-func (s *Server) writeFragment(ctx context.Context, c *websocket.Conn, frag templ.Component) error {
+// renderFragment appends frag's HTML to msgs as one message; nothing when frag is nil, renders nothing
+// or fails (logged).
+func (s *Server) renderFragment(ctx context.Context, msgs [][]byte, frag templ.Component) [][]byte {
 	if frag == nil {
-		return nil
+		return msgs
 	}
 	var buf bytes.Buffer
 	if err := frag.Render(ctx, &buf); err != nil {
 		s.log.Error("render fragment", "err", err)
-		return nil
+		return msgs
 	}
 	if buf.Len() == 0 {
-		return nil
+		return msgs
 	}
-	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	err := c.Write(wctx, websocket.MessageText, buf.Bytes())
+	return append(msgs, buf.Bytes())
+}
+
+// writeFragments sends msgs, one htmx fragment each, as one text message each, in one batch.
+func (s *Server) writeFragments(ctx context.Context, c *socket, msgs [][]byte) error {
+	err := c.writeBatch(ctx, msgs)
 	if err != nil && !errors.Is(err, context.Canceled) && websocket.CloseStatus(err) == -1 {
 		s.log.Debug("live write", "err", err)
 	}

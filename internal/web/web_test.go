@@ -51,6 +51,7 @@ type testServer struct {
 	*httptest.Server
 	db      *store.DB
 	runner  *agent.Runner
+	broker  *agent.Broker
 	runs    atomic.Int32
 	workDir string
 }
@@ -90,6 +91,7 @@ func newTestServerWith(t *testing.T, scripts map[string]string, renderers map[st
 		}
 	}
 	broker := agent.NewBroker()
+	ts.broker = broker
 	ts.runner = agent.New(agent.Config{Store: db, Models: ms, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
 	key := make([]byte, 32)
 	for i := range key {
@@ -345,5 +347,66 @@ func TestCrossOriginAndForeignWebSocketAreRefused(t *testing.T) {
 	es, _ := ts.db.Entries(context.Background(), sess.ID)
 	if len(es) != 0 {
 		t.Error("the cross-origin message was stored")
+	}
+}
+
+// TestAPIEventsQueuedForASlowViewerArriveOneEachInOrder: events published faster than the
+// viewer's socket is served are sent in batches, still one JSON event per message, in order.
+func TestAPIEventsQueuedForASlowViewerArriveOneEachInOrder(t *testing.T) {
+	ts := newTestServer(t, map[string]string{"one": oneCall})
+	var sess struct{ ID string }
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "q", "model": "faux:one"}, &sess)
+	c := ts.events(t, sess.ID)
+	next(t, c, "snapshot")
+	const n = 600 // more than one batch (256)
+	for i := range n {
+		ts.broker.Publish(agent.Event{Type: agent.ToolExecutionStart, SessionID: sess.ID, MessageID: "m",
+			ToolCallID: fmt.Sprintf("c%d", i), ToolName: "shell", Arguments: json.RawMessage(`{"command":"ls"}`)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range n {
+		typ, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		var ev struct{ Type, ToolCallID string }
+		if err := json.Unmarshal(b, &ev); typ != websocket.MessageText || err != nil {
+			t.Fatalf("event %d is not one JSON event: %v %v %.100q", i, typ, err, b)
+		}
+		if want := fmt.Sprintf("c%d", i); ev.Type != "tool_execution_start" || ev.ToolCallID != want {
+			t.Fatalf("event %d: got %s %s, want tool_execution_start %s", i, ev.Type, ev.ToolCallID, want)
+		}
+	}
+}
+
+// TestAPIEventsViewerThatFallsBehindIsClosedToResync: a viewer that does not read falls more than
+// the broker's buffer behind; it gets what was sent, then a close with StatusTryAgainLater.
+func TestAPIEventsViewerThatFallsBehindIsClosedToResync(t *testing.T) {
+	ts := newTestServer(t, map[string]string{"one": oneCall})
+	var sess struct{ ID string }
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "slow", "model": "faux:one"}, &sess)
+	c := ts.events(t, sess.ID)
+	c.SetReadLimit(1 << 20)
+	next(t, c, "snapshot")
+	big := strings.Repeat("x", 16<<10)
+	for range 5000 { // 80 MB: more than the sockets' buffers and the broker's 1,024 events
+		ts.broker.Publish(agent.Event{Type: agent.AgentEnd, SessionID: sess.ID, Error: big})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := 0
+	for {
+		_, _, err := c.Read(ctx)
+		if err != nil {
+			if st := websocket.CloseStatus(err); st != websocket.StatusTryAgainLater {
+				t.Fatalf("after %d events: %v (close status %v), want StatusTryAgainLater", got, err, st)
+			}
+			break
+		}
+		got++
+	}
+	if got == 0 || got >= 5000 {
+		t.Errorf("read %d events before the close, want some but not all", got)
 	}
 }

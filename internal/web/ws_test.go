@@ -1,0 +1,139 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"countersign/internal/agent"
+)
+
+// countingConn counts the writes that reach the network.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int32
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// batchServer serves one socket that sends msgs with writeBatch and reports how many writes
+// reached the network.
+func batchServer(t *testing.T, msgs [][]byte) (url string, writes <-chan int32) {
+	t.Helper()
+	out := make(chan int32, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := acceptSocket(w, r)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.CloseNow()
+		cc := &countingConn{Conn: c.out.Conn}
+		c.out.Conn = cc // before any write: nothing else uses it yet
+		ctx := c.CloseRead(r.Context())
+		if err := c.writeBatch(ctx, msgs); err != nil {
+			t.Error(err)
+		}
+		out <- cc.writes.Load()
+		<-ctx.Done()
+	}))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http"), out
+}
+
+// readAll reads n messages and checks that they are msgs, one each, in order.
+func readAll(t *testing.T, url string, msgs [][]byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	for i, want := range msgs {
+		typ, got, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if typ != websocket.MessageText || !bytes.Equal(got, want) {
+			t.Fatalf("message %d: got %v %.80q, want text %.80q", i, typ, got, want)
+		}
+	}
+}
+
+// TestWriteBatchIsOneWriteOfOneMessageEach: the events queued for a viewer that is behind reach
+// the network in one write, and the viewer still reads one message per event, in order.
+func TestWriteBatchIsOneWriteOfOneMessageEach(t *testing.T) {
+	var msgs [][]byte
+	for i := range 50 {
+		msgs = append(msgs, fmt.Appendf(nil, `{"type":"tool_execution_start","toolCallId":"c%d"}`, i))
+	}
+	url, writes := batchServer(t, msgs)
+	readAll(t, url, msgs)
+	if n := <-writes; n != 1 {
+		t.Errorf("%d writes reached the network, want 1", n)
+	}
+}
+
+// TestWriteBatchBeyondTheLimit: a batch larger than batchLimit, with a message larger than the
+// limit by itself, is written in a few writes and still read whole and in order.
+func TestWriteBatchBeyondTheLimit(t *testing.T) {
+	msgs := [][]byte{
+		[]byte(`{"n":0}`),
+		bytes.Repeat([]byte("a"), batchLimit/2),
+		bytes.Repeat([]byte("b"), batchLimit/2),
+		bytes.Repeat([]byte("c"), 2*batchLimit),
+		[]byte(`{"n":4}`),
+	}
+	url, writes := batchServer(t, msgs)
+	readAll(t, url, msgs)
+	if n := <-writes; n < 2 || n > 5 {
+		t.Errorf("%d writes reached the network, want a few", n)
+	}
+}
+
+func TestCoalesceKeepsOrderAndTheLastUpdate(t *testing.T) {
+	ev := func(typ agent.EventType, msg, call, delta string) agent.Event {
+		return agent.Event{Type: typ, SessionID: "s", MessageID: msg, ToolCallID: call, Delta: delta}
+	}
+	queue := make(chan agent.Event, 10)
+	for _, e := range []agent.Event{
+		ev(agent.MessageUpdate, "m1", "", "b"),
+		ev(agent.ToolExecutionUpdate, "m1", "c1", "1"),
+		ev(agent.MessageUpdate, "m1", "", "c"),
+		ev(agent.ToolExecutionStart, "m1", "c2", ""),
+		ev(agent.ToolExecutionUpdate, "m1", "c2", "1"),
+		ev(agent.ToolExecutionUpdate, "m1", "c1", "2"),
+	} {
+		queue <- e
+	}
+	got := coalesce(nil, ev(agent.MessageStart, "m1", "", "a"), queue)
+	var names []string
+	for _, e := range got {
+		names = append(names, fmt.Sprintf("%s/%s/%s", e.Type, e.ToolCallID, e.Delta))
+	}
+	want := "message_start//a message_update//c tool_execution_start/c2/ tool_execution_update/c2/1 tool_execution_update/c1/2"
+	if s := strings.Join(names, " "); s != want {
+		t.Errorf("coalesce:\n got %s\nwant %s", s, want)
+	}
+	if len(queue) != 0 {
+		t.Errorf("%d events left in the queue", len(queue))
+	}
+	if got := coalesce(got, ev(agent.AgentEnd, "", "", ""), queue); len(got) != 1 || got[0].Type != agent.AgentEnd {
+		t.Errorf("alone: got %v", got)
+	}
+}

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -46,6 +47,12 @@ func newHarness(t *testing.T, script string, handlers gate.Handlers, tools ...*t
 // newHarnessWith is newHarness with more of the runner's configuration (handlers, timeout).
 func newHarnessWith(t *testing.T, script string, cfg agent.Config, tools ...*tool.Tool) *harness {
 	t.Helper()
+	return newHarnessOver(t, script, cfg, nil, tools...)
+}
+
+// newHarnessOver is newHarnessWith with the runner's store wrapped by wrap (nil: the store).
+func newHarnessOver(t *testing.T, script string, cfg agent.Config, wrap func(*store.DB) agent.Store, tools ...*tool.Tool) *harness {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
 	if err != nil {
@@ -65,6 +72,9 @@ func newHarnessWith(t *testing.T, script string, cfg agent.Config, tools ...*too
 	}
 	broker := agent.NewBroker()
 	cfg.Store, cfg.Models, cfg.Tools, cfg.Broker = db, scriptModels{sc}, reg, broker
+	if wrap != nil {
+		cfg.Store = wrap(db)
+	}
 	if cfg.ApprovalTimeout == 0 {
 		cfg.ApprovalTimeout = time.Minute
 	}
@@ -336,4 +346,114 @@ func TestBadCallsGiveErrorResultsAndTheRunContinues(t *testing.T) {
 	if got := h.entries()[len(h.entries())-1].Message.Text(); got != "ok" {
 		t.Errorf("final text %q, want ok: the run must continue after bad calls", got)
 	}
+}
+
+// TestAutomaticRecordsAreCommittedWithTheAssistantMessage: the decisions rules make for a
+// model-issued batch (policy allowed, handler blocked) are committed with the assistant message,
+// so when a call runs its message and its audit record are both in the store; calls that need a
+// person are asked only after message_end, and the handler saw the calls in the model's order.
+func TestAutomaticRecordsAreCommittedWithTheAssistantMessage(t *testing.T) {
+	const script = `{"steps": [
+  {"content": [{"type": "toolCall", "id": "c1", "name": "probe", "arguments": {}},
+               {"type": "toolCall", "id": "c2", "name": "blocked", "arguments": {}},
+               {"type": "toolCall", "id": "c3", "name": "shell", "arguments": {"command": "ls"}}], "stopReason": "toolUse"},
+  {"content": [{"type": "text", "text": "done"}], "stopReason": "stop"}
+]}`
+	var seen []string
+	handlers := gate.Handlers{func(_ context.Context, ev gate.CallEvent) (gate.Verdict, error) {
+		seen = append(seen, ev.ToolCallID)
+		if ev.ToolName == "blocked" {
+			return gate.Verdict{Block: true, Reason: "not this one"}, nil
+		}
+		return gate.Verdict{}, nil
+	}}
+	var h *harness
+	var probeSaw []gate.Approval
+	var probeEntries int
+	probe := &tool.Tool{Name: "probe", InputSchema: objectSchema, Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(true)},
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
+			var err error
+			if probeSaw, err = h.db.Approvals(ctx, h.sess.ID, ""); err != nil {
+				return tool.Result{}, err
+			}
+			es, err := h.db.Entries(ctx, h.sess.ID)
+			probeEntries = len(es)
+			return tool.Result{Content: []tool.Content{tool.Text("ok")}}, err
+		}}
+	var runs atomic.Int32
+	counted := &countingStore{}
+	h = newHarnessOver(t, script, agent.Config{CallHandlers: handlers}, func(db *store.DB) agent.Store {
+		counted.DB = db
+		return counted
+	}, probe, readOnlyTool("blocked", &runs), riskyTool("shell", &runs))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	var order []agent.EventType
+	var prompt agent.Event
+	for prompt.Type == "" {
+		select {
+		case ev := <-h.events.C:
+			if ev.Type == agent.MessageEnd || ev.Type == agent.ApprovalRequested {
+				order = append(order, ev.Type)
+			}
+			if ev.Type == agent.ApprovalRequested {
+				prompt = ev
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no approval_requested within 10s")
+		}
+	}
+	if got := fmt.Sprint(order); got != "[message_end message_end approval_requested]" {
+		t.Errorf("events %s, want the user's and the assistant's message_end before the prompt", got)
+	}
+	if _, err := h.runner.Decide(ctx, h.sess.ID, prompt.Approval.ID, agent.Decision{Decision: "deny", By: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	h.await(agent.AgentEnd)
+	if got := strings.Join(seen, ","); got != "c1,c2,c3" {
+		t.Errorf("the handler saw %s, want c1,c2,c3 (model order)", got)
+	}
+	if probeEntries != 2 {
+		t.Errorf("when probe ran the transcript had %d entries, want 2 (user, assistant)", probeEntries)
+	}
+	// When probe ran: its own record and the handler's block were stored (with the message),
+	// and the prompt for shell (asked before the calls run).
+	byCall := map[string]gate.Approval{}
+	for _, a := range probeSaw {
+		byCall[a.ToolCallID] = a
+	}
+	if a, ok := byCall["c1"]; !ok || !a.Automatic || a.Status != gate.Approved || a.DecidedBy != "policy" {
+		t.Errorf("probe's own record when it ran: %+v (found %v), want automatic, approved by policy", a, ok)
+	}
+	if a, ok := byCall["c2"]; !ok || !a.Automatic || a.Status != gate.Denied || a.Reason != "not this one" {
+		t.Errorf("the blocked call's record when probe ran: %+v (found %v), want automatic, denied", a, ok)
+	}
+	if runs.Load() != 0 {
+		t.Errorf("a blocked or denied call ran %d times", runs.Load())
+	}
+	// One commit for the message and both records, none of its own for either record.
+	if got := counted.recordsWithEntries.Load(); got != 2 {
+		t.Errorf("%d records were stored with an entry, want 2", got)
+	}
+	if got := counted.approvalsAlone.Load(); got != 1 {
+		t.Errorf("%d approvals were stored on their own, want 1 (shell's prompt)", got)
+	}
+}
+
+// countingStore counts how approvals reach the store: with a transcript entry, or alone.
+type countingStore struct {
+	*store.DB
+	recordsWithEntries, approvalsAlone atomic.Int32
+}
+
+func (c *countingStore) AppendEntry(ctx context.Context, sessionID string, m agent.Message, records ...gate.Approval) (agent.Entry, error) {
+	c.recordsWithEntries.Add(int32(len(records)))
+	return c.DB.AppendEntry(ctx, sessionID, m, records...)
+}
+
+func (c *countingStore) CreateApproval(ctx context.Context, a gate.Approval) error {
+	c.approvalsAlone.Add(1)
+	return c.DB.CreateApproval(ctx, a)
 }

@@ -24,11 +24,13 @@ type invocation struct {
 	requestedBy string // "model", or the parent tool's name
 	tool        *tool.Tool
 
-	early  *tool.Result // set when the call stopped before executing
-	status string       // for the parent's nestedCalls record: ok, error, blocked, denied, unfinished
-	ticket *gate.Ticket
-	args   json.RawMessage // the arguments the call runs with
-	start  time.Time
+	early       *tool.Result  // set when the call stopped before executing
+	needsPerson bool          // decide found a person must decide: ask opens the approval
+	approval    gate.Approval // the approval ask stores, as decide built it
+	status      string        // for the parent's nestedCalls record: ok, error, blocked, denied, unfinished
+	ticket      *gate.Ticket
+	args        json.RawMessage // the arguments the call runs with
+	start       time.Time
 
 	children atomic.Int64 // nested call counter, for ids <id>/<n>
 	nested   nestedLog
@@ -42,6 +44,17 @@ type invocation struct {
 // run the tool_call handlers, apply the approval policy and, when a person must decide, store and
 // show the approval. A call that stops here gets inv.early.
 func (rn *run) prepare(ctx context.Context, inv *invocation, nested bool) {
+	if rn.decide(ctx, inv, nested, nil) {
+		rn.ask(ctx, inv)
+	}
+}
+
+// decide runs steps 1–4 up to the prompt and reports whether a person must decide the call
+// (then ask stores and shows the approval). The automatic record of a decision a rule made goes
+// to records when it is not nil (a model-issued batch: the records are committed with the
+// assistant message, before any of its calls runs); else a nested call's goes to the background
+// audit writer and a model-issued call's is stored at once.
+func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records *[]gate.Approval) (needsPerson bool) {
 	r := rn.r
 	inv.start = time.Now()
 	inv.args = inv.call.Arguments
@@ -53,12 +66,12 @@ func (rn *run) prepare(ctx context.Context, inv *invocation, nested bool) {
 	active := ok && rn.isActive(t.Name)
 	if !ok || (!nested && !tool.CallableByModel(t, active)) || (nested && !tool.CallableNested(t, active)) {
 		inv.stop(tool.NotFound(inv.call.Name), "error")
-		return
+		return false
 	}
 	inv.tool = t
 	if vs := t.ValidateInput(inv.args); len(vs) > 0 {
 		inv.stop(tool.InvalidArguments(t.Name, vs, inv.args), "error")
-		return
+		return false
 	}
 	approval := gate.Approval{
 		SessionID: rn.session.ID, MessageID: inv.messageID, ToolCallID: inv.call.ID,
@@ -71,22 +84,33 @@ func (rn *run) prepare(ctx context.Context, inv *invocation, nested bool) {
 	})
 	if verdict.Block {
 		approval.Status, approval.DecidedBy, approval.Reason = gate.Denied, "tool_call handler", verdict.Reason
-		rn.recordRule(ctx, approval, nested)
+		rn.recordRule(ctx, approval, nested, records)
 		inv.stop(tool.ErrorResult("%s", verdict.Reason), "blocked")
-		return
+		return false
 	}
 	if !t.AlwaysAsk && !gate.NeedsApproval(t.Annotations) {
 		approval.Status, approval.DecidedBy, approval.Reason = gate.Approved, "policy", "annotations allow it without approval"
-		rn.recordRule(ctx, approval, nested)
-		return
+		rn.recordRule(ctx, approval, nested, records)
+		return false
 	}
 	if g, ok := rn.grant(ctx, t.Name); ok {
 		res := grantResolution(g.ApprovalID, g.GrantedBy)
 		approval.Status, approval.DecidedBy, approval.Reason = res.Status, res.DecidedBy, res.Reason
 		approval.Scope, approval.DerivedFrom = res.Scope, res.DerivedFrom
-		rn.record(ctx, approval)
-		return
+		if records != nil {
+			rn.defer1(approval, records)
+		} else {
+			rn.record(ctx, approval)
+		}
+		return false
 	}
+	inv.approval = approval
+	return true
+}
+
+// ask stores and shows the approval of a call decide found needs a person.
+func (rn *run) ask(ctx context.Context, inv *invocation) {
+	r, t, approval := rn.r, inv.tool, inv.approval
 	ticket, err := r.gate.Open(context.WithoutCancel(ctx), approval)
 	if err != nil {
 		r.log.Error("open approval", "session", rn.session.ID, "call", inv.call.ID, "err", err)
@@ -114,13 +138,28 @@ func (rn *run) grant(ctx context.Context, toolName string) (gate.Grant, bool) {
 
 // recordRule records a decision the policy or a tool_call handler made. A nested call's goes to
 // the background audit writer (see auditLog for why, and what durability it has); a
-// model-issued call's is stored before the call goes on.
-func (rn *run) recordRule(ctx context.Context, a gate.Approval, nested bool) {
-	if nested {
+// model-issued call's is stored before the call goes on: with its assistant message when records
+// is not nil, else at once.
+func (rn *run) recordRule(ctx context.Context, a gate.Approval, nested bool, records *[]gate.Approval) {
+	switch {
+	case nested:
 		rn.r.audit.add(a)
+	case records != nil:
+		rn.defer1(a, records)
+	default:
+		rn.record(ctx, a)
+	}
+}
+
+// defer1 stamps a as an automatic decision made now and adds it to records, to be stored with
+// the assistant message.
+func (rn *run) defer1(a gate.Approval, records *[]gate.Approval) {
+	a, err := rn.r.gate.Automatic(a)
+	if err != nil {
+		rn.r.log.Error("record automatic decision", "session", a.SessionID, "call", a.ToolCallID, "err", err)
 		return
 	}
-	rn.record(ctx, a)
+	*records = append(*records, a)
 }
 
 // record stores an automatic decision for the audit; failing to store it is logged, not fatal.
@@ -222,19 +261,34 @@ func safeExecute(ctx context.Context, t *tool.Tool, args json.RawMessage, onUpda
 	return t.Execute(ctx, args, onUpdate, tc)
 }
 
-// runBatch runs one assistant message's tool calls (SPEC §2): lookup, validation and handlers in
-// the model's order; then every needed approval is open at once and decided in any order; calls
-// execute concurrently (sequential tools one at a time); results are stored in the model's order,
-// each committed before its tool_execution_end is broadcast.
-func (rn *run) runBatch(store context.Context, msg Message) error {
+// decideBatch runs steps 1–4 up to the prompt for one assistant message's tool calls, in the
+// model's order (SPEC §2: lookup, validation and handlers in order), before the message is
+// stored. It returns the invocations and the automatic records of the decisions rules made,
+// which the caller commits in the same transaction as the message: each record is stored
+// before its call runs, and a turn costs one commit fewer.
+func (rn *run) decideBatch(msg Message) ([]*invocation, []gate.Approval) {
 	calls := msg.ToolCalls()
 	invs := make([]*invocation, len(calls))
+	records := make([]gate.Approval, 0, len(calls))
 	for i, c := range calls {
 		invs[i] = &invocation{
 			call:      tool.Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments},
 			messageID: msg.ID, requestedBy: "model",
 		}
-		rn.prepare(rn.ctx, invs[i], false)
+		invs[i].needsPerson = rn.decide(rn.ctx, invs[i], false, &records)
+	}
+	return invs, records
+}
+
+// runBatch runs one stored assistant message's tool calls (SPEC §2), decided by decideBatch:
+// every needed approval is open at once and decided in any order; calls execute concurrently
+// (sequential tools one at a time); results are stored in the model's order, each committed
+// before its tool_execution_end is broadcast.
+func (rn *run) runBatch(store context.Context, msg Message, invs []*invocation) error {
+	for _, inv := range invs {
+		if inv.needsPerson {
+			rn.ask(rn.ctx, inv)
+		}
 	}
 	return rn.finishBatch(store, msg, invs)
 }

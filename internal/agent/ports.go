@@ -53,8 +53,10 @@ type Store interface {
 	Sessions(ctx context.Context) ([]Session, error)
 	SetSessionState(ctx context.Context, id string, st State) error
 	SetActiveTools(ctx context.Context, id string, names []string) error
-	// AppendEntry stores m as the session's next entry and returns it with its Seq.
-	AppendEntry(ctx context.Context, sessionID string, m Message) (Entry, error)
+	// AppendEntry stores m as the session's next entry and returns it with its Seq; records, if
+	// any, are stored in the same transaction (all or nothing): the automatic audit records of
+	// the message's calls.
+	AppendEntry(ctx context.Context, sessionID string, m Message, records ...gate.Approval) (Entry, error)
 	// Entries returns the session's transcript in order.
 	Entries(ctx context.Context, sessionID string) ([]Entry, error)
 

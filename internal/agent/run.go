@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"countersign/internal/gate"
 )
 
 // run is one agent run of a session: from the user's message to the model's final answer, an
@@ -82,7 +84,7 @@ func (rn *run) drive(resume func(store context.Context) error) {
 	}
 	for turn := 0; turn < maxTurns; turn++ {
 		rn.publish(Event{Type: TurnStart, SessionID: sid})
-		msg, err := rn.streamMessage(store)
+		msg, invs, err := rn.streamMessage(store)
 		if err != nil {
 			runErr = err.Error()
 			r.log.Error("run failed", "session", sid, "err", err)
@@ -95,7 +97,7 @@ func (rn *run) drive(resume func(store context.Context) error) {
 		}
 		calls := msg.ToolCalls()
 		if len(calls) > 0 {
-			if err := rn.runBatch(store, msg); err != nil {
+			if err := rn.runBatch(store, msg, invs); err != nil {
 				runErr = err.Error()
 				return
 			}
@@ -114,13 +116,15 @@ func (rn *run) drive(resume func(store context.Context) error) {
 
 // streamMessage sends the transcript and the declared tools to the model, streams the assistant
 // message to subscribers, and stores it. A provider failure or a Stop while streaming stores an
-// assistant message with stopReason error / aborted that carries no half-written content.
-func (rn *run) streamMessage(store context.Context) (Message, error) {
+// assistant message with stopReason error / aborted that carries no half-written content. For a
+// toolUse message it also decides its calls up to their prompts (decideBatch) and stores the
+// automatic records of those decisions with the message; it returns the calls' invocations.
+func (rn *run) streamMessage(store context.Context) (Message, []*invocation, error) {
 	r, sid := rn.r, rn.session.ID
 	if !rn.loaded {
 		entries, err := r.cfg.Store.Entries(store, sid)
 		if err != nil {
-			return Message{}, err
+			return Message{}, nil, err
 		}
 		rn.transcript = make([]Message, 0, len(entries)+16)
 		for _, e := range entries {
@@ -131,7 +135,7 @@ func (rn *run) streamMessage(store context.Context) (Message, error) {
 	if rn.sessionChanged.Swap(false) {
 		sess, err := r.cfg.Store.Session(store, sid)
 		if err != nil {
-			return Message{}, err
+			return Message{}, nil, err
 		}
 		rn.session = sess
 	}
@@ -180,12 +184,17 @@ func (rn *run) streamMessage(store context.Context) (Message, error) {
 		// Only a toolUse message's calls run (SPEC §2); a call that never runs is not kept.
 		msg.Content = textOnly(msg.Content)
 	}
-	if _, err := r.cfg.Store.AppendEntry(store, sid, msg); err != nil {
-		return Message{}, err
+	var invs []*invocation
+	var records []gate.Approval
+	if msg.StopReason == ToolUse {
+		invs, records = rn.decideBatch(msg)
+	}
+	if _, err := r.cfg.Store.AppendEntry(store, sid, msg, records...); err != nil {
+		return Message{}, nil, err
 	}
 	rn.committed(msg)
 	rn.publish(Event{Type: MessageEnd, SessionID: sid, MessageID: msg.ID, Message: &msg})
-	return msg, nil
+	return msg, invs, nil
 }
 
 // declaredTools lists the session's active tools that the model may see (SPEC §1 table).

@@ -263,13 +263,24 @@ func (g *Gate) Waiting(id string) bool {
 // Record stores an approval decided by a rule (policy allowed it, session grant, handler block),
 // marked automatic, so the audit lists every gated call.
 func (g *Gate) Record(ctx context.Context, a Approval) (Approval, error) {
-	now := g.now().UTC()
-	a.ID, a.CreatedAt, a.DecidedAt, a.Automatic = NewID(), now, &now, true
-	if a.Status == "" || a.Status == Pending {
-		return a, errors.New("gate.Record: an automatic decision needs a final status")
+	a, err := g.Automatic(a)
+	if err != nil {
+		return a, err
 	}
 	if err := g.store.CreateApproval(ctx, a); err != nil {
 		return a, err
+	}
+	return a, nil
+}
+
+// Automatic stamps a as a decision a rule made now (a new id, createdAt = decidedAt = now,
+// automatic), for a caller that stores it itself; Record is Automatic, then the store. Error: a
+// has no final status.
+func (g *Gate) Automatic(a Approval) (Approval, error) {
+	now := g.now().UTC()
+	a.ID, a.CreatedAt, a.DecidedAt, a.Automatic = NewID(), now, &now, true
+	if a.Status == "" || a.Status == Pending {
+		return a, errors.New("gate: an automatic decision needs a final status")
 	}
 	return a, nil
 }

@@ -40,30 +40,20 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 	if len(as) == 0 {
 		return nil
 	}
-	// Prepared before the transaction takes the only write connection.
-	one, err := db.writes.stmt(ctx, insertApproval)
-	if err != nil {
-		return err
-	}
-	many, err := db.writes.stmt(ctx, insertApprovals)
-	if err != nil {
-		return err
-	}
-	tx, err := db.write.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	stmtOne, stmtMany := tx.StmtContext(ctx, one), tx.StmtContext(ctx, many)
-	defer stmtOne.Close()
-	defer stmtMany.Close()
-	args := make([]any, 0, approvalsPerInsert*approvalColumnCount)
+	return db.writeTx(ctx, func(tx *sql.Tx, stmts func(string) *sql.Stmt) error {
+		return db.insertApprovals(ctx, tx, stmts, as)
+	}, insertApproval, insertApprovals)
+}
+
+// insertApprovals inserts as within tx (CreateApprovals' rows and errors).
+func (db *DB) insertApprovals(ctx context.Context, tx *sql.Tx, stmts func(string) *sql.Stmt, as []gate.Approval) error {
+	args := make([]any, 0, min(len(as), approvalsPerInsert)*approvalColumnCount)
 	for len(as) > 0 {
 		// Rows go approvalsPerInsert to a statement while there are that many: one statement
 		// execution per row is about a third of a small row's cost.
-		chunk, stmt := as[:1], stmtOne
+		chunk, query := as[:1], insertApproval
 		if len(as) >= approvalsPerInsert {
-			chunk, stmt = as[:approvalsPerInsert], stmtMany
+			chunk, query = as[:approvalsPerInsert], insertApprovals
 		}
 		args = args[:0]
 		for _, a := range chunk {
@@ -73,13 +63,50 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 			}
 			args = append(args, row...)
 		}
-		if _, err := stmt.ExecContext(ctx, args...); err != nil {
+		if _, err := stmts(query).ExecContext(ctx, args...); err != nil {
 			if len(chunk) == 1 {
 				return approvalError(chunk[0], err)
 			}
-			return db.approvalsError(ctx, tx, stmtOne, chunk, err)
+			return db.approvalsError(ctx, tx, stmts(insertApproval), chunk, err)
 		}
 		as = as[len(chunk):]
+	}
+	return nil
+}
+
+// writeTx runs fn in one transaction on the write connection and commits it when fn returns
+// nil. The queries are prepared once (stmtCache) before the transaction takes the only write
+// connection; fn gets each bound to the transaction by its text.
+func (db *DB) writeTx(ctx context.Context, fn func(tx *sql.Tx, stmts func(string) *sql.Stmt) error, queries ...string) error {
+	prepared := make(map[string]*sql.Stmt, len(queries))
+	for _, q := range queries {
+		st, err := db.writes.stmt(ctx, q)
+		if err != nil {
+			return err
+		}
+		prepared[q] = st
+	}
+	tx, err := db.write.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	bound := make(map[string]*sql.Stmt, len(queries))
+	defer func() {
+		for _, st := range bound {
+			st.Close()
+		}
+	}()
+	stmts := func(q string) *sql.Stmt {
+		st, ok := bound[q]
+		if !ok {
+			st = tx.StmtContext(ctx, prepared[q])
+			bound[q] = st
+		}
+		return st
+	}
+	if err := fn(tx, stmts); err != nil {
+		return err
 	}
 	return tx.Commit()
 }

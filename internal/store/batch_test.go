@@ -160,3 +160,40 @@ func TestCreateApprovalsNamesTheBadRowOfAMultiRowInsert(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendEntryWithRecordsIsAllOrNothing: an entry and the automatic records of its calls are
+// committed together; a bad record stores neither and is named as CreateApproval names it.
+func TestAppendEntryWithRecordsIsAllOrNothing(t *testing.T) {
+	db := MustOpenDB(t)
+	ctx := context.Background()
+	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
+	now := time.Now().UTC()
+	rec := func(id string) gate.Approval {
+		return gate.Approval{ID: id, SessionID: "s1", MessageID: "m1", ToolCallID: "c-" + id, ToolName: "t",
+			RequestedBy: "model", Status: gate.Approved, Automatic: true, DecidedBy: "policy", CreatedAt: now, DecidedAt: &now}
+	}
+	msg := agent.Message{ID: "m1", Role: agent.Assistant, Content: []agent.Block{{Type: "text", Text: "hi"}}}
+	if err := db.CreateApproval(ctx, rec("taken")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := db.AppendEntry(ctx, "s1", msg, rec("r1"), rec("taken"))
+	assertErr(t, err, apperr.Conflict, "approval taken already exists")
+	if es, _ := db.Entries(ctx, "s1"); len(es) != 0 {
+		t.Fatalf("the entry of a failed append was stored: %+v", es)
+	}
+	if _, err := db.Approval(ctx, "r1"); apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("r1 of a failed append was stored: %v", err)
+	}
+	e, err := db.AppendEntry(ctx, "s1", msg, rec("r1"), rec("r2"))
+	if err != nil || e.Seq != 1 {
+		t.Fatalf("AppendEntry = %+v, %v; want seq 1", e, err)
+	}
+	for _, id := range []string{"r1", "r2"} {
+		if got, err := db.Approval(ctx, id); err != nil || !reflect.DeepEqual(got, rec(id)) {
+			t.Errorf("Approval(%s) = %+v, %v; want %+v", id, got, err, rec(id))
+		}
+	}
+	if _, err := db.AppendEntry(ctx, "nope", msg, rec("r3")); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("an unknown session: %v, want not found", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
+	"countersign/internal/gate"
 )
 
 const sessionColumns = `id, title, model, workspace, state, active_tools, created_at`
@@ -89,22 +90,30 @@ func (db *DB) SetActiveTools(ctx context.Context, id string, names []string) (er
 }
 
 // AppendEntry stores m as the session's next transcript entry and returns it with its Seq (1 for
-// the first entry of a session). The entry is committed when it returns. apperr.NotFound for an
-// unknown session.
-func (db *DB) AppendEntry(ctx context.Context, sessionID string, m agent.Message) (e agent.Entry, err error) {
+// the first entry of a session). The entry is committed when it returns. records, if any, are
+// approvals stored in the same transaction, as CreateApprovals does (the automatic audit records
+// of the message's tool calls): the entry and all of them, or nothing. Errors: apperr.NotFound
+// for an unknown session; CreateApproval's codes for a bad record.
+func (db *DB) AppendEntry(ctx context.Context, sessionID string, m agent.Message, records ...gate.Approval) (e agent.Entry, err error) {
 	defer apperr.Wrap(&err, "store.AppendEntry(%s)", sessionID)
 	body, err := json.Marshal(m)
 	if err != nil {
 		return agent.Entry{}, apperr.Errorf(apperr.Invalid, "message cannot be stored: %v", err)
 	}
+	args := []any{sessionID, string(m.Role), m.ToolCallID, string(body), formatTime(db.Now()), sessionID}
 	// One statement is one transaction: seq is computed and used under the write lock, and the
 	// single write connection means no other insert of ours can interleave anyway.
 	var seq int64
-	err = db.writes.QueryRowContext(ctx, `
-		INSERT INTO entries (session_id, seq, role, tool_call_id, message, created_at)
-		SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ? FROM entries WHERE session_id = ?
-		RETURNING seq`,
-		sessionID, string(m.Role), m.ToolCallID, string(body), formatTime(db.Now()), sessionID).Scan(&seq)
+	if len(records) == 0 {
+		err = db.writes.QueryRowContext(ctx, insertEntry, args...).Scan(&seq)
+	} else {
+		err = db.writeTx(ctx, func(tx *sql.Tx, stmts func(string) *sql.Stmt) error {
+			if err := stmts(insertEntry).QueryRowContext(ctx, args...).Scan(&seq); err != nil {
+				return err
+			}
+			return db.insertApprovals(ctx, tx, stmts, records)
+		}, insertEntry, insertApproval, insertApprovals)
+	}
 	if isForeignKey(err) {
 		return agent.Entry{}, apperr.Errorf(apperr.NotFound, "session %s not found", sessionID)
 	}
@@ -113,6 +122,11 @@ func (db *DB) AppendEntry(ctx context.Context, sessionID string, m agent.Message
 	}
 	return agent.Entry{Seq: seq, SessionID: sessionID, Message: m}, nil
 }
+
+const insertEntry = `
+		INSERT INTO entries (session_id, seq, role, tool_call_id, message, created_at)
+		SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ? FROM entries WHERE session_id = ?
+		RETURNING seq`
 
 // Entries returns the session's transcript in Seq order; empty for an unknown session.
 func (db *DB) Entries(ctx context.Context, sessionID string) (_ []agent.Entry, err error) {

@@ -197,3 +197,51 @@ func TestAppendEntryWithRecordsIsAllOrNothing(t *testing.T) {
 		t.Errorf("an unknown session: %v, want not found", err)
 	}
 }
+
+// TestEntriesMigrateToWithoutRowid: migration 0005 moves a transcript stored by 0001's rowid table
+// into the WITHOUT ROWID table, entry for entry, and appends go on from the last seq.
+func TestEntriesMigrateToWithoutRowid(t *testing.T) {
+	db := MustOpenDB(t)
+	ctx := context.Background()
+	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
+	var want []agent.Entry
+	for _, text := range []string{"first", "second"} {
+		e, err := db.AppendEntry(ctx, "s1", agent.Message{ID: text, Role: agent.User, Content: []agent.Block{{Type: "text", Text: text}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, e)
+	}
+	// Back to the table as 0001 made it, with the same rows, and 0005 not applied.
+	for _, q := range []string{
+		`ALTER TABLE entries RENAME TO entries_v5`,
+		`CREATE TABLE entries (
+			session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE, seq INTEGER NOT NULL,
+			role TEXT NOT NULL, tool_call_id TEXT NOT NULL DEFAULT '', message TEXT NOT NULL CHECK (json_valid(message)),
+			created_at TEXT NOT NULL, PRIMARY KEY (session_id, seq))`,
+		`INSERT INTO entries SELECT * FROM entries_v5`,
+		`DROP TABLE entries_v5`,
+		`DELETE FROM migrations WHERE name = '0005_entries_without_rowid.sql'`,
+	} {
+		if _, err := db.write.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := db.read.ExecContext(ctx, `SELECT rowid FROM entries`); err != nil {
+		t.Fatalf("the 0001 table has no rowid: %v", err)
+	}
+	if err := db.migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.read.ExecContext(ctx, `SELECT rowid FROM entries`); err == nil {
+		t.Error("entries still has a rowid after 0005")
+	}
+	got, err := db.Entries(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertEqual(t, "entries after 0005", got, want)
+	if e, err := db.AppendEntry(ctx, "s1", agent.Message{ID: "third", Role: agent.User}); err != nil || e.Seq != 3 {
+		t.Fatalf("append after 0005 = seq %d, %v; want seq 3", e.Seq, err)
+	}
+}

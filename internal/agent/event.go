@@ -49,9 +49,10 @@ type Event struct {
 	Session          *Session        `json:"session,omitempty"`
 	Error            string          `json:"error,omitempty"`
 
-	// enc is the event's JSON encoding, made once and shared by the copies every subscriber
-	// receives (Broker.Publish sets it): a session with 100 viewers costs one encoding per
-	// event, not 100. An event must not change once published.
+	// enc is the event's JSON encoding, made once, on first need (the first viewer that writes
+	// it), and shared by the copies every subscriber receives: a session with 100 viewers costs
+	// one encoding per event, not 100, and one nobody watches costs none (Broker.Publish sets
+	// enc only when the session has subscribers). An event must not change once published.
 	enc *encoding
 }
 
@@ -64,7 +65,8 @@ type encoding struct {
 // eventFields is Event without its methods, for encoding/json.
 type eventFields Event
 
-// MarshalJSON encodes the event as {type, sessionId, ...}; a published event is encoded once.
+// MarshalJSON encodes the event as {type, sessionId, ...}; a published event is encoded once and
+// every call returns the same bytes, which the caller must not modify.
 func (ev Event) MarshalJSON() ([]byte, error) {
 	if ev.enc == nil {
 		return json.Marshal(eventFields(ev))

@@ -1,0 +1,49 @@
+package agent
+
+import (
+	"encoding/json"
+	"testing"
+	"unsafe"
+)
+
+// TestPublishEncodesOnceForAllSubscribers: the copies every subscriber receives share one
+// encoding, made on first need, equal to the event's own.
+func TestPublishEncodesOnceForAllSubscribers(t *testing.T) {
+	b := NewBroker()
+	s1, s2 := b.Subscribe("s"), b.Subscribe("s")
+	ev := Event{Type: ToolExecutionStart, SessionID: "s", ToolCallID: "c1", ToolName: "t",
+		Arguments: json.RawMessage(`{"a":"<b>"}`)}
+	want, err := json.Marshal(eventFields(ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Publish(ev)
+	e1, e2 := <-s1.C, <-s2.C
+	b1, err1 := e1.MarshalJSON()
+	b2, err2 := e2.MarshalJSON()
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if string(b1) != string(want) || string(b2) != string(want) {
+		t.Fatalf("encodings\n%s\n%s\nwant\n%s", b1, b2, want)
+	}
+	if unsafe.SliceData(b1) != unsafe.SliceData(b2) {
+		t.Error("each subscriber's copy was encoded on its own")
+	}
+}
+
+// TestPublishWithoutSubscribersCostsNothing: an event published to a session nobody watches is
+// neither encoded nor copied (the nested benchmark publishes tens of thousands).
+func TestPublishWithoutSubscribersCostsNothing(t *testing.T) {
+	b := NewBroker()
+	other := b.Subscribe("other")
+	defer b.Unsubscribe(other)
+	ev := Event{Type: ToolExecutionEnd, SessionID: "s", ToolCallID: "c1", ToolName: "t",
+		Arguments: json.RawMessage(`{"a":1}`)}
+	if n := testing.AllocsPerRun(100, func() { b.Publish(ev) }); n != 0 {
+		t.Errorf("Publish to a session with no subscribers allocated %v times per event, want 0", n)
+	}
+	if len(other.C) != 0 {
+		t.Errorf("another session's subscriber received %d events", len(other.C))
+	}
+}

@@ -40,8 +40,8 @@ func acceptSocket(w http.ResponseWriter, r *http.Request) (*socket, error) {
 }
 
 // writeBatch sends each of msgs as one text message, in order, with one write to the network
-// (more when they exceed batchLimit), all of it bounded by writeTimeout. The bytes of msgs are
-// not modified (a server does not mask its frames), so they may be shared between sockets.
+// (more when they exceed batchLimit), each bounded by writeTimeout. The bytes of msgs are not
+// modified (a server does not mask its frames), so they may be shared between sockets.
 func (s *socket) writeBatch(ctx context.Context, msgs [][]byte) error {
 	if len(msgs) == 0 {
 		return nil
@@ -49,15 +49,13 @@ func (s *socket) writeBatch(ctx context.Context, msgs [][]byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.out.hold(time.Now().Add(writeTimeout))
-	// The messages are framed into memory, and the writes to the network are bounded by the
-	// deadline hold set, so ctx's cancellation need not be watched frame by frame (for a
-	// cancellable ctx the library registers and removes a context.AfterFunc per message: 1.5 %
-	// of the fan-out's CPU). Framing waits only while a control frame is written (bounded by the
-	// library to 5s) and fails at once on a closed connection.
-	fctx := context.WithoutCancel(ctx)
+	s.out.hold()
 	for _, m := range msgs {
-		if err := s.Write(fctx, websocket.MessageText, m); err != nil {
+		// Framed into memory, and every write to the network has a deadline (batchConn), so
+		// the library need not watch a context: for a cancellable one it registers and
+		// removes a context.AfterFunc per message. Framing waits only while a control frame
+		// is written and fails at once on a closed connection.
+		if err := s.Write(context.Background(), websocket.MessageText, m); err != nil {
 			s.out.release()
 			return err
 		}
@@ -101,20 +99,24 @@ var batchPool = sync.Pool{New: func() any { return new([]byte) }}
 // batchConn is a net.Conn whose writes can be held in memory and written out at once. Writes
 // come from the socket's writer goroutine and from the library's read loop (pongs, the close
 // handshake); mu keeps the bytes of one whole write together and in order.
+//
+// Every write to the network is bounded by writeTimeout through the connection's write
+// deadline. Moving a deadline re-arms a runtime timer, which was a tenth of the cost of a
+// batch, so the deadline is moved only once it is less than writeTimeout/2 away: a write may
+// take between writeTimeout/2 and writeTimeout before it fails.
 type batchConn struct {
 	net.Conn
-	mu      sync.Mutex
-	holding bool
-	buf     *[]byte
+	mu       sync.Mutex
+	holding  bool
+	buf      *[]byte
+	deadline time.Time
 }
 
-// hold makes writes go to memory until release, and bounds the writes to the network made
-// until then (by release or a full buffer) by deadline.
-func (b *batchConn) hold(deadline time.Time) {
+// hold makes writes go to memory until release.
+func (b *batchConn) hold() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.holding = true
-	_ = b.Conn.SetWriteDeadline(deadline)
 }
 
 // release writes out what was held and makes writes go to the network again.
@@ -128,7 +130,6 @@ func (b *batchConn) release() error {
 		batchPool.Put(b.buf)
 		b.buf = nil
 	}
-	_ = b.Conn.SetWriteDeadline(time.Time{})
 	return err
 }
 
@@ -136,7 +137,7 @@ func (b *batchConn) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.holding {
-		return b.Conn.Write(p)
+		return b.writeLocked(p)
 	}
 	if b.buf == nil {
 		b.buf = batchPool.Get().(*[]byte)
@@ -146,7 +147,7 @@ func (b *batchConn) Write(p []byte) (int, error) {
 			return 0, err
 		}
 		if len(p) >= batchLimit {
-			return b.Conn.Write(p)
+			return b.writeLocked(p)
 		}
 	}
 	*b.buf = append(*b.buf, p...)
@@ -158,7 +159,18 @@ func (b *batchConn) flushLocked() error {
 	if b.buf == nil || len(*b.buf) == 0 {
 		return nil
 	}
-	_, err := b.Conn.Write(*b.buf)
+	_, err := b.writeLocked(*b.buf)
 	*b.buf = (*b.buf)[:0]
 	return err
+}
+
+// writeLocked writes p to the network within the write deadline; b.mu is held.
+func (b *batchConn) writeLocked(p []byte) (int, error) {
+	if now := time.Now(); b.deadline.Sub(now) < writeTimeout/2 {
+		b.deadline = now.Add(writeTimeout)
+		if err := b.Conn.SetWriteDeadline(b.deadline); err != nil {
+			return 0, err
+		}
+	}
+	return b.Conn.Write(p)
 }

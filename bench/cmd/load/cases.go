@@ -450,9 +450,11 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 			}
 		}()
 	}
+	// arrival is one event a viewer received. The viewer only records it (the viewers share the
+	// server's CPUs); its evKey's nth and its text key are worked out after the run.
 	type arrival struct {
 		ev   evKey
-		text *textKey
+		turn int // assistant messages started so far (message_update)
 		at   time.Time
 	}
 	type viewer struct {
@@ -482,10 +484,10 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 			defer c.CloseNow()
 			<-start
 			turn := 0
-			seen := map[evKey]int{}
+			var ids idCache
 			v.frames, v.err = readUntilEnd(ctx, c, func(ev *event, frame []byte, at time.Time) {
-				k := evKey{session: sid, typ: ev.Type, messageID: frameString(frame, "messageId"), toolCallID: frameString(frame, "toolCallId")}
-				ar := arrival{at: at}
+				k := evKey{session: sid, typ: ev.Type, messageID: ids.get(frameBytes(frame, messageIDKey)),
+					toolCallID: ids.get(frameBytes(frame, toolCallIDKey))}
 				switch ev.Type {
 				case "message_start":
 					if ev.Message != nil && ev.Message.Role == "assistant" {
@@ -493,14 +495,10 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 					}
 				case "message_update":
 					k.textBytes = ev.textLen()
-					ar.text = &textKey{sid, turn, k.textBytes}
 				case "tool_execution_update":
 					return // coalesced away unevenly: not matched
 				}
-				k.nth = seen[k]
-				seen[k]++
-				ar.ev = k
-				v.arrivals = append(v.arrivals, ar)
+				v.arrivals = append(v.arrivals, arrival{ev: k, turn: turn, at: at})
 			})
 		}()
 	}
@@ -527,7 +525,9 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 	var delays, textDelays []float64
 	frames, dropped, unmatched := 0, 0, 0
 	msOf := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+	seen := map[evKey]int{}
 	for _, v := range viewers {
+		clear(seen)
 		frames += v.frames
 		if v.err == errDropped {
 			dropped++
@@ -535,13 +535,15 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 			return nil, v.err
 		}
 		for _, ar := range v.arrivals {
+			ar.ev.nth = seen[ar.ev]
+			seen[ar.ev]++
 			if p, ok := published[ar.ev]; ok {
 				delays = append(delays, msOf(ar.at.Sub(p)))
 			} else if ar.ev.typ != "message_update" {
 				unmatched++ // a coalesced update shifts nothing; anything else should match
 			}
-			if ar.text != nil {
-				if h, ok := handed[*ar.text]; ok {
+			if ar.ev.typ == "message_update" {
+				if h, ok := handed[textKey{ar.ev.session, ar.turn, ar.ev.textBytes}]; ok {
 					textDelays = append(textDelays, msOf(ar.at.Sub(h)))
 				}
 			}

@@ -140,41 +140,112 @@ type event struct {
 		CreatedAt time.Time  `json:"createdAt"`
 		DecidedAt *time.Time `json:"decidedAt"`
 	} `json:"approval"`
+	text int // textLen
 }
 
 // textLen is the length of the text of the event's message so far.
-func (e *event) textLen() int {
-	n := 0
+func (e *event) textLen() int { return e.text }
+
+// decode decodes an event frame into e. A message_update whose message is so far one text block
+// (most of the fan-out case's frames) is read without encoding/json by plainTextUpdate; any
+// other frame goes through json.Unmarshal.
+func (e *event) decode(b []byte) error {
+	if n, ok := plainTextUpdate(b); ok {
+		e.Type, e.text = "message_update", n
+		return nil
+	}
+	if err := json.Unmarshal(b, e); err != nil {
+		return err
+	}
 	if e.Message != nil {
 		for _, b := range e.Message.Content {
 			if b.Type == "text" {
-				n += len(b.Text)
+				e.text += len(b.Text)
 			}
 		}
 	}
-	return n
+	return nil
+}
+
+// plainTextUpdate returns the text length of a message_update frame whose message is so far
+// one text block, with no escape in its JSON string, encoded in agent.Event's and
+// agent.Message's field order:
+//
+//	{"type":"message_update","sessionId":"…","messageId":"…","message":{"id":"…",
+//	"role":"assistant","content":[{"type":"text","text":"…"}],…
+//
+// A JSON string without an escape holds its text byte for byte. ok is false for any other frame
+// (another shape, order or block, an escaped character), which must be decoded.
+func plainTextUpdate(b []byte) (n int, ok bool) {
+	rest := b
+	for i, p := range plainUpdateParts {
+		if i > 0 {
+			if _, rest, ok = plainString(rest); !ok {
+				return 0, false
+			}
+		}
+		if rest, ok = bytes.CutPrefix(rest, p); !ok {
+			return 0, false
+		}
+	}
+	text, rest, ok := plainString(rest)
+	if !ok || !(bytes.HasPrefix(rest, []byte(`"}],`)) || bytes.HasPrefix(rest, []byte(`"}]}`))) {
+		return 0, false
+	}
+	return len(text), true
+}
+
+// plainUpdateParts are the fixed parts of the frames plainTextUpdate reads; a string value sits
+// between each two.
+var plainUpdateParts = [][]byte{[]byte(`{"type":"message_update","sessionId":"`), []byte(`","messageId":"`),
+	[]byte(`","message":{"id":"`), []byte(`","role":"assistant","content":[{"type":"text","text":"`)}
+
+// plainString splits b, which starts inside a JSON string, at the string's closing quote: the
+// string's bytes and the rest from the quote on. ok is false if an escape comes first.
+func plainString(b []byte) (s, rest []byte, ok bool) {
+	i := bytes.IndexAny(b, `"\`)
+	if i < 0 || b[i] != '"' {
+		return nil, nil, false
+	}
+	return b[:i], b[i:], true
 }
 
 // readUntilEnd reads a socket's events until agent_end, calling f (when not nil) with each event,
-// its frame and the time the frame arrived. It returns how many events arrived; errDropped when the server
-// closed the socket first (a viewer that falls behind is dropped and must re-sync).
+// its frame and the time the frame arrived; frame is valid only during the call. It returns how
+// many events arrived; errDropped when the server closed the socket first (a viewer that falls
+// behind is dropped and must re-sync).
+//
+// The viewers share the server's CPUs, so reading is kept lean: ctx closes the socket when it
+// ends (rather than being watched by the library for every read, one context.AfterFunc each on
+// a context shared by every viewer), frames are read into one reused buffer, and only the
+// events the cases look into are decoded.
 func readUntilEnd(ctx context.Context, c *websocket.Conn, f func(ev *event, frame []byte, at time.Time)) (int, error) {
+	stop := context.AfterFunc(ctx, func() { c.CloseNow() })
+	defer stop()
+	var buf bytes.Buffer
 	n := 0
 	for {
-		_, b, err := c.Read(ctx)
+		buf.Reset()
+		_, r, err := c.Reader(context.Background())
+		if err == nil {
+			_, err = buf.ReadFrom(r)
+		}
 		at := time.Now()
 		if err != nil {
+			if ctx.Err() != nil {
+				return n, ctx.Err()
+			}
 			if websocket.CloseStatus(err) == websocket.StatusTryAgainLater {
 				return n, errDropped
 			}
 			return n, err
 		}
+		b := buf.Bytes()
 		n++
 		var ev event
-		// Only the events the cases look into are decoded: the viewers share the server's CPUs.
 		if typ, ok := frameType(b); ok && !decoded[typ] {
 			ev.Type = typ
-		} else if err := json.Unmarshal(b, &ev); err != nil {
+		} else if err := ev.decode(b); err != nil {
 			return n, err
 		}
 		if f != nil {
@@ -203,23 +274,54 @@ func frameType(b []byte) (string, bool) {
 	if i < 0 {
 		return "", false
 	}
+	for _, t := range eventTypes {
+		if t == string(rest[:i]) {
+			return t, true // no copy for a known type
+		}
+	}
 	return string(rest[:i]), true
 }
 
-// frameString returns the first string value of field in a frame (e.g. "messageId"), without
-// decoding it: the top-level one for the fields the fan-out case reads.
-func frameString(b []byte, field string) string {
-	k := `"` + field + `":"`
-	i := bytes.Index(b, []byte(k))
+// eventTypes are the SPEC §2 event types and the snapshot.
+var eventTypes = []string{"message_update", "tool_execution_update", "message_start", "message_end",
+	"tool_execution_start", "tool_execution_end", "turn_start", "turn_end", "agent_start", "agent_end",
+	"approval_requested", "approval_resolved", "session_updated", "snapshot"}
+
+// frameBytes returns the first string value of a field in a frame, without decoding it: the
+// top-level one for the fields the fan-out case reads. key is the field's name in quotes with
+// the colon and the value's opening quote, as messageIDKey.
+func frameBytes(b, key []byte) []byte {
+	i := bytes.Index(b, key)
 	if i < 0 {
-		return ""
+		return nil
 	}
-	rest := b[i+len(k):]
+	rest := b[i+len(key):]
 	j := bytes.IndexByte(rest, '"')
 	if j < 0 {
-		return ""
+		return nil
 	}
-	return string(rest[:j])
+	return rest[:j]
+}
+
+// The keys frameBytes reads.
+var (
+	messageIDKey  = []byte(`"messageId":"`)
+	toolCallIDKey = []byte(`"toolCallId":"`)
+)
+
+// idCache turns the ids a viewer reads into strings, reusing the previous string for the same id
+// (consecutive events mostly name the same message or call).
+type idCache struct{ last [2]string }
+
+func (c *idCache) get(b []byte) string {
+	for _, s := range c.last {
+		if s == string(b) {
+			return s
+		}
+	}
+	s := string(b)
+	c.last[0], c.last[1] = s, c.last[0]
+	return s
 }
 
 var errDropped = errors.New("the server dropped the socket (viewer fell behind)")

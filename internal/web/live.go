@@ -15,7 +15,8 @@ import (
 	"countersign/web/templates"
 )
 
-// writeTimeout bounds one WebSocket write; a client slower than this is dropped and re-syncs.
+// writeTimeout bounds each write to a WebSocket's connection (from writeTimeout/2 to writeTimeout,
+// see batchConn); a client slower than this is dropped and re-syncs.
 const writeTimeout = 5 * time.Second
 
 // live is a session page's WebSocket: first the whole transcript as the store and the run's

@@ -3,10 +3,12 @@ package web
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -135,5 +137,47 @@ func TestCoalesceKeepsOrderAndTheLastUpdate(t *testing.T) {
 	}
 	if got := coalesce(got, ev(agent.AgentEnd, "", "", ""), queue); len(got) != 1 || got[0].Type != agent.AgentEnd {
 		t.Errorf("alone: got %v", got)
+	}
+}
+
+// TestWriteBatchToAClientThatStopsReadingTimesOut: writes that the client does not take fail
+// within writeTimeout instead of blocking the socket's writer forever.
+func TestWriteBatchToAClientThatStopsReadingTimesOut(t *testing.T) {
+	t.Parallel()
+	done := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := acceptSocket(w, r)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.CloseNow()
+		msg := bytes.Repeat([]byte("x"), 1<<20)
+		for {
+			if err := c.writeBatch(r.Context(), [][]byte{msg, msg}); err != nil {
+				done <- err
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	start := time.Now()
+	select {
+	case err := <-done:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("write failed with %v, want a deadline exceeded", err)
+		}
+		if d := time.Since(start); d > writeTimeout+2*time.Second {
+			t.Errorf("the write failed after %v, want within writeTimeout (%v)", d, writeTimeout)
+		}
+	case <-ctx.Done():
+		t.Fatal("the writer was still blocked after 10s")
 	}
 }

@@ -42,6 +42,23 @@ type Env struct {
 	Echo Stamps
 	// Gated records, per tool call id, when the gated tool started executing.
 	Gated sync.Map // toolCallId → time.Time
+	// Stored records, per approval id, when a pending approval's insert had committed (the
+	// store's CreateApproval returned): the "approval stored" of the round-trip case.
+	Stored sync.Map // approval id → time.Time
+}
+
+// stampedStore is the store, stamping when each pending approval is stored.
+type stampedStore struct {
+	*store.DB
+	e *Env
+}
+
+func (s stampedStore) CreateApproval(ctx context.Context, a gate.Approval) error {
+	err := s.DB.CreateApproval(ctx, a)
+	if err == nil && a.Status == gate.Pending {
+		s.e.Stored.Store(a.ID, time.Now())
+	}
+	return err
 }
 
 // Stamps is a goroutine-safe list of times.
@@ -118,7 +135,7 @@ func New(ctx context.Context, dir string, opt Options) (*Env, error) {
 		_ = ev.Annotations.ReadOnlyHint != nil && *ev.Annotations.ReadOnlyHint
 		return gate.Verdict{}, nil
 	}
-	e.Runner = agent.New(agent.Config{Store: db, Models: e.Models, Tools: e.Tools, Broker: e.Broker,
+	e.Runner = agent.New(agent.Config{Store: stampedStore{db, e}, Models: e.Models, Tools: e.Tools, Broker: e.Broker,
 		CallHandlers: gate.Handlers{handler}, ApprovalTimeout: opt.ApprovalTimeout, Logger: opt.Logger})
 	return e, nil
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"sync"
+	"time"
 
 	"countersign/internal/gate"
 	"countersign/internal/tool"
@@ -49,17 +50,29 @@ type Event struct {
 	Session          *Session        `json:"session,omitempty"`
 	Error            string          `json:"error,omitempty"`
 
-	// enc is the event's JSON encoding, made once, on first need (the first viewer that writes
-	// it), and shared by the copies every subscriber receives: a session with 100 viewers costs
-	// one encoding per event, not 100, and one nobody watches costs none (Broker.Publish sets
-	// enc only when the session has subscribers). An event must not change once published.
-	enc *encoding
+	// pub is what the copies every subscriber receives share (Broker.Publish sets it only when
+	// the session has subscribers): the time of publication and the event's JSON encoding,
+	// made once, on first need (the first viewer that writes it). A session with 100 viewers
+	// costs one encoding per event, not 100, and one nobody watches costs none. An event must
+	// not change once published.
+	pub *publication
 }
 
-type encoding struct {
+// publication is what the copies of one published event share.
+type publication struct {
+	at   time.Time // when Broker.Publish sent the event
 	once sync.Once
 	b    []byte
 	err  error
+}
+
+// PublishedAt is when Broker.Publish sent the event to its subscribers; zero for an event that
+// was not published or whose session had no subscribers. Benchmarks measure delivery from it.
+func (ev Event) PublishedAt() time.Time {
+	if ev.pub == nil {
+		return time.Time{}
+	}
+	return ev.pub.at
 }
 
 // eventFields is Event without its methods, for encoding/json.
@@ -68,11 +81,11 @@ type eventFields Event
 // MarshalJSON encodes the event as {type, sessionId, ...}; a published event is encoded once and
 // every call returns the same bytes, which the caller must not modify.
 func (ev Event) MarshalJSON() ([]byte, error) {
-	if ev.enc == nil {
+	if ev.pub == nil {
 		return json.Marshal(eventFields(ev))
 	}
-	ev.enc.once.Do(func() { ev.enc.b, ev.enc.err = json.Marshal(eventFields(ev)) })
-	return ev.enc.b, ev.enc.err
+	ev.pub.once.Do(func() { ev.pub.b, ev.pub.err = json.Marshal(eventFields(ev)) })
+	return ev.pub.b, ev.pub.err
 }
 
 // Broker fans events out to subscribers per session. Publish never blocks: each subscriber has a
@@ -128,7 +141,7 @@ func (b *Broker) Publish(ev Event) {
 	b.mu.RLock()
 	subs := b.subs[ev.SessionID]
 	if len(subs) > 0 {
-		ev.enc = &encoding{}
+		ev.pub = &publication{at: time.Now()}
 	}
 	for s := range subs {
 		select {

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -45,5 +46,23 @@ func TestPublishWithoutSubscribersCostsNothing(t *testing.T) {
 	}
 	if len(other.C) != 0 {
 		t.Errorf("another session's subscriber received %d events", len(other.C))
+	}
+}
+
+// TestPublishedAtIsTheTimeOfPublish: every subscriber's copy carries the time it was published.
+func TestPublishedAtIsTheTimeOfPublish(t *testing.T) {
+	b := NewBroker()
+	s1, s2 := b.Subscribe("s"), b.Subscribe("s")
+	ev := Event{Type: TurnStart, SessionID: "s"}
+	if !ev.PublishedAt().IsZero() {
+		t.Fatal("an event not published has a publication time")
+	}
+	before := time.Now()
+	b.Publish(ev)
+	after := time.Now()
+	e1, e2 := <-s1.C, <-s2.C
+	at := e1.PublishedAt()
+	if at.Before(before) || at.After(after) || !e2.PublishedAt().Equal(at) {
+		t.Errorf("published at %v and %v, want the same time within [%v, %v]", at, e2.PublishedAt(), before, after)
 	}
 }

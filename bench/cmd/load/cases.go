@@ -379,9 +379,9 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 // (word-sized deltas, chunkDelay apart) and tool calls at once. Two delays per event a viewer
 // receives, both stamped in this process on one clock:
 //   - delivery (p50_ms, p99_ms): from the event's publication to its arrival at the viewer. The
-//     publication is stamped by an in-process subscriber of the session (a probe, as a viewer
-//     with no socket), so it is at or just after the publish; every event type is counted but
-//     tool_execution_update (none here);
+//     publication time is the one Broker.Publish stamps (agent.Event.PublishedAt), read by an
+//     in-process subscriber of the session (a probe, as a viewer with no socket) that maps each
+//     event's key to it; every event type is counted but tool_execution_update (none here);
 //   - text (text_p50_ms, text_p99_ms), message_update only: from the moment the model handed
 //     over the newest text in the update to its arrival; it includes the wait for the next
 //     message_update (at most one per 50ms per message, see agent.updateInterval).
@@ -434,13 +434,14 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 			defer probes.Done()
 			seen := map[evKey]int{}
 			for ev := range sub.C {
-				at := time.Now()
+				at := ev.PublishedAt()
 				k := evKey{session: ev.SessionID, typ: string(ev.Type), messageID: ev.MessageID, toolCallID: ev.ToolCallID}
 				if ev.Type == agent.MessageUpdate && ev.Message != nil {
 					k.textBytes = len(ev.Message.Text())
 				}
-				k.nth = seen[k]
-				seen[k]++
+				n := seen[k] // k.nth is 0 here: seen counts by the key without nth
+				seen[k] = n + 1
+				k.nth = n
 				mu.Lock()
 				published[k] = at
 				mu.Unlock()
@@ -535,8 +536,9 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 			return nil, v.err
 		}
 		for _, ar := range v.arrivals {
-			ar.ev.nth = seen[ar.ev]
-			seen[ar.ev]++
+			n := seen[ar.ev] // ar.ev.nth is 0 here: seen counts by the key without nth
+			seen[ar.ev] = n + 1
+			ar.ev.nth = n
 			if p, ok := published[ar.ev]; ok {
 				delays = append(delays, msOf(ar.at.Sub(p)))
 			} else if ar.ev.typ != "message_update" {

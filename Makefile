@@ -25,8 +25,16 @@ all: build
 generate:
 	$(GO) tool templ generate
 
+# The server is built without cgo (a static binary: no libc or dynamic loader mapped, Go's own
+# DNS resolver), with file paths trimmed and without the symbol table and DWARF (-s implies -w;
+# panics and profiles still name functions and lines, from the runtime's own tables). Together
+# about 2 MB less resident memory and a binary a third smaller. bench/cmd/load builds its rss
+# case's binary with the same flags: keep them in step.
+BUILD_ENV   := CGO_ENABLED=0
+BUILD_FLAGS := -trimpath -ldflags=-s
+
 build: generate
-	$(GO) build -o $(BIN) ./cmd/web
+	$(BUILD_ENV) $(GO) build $(BUILD_FLAGS) -o $(BIN) ./cmd/web
 
 run: build
 	./$(BIN) $(RUN_ARGS)

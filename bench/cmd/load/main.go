@@ -14,8 +14,9 @@
 //     JSON API with one events WebSocket connected; us_per_call is the whole run (POST message
 //     to agent_end on the socket) divided by K; turn_us_first50/last50 are the mean gaps between
 //     consecutive echo executions over the first and the last 50 turns.
-//   - rss: the server binary (cmd/web, built into a temporary folder) as its own process, driven
-//     over the JSON API through a K = 1,000 session; VmRSS and VmHWM from /proc/<pid>/status.
+//   - rss: the server binary (cmd/web, built as make build does into a temporary folder) as its
+//     own process, driven over the JSON API through a K = 1,000 session; VmRSS and VmHWM from
+//     /proc/<pid>/status.
 //   - approval: 100 sessions, each parked on a pending approval, one events WebSocket client per
 //     session that approves over HTTP as soon as it sees approval_requested; the time from the
 //     approval's createdAt to the tool's first line, both stamped in the server process.
@@ -34,7 +35,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"sort"
@@ -49,6 +52,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
+}
+
+// buildRelease builds cmd/web into dir as `make build` does (the Makefile's BUILD_ENV and
+// BUILD_FLAGS: no cgo, trimmed paths, no symbol table), so the rss case measures the binary
+// users run; keep the two in step. It returns the binary's path.
+func buildRelease(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "countersign")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s", "-o", bin, "./cmd/web")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return bin, cmd.Run()
 }
 
 type options struct {
@@ -80,8 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		logf("building cmd/web")
-		if opt.bin, err = buildServer(ctx, dir); err != nil {
+		logf("building cmd/web as make build does")
+		if opt.bin, err = buildRelease(ctx, dir); err != nil {
 			return err
 		}
 	}

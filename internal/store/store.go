@@ -97,7 +97,14 @@ func Open(ctx context.Context, path string) (_ *DB, err error) {
 	// then writes cannot fail halfway with SQLITE_BUSY on lock upgrade.
 	file := "file:" + (&url.URL{Path: abs}).EscapedPath()
 	pragmas := "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
-	write, err := sql.Open("sqlite", file+"?"+pragmas+fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)", walAutoCheckpoint)+"&_txlock=immediate")
+	// Page caches are bounded below SQLite's default of 2 MiB per connection (a cache, once
+	// filled, stays allocated: six connections could hold 12 MiB). The writer's cache stays
+	// valid across its transactions, so it keeps 512 KiB for the pages it touches most (the
+	// upper levels and last leaves of tables and indexes); a reader's or the checkpointer's is
+	// emptied whenever another connection has written in between, so 256 KiB loses nothing
+	// there. Pages not cached are read again from the OS's file cache.
+	write, err := sql.Open("sqlite", file+"?"+pragmas+fmt.Sprintf("&_pragma=wal_autocheckpoint(%d)", walAutoCheckpoint)+
+		"&_pragma=cache_size(-512)&_txlock=immediate")
 	if err != nil {
 		return nil, err
 	}
@@ -113,14 +120,14 @@ func Open(ctx context.Context, path string) (_ *DB, err error) {
 		return nil, err
 	}
 	// query_only makes a write through the read pool an error instead of a second writer.
-	read, err := sql.Open("sqlite", file+"?"+pragmas+"&_pragma=query_only(1)")
+	read, err := sql.Open("sqlite", file+"?"+pragmas+"&_pragma=cache_size(-256)&_pragma=query_only(1)")
 	if err != nil {
 		write.Close()
 		return nil, err
 	}
 	read.SetMaxOpenConns(readers)
 	read.SetMaxIdleConns(readers)
-	ckpt, err := sql.Open("sqlite", file+"?"+pragmas)
+	ckpt, err := sql.Open("sqlite", file+"?"+pragmas+"&_pragma=cache_size(-256)")
 	if err != nil {
 		write.Close()
 		read.Close()

@@ -330,7 +330,9 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 				msgs = append(msgs, b)
 			}
 			clear(evs) // keep no event alive while waiting for the next
-			if err := s.writeEvents(ctx, c, msgs); err != nil {
+			err := s.writeEvents(ctx, c, msgs)
+			clear(msgs)
+			if err != nil {
 				return nil
 			}
 		}

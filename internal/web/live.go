@@ -72,7 +72,9 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 				msgs = s.renderFragment(ctx, msgs, s.fragment(ctx, ev, who))
 			}
 			clear(evs) // keep no event alive while waiting for the next
-			if err := s.writeFragments(ctx, c, msgs); err != nil {
+			err := s.writeFragments(ctx, c, msgs)
+			clear(msgs)
+			if err != nil {
 				return nil
 			}
 		}

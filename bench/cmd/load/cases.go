@@ -144,7 +144,7 @@ func direct(ctx context.Context, k int) (line, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		n, err := readUntilEnd(ctx, c, nil)
+		n, err := readUntilEnd(ctx, c, nil, nil)
 		done <- result{n, err}
 	}()
 	c0, t0 := benchkit.CPU(), time.Now()
@@ -227,7 +227,7 @@ func rss(ctx context.Context, bin string, k int) (line, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		n, err := readUntilEnd(ctx, c, nil)
+		n, err := readUntilEnd(ctx, c, nil, nil)
 		done <- result{n, err}
 	}()
 	t0 := time.Now()
@@ -298,7 +298,7 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 		}
 		defer c.CloseNow()
 		go func() {
-			_, err := readUntilEnd(ctx, c, func(ev *event, _ []byte, at time.Time) {
+			_, err := readUntilEnd(ctx, c, nil, func(ev *event, _ []byte, at time.Time) {
 				switch ev.Type {
 				case "approval_requested":
 					cl.asked, cl.callID = at, ev.ToolCallID
@@ -487,7 +487,7 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 			<-start
 			turn := 0
 			var ids idCache
-			v.frames, v.err = readUntilEnd(ctx, c, func(ev *event, frame []byte, at time.Time) {
+			v.frames, v.err = readUntilEnd(ctx, c, fanoutDecoded, func(ev *event, frame []byte, at time.Time) {
 				k := evKey{session: sid, typ: ev.Type, messageID: ids.get(frameBytes(frame, messageIDKey)),
 					toolCallID: ids.get(frameBytes(frame, toolCallIDKey))}
 				switch ev.Type {

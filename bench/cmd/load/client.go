@@ -124,18 +124,12 @@ func (a *api) events(ctx context.Context, sessionID string) (*websocket.Conn, er
 
 // event is the part of an API event the benchmark reads.
 type event struct {
-	Type       string `json:"type"`
-	MessageID  string `json:"messageId"`
-	ToolCallID string `json:"toolCallId"`
-	Error      string `json:"error"`
-	Message    *struct {
-		Role    string `json:"role"`
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-	} `json:"message"`
-	Approval *struct {
+	Type       string        `json:"type"`
+	MessageID  string        `json:"messageId"`
+	ToolCallID string        `json:"toolCallId"`
+	Error      string        `json:"error"`
+	Message    *eventMessage `json:"message"`
+	Approval   *struct {
 		ID        string     `json:"id"`
 		CreatedAt time.Time  `json:"createdAt"`
 		DecidedAt *time.Time `json:"decidedAt"`
@@ -143,15 +137,29 @@ type event struct {
 	text int // textLen
 }
 
+// eventMessage is the part of an event's message the benchmark reads.
+type eventMessage struct {
+	Role    string `json:"role"`
+	Content []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+}
+
 // textLen is the length of the text of the event's message so far.
 func (e *event) textLen() int { return e.text }
 
-// decode decodes an event frame into e. A message_update whose message is so far one text block
-// (most of the fan-out case's frames) is read without encoding/json by plainTextUpdate; any
-// other frame goes through json.Unmarshal.
+// decode decodes an event frame into e. The fan-out case's frames are read without
+// encoding/json where their shape allows (it decodes 100 copies of every event): a
+// message_update whose message is so far one text block (plainTextUpdate) and the role of a
+// message_start (plainMessageRole). Any other frame goes through json.Unmarshal.
 func (e *event) decode(b []byte) error {
 	if n, ok := plainTextUpdate(b); ok {
 		e.Type, e.text = "message_update", n
+		return nil
+	}
+	if role, ok := plainMessageRole(b); ok {
+		e.Type, e.Message = "message_start", &eventMessage{Role: role}
 		return nil
 	}
 	if err := json.Unmarshal(b, e); err != nil {
@@ -177,16 +185,9 @@ func (e *event) decode(b []byte) error {
 // A JSON string without an escape holds its text byte for byte. ok is false for any other frame
 // (another shape, order or block, an escaped character), which must be decoded.
 func plainTextUpdate(b []byte) (n int, ok bool) {
-	rest := b
-	for i, p := range plainUpdateParts {
-		if i > 0 {
-			if _, rest, ok = plainString(rest); !ok {
-				return 0, false
-			}
-		}
-		if rest, ok = bytes.CutPrefix(rest, p); !ok {
-			return 0, false
-		}
+	rest, ok := plainParts(b, plainUpdateParts)
+	if !ok {
+		return 0, false
 	}
 	text, rest, ok := plainString(rest)
 	if !ok || !(bytes.HasPrefix(rest, []byte(`"}],`)) || bytes.HasPrefix(rest, []byte(`"}]}`))) {
@@ -195,10 +196,51 @@ func plainTextUpdate(b []byte) (n int, ok bool) {
 	return len(text), true
 }
 
-// plainUpdateParts are the fixed parts of the frames plainTextUpdate reads; a string value sits
+// plainMessageRole returns the message's role in a message_start frame encoded in agent.Event's
+// and agent.Message's field order, {"type":"message_start","sessionId":"…","messageId":"…",
+// "message":{"id":"…","role":"…",… ok is false for any other frame.
+func plainMessageRole(b []byte) (role string, ok bool) {
+	rest, ok := plainParts(b, plainStartParts)
+	if !ok {
+		return "", false
+	}
+	r, rest, ok := plainString(rest)
+	if !ok || !bytes.HasPrefix(rest, []byte(`",`)) {
+		return "", false
+	}
+	for _, known := range []string{"assistant", "user", "toolResult"} {
+		if known == string(r) {
+			return known, true
+		}
+	}
+	return string(r), true
+}
+
+// plainParts reads b as parts[0], a string value, parts[1], … up to the last part and returns
+// what follows it. ok is false if b does not read so, or a string value has an escape.
+func plainParts(b []byte, parts [][]byte) (rest []byte, ok bool) {
+	rest = b
+	for i, p := range parts {
+		if i > 0 {
+			if _, rest, ok = plainString(rest); !ok {
+				return nil, false
+			}
+		}
+		if rest, ok = bytes.CutPrefix(rest, p); !ok {
+			return nil, false
+		}
+	}
+	return rest, true
+}
+
+// The fixed parts of the frames plainTextUpdate and plainMessageRole read; a string value sits
 // between each two.
-var plainUpdateParts = [][]byte{[]byte(`{"type":"message_update","sessionId":"`), []byte(`","messageId":"`),
-	[]byte(`","message":{"id":"`), []byte(`","role":"assistant","content":[{"type":"text","text":"`)}
+var (
+	plainUpdateParts = [][]byte{[]byte(`{"type":"message_update","sessionId":"`), []byte(`","messageId":"`),
+		[]byte(`","message":{"id":"`), []byte(`","role":"assistant","content":[{"type":"text","text":"`)}
+	plainStartParts = [][]byte{[]byte(`{"type":"message_start","sessionId":"`), []byte(`","messageId":"`),
+		[]byte(`","message":{"id":"`), []byte(`","role":"`)}
+)
 
 // plainString splits b, which starts inside a JSON string, at the string's closing quote: the
 // string's bytes and the rest from the quote on. ok is false if an escape comes first.
@@ -218,8 +260,11 @@ func plainString(b []byte) (s, rest []byte, ok bool) {
 // The viewers share the server's CPUs, so reading is kept lean: ctx closes the socket when it
 // ends (rather than being watched by the library for every read, one context.AfterFunc each on
 // a context shared by every viewer), frames are read into one reused buffer, and only the
-// events the cases look into are decoded.
-func readUntilEnd(ctx context.Context, c *websocket.Conn, f func(ev *event, frame []byte, at time.Time)) (int, error) {
+// event types in decode are decoded (nil: decoded); the others are only counted.
+func readUntilEnd(ctx context.Context, c *websocket.Conn, decode map[string]bool, f func(ev *event, frame []byte, at time.Time)) (int, error) {
+	if decode == nil {
+		decode = decoded
+	}
 	stop := context.AfterFunc(ctx, func() { c.CloseNow() })
 	defer stop()
 	var buf bytes.Buffer
@@ -243,7 +288,7 @@ func readUntilEnd(ctx context.Context, c *websocket.Conn, f func(ev *event, fram
 		b := buf.Bytes()
 		n++
 		var ev event
-		if typ, ok := frameType(b); ok && !decoded[typ] {
+		if typ, ok := frameType(b); ok && !decode[typ] {
 			ev.Type = typ
 		} else if err := ev.decode(b); err != nil {
 			return n, err
@@ -260,9 +305,13 @@ func readUntilEnd(ctx context.Context, c *websocket.Conn, f func(ev *event, fram
 	}
 }
 
-// decoded are the event types readUntilEnd decodes; the others it only counts.
-var decoded = map[string]bool{"message_start": true, "message_update": true, "approval_requested": true,
-	"approval_resolved": true, "tool_execution_start": true, "agent_end": true}
+// decoded are the event types readUntilEnd decodes by default; fanoutDecoded those the fan-out
+// case looks into.
+var (
+	fanoutDecoded = map[string]bool{"message_start": true, "message_update": true, "agent_end": true}
+	decoded       = map[string]bool{"message_start": true, "message_update": true, "approval_requested": true,
+		"approval_resolved": true, "tool_execution_start": true, "agent_end": true}
+)
 
 // frameType reads the type of an event frame, which the server writes first: {"type":"...",
 func frameType(b []byte) (string, bool) {

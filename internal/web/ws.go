@@ -154,6 +154,17 @@ func (b *batchConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Close writes out what is held, then closes the connection. The library closes the connection
+// itself after answering a close frame from its read loop, and that answer may have been held
+// by a batch in progress: it must still be sent.
+func (b *batchConn) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.holding = false
+	_ = b.flushLocked() // best effort: the connection is going away either way
+	return b.Conn.Close()
+}
+
 // flushLocked writes the held bytes to the network; b.mu is held.
 func (b *batchConn) flushLocked() error {
 	if b.buf == nil || len(*b.buf) == 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -179,5 +180,30 @@ func TestWriteBatchToAClientThatStopsReadingTimesOut(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the writer was still blocked after 10s")
+	}
+}
+
+// TestBatchConnCloseSendsWhatIsHeld: bytes held by a batch in progress (such as the library's
+// answer to a close frame) are written before the connection closes.
+func TestBatchConnCloseSendsWhatIsHeld(t *testing.T) {
+	server, client := net.Pipe()
+	b := &batchConn{Conn: server}
+	b.hold()
+	if _, err := b.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		all, _ := io.ReadAll(client)
+		got <- all
+	}()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s := string(<-got); s != "held" {
+		t.Errorf("the peer read %q, want %q", s, "held")
+	}
+	if err := b.release(); err != nil && !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("release after Close: %v", err)
 	}
 }

@@ -136,7 +136,7 @@ func BenchmarkApproval(b *testing.B) {
 		var asked *agent.Event
 		for ev := range sub.C {
 			if ev.Type == agent.ApprovalRequested {
-				asked = &ev
+				asked = ev
 				if _, err := e.Runner.Decide(ctx, sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "bench"}); err != nil {
 					b.Fatal(err)
 				}

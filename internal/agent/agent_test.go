@@ -99,7 +99,7 @@ func (h *harness) await(typ agent.EventType) agent.Event {
 		select {
 		case ev := <-h.events.C:
 			if ev.Type == typ {
-				return ev
+				return *ev
 			}
 		case <-timeout:
 			h.t.Fatalf("no %s event within 10s", typ)
@@ -399,7 +399,7 @@ func TestAutomaticRecordsAreCommittedWithTheAssistantMessage(t *testing.T) {
 				order = append(order, ev.Type)
 			}
 			if ev.Type == agent.ApprovalRequested {
-				prompt = ev
+				prompt = *ev
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("no approval_requested within 10s")

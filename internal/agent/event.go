@@ -97,10 +97,13 @@ type Broker struct {
 }
 
 // Subscription is one subscriber's event channel. C is closed when the subscriber is dropped or
-// unsubscribed.
+// unsubscribed. Every subscriber of a session receives the same *Event: it must not be changed.
+// (Pointers, not values: a buffered channel holds its whole buffer from the start, and an Event
+// is a few hundred bytes; 1,000 viewers with values would hold ~230 MB of buffers for the
+// garbage collector to scan.)
 type Subscription struct {
-	C         <-chan Event
-	c         chan Event
+	C         <-chan *Event
+	c         chan *Event
 	sessionID string
 	once      sync.Once
 }
@@ -113,7 +116,7 @@ const subscriberBuffer = 1024
 
 // Subscribe registers a subscriber for one session's events.
 func (b *Broker) Subscribe(sessionID string) *Subscription {
-	c := make(chan Event, subscriberBuffer)
+	c := make(chan *Event, subscriberBuffer)
 	s := &Subscription{C: c, c: c, sessionID: sessionID}
 	b.mu.Lock()
 	if b.subs[sessionID] == nil {
@@ -140,12 +143,16 @@ func (b *Broker) Publish(ev Event) {
 	var slow []*Subscription
 	b.mu.RLock()
 	subs := b.subs[ev.SessionID]
+	var shared *Event
 	if len(subs) > 0 {
-		ev.pub = &publication{at: time.Now()}
+		// Allocated here only: a session nobody watches costs no allocation.
+		e := ev
+		e.pub = &publication{at: time.Now()}
+		shared = &e
 	}
 	for s := range subs {
 		select {
-		case s.c <- ev:
+		case s.c <- shared:
 		default:
 			slow = append(slow, s)
 		}

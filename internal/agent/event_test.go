@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"runtime"
 	"testing"
 	"time"
 	"unsafe"
@@ -64,5 +65,29 @@ func TestPublishedAtIsTheTimeOfPublish(t *testing.T) {
 	at := e1.PublishedAt()
 	if at.Before(before) || at.After(after) || !e2.PublishedAt().Equal(at) {
 		t.Errorf("published at %v and %v, want the same time within [%v, %v]", at, e2.PublishedAt(), before, after)
+	}
+}
+
+// TestSubscriptionsHoldPointers: a subscription's buffer holds pointers to events shared by all
+// subscribers, not copies: 1,000 viewers must not reserve hundreds of MB of buffers up front.
+func TestSubscriptionsHoldPointers(t *testing.T) {
+	b := NewBroker()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	subs := make([]*Subscription, 100)
+	for i := range subs {
+		subs[i] = b.Subscribe("s")
+	}
+	runtime.ReadMemStats(&after)
+	perSub := (after.TotalAlloc - before.TotalAlloc) / uint64(len(subs))
+	if limit := uint64(subscriberBuffer*8 + 4096); perSub > limit {
+		t.Errorf("a subscription allocates %d bytes, want at most %d (a buffer of pointers)", perSub, limit)
+	}
+	b.Publish(Event{Type: AgentStart, SessionID: "s"})
+	first := <-subs[0].C
+	for _, s := range subs[1:] {
+		if ev := <-s.C; ev != first {
+			t.Fatal("subscribers received different copies of one event")
+		}
 	}
 }

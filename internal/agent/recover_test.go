@@ -53,7 +53,7 @@ func awaitOn(t *testing.T, sub *agent.Subscription, typ agent.EventType) agent.E
 		select {
 		case ev := <-sub.C:
 			if ev.Type == typ {
-				return ev
+				return *ev
 			}
 		case <-timeout:
 			t.Fatalf("no %s within 10s", typ)

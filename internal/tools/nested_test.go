@@ -166,10 +166,10 @@ func (p *pipeline) await(typ agent.EventType, seen *[]agent.Event) agent.Event {
 				p.t.Fatal("the subscription was dropped")
 			}
 			if seen != nil {
-				*seen = append(*seen, ev)
+				*seen = append(*seen, *ev)
 			}
 			if ev.Type == typ {
-				return ev
+				return *ev
 			}
 		case <-timeout:
 			p.t.Fatalf("no %s event within 20s", typ)

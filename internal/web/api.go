@@ -307,7 +307,7 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	var (
-		evs  []agent.Event
+		evs  []*agent.Event
 		msgs [][]byte
 	)
 	for {

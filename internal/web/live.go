@@ -51,7 +51,7 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 		return nil
 	}
 	var (
-		evs  []agent.Event
+		evs  []*agent.Event
 		msgs [][]byte
 	)
 	for {
@@ -69,7 +69,7 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 			}
 			evs, msgs = coalesce(evs, ev, sub.C), msgs[:0]
 			for _, ev := range evs {
-				msgs = s.renderFragment(ctx, msgs, s.fragment(ctx, ev, who))
+				msgs = s.renderFragment(ctx, msgs, s.fragment(ctx, *ev, who))
 			}
 			clear(evs) // keep no event alive while waiting for the next
 			err := s.writeFragments(ctx, c, msgs)
@@ -84,7 +84,7 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 // coalesce puts in evs (reusing its array) the event just received and whatever else is already
 // queued, at most 256 in all, and drops updates that a later update of the same message or call
 // supersedes. The last update always survives; the order is kept.
-func coalesce(evs []agent.Event, first agent.Event, queue <-chan agent.Event) []agent.Event {
+func coalesce(evs []*agent.Event, first *agent.Event, queue <-chan *agent.Event) []*agent.Event {
 	evs = append(evs[:0], first)
 drain:
 	for len(evs) < 256 {

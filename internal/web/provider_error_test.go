@@ -53,7 +53,7 @@ func TestProviderErrorEndsTheRunWithItsMessage(t *testing.T) {
 	}
 	var end agent.Event
 	for end.Type != agent.AgentEnd {
-		end = <-sub.C
+		end = *<-sub.C
 	}
 	if !strings.Contains(end.Error, "429 Too Many Requests") {
 		t.Errorf("agent_end error %q", end.Error)

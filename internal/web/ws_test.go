@@ -110,11 +110,11 @@ func TestWriteBatchBeyondTheLimit(t *testing.T) {
 }
 
 func TestCoalesceKeepsOrderAndTheLastUpdate(t *testing.T) {
-	ev := func(typ agent.EventType, msg, call, delta string) agent.Event {
-		return agent.Event{Type: typ, SessionID: "s", MessageID: msg, ToolCallID: call, Delta: delta}
+	ev := func(typ agent.EventType, msg, call, delta string) *agent.Event {
+		return &agent.Event{Type: typ, SessionID: "s", MessageID: msg, ToolCallID: call, Delta: delta}
 	}
-	queue := make(chan agent.Event, 10)
-	for _, e := range []agent.Event{
+	queue := make(chan *agent.Event, 10)
+	for _, e := range []*agent.Event{
 		ev(agent.MessageUpdate, "m1", "", "b"),
 		ev(agent.ToolExecutionUpdate, "m1", "c1", "1"),
 		ev(agent.MessageUpdate, "m1", "", "c"),

@@ -277,6 +277,7 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 		id             string
 		asked, started time.Time // frame arrivals at the client
 		created        time.Time // the approval's createdAt, stamped just before it is stored
+		approvalID     string
 		decided        time.Time // its decidedAt, stamped just before the decision is stored
 		callID         string
 		decideErr      error
@@ -302,7 +303,7 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 				switch ev.Type {
 				case "approval_requested":
 					cl.asked, cl.callID = at, ev.ToolCallID
-					cl.created = ev.Approval.CreatedAt
+					cl.created, cl.approvalID = ev.Approval.CreatedAt, ev.Approval.ID
 					cl.decideErr = a.approve(ctx, ev.Approval.ID)
 				case "approval_resolved":
 					if ev.Approval != nil && ev.Approval.DecidedAt != nil {
@@ -350,25 +351,35 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 		return nil, fmt.Errorf("unknown mode %q", mode)
 	}
 	total := time.Since(t0)
-	// server: createdAt → the tool's first line; shown: createdAt → the prompt's arrival at the
-	// client; answered: arrival → decidedAt (the client's POST, the handler, its reads);
-	// resumed: decidedAt → the tool's first line (the decision's commit, waking the call).
-	var server, seen, shown, answered, resumed []float64
+	// server (the target): stored (the approval's insert committed, stamped by benchkit as the
+	// store returns) → the tool's first line; insert: createdAt (stamped just before the insert)
+	// → stored, and from_created the whole trip from createdAt; shown: stored → the prompt's
+	// arrival at the client; answered: arrival → decidedAt (the client's POST, the handler, its
+	// reads); resumed: decidedAt → the tool's first line (the decision's commit, waking the call).
+	var server, fromCreated, insert, seen, shown, answered, resumed []float64
 	us := func(d time.Duration) float64 { return float64(d.Microseconds()) }
 	for _, cl := range clients {
 		v, ok := e.Gated.Load(cl.callID)
 		if !ok || cl.started.IsZero() || cl.decided.IsZero() {
 			return nil, fmt.Errorf("session %s: the gated call did not start", cl.id)
 		}
-		started := v.(time.Time)
-		server = append(server, us(started.Sub(cl.created)))
+		sv, ok := e.Stored.Load(cl.approvalID)
+		if !ok {
+			return nil, fmt.Errorf("session %s: approval %s was not stamped as stored", cl.id, cl.approvalID)
+		}
+		started, stored := v.(time.Time), sv.(time.Time)
+		server = append(server, us(started.Sub(stored)))
+		fromCreated = append(fromCreated, us(started.Sub(cl.created)))
+		insert = append(insert, us(stored.Sub(cl.created)))
 		seen = append(seen, us(cl.started.Sub(cl.asked)))
-		shown = append(shown, us(cl.asked.Sub(cl.created)))
+		shown = append(shown, us(cl.asked.Sub(stored)))
 		answered = append(answered, us(cl.decided.Sub(cl.asked)))
 		resumed = append(resumed, us(started.Sub(cl.decided)))
 	}
 	return line{}.add("peer", "countersign").add("case", "approval_round_trip").add("mode", mode).add("n", n).
 		add("p50_us", percentile(server, 50)).add("p99_us", percentile(server, 99)).add("max_us", percentile(server, 100)).
+		add("from_created_p50_us", percentile(fromCreated, 50)).add("from_created_p99_us", percentile(fromCreated, 99)).
+		add("insert_p50_us", percentile(insert, 50)).add("insert_p99_us", percentile(insert, 99)).
 		add("client_p50_us", percentile(seen, 50)).add("client_p99_us", percentile(seen, 99)).
 		add("shown_p50_us", percentile(shown, 50)).add("shown_p99_us", percentile(shown, 99)).
 		add("answered_p50_us", percentile(answered, 50)).add("answered_p99_us", percentile(answered, 99)).

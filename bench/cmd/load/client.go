@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -374,14 +373,6 @@ func (c *idCache) get(b []byte) string {
 }
 
 var errDropped = errors.New("the server dropped the socket (viewer fell behind)")
-
-// buildServer builds cmd/web into dir and returns the binary's path.
-func buildServer(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "countersign")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/web")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	return bin, cmd.Run()
-}
 
 // process is the server binary running as its own process.
 type process struct {

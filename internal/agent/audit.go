@@ -38,6 +38,23 @@ type auditLog struct {
 	queued  uint64            // records ever queued
 	written uint64            // records ever taken by the writer and written (or logged as failed)
 	writing bool              // a writer goroutine is running
+	// spare holds written batches for reuse: a record is ~400 bytes, and a tool making
+	// thousands of nested calls would otherwise allocate a new batch every 128 of them.
+	spare [][]gate.Approval
+}
+
+// auditSpareBatches bounds the batches kept for reuse (~50 KiB each).
+const auditSpareBatches = 4
+
+// newBatch returns an empty batch, reused if one is spare; l.mu is held.
+func (l *auditLog) newBatch() []gate.Approval {
+	if n := len(l.spare); n > 0 {
+		b := l.spare[n-1]
+		l.spare[n-1] = nil
+		l.spare = l.spare[:n-1]
+		return b
+	}
+	return make([]gate.Approval, 0, auditBatchMax)
 }
 
 // auditQueueMax bounds the records waiting to be written (about 400 bytes each): a tool that
@@ -65,7 +82,7 @@ func (l *auditLog) add(a gate.Approval) {
 		l.cond.Wait()
 	}
 	if n := len(l.queue); n == 0 || len(l.queue[n-1]) == auditBatchMax {
-		l.queue = append(l.queue, make([]gate.Approval, 0, auditBatchMax))
+		l.queue = append(l.queue, l.newBatch())
 	}
 	last := &l.queue[len(l.queue)-1]
 	*last = append(*last, a)
@@ -99,6 +116,10 @@ func (l *auditLog) write() {
 
 		l.mu.Lock()
 		l.written += uint64(len(batch))
+		if len(l.spare) < auditSpareBatches {
+			clear(batch)
+			l.spare = append(l.spare, batch[:0])
+		}
 		l.cond.Broadcast()
 		l.mu.Unlock()
 	}

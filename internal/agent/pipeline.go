@@ -24,10 +24,10 @@ type invocation struct {
 	requestedBy string // "model", or the parent tool's name
 	tool        *tool.Tool
 
-	early       *tool.Result  // set when the call stopped before executing
-	needsPerson bool          // decide found a person must decide: ask opens the approval
-	approval    gate.Approval // the approval ask stores, as decide built it
-	status      string        // for the parent's nestedCalls record: ok, error, blocked, denied, unfinished
+	early       *tool.Result   // set when the call stopped before executing
+	needsPerson bool           // decide found a person must decide: ask opens the approval
+	approval    *gate.Approval // the approval ask stores, as decide built it
+	status      string         // for the parent's nestedCalls record: ok, error, blocked, denied, unfinished
 	ticket      *gate.Ticket
 	args        json.RawMessage // the arguments the call runs with
 	start       time.Time
@@ -104,13 +104,13 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		}
 		return false
 	}
-	inv.approval = approval
+	inv.approval = &approval
 	return true
 }
 
 // ask stores and shows the approval of a call decide found needs a person.
 func (rn *run) ask(ctx context.Context, inv *invocation) {
-	r, t, approval := rn.r, inv.tool, inv.approval
+	r, t, approval := rn.r, inv.tool, *inv.approval
 	ticket, err := r.gate.Open(context.WithoutCancel(ctx), approval)
 	if err != nil {
 		r.log.Error("open approval", "session", rn.session.ID, "call", inv.call.ID, "err", err)

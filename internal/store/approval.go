@@ -57,11 +57,10 @@ func (db *DB) insertApprovals(ctx context.Context, tx *sql.Tx, stmts func(string
 		}
 		args = args[:0]
 		for _, a := range chunk {
-			row, err := db.approvalRow(a)
-			if err != nil {
+			var err error
+			if args, err = db.appendApprovalRow(args, a); err != nil {
 				return err
 			}
-			args = append(args, row...)
 		}
 		if _, err := stmts(query).ExecContext(ctx, args...); err != nil {
 			if len(chunk) == 1 {
@@ -145,20 +144,25 @@ const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
 
 // approvalRow is a's column values in approvalColumns order.
 func (db *DB) approvalRow(a gate.Approval) ([]any, error) {
+	return db.appendApprovalRow(make([]any, 0, approvalColumnCount), a)
+}
+
+// appendApprovalRow appends a's column values, in approvalColumns order, to args.
+func (db *DB) appendApprovalRow(args []any, a gate.Approval) ([]any, error) {
 	if a.ID == "" {
-		return nil, apperr.Errorf(apperr.Invalid, "an approval needs an id")
+		return args, apperr.Errorf(apperr.Invalid, "an approval needs an id")
 	}
 	if a.CreatedAt.IsZero() {
 		a.CreatedAt = db.Now()
 	}
 	annotations, err := json.Marshal(a.Annotations)
 	if err != nil {
-		return nil, err
+		return args, err
 	}
-	return []any{a.ID, a.SessionID, a.MessageID, a.ToolCallID, a.ParentToolCallID, a.ToolName,
+	return append(args, a.ID, a.SessionID, a.MessageID, a.ToolCallID, a.ParentToolCallID, a.ToolName,
 		a.ToolTitle, nullJSON(a.Arguments), nullJSON(a.EditedArguments), string(annotations),
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
-		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom}, nil
+		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom), nil
 }
 
 // approvalError turns a driver error of an approval insert into its apperr code.

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,14 +32,6 @@ import (
 )
 
 func main() {
-	// The server's live heap is small (a few MiB after a 1,000-turn session) and most of what a
-	// turn allocates is garbage by the next one. At Go's default GOGC=100 the heap grows to
-	// twice the live data between collections; 50 keeps it at one and a half times, for about
-	// 3 MiB less resident memory at the price of twice as many (small) collections. GOGC in the
-	// environment still wins.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(50)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {

@@ -85,6 +85,9 @@ func (s *liveState) apply(ev Event) {
 			l.Streaming = nil
 		}
 	case ToolExecutionStart, ToolExecutionUpdate, ToolExecutionEnd, ApprovalRequested, ApprovalResolved:
+		if s.late(ev) {
+			return
+		}
 		c := s.call(ev)
 		if ev.Approval != nil {
 			a := *ev.Approval
@@ -105,6 +108,20 @@ func (s *liveState) apply(ev Event) {
 			s.finishNested(c)
 		}
 	}
+}
+
+// late reports whether ev is an update or a decision for a nested call finishNested dropped:
+// the gate wakes a decided call before it publishes approval_resolved, so that event can come
+// after the call's tool_execution_end, and must not bring the call back without its result.
+// (A call is only added by the events that begin it: start, a prompt, or an end without a start.)
+func (s *liveState) late(ev Event) bool {
+	if ev.ParentToolCallID == "" || (ev.Type != ToolExecutionUpdate && ev.Type != ApprovalResolved) {
+		return false
+	}
+	if s.byID[liveKey{ev.MessageID, ev.ToolCallID}] != nil {
+		return false
+	}
+	return s.kept[liveKey{ev.MessageID, ev.ParentToolCallID}] >= maxNestedCalls
 }
 
 // finishNested keeps a finished nested call in the snapshot only while its parent has fewer than

@@ -49,4 +49,17 @@ func TestLiveKeepsNestedCallsBounded(t *testing.T) {
 	if live.Call("m", "p") == nil || live.Call("m", "q") == nil {
 		t.Error("a model-issued call is missing")
 	}
+	// A decision published after its call ended (the gate wakes the call first) does not bring a
+	// dropped call back.
+	late := ev(ApprovalRequested, "p", "p/late")
+	s.apply(late)
+	s.apply(ev(ToolExecutionEnd, "p", "p/late"))
+	s.apply(ev(ApprovalResolved, "p", "p/late"))
+	s.apply(ev(ToolExecutionUpdate, "p", "p/late"))
+	if c := s.snapshot().Call("m", "p/late"); c != nil {
+		t.Errorf("a dropped nested call came back after its end: %+v", c)
+	}
+	if got := len(s.snapshot().Children("m", "p")); got != maxNestedCalls+1 {
+		t.Errorf("p has %d live nested calls after the late events, want %d", got, maxNestedCalls+1)
+	}
 }

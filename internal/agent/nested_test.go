@@ -134,3 +134,43 @@ func TestExecuteToolOutcomes(t *testing.T) {
 		t.Errorf("nested statuses %s, want %s", got, want)
 	}
 }
+
+// TestNestedContextEndsWithTheCall: a nested call's context is cancelled when ExecuteTool
+// returns, so nothing the nested tool left running outlives the call, also when the parent
+// passes its own context (the usual case).
+func TestNestedContextEndsWithTheCall(t *testing.T) {
+	obj := json.RawMessage(`{"type":"object"}`)
+	ro := tool.Annotations{ReadOnlyHint: tool.Bool(true)}
+	var childCtx context.Context
+	var afterReturn, parentAlive error
+	child := &tool.Tool{Name: "child", InputSchema: obj, Annotations: ro,
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
+			childCtx = ctx
+			return tool.Result{Content: []tool.Content{tool.Text("ok")}}, nil
+		}}
+	parent := &tool.Tool{Name: "parent", InputSchema: obj, Annotations: ro,
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+			if o := tc.ExecuteTool(ctx, "child", nil); o.IsError {
+				return tool.Result{}, errors.New(o.Result.TextOf())
+			}
+			afterReturn, parentAlive = childCtx.Err(), ctx.Err()
+			return tool.Result{Content: []tool.Content{tool.Text("done")}}, nil
+		}}
+	h := newHarness(t, `{"steps": [
+  {"content": [{"type": "toolCall", "id": "c1", "name": "parent", "arguments": {}}], "stopReason": "toolUse"},
+  {"content": [{"type": "text", "text": "end"}], "stopReason": "stop"}
+]}`, nil, parent, child)
+	if err := h.runner.Send(context.Background(), h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	h.await(agent.AgentEnd)
+	if childCtx == nil {
+		t.Fatal("the nested call did not run")
+	}
+	if afterReturn == nil {
+		t.Error("the nested call's context was still live after ExecuteTool returned")
+	}
+	if parentAlive != nil {
+		t.Errorf("the parent's context ended with its nested call: %v", parentAlive)
+	}
+}

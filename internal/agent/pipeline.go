@@ -364,16 +364,16 @@ func (tc *toolContext) ExecuteTool(ctx context.Context, name string, arguments a
 		res := tool.ErrorResult("Tool %q cannot call %q: the call %s has already finished", parent.call.Name, name, parent.call.ID)
 		return tool.Outcome{ToolCall: tool.Call{Name: name, ParentToolCallID: parent.call.ID}, Result: res, IsError: true}
 	}
-	// Cancelling the parent cancels its nested calls, whatever context the tool passes in. A tool
-	// that passes its own context (the usual case) needs no second one.
-	if ctx != parent.execCtx {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		if parent.execCtx != nil {
-			stop := context.AfterFunc(parent.execCtx, func() { cancel(context.Cause(parent.execCtx)) })
-			defer stop()
-		}
+	// Cancelling the parent cancels its nested calls, whatever context the tool passes in; the
+	// nested call's context ends when it returns, so nothing it left running outlives it. A tool
+	// that passes its own context (the usual case) needs no watch on the parent's: it descends
+	// from it.
+	given := ctx
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if parent.execCtx != nil && given != parent.execCtx {
+		stop := context.AfterFunc(parent.execCtx, func() { cancel(context.Cause(parent.execCtx)) })
+		defer stop()
 	}
 	id := parent.call.ID + "/" + strconv.FormatInt(parent.children.Add(1), 10)
 	raw, err := marshalArguments(arguments)

@@ -36,13 +36,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 func batchServer(t *testing.T, msgs [][]byte) (url string, writes <-chan int32) {
 	t.Helper()
 	out := make(chan int32, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := acceptSocket(w, r)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.CloseNow()
+	url = socketServer(t, func(c *socket, r *http.Request) {
 		cc := &countingConn{Conn: c.out.Conn}
 		c.out.Conn = cc // before any write: nothing else uses it yet
 		ctx := c.CloseRead(r.Context())
@@ -51,9 +45,25 @@ func batchServer(t *testing.T, msgs [][]byte) (url string, writes <-chan int32) 
 		}
 		out <- cc.writes.Load()
 		<-ctx.Done()
+	})
+	return url, out
+}
+
+// socketServer serves each WebSocket it accepts with serve (the socket is closed after) and
+// returns its ws:// URL.
+func socketServer(t *testing.T, serve func(c *socket, r *http.Request)) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := acceptSocket(w, r)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.CloseNow()
+		serve(c, r)
 	}))
 	t.Cleanup(srv.Close)
-	return "ws" + strings.TrimPrefix(srv.URL, "http"), out
+	return "ws" + strings.TrimPrefix(srv.URL, "http")
 }
 
 // readAll reads n messages and checks that they are msgs, one each, in order.
@@ -146,13 +156,7 @@ func TestCoalesceKeepsOrderAndTheLastUpdate(t *testing.T) {
 func TestWriteBatchToAClientThatStopsReadingTimesOut(t *testing.T) {
 	t.Parallel()
 	done := make(chan error, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := acceptSocket(w, r)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.CloseNow()
+	url := socketServer(t, func(c *socket, r *http.Request) {
 		msg := bytes.Repeat([]byte("x"), 1<<20)
 		for {
 			if err := c.writeBatch(r.Context(), [][]byte{msg, msg}); err != nil {
@@ -160,11 +164,10 @@ func TestWriteBatchToAClientThatStopsReadingTimesOut(t *testing.T) {
 				return
 			}
 		}
-	}))
-	t.Cleanup(srv.Close)
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	c, _, err := websocket.Dial(ctx, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"reflect"
@@ -106,8 +107,8 @@ func BenchmarkCreateApprovals(b *testing.B) {
 	flush()
 }
 
-// TestCreateApprovalsNamesTheBadRowOfAMultiRowInsert: rows go several to an INSERT; when one of
-// them breaks a constraint the error still names it, and nothing of the batch is stored.
+// TestCreateApprovalsNamesTheBadRowOfAMultiRowInsert: a batch goes in one INSERT; when one of its
+// rows breaks a constraint the error still names it, and nothing of the batch is stored.
 func TestCreateApprovalsNamesTheBadRowOfAMultiRowInsert(t *testing.T) {
 	db := MustOpenDB(t)
 	ctx := context.Background()
@@ -121,7 +122,7 @@ func TestCreateApprovalsNamesTheBadRowOfAMultiRowInsert(t *testing.T) {
 		t.Fatal(err)
 	}
 	var batch []gate.Approval
-	for i := range 2*approvalsPerInsert + 3 {
+	for i := range 35 {
 		batch = append(batch, mk(fmt.Sprintf("r%02d", i), "s1"))
 	}
 	for _, tc := range []struct {
@@ -131,9 +132,10 @@ func TestCreateApprovalsNamesTheBadRowOfAMultiRowInsert(t *testing.T) {
 	}{
 		{mk("taken", "s1"), apperr.Conflict, "approval taken already exists"},
 		{mk("orphan", "nope"), apperr.NotFound, "session nope not found"},
+		{func() gate.Approval { a := mk("odd", "s1"); a.Status = "maybe"; return a }(), apperr.Invalid, `approval odd cannot be stored: invalid JSON arguments, status "maybe" or scope ""`},
 	} {
 		b := append([]gate.Approval(nil), batch...)
-		b[approvalsPerInsert+4] = tc.bad
+		b[20] = tc.bad
 		err := db.CreateApprovals(ctx, b)
 		assertErr(t, err, tc.code, tc.contains)
 		got, err := db.Approvals(ctx, "s1", "")
@@ -243,5 +245,126 @@ func TestEntriesMigrateToWithoutRowid(t *testing.T) {
 	assertEqual(t, "entries after 0005", got, want)
 	if e, err := db.AppendEntry(ctx, "s1", agent.Message{ID: "third", Role: agent.User}); err != nil || e.Seq != 3 {
 		t.Fatalf("append after 0005 = seq %d, %v; want seq 3", e.Seq, err)
+	}
+}
+
+// TestCreateApprovalsKeepsEveryTextByteForByte: a batch travels to SQLite as one JSON text; every
+// column comes back exactly as CreateApproval stores it one row at a time, for texts JSON has to
+// escape, texts it cannot carry (invalid UTF-8, NUL: that batch goes a row at a time), nil and set
+// JSON arguments, absent and false hints, and NULL times.
+func TestCreateApprovalsKeepsEveryTextByteForByte(t *testing.T) {
+	ctx := context.Background()
+	yes, no := true, false
+	created := time.Date(2026, 11, 30, 5, 1, 2, 123456789, time.UTC)
+	decided := created.Add(time.Second)
+	mk := func(id string) gate.Approval {
+		return gate.Approval{ID: id, SessionID: "s1", MessageID: "m\"1\\", ToolCallID: "c1/" + id, ParentToolCallID: "c1",
+			ToolName: "tool\twith\ttabs", ToolTitle: "Ti\u2028tle é 🙂 \x01\x1f", Arguments: []byte(`{ "cmd" : "echo \"a\\b\"\n", "n": 1.50 }`),
+			Annotations: tool.Annotations{ReadOnlyHint: &yes, OpenWorldHint: &no}, RequestedBy: "review_diff",
+			Status: gate.Approved, Automatic: true, DecidedBy: "policy", Reason: "line one\r\nline two </script>",
+			Scope: gate.Once, CreatedAt: created, DecidedAt: &decided, DerivedFrom: "parent-approval"}
+	}
+	plain := mk("a1")
+	bare := gate.Approval{ID: "a2", SessionID: "s1", MessageID: "m", ToolCallID: "c2", ToolName: "t", RequestedBy: "model",
+		Status: gate.Pending, CreatedAt: created}
+	edited := mk("a3")
+	edited.EditedArguments = []byte(`{"cmd":"ls"}`)
+	edited.Automatic = false
+	empty := mk("a4")
+	empty.Arguments = []byte(`{}`)
+	empty.Annotations = tool.Annotations{}
+	nul := mk("b1")
+	nul.Reason = "a\x00b"
+	invalid := mk("b2")
+	invalid.ToolTitle = "bad \xff byte"
+
+	for _, tc := range []struct {
+		batch   []gate.Approval
+		viaJSON bool
+	}{
+		{[]gate.Approval{plain, bare, edited, empty}, true},
+		{[]gate.Approval{mk("c1"), nul, mk("c2")}, false},
+		{[]gate.Approval{mk("d1"), invalid}, false},
+	} {
+		batch := tc.batch
+		one, many := MustOpenDB(t), MustOpenDB(t)
+		if _, ok, err := many.appendApprovalsJSON(nil, batch); err != nil || ok != tc.viaJSON {
+			t.Fatalf("batch %s goes through JSON: %v (%v), want %v", batch[0].ID, ok, err, tc.viaJSON)
+		}
+		for _, db := range []*DB{one, many} {
+			mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
+		}
+		for _, a := range batch {
+			if err := one.CreateApproval(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := many.CreateApprovals(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		want, got := dumpApprovals(t, one), dumpApprovals(t, many)
+		if len(got) != len(batch) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("stored in a batch:\n%q\nstored one at a time:\n%q", got, want)
+		}
+	}
+}
+
+// dumpApprovals reads every approval row's columns as SQLite holds them (type and bytes).
+func dumpApprovals(t *testing.T, db *DB) [][]string {
+	t.Helper()
+	rows, err := db.read.Query(`SELECT ` + approvalColumns + ` FROM approvals ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out [][]string
+	for rows.Next() {
+		vals := make([]any, approvalColumnCount)
+		ptrs := make([]any, len(vals))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		row := make([]string, len(vals))
+		for i, v := range vals {
+			row[i] = fmt.Sprintf("%T %v", v, v)
+			if b, ok := v.([]byte); ok {
+				row[i] = fmt.Sprintf("%T %q", v, b)
+			} else if s, ok := v.(string); ok {
+				row[i] = fmt.Sprintf("%T %q", v, s)
+			}
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestAnnotationsJSONIsWhatMarshalWrites: the batch path writes annotations by hand; for every
+// combination of absent, false and true hints it is json.Marshal's text.
+func TestAnnotationsJSONIsWhatMarshalWrites(t *testing.T) {
+	yes, no := true, false
+	states := []*bool{nil, &no, &yes}
+	for i := range 81 {
+		a := tool.Annotations{ReadOnlyHint: states[i%3], DestructiveHint: states[i/3%3],
+			IdempotentHint: states[i/9%3], OpenWorldHint: states[i/27%3]}
+		want, err := json.Marshal(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendAnnotationsJSON(nil, a, false); string(got) != string(want) {
+			t.Fatalf("%s, want %s", got, want)
+		}
+		quoted, err := json.Marshal(string(want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := `"` + string(appendAnnotationsJSON(nil, a, true)) + `"`; got != string(quoted) {
+			t.Fatalf("quoted %s, want %s", got, quoted)
+		}
 	}
 }

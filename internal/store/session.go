@@ -112,7 +112,7 @@ func (db *DB) AppendEntry(ctx context.Context, sessionID string, m agent.Message
 				return err
 			}
 			return db.insertApprovals(ctx, tx, stmts, records)
-		}, insertEntry, insertApproval, insertApprovals)
+		}, insertEntry, insertApproval, insertApprovalsJSON)
 	}
 	if isForeignKey(err) {
 		return agent.Entry{}, apperr.Errorf(apperr.NotFound, "session %s not found", sessionID)

@@ -12,12 +12,13 @@ type Code string
 
 // The codes. Anything that is not an *Error is treated as Internal.
 const (
-	Invalid      Code = "invalid"      // 400: the request is malformed or breaks a rule
-	Unauthorized Code = "unauthorized" // 401: no or wrong credentials
-	NotFound     Code = "not_found"    // 404: no such thing, or not visible to the caller
-	Conflict     Code = "conflict"     // 409: the state changed under the caller (busy run, resolved approval)
-	TooLarge     Code = "too_large"    // 413: a body or frame over its limit
-	Internal     Code = "internal"     // 500: a bug or an environment failure; details only in the log
+	Invalid          Code = "invalid"            // 400: the request is malformed or breaks a rule
+	Unauthorized     Code = "unauthorized"       // 401: no or wrong credentials
+	NotFound         Code = "not_found"          // 404: no such thing, or not visible to the caller
+	MethodNotAllowed Code = "method_not_allowed" // 405: the path has routes, none for this method (with an Allow header)
+	Conflict         Code = "conflict"           // 409: the state changed under the caller (busy run, resolved approval)
+	TooLarge         Code = "too_large"          // 413: a body or frame over its limit
+	Internal         Code = "internal"           // 500: a bug or an environment failure; details only in the log
 )
 
 // Error is an application error: Code for the machine, Message for the user.

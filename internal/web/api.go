@@ -32,9 +32,9 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /api/sessions/{id}/approvals", s.api(s.apiApprovals))
 	mux.Handle("POST /api/approvals/{id}/decision", s.api(s.apiDecide))
 	mux.Handle("GET /api/sessions/{id}/events", s.api(s.apiEvents))
-	mux.Handle("/api/", s.api(func(w http.ResponseWriter, r *http.Request) error {
+	mux.Handle("/api/", s.api(noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
 		return apperr.Errorf(apperr.NotFound, "No such API route: %s %s", r.Method, r.URL.Path)
-	}))
+	})))
 }
 
 // api wraps an API handler: owner only, bounded body, JSON errors.

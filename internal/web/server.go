@@ -125,10 +125,10 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /sessions/{id}/live", s.owner(s.live))
 	s.apiRoutes(mux)
 	s.shareRoutes(mux)
-	// Everything else: 401 without the owner's cookie, 404 with it.
-	mux.Handle("/", s.owner(func(w http.ResponseWriter, r *http.Request) error {
+	// Everything else: 401 without the owner's cookie, 405 or 404 with it.
+	mux.Handle("/", s.owner(noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
 		return apperr.Errorf(apperr.NotFound, "Page not found")
-	}))
+	})))
 
 	csrf := http.NewCrossOriginProtection()
 	return securityHeaders(csrf.Handler(mux))
@@ -170,6 +170,33 @@ func (s *Server) owner(h handlerFunc) http.Handler {
 		}
 		return h(w, r)
 	})
+}
+
+// noRoute answers a request that reached a catch-all pattern of mux ("/" or "/api/"):
+// apperr.MethodNotAllowed with an Allow header listing the methods mux has routes for at this
+// path (e.g. "GET, HEAD, POST"); when there are none, notFound answers.
+//
+// Why: a pattern with no method matches every method, so once a catch-all exists http.ServeMux
+// never finds "no match" and never answers 405 itself. The catch-alls stay, so the owner check
+// runs first (401 with no detail) and errors keep their shape; this asks mux, per method, which
+// pattern it would pick, as ServeMux does for its own 405.
+func noRoute(mux *http.ServeMux, notFound handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		var allow []string
+		for _, m := range []string{http.MethodDelete, http.MethodGet, http.MethodHead, http.MethodOptions,
+			http.MethodPatch, http.MethodPost, http.MethodPut} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != r.Pattern {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) == 0 {
+			return notFound(w, r)
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		return apperr.Errorf(apperr.MethodNotAllowed, "Method %s is not allowed here; allowed: %s", r.Method, strings.Join(allow, ", "))
+	}
 }
 
 // isOwner reports whether the request carries the owner's cookie or bearer token.
@@ -216,6 +243,8 @@ func status(code apperr.Code) int {
 		return http.StatusUnauthorized
 	case apperr.NotFound:
 		return http.StatusNotFound
+	case apperr.MethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	case apperr.Conflict:
 		return http.StatusConflict
 	case apperr.TooLarge:

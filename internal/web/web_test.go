@@ -321,6 +321,64 @@ func TestAPIErrors(t *testing.T) {
 	}
 }
 
+// A wrong method on a route answers 405 with the route's methods in Allow (after the owner
+// check, which still answers 401 first); unknown paths stay 404.
+func TestWrongMethodIs405WithAllow(t *testing.T) {
+	ts := newTestServer(t, map[string]string{"one": oneCall})
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "m", "model": "faux:one"}, &sess)
+	tests := []struct {
+		name, method, path string
+		auth               bool
+		want               int
+		allow, code        string // code is the JSON error code; "" for the HTML pages
+	}{
+		{"API GET on a POST route", "GET", "/api/sessions/" + sess.ID + "/messages", true, 405, "POST", "method_not_allowed"},
+		{"API GET on decision", "GET", "/api/approvals/x/decision", true, 405, "POST", "method_not_allowed"},
+		{"API DELETE on sessions", "DELETE", "/api/sessions", true, 405, "GET, HEAD, POST", "method_not_allowed"},
+		{"API POST on tools", "POST", "/api/sessions/" + sess.ID + "/tools", true, 405, "GET, HEAD, PUT", "method_not_allowed"},
+		{"API no token first", "GET", "/api/sessions/" + sess.ID + "/messages", false, 401, "", "unauthorized"},
+		{"API unknown path", "GET", "/api/nothing", true, 404, "", "not_found"},
+		{"API unknown path, other method", "POST", "/api/sessions/" + sess.ID + "/nothing", true, 404, "", "not_found"},
+		{"page GET on a POST route", "GET", "/sessions/" + sess.ID + "/messages", true, 405, "POST", ""},
+		{"page POST on a GET route", "POST", "/sessions/" + sess.ID, true, 405, "GET, HEAD", ""},
+		{"page GET on logout", "GET", "/logout", true, 405, "POST", ""},
+		{"page no token first", "GET", "/sessions/" + sess.ID + "/messages", false, 401, "", ""},
+		{"page unknown path", "GET", "/nothing", true, 404, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, ts.URL+tt.path, nil)
+			if tt.auth {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			if got := res.Header.Get("Allow"); res.StatusCode != tt.want || got != tt.allow {
+				t.Errorf("%s %s = %d Allow %q, want %d Allow %q", tt.method, tt.path, res.StatusCode, got, tt.want, tt.allow)
+			}
+			if tt.code == "" {
+				if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+					t.Errorf("Content-Type = %q, want an HTML page", ct)
+				}
+				return
+			}
+			var body struct {
+				Error struct{ Code, Message string }
+			}
+			if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
+				t.Fatal(err)
+			}
+			if body.Error.Code != tt.code || body.Error.Message == "" {
+				t.Errorf("error = %+v, want code %s with a message", body.Error, tt.code)
+			}
+		})
+	}
+}
+
 func TestCrossOriginAndForeignWebSocketAreRefused(t *testing.T) {
 	ts := newTestServer(t, map[string]string{"one": oneCall})
 	var sess agent.Session

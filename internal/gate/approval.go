@@ -225,7 +225,7 @@ func (t *Ticket) settle(r Resolution) Approval {
 }
 
 // Decide resolves a pending approval: the first decision wins (apperr.Conflict for later ones,
-// apperr.NotFound for unknown ids). It wakes the waiting call, if any, and shows the result.
+// apperr.NotFound for unknown ids). It shows the result, then wakes the waiting call, if any.
 func (g *Gate) Decide(ctx context.Context, id string, r Resolution) (a Approval, err error) {
 	defer apperr.Wrap(&err, "Decide(%s)", id)
 	if r.At.IsZero() {
@@ -238,6 +238,9 @@ func (g *Gate) Decide(ctx context.Context, id string, r Resolution) (a Approval,
 	if err != nil {
 		return Approval{}, err
 	}
+	// Shown before the call wakes: every viewer gets approval_resolved before anything the
+	// resumed call publishes (its tool_execution_start, even its run's agent_end).
+	g.notify(a)
 	g.mu.Lock()
 	ch, ok := g.waiters[id]
 	g.mu.Unlock()
@@ -247,7 +250,6 @@ func (g *Gate) Decide(ctx context.Context, id string, r Resolution) (a Approval,
 		default: // one slot and one decision: never full, but never block either
 		}
 	}
-	g.notify(a)
 	return a, nil
 }
 

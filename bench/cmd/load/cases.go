@@ -361,7 +361,7 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 	for _, cl := range clients {
 		v, ok := e.Gated.Load(cl.callID)
 		if !ok || cl.started.IsZero() || cl.decided.IsZero() {
-			return nil, fmt.Errorf("session %s: the gated call did not start", cl.id)
+			return nil, fmt.Errorf("session %s: the gated call did not start (gated %v, started %v, decided %v, call %q, approval %q, decideErr %v)", cl.id, ok, cl.started, cl.decided, cl.callID, cl.approvalID, cl.decideErr)
 		}
 		sv, ok := e.Stored.Load(cl.approvalID)
 		if !ok {

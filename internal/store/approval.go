@@ -28,7 +28,10 @@ func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 	if err != nil {
 		return err
 	}
-	_, err = db.writes.ExecContext(ctx, insertApproval, args...)
+	err = db.commit(ctx, false, func(w *writeTx) error {
+		_, err := w.stmt(insertApproval).ExecContext(w.ctx, args...)
+		return err
+	}, insertApproval)
 	return approvalError(a, err)
 }
 
@@ -41,8 +44,8 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 	if len(as) == 0 {
 		return nil
 	}
-	return db.writeTx(ctx, func(tx *sql.Tx, stmts func(string) *sql.Stmt) error {
-		return db.insertApprovals(ctx, tx, stmts, as)
+	return db.commit(ctx, true, func(w *writeTx) error {
+		return db.insertApprovals(w, as)
 	}, insertApproval, insertApprovalsJSON)
 }
 
@@ -51,7 +54,7 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 // 19 parameters a row through database/sql cost about 2 KB of garbage a row, which the audit
 // writer of nested calls turned into collections in the running tool's loop. A batch with a text
 // that is not valid UTF-8 (JSON cannot carry it byte for byte) goes a row at a time instead.
-func (db *DB) insertApprovals(ctx context.Context, tx *sql.Tx, stmts func(string) *sql.Stmt, as []gate.Approval) error {
+func (db *DB) insertApprovals(w *writeTx, as []gate.Approval) error {
 	if len(as) > 1 {
 		buf := approvalJSONBuffers.Get().(*[]byte)
 		defer approvalJSONBuffers.Put(buf)
@@ -63,8 +66,8 @@ func (db *DB) insertApprovals(ctx context.Context, tx *sql.Tx, stmts func(string
 		if ok {
 			// The statement reads the text while ExecContext runs (the driver copies a bound text
 			// into SQLite's memory), and buf is not written to again before it returns.
-			if _, err := stmts(insertApprovalsJSON).ExecContext(ctx, unsafe.String(unsafe.SliceData(rows), len(rows))); err != nil {
-				return db.approvalsError(ctx, tx, stmts(insertApproval), as, err)
+			if _, err := w.stmt(insertApprovalsJSON).ExecContext(w.ctx, unsafe.String(unsafe.SliceData(rows), len(rows))); err != nil {
+				return db.approvalsError(w, as, err)
 			}
 			return nil
 		}
@@ -74,64 +77,28 @@ func (db *DB) insertApprovals(ctx context.Context, tx *sql.Tx, stmts func(string
 		if err != nil {
 			return err
 		}
-		if _, err := stmts(insertApproval).ExecContext(ctx, row...); err != nil {
+		if _, err := w.stmt(insertApproval).ExecContext(w.ctx, row...); err != nil {
 			return approvalError(a, err)
 		}
 	}
 	return nil
 }
 
-// writeTx runs fn in one transaction on the write connection and commits it when fn returns
-// nil. The queries are prepared once (stmtCache) before the transaction takes the only write
-// connection; fn gets each bound to the transaction by its text.
-func (db *DB) writeTx(ctx context.Context, fn func(tx *sql.Tx, stmts func(string) *sql.Stmt) error, queries ...string) error {
-	prepared := make(map[string]*sql.Stmt, len(queries))
-	for _, q := range queries {
-		st, err := db.writes.stmt(ctx, q)
-		if err != nil {
-			return err
-		}
-		prepared[q] = st
-	}
-	tx, err := db.write.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	bound := make(map[string]*sql.Stmt, len(queries))
-	defer func() {
-		for _, st := range bound {
-			st.Close()
-		}
-	}()
-	stmts := func(q string) *sql.Stmt {
-		st, ok := bound[q]
-		if !ok {
-			st = tx.StmtContext(ctx, prepared[q])
-			bound[q] = st
-		}
-		return st
-	}
-	if err := fn(tx, stmts); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
 // approvalsError finds which row of a failed multi-row insert broke a constraint, by inserting
 // them one at a time inside a savepoint that is then rolled back (the batch fails either way),
 // so the error names the approval as CreateApproval's would.
-func (db *DB) approvalsError(ctx context.Context, tx *sql.Tx, one *sql.Stmt, chunk []gate.Approval, cause error) error {
-	if _, err := tx.ExecContext(ctx, `SAVEPOINT find_bad_row`); err != nil {
+func (db *DB) approvalsError(w *writeTx, chunk []gate.Approval, cause error) error {
+	if _, err := w.tx.ExecContext(w.ctx, `SAVEPOINT find_bad_row`); err != nil {
 		return cause
 	}
-	defer tx.ExecContext(ctx, `ROLLBACK TO find_bad_row`)
+	defer w.tx.ExecContext(w.ctx, `ROLLBACK TO find_bad_row`)
+	one := w.stmt(insertApproval)
 	for _, a := range chunk {
 		row, err := db.approvalRow(a)
 		if err != nil {
 			return err
 		}
-		if _, err := one.ExecContext(ctx, row...); err != nil {
+		if _, err := one.ExecContext(w.ctx, row...); err != nil {
 			return approvalError(a, err)
 		}
 	}
@@ -207,39 +174,30 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	if r.At.IsZero() {
 		r.At = db.Now()
 	}
-	// Prepared before the transaction takes the only write connection.
-	resolve, err := db.writes.stmt(ctx, resolveApproval)
-	if err != nil {
-		return gate.Approval{}, err
-	}
-	// A transaction (BEGIN IMMEDIATE: the write lock from the start) so that "no row updated"
-	// and the existence check that explains it see the same database.
-	tx, err := db.write.BeginTx(ctx, nil)
-	if err != nil {
-		return gate.Approval{}, err
-	}
-	defer tx.Rollback()
-	a, err = scanApproval(tx.StmtContext(ctx, resolve).QueryRowContext(ctx,
-		string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
-		formatTime(r.At), r.DerivedFrom, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM approvals WHERE id = ?`, id).Scan(&n); err != nil {
-			return gate.Approval{}, err
+	// One transaction (a savepoint in a group) so that "no row updated" and the existence check
+	// that explains it see the same database.
+	err = db.commit(ctx, true, func(w *writeTx) error {
+		var err error
+		a, err = scanApproval(w.stmt(resolveApproval).QueryRowContext(w.ctx,
+			string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
+			formatTime(r.At), r.DerivedFrom, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			var n int
+			if err := w.tx.QueryRowContext(w.ctx, `SELECT COUNT(*) FROM approvals WHERE id = ?`, id).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return apperr.Errorf(apperr.NotFound, "approval %s not found", id)
+			}
+			return apperr.Errorf(apperr.Conflict, "approval already resolved")
 		}
-		if n == 0 {
-			return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
+		if isCheck(err) {
+			return apperr.Errorf(apperr.Invalid,
+				"decision cannot be stored: invalid JSON edited arguments or scope %q", r.Scope)
 		}
-		return gate.Approval{}, apperr.Errorf(apperr.Conflict, "approval already resolved")
-	}
-	if isCheck(err) {
-		return gate.Approval{}, apperr.Errorf(apperr.Invalid,
-			"decision cannot be stored: invalid JSON edited arguments or scope %q", r.Scope)
-	}
+		return err
+	}, resolveApproval)
 	if err != nil {
-		return gate.Approval{}, err
-	}
-	if err := tx.Commit(); err != nil {
 		return gate.Approval{}, err
 	}
 	return a, nil

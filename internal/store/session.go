@@ -101,19 +101,18 @@ func (db *DB) AppendEntry(ctx context.Context, sessionID string, m agent.Message
 		return agent.Entry{}, apperr.Errorf(apperr.Invalid, "message cannot be stored: %v", err)
 	}
 	args := []any{sessionID, string(m.Role), m.ToolCallID, string(body), formatTime(db.Now()), sessionID}
-	// One statement is one transaction: seq is computed and used under the write lock, and the
-	// single write connection means no other insert of ours can interleave anyway.
+	// One statement (one transaction with the records): seq is computed and used under the write
+	// lock, and the single write connection means no other insert of ours can interleave anyway.
 	var seq int64
-	if len(records) == 0 {
-		err = db.writes.QueryRowContext(ctx, insertEntry, args...).Scan(&seq)
-	} else {
-		err = db.writeTx(ctx, func(tx *sql.Tx, stmts func(string) *sql.Stmt) error {
-			if err := stmts(insertEntry).QueryRowContext(ctx, args...).Scan(&seq); err != nil {
-				return err
-			}
-			return db.insertApprovals(ctx, tx, stmts, records)
-		}, insertEntry, insertApproval, insertApprovalsJSON)
-	}
+	err = db.commit(ctx, len(records) > 0, func(w *writeTx) error {
+		if err := w.stmt(insertEntry).QueryRowContext(w.ctx, args...).Scan(&seq); err != nil {
+			return err
+		}
+		if len(records) == 0 {
+			return nil
+		}
+		return db.insertApprovals(w, records)
+	}, insertEntry, insertApproval, insertApprovalsJSON)
 	if isForeignKey(err) {
 		return agent.Entry{}, apperr.Errorf(apperr.NotFound, "session %s not found", sessionID)
 	}
@@ -153,11 +152,15 @@ func (db *DB) Entries(ctx context.Context, sessionID string) (_ []agent.Entry, e
 }
 
 func (db *DB) updateSession(ctx context.Context, id, query string, args ...any) error {
-	res, err := db.writes.ExecContext(ctx, query, args...)
-	if err != nil {
+	var n int64
+	err := db.commit(ctx, false, func(w *writeTx) error {
+		res, err := w.stmt(query).ExecContext(w.ctx, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
 		return err
-	}
-	n, err := res.RowsAffected()
+	}, query)
 	if err != nil {
 		return err
 	}

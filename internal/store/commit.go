@@ -1,0 +1,188 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Group commit: the hot writes (transcript entries, approvals and their decisions, audit batches,
+// session updates) that arrive while another one is being written wait for it and are then
+// written together, in one transaction with one commit. Each write still returns only once the
+// commit that holds it is done (durability is unchanged: commit before broadcast), and a write
+// that fails is undone alone, the others of its group are committed. A write that finds no other
+// running goes straight through, as before. Why: SQLite has one writer, and with many sessions
+// busy at once (a burst of approvals, ten sessions streaming) every write waited behind every
+// other one's BEGIN, WAL frames and COMMIT; a group writes each shared page (the last leaf of the
+// entries or approvals tree) once.
+
+// maxGroup is the most writes one transaction holds; the rest wait for the next group.
+const maxGroup = 64
+
+// committer is the queue of writes waiting to be committed and whether a goroutine is leading
+// (writing a group). The leader of a group writes it, hands the lead to the first write still
+// waiting, if any, and wakes the others of its group.
+type committer struct {
+	mu      sync.Mutex
+	queue   []*writeOp
+	leading bool
+}
+
+// writeOp is one write: fn runs its statements through the writeTx it is given.
+type writeOp struct {
+	ctx context.Context
+	// atomic: fn runs more than one statement that must be committed together, so it runs
+	// inside a transaction even when it is written alone. A single statement is atomic by
+	// itself and, alone, runs without BEGIN and COMMIT.
+	atomic  bool
+	fn      func(w *writeTx) error
+	queries []string
+	stmts   []*sql.Stmt // queries prepared, same order
+	err     error
+	wake    chan struct{} // closed when the write is done, or when it is to lead the next group
+	lead    bool
+}
+
+// writeTx is what a write's statements run through: prepared statements bound to the group's
+// transaction, if there is one.
+type writeTx struct {
+	ctx context.Context // the write's context, without its cancellation (see DB.commit)
+	tx  *sql.Tx         // nil for a single statement written alone (SQLite commits it itself)
+	op  *writeOp
+}
+
+// stmt returns the prepared statement for query, which must be one of the write's queries.
+func (w *writeTx) stmt(query string) *sql.Stmt {
+	for i, q := range w.op.queries {
+		if q == query {
+			if w.tx == nil {
+				return w.op.stmts[i]
+			}
+			return w.tx.StmtContext(w.ctx, w.op.stmts[i])
+		}
+	}
+	panic(fmt.Sprintf("store: query not declared by the write: %s", query))
+}
+
+// commit runs fn as one write (see committer) and returns when its commit is done. queries are the
+// statements fn uses (prepared here, before the write waits: preparing needs the write
+// connection, which a group's transaction holds). atomic: see writeOp. A ctx cancelled while the
+// write waits makes it return ctx's error without running fn; once fn runs, it runs to its end
+// (cancelling a statement inside a transaction would make SQLite roll back the whole group).
+func (db *DB) commit(ctx context.Context, atomic bool, fn func(w *writeTx) error, queries ...string) error {
+	op := &writeOp{ctx: ctx, atomic: atomic, fn: fn, queries: queries, stmts: make([]*sql.Stmt, len(queries)),
+		wake: make(chan struct{})}
+	for i, q := range queries {
+		st, err := db.writes.stmt(ctx, q)
+		if err != nil {
+			return err
+		}
+		op.stmts[i] = st
+	}
+	c := &db.commits
+	c.mu.Lock()
+	c.queue = append(c.queue, op)
+	if c.leading {
+		c.mu.Unlock()
+		<-op.wake
+		if !op.lead {
+			return op.err
+		}
+		c.mu.Lock()
+	}
+	// This goroutine leads now; op is the first write of the queue.
+	c.leading = true
+	n := min(len(c.queue), maxGroup)
+	group := append([]*writeOp(nil), c.queue[:n]...)
+	rest := copy(c.queue, c.queue[n:])
+	clear(c.queue[rest:])
+	c.queue = c.queue[:rest]
+	c.mu.Unlock()
+
+	db.commitGroup(group)
+
+	c.mu.Lock()
+	if len(c.queue) > 0 {
+		next := c.queue[0]
+		next.lead = true
+		close(next.wake)
+	} else {
+		c.leading = false
+	}
+	c.mu.Unlock()
+	for _, o := range group[1:] {
+		close(o.wake)
+	}
+	return op.err
+}
+
+// commitGroup writes group and sets each write's err. A group of one single-statement write runs
+// it as it is (SQLite's own transaction); otherwise one transaction holds the group, each write
+// of several inside a savepoint that is rolled back if it fails.
+func (db *DB) commitGroup(group []*writeOp) {
+	if len(group) == 1 && !group[0].atomic {
+		op := group[0]
+		if op.err = op.ctx.Err(); op.err == nil {
+			op.err = op.fn(&writeTx{ctx: context.WithoutCancel(op.ctx), op: op})
+		}
+		return
+	}
+	fail := func(err error) {
+		for _, op := range group {
+			op.err = err
+		}
+	}
+	tx, err := db.write.BeginTx(context.Background(), nil)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if len(group) == 1 {
+		op := group[0]
+		if op.err = op.ctx.Err(); op.err == nil {
+			op.err = op.fn(&writeTx{ctx: context.WithoutCancel(op.ctx), tx: tx, op: op})
+		}
+		if op.err != nil {
+			tx.Rollback()
+			return
+		}
+		if err := tx.Commit(); err != nil {
+			op.err = err
+		}
+		return
+	}
+	for _, op := range group {
+		if op.err = op.ctx.Err(); op.err != nil {
+			continue // cancelled while it waited: never ran
+		}
+		if _, err := tx.Exec(`SAVEPOINT write`); err != nil {
+			tx.Rollback()
+			fail(err)
+			return
+		}
+		op.err = op.fn(&writeTx{ctx: context.WithoutCancel(op.ctx), tx: tx, op: op})
+		if op.err != nil {
+			// Undo this write alone. If SQLite has already rolled the whole transaction back
+			// (an I/O error, a full disk), the savepoint is gone and so is the group.
+			if _, err := tx.Exec(`ROLLBACK TO write`); err != nil {
+				tx.Rollback()
+				fail(errors.Join(op.err, err))
+				return
+			}
+		}
+		if _, err := tx.Exec(`RELEASE write`); err != nil {
+			tx.Rollback()
+			fail(err)
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		for _, op := range group {
+			if op.err == nil {
+				op.err = err
+			}
+		}
+	}
+}

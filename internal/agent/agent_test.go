@@ -292,7 +292,9 @@ func TestBadCallsGiveErrorResultsAndTheRunContinues(t *testing.T) {
 	    {"type": "toolCall", "id": "a", "name": "nope", "arguments": {}},
 	    {"type": "toolCall", "id": "b", "name": "peek", "arguments": {"path": 7, "extra": true}},
 	    {"type": "toolCall", "id": "c", "name": "explode", "arguments": {}},
-	    {"type": "toolCall", "id": "d", "name": "guarded", "arguments": {}}
+	    {"type": "toolCall", "id": "d", "name": "guarded", "arguments": {}},
+	    {"type": "toolCall", "id": "e", "name": "checked", "arguments": {"path": "../x"}},
+	    {"type": "toolCall", "id": "f", "name": "fragile", "arguments": {}}
 	  ], "stopReason": "toolUse"},
 	  {"content": [{"type": "text", "text": "ok"}], "stopReason": "stop"}
 	]}`
@@ -303,13 +305,26 @@ func TestBadCallsGiveErrorResultsAndTheRunContinues(t *testing.T) {
 			panic("kaboom")
 		}}
 	guarded := readOnlyTool("guarded", &peeks)
+	// checked and fragile need approval; their InputCheck stops them before the gate.
+	var checkedWorkspace string
+	checked := &tool.Tool{Name: "checked", InputSchema: objectSchema,
+		InputCheck: func(_ json.RawMessage, workspace string) []tool.Violation {
+			checkedWorkspace = workspace
+			return []tool.Violation{{Pointer: "/path", Message: "must stay inside the workspace"}}
+		},
+		Execute: readOnlyTool("checked", &peeks).Execute}
+	fragile := &tool.Tool{Name: "fragile", InputSchema: objectSchema,
+		InputCheck: func(json.RawMessage, string) []tool.Violation { panic("oops") },
+		Execute:    readOnlyTool("fragile", &peeks).Execute}
+	var handled []string
 	blockGuarded := func(_ context.Context, ev gate.CallEvent) (gate.Verdict, error) {
+		handled = append(handled, ev.ToolCallID)
 		if ev.ToolName == "guarded" {
 			return gate.Verdict{Block: true, Reason: "guarded is off limits"}, nil
 		}
 		return gate.Verdict{}, nil
 	}
-	h := newHarness(t, script, gate.Handlers{blockGuarded}, readOnlyTool("peek", &peeks), explode, guarded)
+	h := newHarness(t, script, gate.Handlers{blockGuarded}, readOnlyTool("peek", &peeks), explode, guarded, checked, fragile)
 	if err := h.runner.Send(context.Background(), h.sess.ID, "go"); err != nil {
 		t.Fatal(err)
 	}
@@ -317,8 +332,8 @@ func TestBadCallsGiveErrorResultsAndTheRunContinues(t *testing.T) {
 		t.Fatalf("run error %q", end.Error)
 	}
 	rs := h.toolResults()
-	if len(rs) != 4 {
-		t.Fatalf("%d tool results, want 4", len(rs))
+	if len(rs) != 6 {
+		t.Fatalf("%d tool results, want 6", len(rs))
 	}
 	checks := []struct {
 		id       string
@@ -328,6 +343,8 @@ func TestBadCallsGiveErrorResultsAndTheRunContinues(t *testing.T) {
 		{"b", []string{`Invalid arguments for tool "peek"`, "/path:", "(root):", `Received arguments: {"path": 7, "extra": true}`}},
 		{"c", []string{"tool explode panicked: kaboom"}},
 		{"d", []string{"guarded is off limits"}},
+		{"e", []string{`Invalid arguments for tool "checked"`, "/path: must stay inside the workspace", `Received arguments: {"path": "../x"}`}},
+		{"f", []string{`Invalid arguments for tool "fragile"`, "(root): the argument check of tool fragile panicked: oops"}},
 	}
 	for i, c := range checks {
 		got := rs[i]
@@ -342,6 +359,22 @@ func TestBadCallsGiveErrorResultsAndTheRunContinues(t *testing.T) {
 	}
 	if peeks.Load() != 0 {
 		t.Error("an invalid or blocked call ran")
+	}
+	if checkedWorkspace != h.sess.Workspace {
+		t.Errorf("InputCheck got workspace %q, want the session's %q", checkedWorkspace, h.sess.Workspace)
+	}
+	// Stopped at step 2: no tool_call handler saw e or f, and no approval was stored.
+	if got, want := strings.Join(handled, ","), "c,d"; got != want {
+		t.Errorf("tool_call handler saw %s, want %s", got, want)
+	}
+	as, err := h.db.Approvals(context.Background(), h.sess.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		if a.ToolName == "checked" || a.ToolName == "fragile" {
+			t.Errorf("approval %s for %s %s, want none", a.Status, a.ToolName, a.ToolCallID)
+		}
 	}
 	if got := h.entries()[len(h.entries())-1].Message.Text(); got != "ok" {
 		t.Errorf("final text %q, want ok: the run must continue after bad calls", got)

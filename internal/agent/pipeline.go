@@ -40,9 +40,10 @@ type invocation struct {
 	finished atomic.Bool
 }
 
-// prepare runs steps 1–4 of the pipeline: find the tool (by exposure), validate its arguments,
-// run the tool_call handlers, apply the approval policy and, when a person must decide, store and
-// show the approval. A call that stops here gets inv.early.
+// prepare runs steps 1–4 of the pipeline: find the tool (by exposure), validate its arguments
+// (inputSchema, then the tool's InputCheck), run the tool_call handlers, apply the approval
+// policy and, when a person must decide, store and show the approval. A call that stops here
+// gets inv.early.
 func (rn *run) prepare(ctx context.Context, inv *invocation, nested bool) {
 	if rn.decide(ctx, inv, nested, nil) {
 		rn.ask(ctx, inv)
@@ -69,7 +70,11 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		return false
 	}
 	inv.tool = t
-	if vs := t.ValidateInput(inv.args); len(vs) > 0 {
+	vs := t.ValidateInput(inv.args)
+	if len(vs) == 0 {
+		vs = t.CheckInput(inv.args, rn.session.Workspace)
+	}
+	if len(vs) > 0 {
 		inv.stop(tool.InvalidArguments(t.Name, vs, inv.args), "error")
 		return false
 	}

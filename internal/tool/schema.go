@@ -161,6 +161,22 @@ func (t *Tool) ValidateInput(arguments json.RawMessage) []Violation {
 	return t.input.validate(arguments)
 }
 
+// CheckInput runs the tool's InputCheck on arguments that passed ValidateInput, with the
+// session's workspace (an absolute path), and returns its violations; nil when the tool has no
+// check or the check finds nothing. A check that panics is one root violation naming the panic:
+// the call stops (fail closed, as a failing tool_call handler blocks).
+func (t *Tool) CheckInput(arguments json.RawMessage, workspace string) (violations []Violation) {
+	if t.InputCheck == nil {
+		return nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			violations = []Violation{{Message: fmt.Sprintf("the argument check of tool %s panicked: %v", t.Name, p)}}
+		}
+	}()
+	return t.InputCheck(arguments, workspace)
+}
+
 // ValidateOutput checks structuredContent against the tool's outputSchema (SPEC §1 results, rule
 // 3). A tool without an outputSchema accepts anything.
 func (t *Tool) ValidateOutput(structuredContent json.RawMessage) []Violation {

@@ -104,6 +104,15 @@ type Context interface {
 // has none" (SPEC §1 results, rules 1 and 2). ctx is cancelled on Stop.
 type ExecuteFunc func(ctx context.Context, arguments json.RawMessage, onUpdate func(Update), tc Context) (Result, error)
 
+// InputCheckFunc checks arguments that passed the tool's inputSchema for what a schema cannot
+// say, such as a file path that must resolve inside the workspace. workspace is the absolute path
+// of the session's workspace folder. It returns every violation, each a JSON pointer into
+// arguments and a message; nil lets the call go on. It runs at step 2 of the call pipeline
+// (SPEC §3), before the tool_call handlers and the approval prompt, for model and nested calls
+// alike, so it must be quick and change nothing; the things it checks can change before the tool
+// runs, so the tool checks them again then.
+type InputCheckFunc func(arguments json.RawMessage, workspace string) []Violation
+
 // Tool is a tool definition. Register it in a Registry, which compiles its schemas.
 type Tool struct {
 	Name         string          `json:"name"`
@@ -118,8 +127,10 @@ type Tool struct {
 	// Sequential tools run one at a time within a batch instead of concurrently (SPEC §2).
 	Sequential bool `json:"-"`
 	// AlwaysAsk forces approval whatever the annotations say (untrusted MCP servers, SPEC §13).
-	AlwaysAsk bool        `json:"-"`
-	Execute   ExecuteFunc `json:"-"`
+	AlwaysAsk bool `json:"-"`
+	// InputCheck, when set, checks the arguments right after inputSchema (see InputCheckFunc).
+	InputCheck InputCheckFunc `json:"-"`
+	Execute    ExecuteFunc    `json:"-"`
 
 	input  *schema
 	output *schema

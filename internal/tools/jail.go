@@ -1,12 +1,15 @@
 package tools
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"countersign/internal/tool"
 )
 
 // ErrOutsideWorkspace is wrapped by the error a file tool returns for a path that resolves outside
@@ -68,6 +71,34 @@ func (j *jail) resolve(p string) (string, error) {
 		return "", fmt.Errorf("path %q is %w", p, ErrOutsideWorkspace)
 	}
 	return rel, nil
+}
+
+// checkPath returns the file tools' tool.InputCheckFunc: the string argument field (absent:
+// def) must resolve inside the workspace (jail.resolve), else the call stops before the gate with
+// a violation at /field giving resolve's error, e.g. `path "../x" is outside the workspace`.
+// A workspace that cannot be opened is no fault of the argument: the check lets the call on
+// and the tool reports it when it runs. The tool resolves the path again then, as the file
+// system may have changed in between.
+func checkPath(field, def string) tool.InputCheckFunc {
+	return func(arguments json.RawMessage, workspace string) []tool.Violation {
+		var in map[string]any
+		if err := json.Unmarshal(arguments, &in); err != nil {
+			return nil // inputSchema has accepted them; the tool's decode reports anything else
+		}
+		p, ok := in[field].(string)
+		if !ok {
+			p = def
+		}
+		j, err := openJail(workspace)
+		if err != nil {
+			return nil
+		}
+		defer j.Close()
+		if _, err := j.resolve(p); err != nil {
+			return []tool.Violation{{Pointer: "/" + field, Message: err.Error()}}
+		}
+		return nil
+	}
 }
 
 // maxLinks bounds the symlinks realPath follows, as the kernel does (ELOOP after 40).

@@ -503,3 +503,107 @@ func TestNestedCallsRecordIsBounded(t *testing.T) {
 		t.Errorf("record runs %s..%s (%s), want f1/1..f1/256 ok", first.ID, last.ID, last.Status)
 	}
 }
+
+// TestFileToolPathOutsideTheWorkspaceStopsBeforeTheGate: a model-issued write_file whose path
+// resolves outside the workspace fails at argument validation (SPEC §3 step 2): an error result
+// naming the path problem, with the received arguments; no tool_call handler sees it, no
+// approval is stored or shown, nothing is written. A path inside still asks as before.
+func TestFileToolPathOutsideTheWorkspaceStopsBeforeTheGate(t *testing.T) {
+	base := t.TempDir()
+	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
+	for _, d := range []string{ws, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := newPipeline(t, fauxScript(t,
+		fauxStep{id: "w1", name: "write_file", args: map[string]any{"path": "../outside/new.txt", "content": "x"}},
+		fauxStep{id: "w2", name: "write_file", args: map[string]any{"path": "inside.txt", "content": "y"}},
+		fauxStep{text: "done"},
+	), ws, tools.Config{})
+	ctx := context.Background()
+	p.send()
+	a := *p.await(agent.ApprovalRequested, nil).Approval
+	if a.ToolCallID != "w2" {
+		t.Fatalf("approval asked for %s (%s), want only w2: the path outside is refused before the gate", a.ToolCallID, a.Arguments)
+	}
+	if _, err := p.runner.Decide(ctx, p.sess.ID, a.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	if end := p.await(agent.AgentEnd, nil); end.Error != "" {
+		t.Fatalf("run error %q", end.Error)
+	}
+
+	rs := p.toolResults()
+	if len(rs) != 2 || rs[0].ToolCallID != "w1" || rs[1].ToolCallID != "w2" {
+		t.Fatalf("tool results %+v, want w1 and w2", rs)
+	}
+	w1 := rs[0].Result
+	for _, want := range []string{`Invalid arguments for tool "write_file"`, `/path: path "../outside/new.txt" is outside the workspace`,
+		`Received arguments: {"content":"x","path":"../outside/new.txt"}`} {
+		if !w1.IsError || !strings.Contains(w1.TextOf(), want) {
+			t.Errorf("w1 result (isError %v) %q does not contain %q", w1.IsError, w1.TextOf(), want)
+		}
+	}
+	if w2 := rs[1].Result; w2.IsError {
+		t.Errorf("w2 failed: %s", w2.TextOf())
+	}
+	var ids []string
+	for _, a := range p.approvalsOf("write_file") {
+		ids = append(ids, a.ToolCallID)
+	}
+	if !reflect.DeepEqual(ids, []string{"w2"}) {
+		t.Errorf("write_file approvals for %q, want only w2", ids)
+	}
+	if got, want := p.spy.calls(), []string{`write_file w2 ""`}; !reflect.DeepEqual(got, want) {
+		t.Errorf("tool_call handler saw %q, want %q", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "new.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("outside/new.txt: %v; want no file", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "inside.txt")); err != nil || string(b) != "y" {
+		t.Errorf("inside.txt = %q, %v; want the approved write", b, err)
+	}
+}
+
+// TestNestedFileToolPathOutsideTheWorkspaceStopsBeforeTheGate: the same refusal for a nested
+// call, which passes the same pipeline: codemode's write_file outside the workspace fails
+// without a prompt, and the script sees why.
+func TestNestedFileToolPathOutsideTheWorkspaceStopsBeforeTheGate(t *testing.T) {
+	p, ws := codemodeSession(t, `
+	  try { await tools.write_file({path: "../escape.txt", content: "x"}) } catch (e) { return e.message }
+	  return "written"`)
+	p.send()
+	for end := false; !end; {
+		select {
+		case ev, ok := <-p.events.C:
+			if !ok {
+				t.Fatal("the subscription was dropped")
+			}
+			switch ev.Type {
+			case agent.ApprovalRequested:
+				t.Fatalf("approval asked for %s %s (%s)", ev.Approval.ToolName, ev.Approval.ToolCallID, ev.Approval.Arguments)
+			case agent.AgentEnd:
+				if ev.Error != "" {
+					t.Fatalf("run error %q", ev.Error)
+				}
+				end = true
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("no agent_end event within 20s")
+		}
+	}
+	if as := p.approvalsOf("write_file"); len(as) != 0 {
+		t.Errorf("%d write_file approvals, want none", len(as))
+	}
+	var out tools.CodemodeOutput
+	if err := json.Unmarshal(p.toolResults()[0].Result.StructuredContent, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := `is outside the workspace`; !strings.Contains(string(out.Result), want) {
+		t.Errorf("script result %s, want the error naming the path problem (%q)", out.Result, want)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(ws), "escape.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("escape.txt: %v; want no file", err)
+	}
+}

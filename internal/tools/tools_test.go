@@ -424,6 +424,13 @@ func TestWorkspaceJail(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.tool+" "+fmt.Sprint(tt.args["path"]), func(t *testing.T) {
 			before := snapshot(t, base)
+			// Refused at argument validation, before the gate (SPEC §3 step 2)...
+			raw, _ := json.Marshal(tt.args)
+			if vs := tools[tt.tool].CheckInput(raw, ws); len(vs) != 1 || vs[0].Pointer != "/path" ||
+				!strings.Contains(vs[0].Message, ErrOutsideWorkspace.Error()) {
+				t.Errorf("CheckInput = %v, want one /path violation saying %q", vs, ErrOutsideWorkspace)
+			}
+			// ...and again when the tool runs, as the file system may have changed in between.
 			res, err := call(t, tools, tt.tool, ws, tt.args)
 			if err == nil {
 				t.Fatalf("no error; result %s", res.TextOf())
@@ -438,6 +445,22 @@ func TestWorkspaceJail(t *testing.T) {
 				t.Errorf("files changed:\nbefore %v\nafter  %v", before, after)
 			}
 		})
+	}
+	// Paths inside pass the check, existing or not.
+	for _, in := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"read_file", map[string]any{"path": "inside.txt"}},
+		{"read_file", map[string]any{"path": filepath.Join(ws, "inside.txt")}},
+		{"write_file", map[string]any{"path": "sub/dir/new.txt", "content": "x"}},
+		{"list_files", map[string]any{}},
+		{"list_files", map[string]any{"path": "."}},
+	} {
+		raw, _ := json.Marshal(in.args)
+		if vs := tools[in.tool].CheckInput(raw, ws); vs != nil {
+			t.Errorf("%s %s: CheckInput = %v, want none", in.tool, raw, vs)
+		}
 	}
 }
 

@@ -490,3 +490,49 @@ func (c *countingStore) CreateApproval(ctx context.Context, a gate.Approval) err
 	c.approvalsAlone.Add(1)
 	return c.DB.CreateApproval(ctx, a)
 }
+
+// TestAnEditTheToolWouldRefuseIsRefusedInTheForm: edited arguments pass the tool's InputCheck
+// as the model's do (SPEC §3: invalid edits are refused in the form); the approval stays pending
+// and a valid edit still runs.
+func TestAnEditTheToolWouldRefuseIsRefusedInTheForm(t *testing.T) {
+	const script = `{"steps": [
+	  {"content": [{"type": "toolCall", "id": "c1", "name": "put", "arguments": {"path": "in.txt"}}], "stopReason": "toolUse"},
+	  {"content": [{"type": "text", "text": "ok"}], "stopReason": "stop"}
+	]}`
+	var got atomic.Value
+	put := &tool.Tool{Name: "put", InputSchema: objectSchema,
+		InputCheck: func(args json.RawMessage, _ string) []tool.Violation {
+			if strings.Contains(string(args), "..") {
+				return []tool.Violation{{Pointer: "/path", Message: "must stay inside the workspace"}}
+			}
+			return nil
+		},
+		Execute: func(_ context.Context, args json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
+			got.Store(string(args))
+			return tool.Result{Content: []tool.Content{tool.Text("done")}}, nil
+		}}
+	h := newHarness(t, script, nil, put)
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.await(agent.ApprovalRequested)
+	_, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner",
+		Arguments: json.RawMessage(`{"path": "../out.txt"}`)})
+	if apperr.CodeOf(err) != apperr.Invalid || !strings.Contains(apperr.MessageOf(err), "/path: must stay inside the workspace") {
+		t.Fatalf("an edit outside the workspace: %v, want invalid naming /path", err)
+	}
+	if a, err := h.db.Approval(ctx, ev.Approval.ID); err != nil || a.Status != gate.Pending {
+		t.Fatalf("after the refused edit the approval is %+v, %v; want still pending", a.Status, err)
+	}
+	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner",
+		Arguments: json.RawMessage(`{"path": "other.txt"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if end := h.await(agent.AgentEnd); end.Error != "" {
+		t.Fatalf("run error %q", end.Error)
+	}
+	if s, _ := got.Load().(string); s != `{"path":"other.txt"}` {
+		t.Fatalf("the call ran with %q, want the valid edit", s)
+	}
+}

@@ -211,7 +211,7 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "decision must be approve, approve_session or deny, not %q", d.Decision)
 	}
 	if len(d.Arguments) > 0 && res.Status == gate.Approved {
-		edited, err := r.validateEdit(a, d.Arguments)
+		edited, err := r.validateEdit(ctx, a, d.Arguments)
 		if err != nil {
 			return gate.Approval{}, err
 		}
@@ -259,9 +259,10 @@ func grantResolution(grantApprovalID, grantedBy string) gate.Resolution {
 		Reason: "approved for this session by " + grantedBy, Scope: gate.Session, DerivedFrom: grantApprovalID}
 }
 
-// validateEdit checks edited arguments against the tool's inputSchema; identical arguments are
-// not an edit (nil).
-func (r *Runner) validateEdit(a gate.Approval, raw json.RawMessage) (json.RawMessage, error) {
+// validateEdit checks edited arguments against the tool's inputSchema, then its InputCheck (with
+// the session's workspace); identical arguments are not an edit (nil). Errors: apperr.Invalid
+// naming each violation.
+func (r *Runner) validateEdit(ctx context.Context, a gate.Approval, raw json.RawMessage) (json.RawMessage, error) {
 	t, ok := r.cfg.Tools.Lookup(a.ToolName)
 	if !ok {
 		return nil, apperr.Errorf(apperr.Invalid, "tool %s is no longer registered", a.ToolName)
@@ -276,6 +277,21 @@ func (r *Runner) validateEdit(a gate.Approval, raw json.RawMessage) (json.RawMes
 			lines[i] = v.String()
 		}
 		return nil, apperr.Errorf(apperr.Invalid, "Arguments do not match the tool's inputSchema:\n%s", strings.Join(lines, "\n"))
+	}
+	// The tool's own check too (a file tool's path must stay in the workspace), as for the
+	// model's arguments: an edit the call would refuse is refused in the form.
+	if t.InputCheck != nil {
+		s, err := r.cfg.Store.Session(ctx, a.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		if vs := t.CheckInput(raw, s.Workspace); len(vs) > 0 {
+			lines := make([]string, len(vs))
+			for i, v := range vs {
+				lines[i] = v.String()
+			}
+			return nil, apperr.Errorf(apperr.Invalid, "Arguments are refused by the tool:\n%s", strings.Join(lines, "\n"))
+		}
 	}
 	// Compact, and without HTML escaping: the audit shows the edit as the decider wrote it.
 	var buf bytes.Buffer

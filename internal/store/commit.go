@@ -41,6 +41,7 @@ type writeOp struct {
 	queries []string
 	stmts   []*sql.Stmt // queries prepared, same order
 	err     error
+	panic   any           // what fn panicked with, raised again in the write's own goroutine
 	wake    chan struct{} // closed when the write is done, or when it is to lead the next group
 	lead    bool
 }
@@ -88,7 +89,7 @@ func (db *DB) commit(ctx context.Context, atomic bool, fn func(w *writeTx) error
 		c.mu.Unlock()
 		<-op.wake
 		if !op.lead {
-			return op.err
+			return op.result()
 		}
 		c.mu.Lock()
 	}
@@ -115,7 +116,28 @@ func (db *DB) commit(ctx context.Context, atomic bool, fn func(w *writeTx) error
 	for _, o := range group[1:] {
 		close(o.wake)
 	}
+	return op.result()
+}
+
+// result is the write's error, or its fn's panic raised again (in the goroutine that made the
+// write, so a bug there does not take the committer, and every later write, with it).
+func (op *writeOp) result() error {
+	if op.panic != nil {
+		panic(op.panic)
+	}
 	return op.err
+}
+
+// run runs the write's fn through w; a panic becomes an error for the group (its savepoint is
+// rolled back like a failed write's) and is raised again by result.
+func (op *writeOp) run(w *writeTx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			op.panic = p
+			err = fmt.Errorf("store: a write panicked: %v", p)
+		}
+	}()
+	return op.fn(w)
 }
 
 // commitGroup writes group and sets each write's err. A group of one single-statement write runs
@@ -125,7 +147,7 @@ func (db *DB) commitGroup(group []*writeOp) {
 	if len(group) == 1 && !group[0].atomic {
 		op := group[0]
 		if op.err = op.ctx.Err(); op.err == nil {
-			op.err = op.fn(&writeTx{ctx: context.WithoutCancel(op.ctx), op: op})
+			op.err = op.run(&writeTx{ctx: context.WithoutCancel(op.ctx), op: op})
 		}
 		return
 	}
@@ -142,7 +164,7 @@ func (db *DB) commitGroup(group []*writeOp) {
 	if len(group) == 1 {
 		op := group[0]
 		if op.err = op.ctx.Err(); op.err == nil {
-			op.err = op.fn(&writeTx{ctx: context.WithoutCancel(op.ctx), tx: tx, op: op})
+			op.err = op.run(&writeTx{ctx: context.WithoutCancel(op.ctx), tx: tx, op: op})
 		}
 		if op.err != nil {
 			tx.Rollback()
@@ -162,7 +184,7 @@ func (db *DB) commitGroup(group []*writeOp) {
 			fail(err)
 			return
 		}
-		op.err = op.fn(&writeTx{ctx: context.WithoutCancel(op.ctx), tx: tx, op: op})
+		op.err = op.run(&writeTx{ctx: context.WithoutCancel(op.ctx), tx: tx, op: op})
 		if op.err != nil {
 			// Undo this write alone. If SQLite has already rolled the whole transaction back
 			// (an I/O error, a full disk), the savepoint is gone and so is the group.

@@ -241,3 +241,59 @@ func TestConcurrentWritesAllLand(t *testing.T) {
 		t.Fatalf("committer left leading=%v with %d queued", db.commits.leading, len(db.commits.queue))
 	}
 }
+
+// TestAWriteThatPanicsPanicsInItsOwnGoroutine: a bug in one write's function is raised again
+// in the goroutine that made the write, alone or in a group; what it wrote is rolled back, the
+// others of its group are committed and later writes still go through (the committer is not
+// left leading).
+func TestAWriteThatPanicsPanicsInItsOwnGoroutine(t *testing.T) {
+	db := MustOpenDB(t)
+	ctx := context.Background()
+	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
+	boom := func() (p any) {
+		defer func() { p = recover() }()
+		_ = db.commit(ctx, true, func(w *writeTx) error {
+			if _, err := w.stmt(insertEntry).ExecContext(w.ctx, "s1", "user", "", `{"role":"user"}`, formatTime(time.Now()), "s1"); err != nil {
+				return err
+			}
+			panic("boom")
+		}, insertEntry)
+		return nil
+	}
+	entry := func(text string) error {
+		_, err := db.AppendEntry(ctx, "s1", agent.Message{Role: agent.User, Content: []agent.Block{{Type: "text", Text: text}}})
+		return err
+	}
+
+	if p := boom(); p != "boom" {
+		t.Fatalf("a lone write's panic: recovered %v, want boom", p)
+	}
+	release := holdLead(t, db)
+	panicked, wrote := make(chan any, 1), make(chan error, 1)
+	go func() { panicked <- boom() }()
+	waitQueued(t, db, 1)
+	go func() { wrote <- entry("kept") }()
+	waitQueued(t, db, 2)
+	release()
+	if p := <-panicked; p != "boom" {
+		t.Fatalf("a grouped write's panic: recovered %v, want boom", p)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("the other write of the group: %v", err)
+	}
+	if err := entry("after"); err != nil {
+		t.Fatalf("a write after the panics: %v", err)
+	}
+	entries, err := db.Entries(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, e := range entries {
+		texts = append(texts, e.Message.Text())
+	}
+	// What the panicking writes inserted before they panicked is rolled back.
+	if got := fmt.Sprint(texts); got != "[kept after]" {
+		t.Fatalf("entries %q, want kept and after only", texts)
+	}
+}

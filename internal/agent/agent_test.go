@@ -536,3 +536,42 @@ func TestAnEditTheToolWouldRefuseIsRefusedInTheForm(t *testing.T) {
 		t.Fatalf("the call ran with %q, want the valid edit", s)
 	}
 }
+
+// TestTheAuditListsABatchInTheModelsOrder: a batch's automatic records are committed with its
+// message and its prompts stored after it, yet the audit (approvals in createdAt order) lists
+// them in the model's order.
+func TestTheAuditListsABatchInTheModelsOrder(t *testing.T) {
+	const script = `{"steps": [
+	  {"content": [
+	    {"type": "toolCall", "id": "c1", "name": "shell", "arguments": {"command": "ls"}},
+	    {"type": "toolCall", "id": "c2", "name": "peek", "arguments": {}},
+	    {"type": "toolCall", "id": "c3", "name": "shell", "arguments": {"command": "pwd"}},
+	    {"type": "toolCall", "id": "c4", "name": "peek", "arguments": {}}
+	  ], "stopReason": "toolUse"},
+	  {"content": [{"type": "text", "text": "ok"}], "stopReason": "stop"}
+	]}`
+	var peeks, shells atomic.Int32
+	h := newHarness(t, script, nil, readOnlyTool("peek", &peeks), riskyTool("shell", &shells))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		ev := h.await(agent.ApprovalRequested)
+		if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.await(agent.AgentEnd)
+	as, err := h.db.Approvals(ctx, h.sess.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, a := range as {
+		order = append(order, a.ToolCallID)
+	}
+	if got, want := strings.Join(order, ","), "c1,c2,c3,c4"; got != want {
+		t.Fatalf("the audit lists %s, want the model's order %s", got, want)
+	}
+}

@@ -109,6 +109,9 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		}
 		return false
 	}
+	// Stamped now, in the model's order with the batch's automatic records (Gate.Automatic),
+	// though ask stores it only after the message.
+	approval.CreatedAt = time.Now().UTC()
 	inv.approval = &approval
 	return true
 }

@@ -146,11 +146,15 @@ type Ticket struct {
 }
 
 // Open stores a as pending, then shows it. The call waits with Ticket.Wait; opening every
-// approval of a batch before waiting on any is how a batch's prompts appear together.
+// approval of a batch before waiting on any is how a batch's prompts appear together. A zero
+// a.CreatedAt is now; a caller that decided the call earlier passes that moment, so the audit
+// (in CreatedAt order) lists a batch's prompts and automatic records in the model's order.
 func (g *Gate) Open(ctx context.Context, a Approval) (*Ticket, error) {
 	a.ID = NewID()
 	a.Status = Pending
-	a.CreatedAt = g.now().UTC()
+	if a.CreatedAt.IsZero() {
+		a.CreatedAt = g.now().UTC()
+	}
 	// Register the waiter before the approval is visible, so no decision can miss it.
 	ch := make(chan Approval, 1)
 	g.mu.Lock()

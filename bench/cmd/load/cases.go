@@ -276,7 +276,7 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 	type client struct {
 		id             string
 		asked, started time.Time // frame arrivals at the client
-		created        time.Time // the approval's createdAt, stamped just before it is stored
+		created        time.Time // the approval's createdAt: when its call was decided, before the assistant message was stored
 		approvalID     string
 		decided        time.Time // its decidedAt, stamped just before the decision is stored
 		callID         string
@@ -352,10 +352,11 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 	}
 	total := time.Since(t0)
 	// server (the target): stored (the approval's insert committed, stamped by benchkit as the
-	// store returns) → the tool's first line; insert: createdAt (stamped just before the insert)
-	// → stored, and from_created the whole trip from createdAt; shown: stored → the prompt's
-	// arrival at the client; answered: arrival → decidedAt (the client's POST, the handler, its
-	// reads); resumed: decidedAt → the tool's first line (the decision's commit, waking the call).
+	// store returns) → the tool's first line; insert: createdAt (the call decided, before its
+	// assistant message's commit) → stored, and from_created the whole trip from createdAt;
+	// shown: stored → the prompt's arrival at the client; answered: arrival → decidedAt (the
+	// client's POST, the handler, its reads); resumed: decidedAt → the tool's first line (the
+	// decision's commit, waking the call).
 	var server, fromCreated, insert, seen, shown, answered, resumed []float64
 	us := func(d time.Duration) float64 { return float64(d.Microseconds()) }
 	for _, cl := range clients {

@@ -109,7 +109,8 @@ const approvalColumnCount = 19
 
 // insertApprovalsJSON inserts the rows of its one parameter, a JSON array with one array per row
 // holding the approvalColumnCount column values in approvalColumns order (appendApprovalsJSON).
-// json_each keeps the array's order; ->> turns a JSON string into its text, byte for byte, null
+// jsonb_each keeps the array's order (and hands each row over as JSONB, so ->> does not parse
+// its text again); ->> turns a JSON string into its text, byte for byte, null
 // into NULL and 0/1 into an integer. The columns' constraints apply as to any insert.
 var insertApprovalsJSON = func() string {
 	cols := make([]string, approvalColumnCount)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"reflect"
 	"testing"
@@ -365,6 +366,66 @@ func TestAnnotationsJSONIsWhatMarshalWrites(t *testing.T) {
 		}
 		if got := `"` + string(appendAnnotationsJSON(nil, a, true)) + `"`; got != string(quoted) {
 			t.Fatalf("quoted %s, want %s", got, quoted)
+		}
+	}
+}
+
+// TestCreateApprovalsRoundTripsRandomTexts: random valid UTF-8 texts (control characters, quote
+// and backslash, DEL, C1 controls, U+2028, noncharacters, U+10FFFF) stored in a batch come back
+// as CreateApproval stores them one at a time, and in the batch's order.
+func TestCreateApprovalsRoundTripsRandomTexts(t *testing.T) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(1, 2))
+	runes := []rune{1, 2, 0x1f, 0x20, '"', '\\', '/', 0x7f, 0x80, 0x9f, 0xa0, 0x2028, 0xd7ff, 0xe000, 0xfeff, 0xfffe, 0xffff, 0x10000, 0x10ffff, 'u', 'é', '{'}
+	text := func() string {
+		var b []rune
+		for range r.IntN(12) {
+			if r.IntN(3) == 0 {
+				b = append(b, rune(1+r.IntN(0x7e)))
+			} else {
+				b = append(b, runes[r.IntN(len(runes))])
+			}
+		}
+		return string(b)
+	}
+	for round := range 20 {
+		one, many := MustOpenDB(t), MustOpenDB(t)
+		for _, db := range []*DB{one, many} {
+			mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
+		}
+		var batch []gate.Approval
+		for i := range 30 {
+			args, err := json.Marshal(text())
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, gate.Approval{ID: fmt.Sprintf("%d-%02d-%s", round, i, text()), SessionID: "s1", MessageID: text(),
+				ToolCallID: text(), ParentToolCallID: text(), ToolName: text(), ToolTitle: text(), RequestedBy: text(),
+				Status: gate.Approved, Automatic: r.IntN(2) == 0, DecidedBy: text(), Reason: text(), Scope: gate.Once,
+				DerivedFrom: text(), Arguments: args, CreatedAt: t0})
+		}
+		if _, ok, err := many.appendApprovalsJSON(nil, batch); err != nil || !ok {
+			t.Fatalf("round %d does not go through JSON: %v %v", round, ok, err)
+		}
+		for _, a := range batch {
+			if err := one.CreateApproval(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := many.CreateApprovals(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := dumpApprovals(t, many), dumpApprovals(t, one); !reflect.DeepEqual(got, want) {
+			t.Fatalf("round %d: stored in a batch:\n%q\none at a time:\n%q", round, got, want)
+		}
+		got, err := many.Approvals(ctx, "s1", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if got[i].ID != batch[i].ID {
+				t.Fatalf("round %d: approval %d is %q, want the batch's order (%q)", round, i, got[i].ID, batch[i].ID)
+			}
 		}
 	}
 }

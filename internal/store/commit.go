@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -69,9 +70,10 @@ func (w *writeTx) stmt(query string) *sql.Stmt {
 
 // commit runs fn as one write (see committer) and returns when its commit is done. queries are the
 // statements fn uses (prepared here, before the write waits: preparing needs the write
-// connection, which a group's transaction holds). atomic: see writeOp. A ctx cancelled while the
-// write waits makes it return ctx's error without running fn; once fn runs, it runs to its end
-// (cancelling a statement inside a transaction would make SQLite roll back the whole group).
+// connection, which a group's transaction holds). atomic: see writeOp. A ctx that ends while the
+// write waits in the queue makes it return ctx's error at once, without running fn; once a group
+// has taken it, it runs to its end (cancelling a statement inside a transaction would make SQLite
+// roll back the whole group).
 func (db *DB) commit(ctx context.Context, atomic bool, fn func(w *writeTx) error, queries ...string) error {
 	op := &writeOp{ctx: ctx, atomic: atomic, fn: fn, queries: queries, stmts: make([]*sql.Stmt, len(queries)),
 		wake: make(chan struct{})}
@@ -87,7 +89,20 @@ func (db *DB) commit(ctx context.Context, atomic bool, fn func(w *writeTx) error
 	c.queue = append(c.queue, op)
 	if c.leading {
 		c.mu.Unlock()
-		<-op.wake
+		select {
+		case <-op.wake:
+		case <-ctx.Done():
+			// Gone from the queue before a group took it: nothing was written. Taken already
+			// (being written, or handed the lead): it must run to its end like any other.
+			c.mu.Lock()
+			if i := slices.Index(c.queue, op); i >= 0 && !op.lead {
+				c.queue = slices.Delete(c.queue, i, i+1)
+				c.mu.Unlock()
+				return ctx.Err()
+			}
+			c.mu.Unlock()
+			<-op.wake
+		}
 		if !op.lead {
 			return op.result()
 		}
@@ -201,10 +216,8 @@ func (db *DB) commitGroup(group []*writeOp) {
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		for _, op := range group {
-			if op.err == nil {
-				op.err = err
-			}
-		}
+		// Nothing of the group is stored: every write gets the commit's error, also one that had
+		// failed on its own (a conflict with a write of the group that is now undone too).
+		fail(err)
 	}
 }

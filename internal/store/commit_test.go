@@ -167,7 +167,8 @@ func TestWritesThatWaitAreCommittedTogetherAndFailAlone(t *testing.T) {
 }
 
 // TestAWriteCancelledWhileItWaitsWritesNothing: a write whose context ends while it waits for
-// the group before it returns the context's error and is never run.
+// the group before it returns the context's error at once, without waiting for that group, and
+// is never run.
 func TestAWriteCancelledWhileItWaitsWritesNothing(t *testing.T) {
 	db := MustOpenDB(t)
 	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
@@ -180,13 +181,82 @@ func TestAWriteCancelledWhileItWaitsWritesNothing(t *testing.T) {
 	}()
 	waitQueued(t, db, 1)
 	cancel()
-	release()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("AppendEntry = %v, want context.Canceled", err)
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("AppendEntry = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled write still waits for the group before it")
 	}
+	waitQueued(t, db, 0)
+	release()
 	entries, err := db.Entries(context.Background(), "s1")
 	if err != nil || len(entries) != 0 {
 		t.Fatalf("entries %v, %v; want none", entries, err)
+	}
+	if _, err := db.AppendEntry(context.Background(), "s1", agent.Message{Role: agent.User}); err != nil {
+		t.Fatalf("a write after: %v", err)
+	}
+}
+
+// TestWhenSQLiteRollsTheGroupBackEveryWriteIsToldSo: SQLite can end a transaction itself (a full
+// disk, an I/O error; here a trigger's RAISE(ROLLBACK)) in the middle of a group. No write of the
+// group may then report success without its data stored, and the committer goes on working.
+func TestWhenSQLiteRollsTheGroupBackEveryWriteIsToldSo(t *testing.T) {
+	db := MustOpenDB(t)
+	ctx := context.Background()
+	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
+	if _, err := db.write.Exec(`CREATE TEMP TRIGGER boom BEFORE INSERT ON approvals WHEN NEW.id LIKE 'boom%'
+		BEGIN SELECT RAISE(ROLLBACK, 'boom'); END`); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(id string) gate.Approval {
+		return gate.Approval{ID: id, SessionID: "s1", MessageID: "m", ToolCallID: "c", ToolName: "t", RequestedBy: "model", Status: gate.Pending}
+	}
+	for name, bad := range map[string]func() error{
+		"one approval": func() error { return db.CreateApproval(ctx, mk("boom1")) },
+		"a batch":      func() error { return db.CreateApprovals(ctx, []gate.Approval{mk("x1"), mk("boom2"), mk("x2")}) },
+		"an entry with records": func() error {
+			_, err := db.AppendEntry(ctx, "s1", agent.Message{Role: agent.User}, mk("y1"), mk("boom3"))
+			return err
+		},
+	} {
+		release := holdLead(t, db)
+		type result struct {
+			id  string
+			err error
+		}
+		out := make(chan result, 3)
+		good := func() { id := gate.NewID(); out <- result{id, db.CreateApproval(ctx, mk(id))} }
+		go good()
+		waitQueued(t, db, 1)
+		go func() { out <- result{"", bad()} }()
+		waitQueued(t, db, 2)
+		go good()
+		waitQueued(t, db, 3)
+		release()
+		for range 3 {
+			r := <-out
+			if r.id == "" {
+				if r.err == nil {
+					t.Errorf("%s: the write that made SQLite roll back reported success", name)
+				}
+				continue
+			}
+			_, err := db.Approval(ctx, r.id)
+			if stored := err == nil; stored != (r.err == nil) {
+				t.Errorf("%s: a write of its group reported %v, stored %v", name, r.err, stored)
+			}
+		}
+		if err := db.CreateApproval(ctx, mk(gate.NewID())); err != nil {
+			t.Fatalf("%s: a write after: %v", name, err)
+		}
+	}
+	for _, id := range []string{"x1", "x2", "y1"} {
+		if _, err := db.Approval(ctx, id); apperr.CodeOf(err) != apperr.NotFound {
+			t.Errorf("approval %s of a rolled-back write: %v, want not found", id, err)
+		}
 	}
 }
 

@@ -201,6 +201,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	// Executing calls stop; runs waiting for a person's decision stay parked, their approvals
+	// pending for the next start (SPEC §8).
 	runner.Shutdown("server shutdown")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -29,6 +29,7 @@ type invocation struct {
 	approval    *gate.Approval // the approval ask stores, as decide built it
 	status      string         // for the parent's nestedCalls record: ok, error, blocked, denied, unfinished
 	ticket      *gate.Ticket
+	parked      bool // left waiting on its pending approval by a graceful shutdown: no result
 	args        json.RawMessage // the arguments the call runs with
 	start       time.Time
 
@@ -195,6 +196,16 @@ func (rn *run) decideAndExecute(ctx context.Context, inv *invocation) tool.Resul
 	}
 	if inv.ticket != nil {
 		a := inv.ticket.Wait(ctx)
+		if a.Status == gate.Pending {
+			// A graceful shutdown (gate.ErrParked). A model-issued call stays parked for the
+			// next process: no result is stored for it. A nested call cannot outlive its
+			// parent, which is stopped: its approval is cancelled.
+			if inv.call.ParentToolCallID == "" {
+				inv.parked = true
+				return tool.Result{}
+			}
+			a = inv.ticket.Cancel(context.Cause(ctx).Error())
+		}
 		switch a.Status {
 		case gate.Approved:
 			inv.args = a.EffectiveArguments()
@@ -317,9 +328,13 @@ func (rn *run) finishBatch(store context.Context, msg Message, invs []*invocatio
 		}()
 	}
 	var storeErr error
+	parked := false
 	for i, inv := range invs {
 		res := <-done[i]
-		if storeErr != nil {
+		// After a parked call nothing more of the batch is stored: results stay in the model's
+		// order, and the next process's Recover gives the later calls theirs (as after a kill).
+		parked = parked || inv.parked
+		if storeErr != nil || parked {
 			continue // drain the others; nothing more is stored
 		}
 		if inv.children.Load() > 0 {
@@ -336,8 +351,15 @@ func (rn *run) finishBatch(store context.Context, msg Message, invs []*invocatio
 		rn.publish(Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: msg.ID,
 			ToolCallID: inv.call.ID, ToolName: inv.call.Name, Arguments: inv.args, Result: &res, Message: &m})
 	}
+	if storeErr == nil && parked {
+		return errParked
+	}
 	return storeErr
 }
+
+// errParked ends a run that a graceful shutdown left parked on pending approvals (Runner.Shutdown):
+// the session stays running in the store for the next process's Recover.
+var errParked = fmt.Errorf("%w by a server shutdown", gate.ErrParked)
 
 func (rn *run) isActive(name string) bool {
 	active := rn.active.Load()

@@ -217,3 +217,94 @@ func TestRestartKeepsWhatRanBeneathAnInterruptedCall(t *testing.T) {
 		t.Errorf("nestedCalls %+v, want p/1 rebuilt from the audit, marked incomplete", res.NestedCalls)
 	}
 }
+
+// TestAGracefulShutdownLeavesAParkedApprovalForTheNextProcess: Shutdown (SIGTERM, Ctrl-C) parks
+// what a killed process would have left parked (SPEC §8): the approval stays pending, no result
+// is stored for its call, the session stays running, and the next process resumes the run when
+// someone decides.
+func TestAGracefulShutdownLeavesAParkedApprovalForTheNextProcess(t *testing.T) {
+	var peeks, shells atomic.Int32
+	h := newHarness(t, approveScript, nil, readOnlyTool("peek", &peeks), riskyTool("shell", &shells))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	asked := h.await(agent.ApprovalRequested).Approval
+	h.runner.Shutdown("server shutdown")
+	h.runner.Wait()
+
+	if a, err := h.db.Approval(ctx, asked.ID); err != nil || a.Status != gate.Pending {
+		t.Fatalf("after a graceful shutdown the approval is %s (%v), want still pending", a.Status, err)
+	}
+	for _, e := range h.entries() {
+		if e.Message.Role == agent.ToolResult && e.Message.ToolCallID == asked.ToolCallID {
+			t.Fatalf("a result was stored for the parked call: %q", e.Message.Result.TextOf())
+		}
+	}
+	if s, _ := h.db.Session(ctx, h.sess.ID); s.State != agent.Running {
+		t.Fatalf("session state %s, want running (parked for the next process)", s.State)
+	}
+
+	var shells2 atomic.Int32
+	r2, db2, sub := h.restart(t, approveScript, readOnlyTool("peek", &peeks), riskyTool("shell", &shells2))
+	if !r2.Busy(h.sess.ID) {
+		t.Fatal("the parked run is not in progress after restart")
+	}
+	if _, err := r2.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	if end := awaitOn(t, sub, agent.AgentEnd); end.Error != "" {
+		t.Fatalf("resumed run ended with %q", end.Error)
+	}
+	if shells2.Load() != 1 || shells.Load() != 0 {
+		t.Fatalf("the approved call ran %d times after restart (%d before), want once after", shells2.Load(), shells.Load())
+	}
+	es, _ := db2.Entries(ctx, h.sess.ID)
+	if got := es[len(es)-1].Message.Text(); got != `Done: ran {"command": "touch x"}` {
+		t.Errorf("the run did not continue to its final answer: last entry %q", got)
+	}
+}
+
+// TestAGracefulShutdownCancelsANestedPrompt: a nested call cannot outlive its parent, which a
+// shutdown stops: its approval is cancelled, the parent's result says the run was stopped, and
+// nothing is left parked.
+func TestAGracefulShutdownCancelsANestedPrompt(t *testing.T) {
+	var shells atomic.Int32
+	parent := &tool.Tool{Name: "parent", InputSchema: objectSchema, Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(true)},
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+			out := tc.ExecuteTool(ctx, "shell", map[string]any{"command": "ls"})
+			return out.Result, nil
+		}}
+	script := `{"steps":[{"content":[{"type":"toolCall","id":"p","name":"parent","arguments":{}}],"stopReason":"toolUse"},
+	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`
+	h := newHarness(t, script, nil, parent, riskyTool("shell", &shells))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	asked := h.await(agent.ApprovalRequested).Approval
+	if asked.ParentToolCallID != "p" {
+		t.Fatalf("the prompt is for %s under %q, want the nested call under p", asked.ToolCallID, asked.ParentToolCallID)
+	}
+	h.runner.Shutdown("server shutdown")
+	h.runner.Wait()
+	a, err := h.db.Approval(ctx, asked.ID)
+	if err != nil || a.Status != gate.Cancelled || a.Reason != "Run stopped by server shutdown" {
+		t.Fatalf("the nested approval is %s %q (%v), want cancelled: Run stopped by server shutdown", a.Status, a.Reason, err)
+	}
+	var parentResult string
+	for _, e := range h.entries() {
+		if e.Message.Role == agent.ToolResult && e.Message.ToolCallID == "p" {
+			parentResult = e.Message.Result.TextOf()
+		}
+	}
+	if !strings.Contains(parentResult, "Run stopped by server shutdown") {
+		t.Fatalf("the parent's result %q, want it stopped by the shutdown", parentResult)
+	}
+	if s, _ := h.db.Session(ctx, h.sess.ID); s.State != agent.Idle {
+		t.Fatalf("session state %s, want idle (nothing parked)", s.State)
+	}
+	if shells.Load() != 0 {
+		t.Fatal("the nested call ran")
+	}
+}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -62,18 +63,21 @@ func (rn *run) drive(resume func(store context.Context) error) {
 	// The store's writes use a context that outlives Stop: a stopped run still records its end.
 	store := context.WithoutCancel(rn.ctx)
 	var runErr string
+	parked := false // a graceful shutdown left the run parked: it stays running for Recover
 	defer func() {
 		rn.cancel(nil)
 		r.finishRun(rn)
-		if err := r.setState(store, sid, Idle); err != nil {
-			r.log.Error("set session state", "session", sid, "err", err)
+		if !parked {
+			if err := r.setState(store, sid, Idle); err != nil {
+				r.log.Error("set session state", "session", sid, "err", err)
+			}
 		}
 		r.publish(Event{Type: AgentEnd, SessionID: sid, Error: runErr})
 	}()
 	rn.publish(Event{Type: AgentStart, SessionID: sid})
 	if resume != nil {
 		if err := resume(store); err != nil {
-			runErr = err.Error()
+			runErr, parked = err.Error(), errors.Is(err, errParked)
 			return
 		}
 		rn.publish(Event{Type: TurnEnd, SessionID: sid})
@@ -98,7 +102,7 @@ func (rn *run) drive(resume func(store context.Context) error) {
 		calls := msg.ToolCalls()
 		if len(calls) > 0 {
 			if err := rn.runBatch(store, msg, invs); err != nil {
-				runErr = err.Error()
+				runErr, parked = err.Error(), errors.Is(err, errParked)
 				return
 			}
 		}

@@ -169,9 +169,20 @@ func (r *Runner) Stop(ctx context.Context, sessionID, who string) error {
 	return nil
 }
 
-// StoppedError is the cancellation cause of a run stopped by a person; its text is the error
-// result cancelled calls get.
-type StoppedError struct{ By string }
+// StoppedError is the cancellation cause of a run stopped by a person (Stop) or by a graceful
+// shutdown (Shutdown); its text is the error result cancelled calls get.
+type StoppedError struct {
+	By   string
+	park bool // Shutdown: approvals of model-issued calls stay pending (gate.ErrParked)
+}
+
+// Unwrap is gate.ErrParked for a shutdown, so the gate leaves waiting approvals pending.
+func (e *StoppedError) Unwrap() error {
+	if e.park {
+		return gate.ErrParked
+	}
+	return nil
+}
 
 func (e *StoppedError) Error() string { return "Run stopped by " + e.By }
 
@@ -310,12 +321,14 @@ func (r *Runner) validateEdit(ctx context.Context, a gate.Approval, raw json.Raw
 // Wait blocks until every run has ended (used by graceful shutdown after Shutdown).
 func (r *Runner) Wait() { r.wg.Wait() }
 
-// Shutdown stops every run with the given cause, for a graceful exit; calls that were executing
-// end with the cause as their error result.
+// Shutdown stops every run for a graceful exit. Calls that were executing end with the error
+// result "Run stopped by <who>"; a model-issued call waiting for a person stays parked, its
+// approval pending and its run left for the next process's Recover (SPEC §8), as a killed
+// process would have left it. Nested calls' approvals are cancelled with their parent.
 func (r *Runner) Shutdown(who string) {
 	r.mu.Lock()
 	for _, rn := range r.runs {
-		rn.cancel(&StoppedError{By: who})
+		rn.cancel(&StoppedError{By: who, park: true})
 	}
 	r.mu.Unlock()
 }

@@ -180,8 +180,14 @@ func (g *Gate) Attach(a Approval) *Ticket {
 	return &Ticket{g: g, Approval: a, ch: ch, timeout: max(remaining, 0)}
 }
 
+// ErrParked, as (or wrapped by) the cause of a waiting call's context, makes Ticket.Wait leave
+// the approval pending for a later process to pick up (SPEC §8), instead of cancelling it: a
+// graceful shutdown parks what a killed process would have left parked.
+var ErrParked = errors.New("approval parked for the next process")
+
 // Wait blocks until the approval is decided, times out, or ctx ends, and returns it resolved.
-// On ctx's end the approval becomes cancelled with context.Cause(ctx) as its reason; on timeout it
+// On ctx's end the approval becomes cancelled with context.Cause(ctx) as its reason, unless that
+// cause is ErrParked: then it is returned still pending, untouched in the store. On timeout it
 // becomes timed_out. If a person's decision won the race, that decision is returned.
 func (t *Ticket) Wait(ctx context.Context) Approval {
 	g := t.g
@@ -195,12 +201,27 @@ func (t *Ticket) Wait(ctx context.Context) Approval {
 		return t.settle(Resolution{Status: TimedOut, DecidedBy: "timeout", Automatic: true,
 			Reason: "no decision within " + g.timeout.String()})
 	case <-ctx.Done():
+		if errors.Is(context.Cause(ctx), ErrParked) {
+			select {
+			case a := <-t.ch: // decided just now: that decision stands
+				return a
+			default:
+				return t.Approval
+			}
+		}
 		reason := "cancelled"
 		if c := context.Cause(ctx); c != nil {
 			reason = c.Error()
 		}
 		return t.settle(Resolution{Status: Cancelled, DecidedBy: "system", Automatic: true, Reason: reason})
 	}
+}
+
+// Cancel resolves the approval as cancelled by the system with reason (a call that Wait left
+// parked but that cannot stay parked), unless a decision got there first; it returns the
+// approval as resolved.
+func (t *Ticket) Cancel(reason string) Approval {
+	return t.settle(Resolution{Status: Cancelled, DecidedBy: "system", Automatic: true, Reason: reason})
 }
 
 // settle applies a rule's resolution unless a decision got there first, in which case it returns

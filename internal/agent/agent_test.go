@@ -575,3 +575,52 @@ func TestTheAuditListsABatchInTheModelsOrder(t *testing.T) {
 		t.Fatalf("the audit lists %s, want the model's order %s", got, want)
 	}
 }
+
+// TestRacingDecisionsGetOneAnswer: of decisions sent at once exactly one wins, and every loser
+// gets the same "already resolved" answer naming the final status, whether it lost before or
+// inside the store's atomic update.
+func TestRacingDecisionsGetOneAnswer(t *testing.T) {
+	var peeks, shells atomic.Int32
+	h := newHarness(t, approveScript, nil, readOnlyTool("peek", &peeks), riskyTool("shell", &shells))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.await(agent.ApprovalRequested)
+	const n = 16
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for i := range n {
+		decision := "approve"
+		if i%2 == 1 {
+			decision = "deny"
+		}
+		go func() {
+			<-start
+			_, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: decision, By: "owner"})
+			errs <- err
+		}()
+	}
+	close(start)
+	wins, messages := 0, map[string]int{}
+	for range n {
+		err := <-errs
+		if err == nil {
+			wins++
+			continue
+		}
+		if apperr.CodeOf(err) != apperr.Conflict {
+			t.Fatalf("a losing decision: %v, want conflict", err)
+		}
+		messages[apperr.MessageOf(err)]++
+	}
+	a, err := h.db.Approval(ctx, ev.Approval.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("This approval was already resolved (%s).", a.Status.Word())
+	if wins != 1 || len(messages) != 1 || messages[want] != n-1 {
+		t.Fatalf("%d decisions won and the others got %v, want 1 and %d × %q", wins, messages, n-1, want)
+	}
+	h.await(agent.AgentEnd)
+}

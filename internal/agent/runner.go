@@ -208,7 +208,7 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
 	}
 	if a.Status != gate.Pending {
-		return gate.Approval{}, apperr.Errorf(apperr.Conflict, "This approval was already resolved (%s).", a.Status.Word())
+		return gate.Approval{}, alreadyResolved(a)
 	}
 	res := gate.Resolution{DecidedBy: d.By, Reason: strings.TrimSpace(d.Reason), Scope: gate.Once}
 	switch d.Decision {
@@ -229,6 +229,13 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		res.EditedArguments = edited
 	}
 	a, err = r.gate.Decide(ctx, id, res)
+	if apperr.CodeOf(err) == apperr.Conflict {
+		// Another decision won between the check above and the store's atomic update: the
+		// same answer as when it had won before.
+		if won, rerr := r.cfg.Store.Approval(ctx, id); rerr == nil {
+			return gate.Approval{}, alreadyResolved(won)
+		}
+	}
 	if err != nil {
 		return gate.Approval{}, err
 	}
@@ -238,6 +245,11 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		}
 	}
 	return a, nil
+}
+
+// alreadyResolved is the apperr.Conflict a decision on a resolved approval gets.
+func alreadyResolved(a gate.Approval) error {
+	return apperr.Errorf(apperr.Conflict, "This approval was already resolved (%s).", a.Status.Word())
 }
 
 // grant records a session grant for a's tool and releases the session's other pending calls of

@@ -98,11 +98,23 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID, by 
 		d.Arguments = json.RawMessage(args)
 	}
 	a, err := s.cfg.Runner.Decide(r.Context(), sessionID, r.PathValue("aid"), d)
+	notice := ""
+	if apperr.CodeOf(err) == apperr.Conflict {
+		// Another decision won (on another page, or while this one's live updates were cut):
+		// the form gives way to the final state, saying this decision was not applied. The
+		// JSON API answers 409.
+		won, rerr := s.cfg.Store.Approval(r.Context(), r.PathValue("aid"))
+		if rerr != nil || won.SessionID != sessionID {
+			return err
+		}
+		a, err, notice = won, nil, "Your decision was not applied: "+apperr.MessageOf(err)
+	}
 	if err != nil {
 		return err
 	}
 	card := templates.CardView{DOMID: cardID(a.MessageID, a.ToolCallID), ToolCallID: a.ToolCallID}
 	av := approvalView(a, "")
+	av.Notice = notice
 	card.Approval = &av
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	return templates.ApprovalSlot(card).Render(r.Context(), w)

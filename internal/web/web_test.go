@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
+	"countersign/internal/gate"
 	"countersign/internal/models"
 	"countersign/internal/share"
 	"countersign/internal/store"
@@ -466,5 +468,50 @@ func TestAPIEventsViewerThatFallsBehindIsClosedToResync(t *testing.T) {
 	}
 	if got == 0 || got >= 5000 {
 		t.Errorf("read %d events before the close, want some but not all", got)
+	}
+}
+
+// TestADecisionFormThatLosesShowsTheFinalState: a page's decision form posted after another
+// decision won (another page, or this page's live updates cut) is answered with the approval's
+// final state and a notice that this decision was not applied, so the form's buttons go away;
+// the JSON API still answers 409.
+func TestADecisionFormThatLosesShowsTheFinalState(t *testing.T) {
+	ts := newTestServer(t, map[string]string{"one": oneCall})
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "race", "model": "faux:one"}, &sess)
+	c := ts.events(t, sess.ID)
+	next(t, c, "snapshot")
+	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
+	id := next(t, c, "approval_requested")["approval"].(map[string]any)["id"].(string)
+	if st := ts.call(t, "POST", "/api/approvals/"+id+"/decision", map[string]string{"decision": "approve"}, nil); st != 200 {
+		t.Fatalf("first decision = %d", st)
+	}
+	req, _ := http.NewRequest("POST", ts.URL+"/sessions/"+sess.ID+"/approvals/"+id+"/decision",
+		strings.NewReader(url.Values{"decision": {"deny"}, "reason": {"too late"}}.Encode()))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	page := string(body)
+	if res.StatusCode != 200 {
+		t.Fatalf("the losing form = %d %s, want 200 with the final state", res.StatusCode, page)
+	}
+	for _, want := range []string{"Your decision was not applied: This approval was already resolved (approved).", "approval-outcome"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the answer does not contain %q:\n%s", want, page)
+		}
+	}
+	if strings.Contains(page, "approval-form") {
+		t.Errorf("the answer still holds the decision form:\n%s", page)
+	}
+	if a, err := ts.db.Approval(context.Background(), id); err != nil || a.Status != gate.Approved {
+		t.Errorf("approval %s %v, want approved (the late denial changed nothing)", a.Status, err)
+	}
+	if st := ts.call(t, "POST", "/api/approvals/"+id+"/decision", map[string]string{"decision": "deny"}, nil); st != 409 {
+		t.Errorf("the API's late decision = %d, want 409", st)
 	}
 }

@@ -117,6 +117,8 @@ type ApprovalView struct {
 	ArgumentsJSON    string
 	// DecideURL is where the decision form posts; "" when the viewer may not decide.
 	DecideURL string
+	// Notice, when set, tells the viewer their own decision was not applied (another won).
+	Notice string
 }
 
 // ResultView is a tool result as a card shows it.

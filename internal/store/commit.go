@@ -9,26 +9,27 @@ import (
 	"sync"
 )
 
-// Group commit: the hot writes (transcript entries, approvals and their decisions, audit batches,
-// session updates) that arrive while another one is being written wait for it and are then
-// written together, in one transaction with one commit. Each write still returns only once the
-// commit that holds it is done (durability is unchanged: commit before broadcast), and a write
-// that fails is undone alone, the others of its group are committed. A write that finds no other
-// running goes straight through, as before. Why: SQLite has one writer, and with many sessions
-// busy at once (a burst of approvals, ten sessions streaming) every write waited behind every
-// other one's BEGIN, WAL frames and COMMIT; a group writes each shared page (the last leaf of the
-// entries or approvals tree) once.
-
-// maxGroup is the most writes one transaction holds; the rest wait for the next group.
-const maxGroup = 64
+// The write queue: the hot writes (transcript entries, approvals and their decisions, audit
+// batches, session updates) wait their turn for SQLite's one writer in a FIFO queue, each
+// returning only once its commit is done (commit before broadcast). Why a queue of our own:
+// database/sql hands its one write connection to a random waiter, so under load (a burst of 100
+// approvals, ten sessions streaming) some writes waited for many others and the p99s of the
+// approval trip and the fan-out were several times their medians.
+//
+// The queue can also commit the writes waiting in it together (group commit): one transaction,
+// each write in its own savepoint (a failing write is undone alone), one commit. It is off
+// (committer.max 1): measured, grouping halved the time a burst took but made the delivery delay
+// of events worse (the sessions then publish faster than in-process viewers read), and the
+// issue's targets are those delays (bench/RESULTS.md, item 18). Tests run it with groups.
 
 // committer is the queue of writes waiting to be committed and whether a goroutine is leading
-// (writing a group). The leader of a group writes it, hands the lead to the first write still
-// waiting, if any, and wakes the others of its group.
+// (writing). The leader writes the first write of the queue (up to max of them as one group),
+// hands the lead to the first write still waiting, if any, and wakes the others it wrote.
 type committer struct {
 	mu      sync.Mutex
 	queue   []*writeOp
 	leading bool
+	max     int // the most writes one transaction holds; 0 or 1: one write at a time
 }
 
 // writeOp is one write: fn runs its statements through the writeTx it is given.
@@ -110,7 +111,7 @@ func (db *DB) commit(ctx context.Context, atomic bool, fn func(w *writeTx) error
 	}
 	// This goroutine leads now; op is the first write of the queue.
 	c.leading = true
-	n := min(len(c.queue), maxGroup)
+	n := min(len(c.queue), max(c.max, 1))
 	group := append([]*writeOp(nil), c.queue[:n]...)
 	rest := copy(c.queue, c.queue[n:])
 	clear(c.queue[rest:])

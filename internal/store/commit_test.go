@@ -58,6 +58,7 @@ func waitQueued(t *testing.T, db *DB, n int) {
 // nothing behind while the others of its group are stored.
 func TestWritesThatWaitAreCommittedTogetherAndFailAlone(t *testing.T) {
 	db := MustOpenDB(t)
+	db.commits.max = 64 // group commit on
 	ctx := context.Background()
 	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
 	mustCreateSession(t, db, agent.Session{ID: "s2", Title: "two", Model: "faux:demo", Workspace: "/w"})
@@ -205,6 +206,7 @@ func TestAWriteCancelledWhileItWaitsWritesNothing(t *testing.T) {
 // group may then report success without its data stored, and the committer goes on working.
 func TestWhenSQLiteRollsTheGroupBackEveryWriteIsToldSo(t *testing.T) {
 	db := MustOpenDB(t)
+	db.commits.max = 64 // group commit on
 	ctx := context.Background()
 	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
 	if _, err := db.write.Exec(`CREATE TEMP TRIGGER boom BEFORE INSERT ON approvals WHEN NEW.id LIKE 'boom%'
@@ -260,10 +262,52 @@ func TestWhenSQLiteRollsTheGroupBackEveryWriteIsToldSo(t *testing.T) {
 	}
 }
 
-// TestConcurrentWritesAllLand: many goroutines appending at once (groups form and hand the lead
-// on) each see their entries stored in order, with no gaps, and nothing hangs.
-func TestConcurrentWritesAllLand(t *testing.T) {
+// TestWritesAreServedInArrivalOrder: writes that wait are written first come, first served
+// (database/sql would hand its connection to a random waiter).
+func TestWritesAreServedInArrivalOrder(t *testing.T) {
 	db := MustOpenDB(t)
+	ctx := context.Background()
+	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
+	release := holdLead(t, db)
+	const n = 8
+	done := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := db.AppendEntry(ctx, "s1", agent.Message{Role: agent.User, Content: []agent.Block{{Type: "text", Text: fmt.Sprint(i)}}})
+			done <- err
+		}()
+		waitQueued(t, db, i+1)
+	}
+	release()
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := db.Entries(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Message.Text())
+	}
+	if fmt.Sprint(got) != "[0 1 2 3 4 5 6 7]" {
+		t.Fatalf("entries written in the order %v, want the order the writes arrived in", got)
+	}
+}
+
+// TestConcurrentWritesAllLand: many goroutines appending at once, one at a time and in groups,
+// each see their entries stored in order, with no gaps, and nothing hangs.
+func TestConcurrentWritesAllLand(t *testing.T) {
+	for _, max := range []int{1, 64} {
+		t.Run(fmt.Sprintf("max=%d", max), func(t *testing.T) { concurrentWritesAllLand(t, max) })
+	}
+}
+
+func concurrentWritesAllLand(t *testing.T, max int) {
+	db := MustOpenDB(t)
+	db.commits.max = max
 	ctx := context.Background()
 	const sessions, perSession = 40, 25
 	for i := range sessions {
@@ -318,6 +362,7 @@ func TestConcurrentWritesAllLand(t *testing.T) {
 // left leading).
 func TestAWriteThatPanicsPanicsInItsOwnGoroutine(t *testing.T) {
 	db := MustOpenDB(t)
+	db.commits.max = 64 // group commit on
 	ctx := context.Background()
 	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
 	boom := func() (p any) {

@@ -56,7 +56,7 @@ type DB struct {
 	// approval, a session) once per connection instead of once per call: compiling the SQL
 	// cost as much as running it.
 	writes, reads *stmtCache
-	commits       committer // group commit of the hot writes (commit.go)
+	commits       committer // the hot writes' FIFO queue to the write connection (commit.go)
 
 	stopCheckpoints context.CancelFunc
 	checkpointsDone chan struct{}

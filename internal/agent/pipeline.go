@@ -29,7 +29,7 @@ type invocation struct {
 	approval    *gate.Approval // the approval ask stores, as decide built it
 	status      string         // for the parent's nestedCalls record: ok, error, blocked, denied, unfinished
 	ticket      *gate.Ticket
-	parked      bool // left waiting on its pending approval by a graceful shutdown: no result
+	parked      bool            // left waiting on its pending approval by a graceful shutdown: no result
 	args        json.RawMessage // the arguments the call runs with
 	start       time.Time
 

@@ -71,8 +71,17 @@ func TestRestartKeepsAParkedApprovalAndResumesTheRun(t *testing.T) {
 	asked := h.await(agent.ApprovalRequested).Approval
 
 	// The process dies; a new one starts over the same database.
+	resumeApproved(t, h, asked, &peeks, &shells)
+}
+
+// resumeApproved starts a new process over h's database (approveScript, its peek and shell
+// tools), checks that asked is still pending and its run parked, approves it, and checks that the
+// shell call runs once, in the new process only, and the run reaches its final answer.
+func resumeApproved(t *testing.T, h *harness, asked *gate.Approval, peeks, shells *atomic.Int32) {
+	t.Helper()
+	ctx := context.Background()
 	var shells2 atomic.Int32
-	r2, db2, sub := h.restart(t, approveScript, readOnlyTool("peek", &peeks), riskyTool("shell", &shells2))
+	r2, db2, sub := h.restart(t, approveScript, readOnlyTool("peek", peeks), riskyTool("shell", &shells2))
 	a, err := db2.Approval(ctx, asked.ID)
 	if err != nil || a.Status != gate.Pending {
 		t.Fatalf("after restart the approval is %s (%v), want still pending", a.Status, err)
@@ -244,25 +253,7 @@ func TestAGracefulShutdownLeavesAParkedApprovalForTheNextProcess(t *testing.T) {
 	if s, _ := h.db.Session(ctx, h.sess.ID); s.State != agent.Running {
 		t.Fatalf("session state %s, want running (parked for the next process)", s.State)
 	}
-
-	var shells2 atomic.Int32
-	r2, db2, sub := h.restart(t, approveScript, readOnlyTool("peek", &peeks), riskyTool("shell", &shells2))
-	if !r2.Busy(h.sess.ID) {
-		t.Fatal("the parked run is not in progress after restart")
-	}
-	if _, err := r2.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
-		t.Fatal(err)
-	}
-	if end := awaitOn(t, sub, agent.AgentEnd); end.Error != "" {
-		t.Fatalf("resumed run ended with %q", end.Error)
-	}
-	if shells2.Load() != 1 || shells.Load() != 0 {
-		t.Fatalf("the approved call ran %d times after restart (%d before), want once after", shells2.Load(), shells.Load())
-	}
-	es, _ := db2.Entries(ctx, h.sess.ID)
-	if got := es[len(es)-1].Message.Text(); got != `Done: ran {"command": "touch x"}` {
-		t.Errorf("the run did not continue to its final answer: last entry %q", got)
-	}
+	resumeApproved(t, h, asked, &peeks, &shells)
 }
 
 // TestAGracefulShutdownCancelsANestedPrompt: a nested call cannot outlive its parent, which a

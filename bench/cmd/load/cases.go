@@ -133,20 +133,11 @@ func direct(ctx context.Context, k int) (line, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := a.events(ctx, id)
+	done, closeEvents, err := a.readToEnd(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	defer c.CloseNow()
-	type result struct {
-		n   int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := readUntilEnd(ctx, c, nil, nil)
-		done <- result{n, err}
-	}()
+	defer closeEvents()
 	c0, t0 := benchkit.CPU(), time.Now()
 	if err := a.send(ctx, id, "go"); err != nil {
 		return nil, err
@@ -216,20 +207,11 @@ func rss(ctx context.Context, bin string, k int) (line, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.api.events(ctx, id)
+	done, closeEvents, err := p.api.readToEnd(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	defer c.CloseNow()
-	type result struct {
-		n   int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := readUntilEnd(ctx, c, nil, nil)
-		done <- result{n, err}
-	}()
+	defer closeEvents()
 	t0 := time.Now()
 	if err := p.api.send(ctx, id, "go"); err != nil {
 		return nil, err

@@ -100,6 +100,27 @@ func (a *api) approve(ctx context.Context, approvalID string) error {
 	return a.do(ctx, "POST", "/api/approvals/"+approvalID+"/decision", map[string]string{"decision": "approve"}, nil, http.StatusOK)
 }
 
+// endResult is what readToEnd reports: the events read up to agent_end, or the error.
+type endResult struct {
+	n   int
+	err error
+}
+
+// readToEnd connects to a session's events and reads them in the background until agent_end;
+// the channel gets the count (or the error) once. closeEvents closes the socket.
+func (a *api) readToEnd(ctx context.Context, sessionID string) (done <-chan endResult, closeEvents func(), err error) {
+	c, err := a.events(ctx, sessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch := make(chan endResult, 1)
+	go func() {
+		n, err := readUntilEnd(ctx, c, nil, nil)
+		ch <- endResult{n, err}
+	}()
+	return ch, func() { c.CloseNow() }, nil
+}
+
 // events opens a session's event WebSocket and reads its first frame, the snapshot.
 func (a *api) events(ctx context.Context, sessionID string) (*websocket.Conn, error) {
 	h := http.Header{"Authorization": {"Bearer " + a.token}}

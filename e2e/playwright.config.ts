@@ -3,7 +3,10 @@ import { defineConfig } from '@playwright/test';
 // Browser tests for Countersign. They drive Debian's Chromium (/usr/bin/chromium); Playwright never
 // downloads a browser here. `make e2e` builds bin/countersign first; serve.sh starts it on a fresh
 // database and workspace (e2e/.tmp) with the faux scripts of e2e/scripts.
-const port = 18080;
+// E2E_PORT moves the suite's server (and the ports tests start their own servers on, E2E_PORT+220
+// and up), so two checkouts can run the suite side by side.
+const port = Number(process.env.E2E_PORT || 18080);
+process.env.E2E_PORT = String(port);
 const baseURL = `http://127.0.0.1:${port}`;
 
 export default defineConfig({

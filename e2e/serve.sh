@@ -26,7 +26,7 @@ README
 unset OPENAI_API_KEY OPENAI_BASE_URL ANTHROPIC_API_KEY COUNTERSIGN_MCP_CONFIG
 
 exec "$bin" \
-  -addr 127.0.0.1:18080 \
+  -addr 127.0.0.1:${E2E_PORT:-18080} \
   -db .tmp/db/e2e.db \
   -token e2e-owner-token \
   -workspace "$PWD/.tmp/workspace" \

@@ -2,7 +2,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { test, expect, type Page } from '@playwright/test';
 import {
-  OWNER_TOKEN, approvalGroup, expectFinalText, login, loginAt, newSession, send, startOwnServer,
+  OWNER_TOKEN, approvalGroup, expectFinalText, login, loginAt, newSession, ownPortBase, send, startOwnServer,
   toolCard, transcript, workspace,
 } from './helpers';
 
@@ -96,7 +96,7 @@ test('an approval that waits past the timeout turns to timed out, and a late dec
 
 test('restart: a parked approval survives SIGKILL and the run resumes; an executing call is never re-run', async ({ page }, info) => {
   const name = `restart-${info.workerIndex}-${Date.now()}`;
-  const port = 18300 + info.workerIndex;
+  const port = ownPortBase + info.workerIndex;
   let srv = await startOwnServer(name, port);
   try {
     // 1. Killed while a model-issued approval is pending.

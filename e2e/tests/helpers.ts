@@ -95,6 +95,9 @@ export async function expectFinalText(page: Page, text: string): Promise<void> {
   await expect(stopButton(page)).toBeHidden();
 }
 
+/** The first port tests may start servers of their own on (E2E_PORT + 220, plus the worker index). */
+export const ownPortBase = Number(process.env.E2E_PORT || 18080) + 220;
+
 /** A server process a test starts itself (for restarts and other flags), on its own data. */
 export interface OwnServer {
   baseURL: string;

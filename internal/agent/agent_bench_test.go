@@ -15,6 +15,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/benchkit"
+	"countersign/internal/gate"
 )
 
 func newBenchEnv(b *testing.B) *benchkit.Env {
@@ -137,7 +138,7 @@ func BenchmarkApproval(b *testing.B) {
 		for ev := range sub.C {
 			if ev.Type == agent.ApprovalRequested {
 				asked = ev
-				if _, err := e.Runner.Decide(ctx, sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "bench"}); err != nil {
+				if _, err := e.Runner.Decide(ctx, sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -173,7 +173,7 @@ func TestRunApprovedEndToEnd(t *testing.T) {
 	if err := h.runner.Send(ctx, h.sess.ID, "again"); apperr.CodeOf(err) != apperr.Conflict {
 		t.Fatalf("Send while busy: %v, want conflict", err)
 	}
-	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	end := h.await(agent.AgentEnd)
@@ -184,7 +184,7 @@ func TestRunApprovedEndToEnd(t *testing.T) {
 		t.Fatalf("the approved call ran %d times, want 1", shells.Load())
 	}
 	// A late decision conflicts.
-	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", By: "owner"}); apperr.CodeOf(err) != apperr.Conflict {
+	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", By: gate.Owner()}); apperr.CodeOf(err) != apperr.Conflict {
 		t.Fatalf("late decision: %v, want conflict", err)
 	}
 	var roles []string
@@ -216,7 +216,7 @@ func TestRunDeniedWithReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := h.await(agent.ApprovalRequested)
-	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", Reason: "not now", By: "owner"}); err != nil {
+	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", Reason: "not now", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	h.await(agent.AgentEnd)
@@ -241,7 +241,7 @@ func TestDecideForeignApprovalIsNotFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := h.await(agent.ApprovalRequested)
-	_, err = h.runner.Decide(ctx, other.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner"})
+	_, err = h.runner.Decide(ctx, other.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()})
 	if apperr.CodeOf(err) != apperr.NotFound {
 		t.Fatalf("decision through another session: %v, want not found", err)
 	}
@@ -249,7 +249,7 @@ func TestDecideForeignApprovalIsNotFound(t *testing.T) {
 	if err != nil || a.Status != gate.Pending {
 		t.Fatalf("approval after a foreign decision: %+v, %v; want still pending", a, err)
 	}
-	if _, err := h.runner.Decide(ctx, h.sess.ID, "no-such-id", agent.Decision{Decision: "approve", By: "owner"}); apperr.CodeOf(err) != apperr.NotFound {
+	if _, err := h.runner.Decide(ctx, h.sess.ID, "no-such-id", agent.Decision{Decision: "approve", By: gate.Owner()}); apperr.CodeOf(err) != apperr.NotFound {
 		t.Fatalf("unknown approval: %v, want not found", err)
 	}
 }
@@ -441,7 +441,7 @@ func TestAutomaticRecordsAreCommittedWithTheAssistantMessage(t *testing.T) {
 	if got := fmt.Sprint(order); got != "[message_end message_end approval_requested]" {
 		t.Errorf("events %s, want the user's and the assistant's message_end before the prompt", got)
 	}
-	if _, err := h.runner.Decide(ctx, h.sess.ID, prompt.Approval.ID, agent.Decision{Decision: "deny", By: "owner"}); err != nil {
+	if _, err := h.runner.Decide(ctx, h.sess.ID, prompt.Approval.ID, agent.Decision{Decision: "deny", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	h.await(agent.AgentEnd)
@@ -517,7 +517,7 @@ func TestAnEditTheToolWouldRefuseIsRefusedInTheForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := h.await(agent.ApprovalRequested)
-	_, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner",
+	_, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner(),
 		Arguments: json.RawMessage(`{"path": "../out.txt"}`)})
 	if apperr.CodeOf(err) != apperr.Invalid || !strings.Contains(apperr.MessageOf(err), "/path: must stay inside the workspace") {
 		t.Fatalf("an edit outside the workspace: %v, want invalid naming /path", err)
@@ -525,7 +525,7 @@ func TestAnEditTheToolWouldRefuseIsRefusedInTheForm(t *testing.T) {
 	if a, err := h.db.Approval(ctx, ev.Approval.ID); err != nil || a.Status != gate.Pending {
 		t.Fatalf("after the refused edit the approval is %+v, %v; want still pending", a.Status, err)
 	}
-	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner",
+	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner(),
 		Arguments: json.RawMessage(`{"path": "other.txt"}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -558,7 +558,7 @@ func TestTheAuditListsABatchInTheModelsOrder(t *testing.T) {
 	}
 	for range 2 {
 		ev := h.await(agent.ApprovalRequested)
-		if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+		if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -597,7 +597,7 @@ func TestRacingDecisionsGetOneAnswer(t *testing.T) {
 		}
 		go func() {
 			<-start
-			_, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: decision, By: "owner"})
+			_, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: decision, By: gate.Owner()})
 			errs <- err
 		}()
 	}

@@ -86,7 +86,7 @@ func TestExecuteToolOutcomes(t *testing.T) {
 				if ev.Approval.RequestedBy != "probe" || ev.Approval.ParentToolCallID != "p" {
 					t.Errorf("nested approval asked by %q for %q, want probe / p", ev.Approval.RequestedBy, ev.Approval.ParentToolCallID)
 				}
-				if _, err := h.runner.Decide(context.Background(), h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", Reason: "no", By: "owner"}); err != nil {
+				if _, err := h.runner.Decide(context.Background(), h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", Reason: "no", By: gate.Owner()}); err != nil {
 					t.Fatal(err)
 				}
 			}

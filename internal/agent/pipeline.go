@@ -89,13 +89,13 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		ParentToolCallID: inv.call.ParentToolCallID, Input: inv.args, Annotations: t.Annotations,
 	})
 	if verdict.Block {
-		approval.Status, approval.DecidedBy, approval.Reason = gate.Denied, "tool_call handler", verdict.Reason
+		approval.Status, approval.DecidedBy, approval.Reason = gate.Denied, gate.ByHandler, verdict.Reason
 		rn.recordRule(ctx, approval, nested, records)
 		inv.stop(tool.ErrorResult("%s", verdict.Reason), "blocked")
 		return false
 	}
 	if !t.AlwaysAsk && !gate.NeedsApproval(t.Annotations) {
-		approval.Status, approval.DecidedBy, approval.Reason = gate.Approved, "policy", "annotations allow it without approval"
+		approval.Status, approval.DecidedBy, approval.Reason = gate.Approved, gate.ByPolicy, "annotations allow it without approval"
 		rn.recordRule(ctx, approval, nested, records)
 		return false
 	}

@@ -94,7 +94,7 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 			parked[a.ToolCallID] = a
 			continue
 		}
-		_, err := r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: "system",
+		_, err := r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: gate.BySystem,
 			Automatic: true, Reason: InterruptedText})
 		if err != nil && apperr.CodeOf(err) != apperr.Conflict {
 			return err
@@ -141,7 +141,7 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 		case !isParked:
 			inv.stop(r.interrupted(ctx, sessionID, last.ID, c.ID), "unfinished")
 		case !found:
-			_, _ = r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: "system",
+			_, _ = r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: gate.BySystem,
 				Automatic: true, Reason: "the tool is no longer registered"})
 			inv.stop(tool.NotFound(c.Name), "error")
 		default:
@@ -209,7 +209,7 @@ func (r *Runner) interrupted(ctx context.Context, sessionID, messageID, callID s
 		switch a.Status {
 		case gate.Denied:
 			status = "denied"
-			if a.Automatic && a.DecidedBy == "tool_call handler" {
+			if a.Automatic && a.DecidedBy == gate.ByHandler {
 				status = "blocked"
 			}
 		case gate.TimedOut:

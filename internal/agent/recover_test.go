@@ -89,7 +89,7 @@ func resumeApproved(t *testing.T, h *harness, asked *gate.Approval, peeks, shell
 	if !r2.Busy(h.sess.ID) {
 		t.Fatal("the parked run is not in progress after restart")
 	}
-	if _, err := r2.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+	if _, err := r2.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	if end := awaitOn(t, sub, agent.AgentEnd); end.Error != "" {
@@ -123,7 +123,7 @@ func TestRestartInterruptsAnExecutingCallAndNeverRerunsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	asked := h.await(agent.ApprovalRequested).Approval
-	if _, err := h.runner.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+	if _, err := h.runner.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	<-started

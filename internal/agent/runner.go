@@ -191,13 +191,17 @@ type Decision struct {
 	Decision  string          `json:"decision"` // approve | approve_session | deny
 	Reason    string          `json:"reason,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"` // edited arguments, approve only
-	By        string          `json:"-"`                   // who decides: "owner" or a reviewer's name
+	// By is who decides and with what rights: gate.Owner(), or a reviewer through a share link.
+	By gate.Decider `json:"-"`
 }
 
 // Decide applies a decision to approval id of sessionID. An approval of another session is
-// apperr.NotFound, like an unknown one; an already resolved one apperr.Conflict. Edited
-// arguments are validated against the tool's inputSchema again (apperr.Invalid listing every
-// violation). The decision is bound to the stored approval: nothing else of the call changes.
+// apperr.NotFound, like an unknown one; an already resolved one apperr.Conflict. A decider
+// without the right is refused with apperr.Forbidden (SPEC §7): arguments (edited, whatever the
+// decision) need Rights.Edit, approve_session needs Rights.Remember; nothing changes then.
+// Edited arguments are validated against the tool's inputSchema again (apperr.Invalid listing
+// every violation). The decision is bound to the stored approval: nothing else of the call
+// changes. It is recorded with d.By's name and link.
 func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (a gate.Approval, err error) {
 	defer apperr.Wrap(&err, "Decide(%s)", id)
 	a, err = r.cfg.Store.Approval(ctx, id)
@@ -210,7 +214,7 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 	if a.Status != gate.Pending {
 		return gate.Approval{}, alreadyResolved(a)
 	}
-	res := gate.Resolution{DecidedBy: d.By, Reason: strings.TrimSpace(d.Reason), Scope: gate.Once}
+	res := gate.Resolution{DecidedBy: d.By.Name, DecidedVia: d.By.Via, Reason: strings.TrimSpace(d.Reason), Scope: gate.Once}
 	switch d.Decision {
 	case "approve":
 		res.Status = gate.Approved
@@ -220,6 +224,9 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		res.Status = gate.Denied
 	default:
 		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "decision must be approve, approve_session or deny, not %q", d.Decision)
+	}
+	if err := d.By.Permit(res.Scope, len(d.Arguments) > 0); err != nil {
+		return gate.Approval{}, err
 	}
 	if len(d.Arguments) > 0 && res.Status == gate.Approved {
 		edited, err := r.validateEdit(ctx, a, d.Arguments)
@@ -256,10 +263,11 @@ func alreadyResolved(a gate.Approval) error {
 // that tool, each as an automatic decision derived from a (SPEC §3).
 func (r *Runner) grant(ctx context.Context, a gate.Approval) error {
 	err := r.cfg.Store.CreateGrant(ctx, gate.Grant{SessionID: a.SessionID, ToolName: a.ToolName,
-		ApprovalID: a.ID, GrantedBy: a.DecidedBy})
+		ApprovalID: a.ID, GrantedBy: a.DecidedBy, GrantedVia: a.DecidedVia})
 	if err != nil {
 		return err
 	}
+	r.grantsChanged(ctx, a.SessionID)
 	pending, err := r.cfg.Store.Approvals(ctx, a.SessionID, gate.Pending)
 	if err != nil {
 		return err
@@ -276,9 +284,44 @@ func (r *Runner) grant(ctx context.Context, a gate.Approval) error {
 	return nil
 }
 
+// Grants lists the session's grants (SPEC §3 "approve for this session"), oldest first.
+// Errors: apperr.NotFound for an unknown session.
+func (r *Runner) Grants(ctx context.Context, sessionID string) (_ []gate.Grant, err error) {
+	defer apperr.Wrap(&err, "Grants(%s)", sessionID)
+	if _, err := r.cfg.Store.Session(ctx, sessionID); err != nil {
+		return nil, err
+	}
+	return r.cfg.Store.Grants(ctx, sessionID)
+}
+
+// RevokeGrant deletes the session's grant for toolName, so the next call of that tool asks
+// again (calls already let through stay decided). Only the owner may revoke: the web layer
+// offers it on owner routes only. Errors: apperr.NotFound for an unknown session or no grant.
+func (r *Runner) RevokeGrant(ctx context.Context, sessionID, toolName string) (err error) {
+	defer apperr.Wrap(&err, "RevokeGrant(%s, %s)", sessionID, toolName)
+	if _, err := r.cfg.Store.Session(ctx, sessionID); err != nil {
+		return err
+	}
+	if err := r.cfg.Store.DeleteGrant(ctx, sessionID, toolName); err != nil {
+		return err
+	}
+	r.grantsChanged(ctx, sessionID)
+	return nil
+}
+
+// grantsChanged tells the session's viewers that its grants changed, as a session_updated event
+// (the owner's page redraws its grants panel from the store on it).
+func (r *Runner) grantsChanged(ctx context.Context, sessionID string) {
+	s, err := r.cfg.Store.Session(ctx, sessionID)
+	if err != nil {
+		return
+	}
+	r.publish(Event{Type: SessionUpdated, SessionID: sessionID, Session: &s})
+}
+
 // grantResolution is the automatic approval a session grant gives a call.
 func grantResolution(grantApprovalID, grantedBy string) gate.Resolution {
-	return gate.Resolution{Status: gate.Approved, Automatic: true, DecidedBy: "session grant",
+	return gate.Resolution{Status: gate.Approved, Automatic: true, DecidedBy: gate.ByGrant,
 		Reason: "approved for this session by " + grantedBy, Scope: gate.Session, DerivedFrom: grantApprovalID}
 }
 

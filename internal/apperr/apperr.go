@@ -14,6 +14,7 @@ type Code string
 const (
 	Invalid          Code = "invalid"            // 400: the request is malformed or breaks a rule
 	Unauthorized     Code = "unauthorized"       // 401: no or wrong credentials
+	Forbidden        Code = "forbidden"          // 403: known caller, but not allowed this (an approver link without the right)
 	NotFound         Code = "not_found"          // 404: no such thing, or not visible to the caller
 	MethodNotAllowed Code = "method_not_allowed" // 405: the path has routes, none for this method (with an Allow header)
 	Conflict         Code = "conflict"           // 409: the state changed under the caller (busy run, resolved approval)

@@ -60,6 +60,7 @@ type Approval struct {
 	Status           Status           `json:"status"`
 	Automatic        bool             `json:"automatic"`
 	DecidedBy        string           `json:"decidedBy,omitempty"`
+	DecidedVia       *LinkRef         `json:"decidedVia,omitempty"` // the share link a reviewer decided through; nil for the owner and rules
 	Reason           string           `json:"reason,omitempty"`
 	Scope            Scope            `json:"scope,omitempty"`
 	CreatedAt        time.Time        `json:"createdAt"`
@@ -76,6 +77,7 @@ type Grant struct {
 	ToolName   string    `json:"toolName"`
 	ApprovalID string    `json:"approvalId"`
 	GrantedBy  string    `json:"grantedBy"`
+	GrantedVia *LinkRef  `json:"grantedVia,omitempty"` // the share link it was granted through; nil for the owner
 	CreatedAt  time.Time `json:"createdAt"`
 }
 
@@ -91,6 +93,7 @@ func (a Approval) EffectiveArguments() json.RawMessage {
 type Resolution struct {
 	Status          Status
 	DecidedBy       string
+	DecidedVia      *LinkRef // the share link of a reviewer's decision; nil otherwise
 	Reason          string
 	Scope           Scope
 	EditedArguments json.RawMessage
@@ -198,7 +201,7 @@ func (t *Ticket) Wait(ctx context.Context) Approval {
 	case a := <-t.ch:
 		return a
 	case <-timer.C:
-		return t.settle(Resolution{Status: TimedOut, DecidedBy: "timeout", Automatic: true,
+		return t.settle(Resolution{Status: TimedOut, DecidedBy: ByTimeout, Automatic: true,
 			Reason: "no decision within " + g.timeout.String()})
 	case <-ctx.Done():
 		if errors.Is(context.Cause(ctx), ErrParked) {
@@ -213,7 +216,7 @@ func (t *Ticket) Wait(ctx context.Context) Approval {
 		if c := context.Cause(ctx); c != nil {
 			reason = c.Error()
 		}
-		return t.settle(Resolution{Status: Cancelled, DecidedBy: "system", Automatic: true, Reason: reason})
+		return t.settle(Resolution{Status: Cancelled, DecidedBy: BySystem, Automatic: true, Reason: reason})
 	}
 }
 
@@ -221,7 +224,7 @@ func (t *Ticket) Wait(ctx context.Context) Approval {
 // parked but that cannot stay parked), unless a decision got there first; it returns the
 // approval as resolved.
 func (t *Ticket) Cancel(reason string) Approval {
-	return t.settle(Resolution{Status: Cancelled, DecidedBy: "system", Automatic: true, Reason: reason})
+	return t.settle(Resolution{Status: Cancelled, DecidedBy: BySystem, Automatic: true, Reason: reason})
 }
 
 // settle applies a rule's resolution unless a decision got there first, in which case it returns

@@ -11,6 +11,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
+	"countersign/internal/gate"
 	"countersign/internal/models"
 	"countersign/internal/store"
 	"countersign/internal/tool"
@@ -80,7 +81,7 @@ func TestSessionCallsMCPTools(t *testing.T) {
 			switch ev.Type {
 			case agent.ApprovalRequested:
 				asked = append(asked, ev.ToolName)
-				if _, err := r.Decide(ctx, sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+				if _, err := r.Decide(ctx, sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
 					t.Fatal(err)
 				}
 			case agent.AgentEnd:

@@ -17,8 +17,12 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
 
 	"countersign/internal/apperr"
+	"countersign/internal/gate"
 )
 
 // Role is what a share link allows.
@@ -30,17 +34,21 @@ const (
 	Approver Role = "approver" // may also decide approvals; never send messages or stop runs
 )
 
-// Link is a share link as stored: no token, only its hash.
+// Link is a share link as stored: no token, only its hash. CanEdit and CanRemember are an
+// approver link's rights besides deciding once (SPEC §7, §14): edit a call's arguments before
+// approving, approve a tool for the session. Both are false unless the link was created with them.
 type Link struct {
-	ID         string     `json:"id"`
-	SessionID  string     `json:"sessionId"`
-	Role       Role       `json:"role"`
-	Label      string     `json:"label"`
-	TokenHash  string     `json:"-"`
-	CreatedAt  time.Time  `json:"createdAt"`
-	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
-	RevokedAt  *time.Time `json:"revokedAt,omitempty"`
-	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	ID          string     `json:"id"`
+	SessionID   string     `json:"sessionId"`
+	Role        Role       `json:"role"`
+	Label       string     `json:"label"`
+	CanEdit     bool       `json:"canEdit"`
+	CanRemember bool       `json:"canRemember"`
+	TokenHash   string     `json:"-"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	ExpiresAt   *time.Time `json:"expiresAt,omitempty"`
+	RevokedAt   *time.Time `json:"revokedAt,omitempty"`
+	LastUsedAt  *time.Time `json:"lastUsedAt,omitempty"`
 }
 
 // Active reports whether the link still opens the session at now: not revoked, not expired.
@@ -120,18 +128,24 @@ func Hash(token string) string {
 const MaxLabel = 200
 
 // Create makes a link for sessionID. expiresIn "" means no expiry; otherwise a positive Go
-// duration ("24h", "90m"). Errors: apperr.Invalid for a bad role, label or duration.
-func (s *Service) Create(ctx context.Context, sessionID string, role Role, label, expiresIn string) (l Link, token string, err error) {
+// duration ("24h", "90m"). rights are what an approver link may do besides deciding once
+// (the zero Rights: nothing more). Errors: apperr.Invalid for a bad role, label or duration, or
+// rights on a viewer link.
+func (s *Service) Create(ctx context.Context, sessionID string, role Role, label, expiresIn string, rights gate.Rights) (l Link, token string, err error) {
 	defer apperr.Wrap(&err, "share.Create")
 	if role != Viewer && role != Approver {
 		return Link{}, "", apperr.Errorf(apperr.Invalid, "Role must be viewer or approver.")
+	}
+	if role != Approver && (rights.Edit || rights.Remember) {
+		return Link{}, "", apperr.Errorf(apperr.Invalid, "Only an approver link can edit arguments or remember (approve for the session).")
 	}
 	label = strings.TrimSpace(label)
 	if len(label) > MaxLabel {
 		return Link{}, "", apperr.Errorf(apperr.Invalid, "Label is too long (at most %d characters).", MaxLabel)
 	}
 	now := s.now().UTC()
-	l = Link{ID: strings.ToLower(rand.Text()[:16]), SessionID: sessionID, Role: role, Label: label, CreatedAt: now}
+	l = Link{ID: strings.ToLower(rand.Text()[:16]), SessionID: sessionID, Role: role, Label: label,
+		CanEdit: rights.Edit, CanRemember: rights.Remember, CreatedAt: now}
 	if expiresIn = strings.TrimSpace(expiresIn); expiresIn != "" {
 		d, err := time.ParseDuration(expiresIn)
 		if err != nil || d <= 0 {
@@ -205,9 +219,67 @@ func (s *Service) SignName(id, name string) string {
 	return hex.EncodeToString(mac.Sum(nil)[:16])
 }
 
-// ValidName reports whether name is an acceptable reviewer name: 1 to 60 characters, already
-// trimmed, and not "owner" (reviewers never appear as the owner).
+// Rights are what the link lets a reviewer do besides deciding an approval once: none for a
+// viewer link, the ones it was created with for an approver link.
+func (l Link) Rights() gate.Rights {
+	if l.Role != Approver {
+		return gate.Rights{}
+	}
+	return gate.Rights{Edit: l.CanEdit, Remember: l.CanRemember}
+}
+
+// Decider is the reviewer called name deciding through this link: their decisions are recorded
+// with the name, the link's id and label, and limited to the link's rights.
+func (l Link) Decider(name string) gate.Decider {
+	return gate.Decider{Name: name, Via: &gate.LinkRef{LinkID: l.ID, Label: l.Label}, Rights: l.Rights()}
+}
+
+// MaxName is the longest reviewer name, in characters (runes) after NormalizeName.
+const MaxName = 60
+
+// NormalizeName returns the display name a reviewer typed as it is recorded (SPEC §7): invalid
+// UTF-8 replaced, invisible and bidi control characters removed (Unicode category Cf — zero-width
+// spaces and joiners, LRM/RLM, LRE…RLO, LRI…PDI, the BOM, the soft hyphen — other default-ignorable
+// code points, variation selectors and control characters), NFKC-normalised (fullwidth and other
+// compatibility forms become the plain letters), runs of white space collapsed to one space and
+// trimmed. Errors (apperr.Invalid, the message is for the reviewer): the result is empty or
+// longer than MaxName characters, or it is one of the names the audit uses for the owner and for
+// automatic decisions (gate.ReservedNames), compared case-insensitively, so no reviewer can pass
+// as the owner or as a rule.
+func NormalizeName(raw string) (string, error) {
+	s := stripInvisible(strings.ToValidUTF8(raw, "\uFFFD"))
+	// Again after NFKC: a compatibility form may decompose to an ignorable code point (U+3164
+	// HANGUL FILLER becomes U+1160).
+	s = stripInvisible(norm.NFKC.String(s))
+	s = strings.Join(strings.Fields(s), " ")
+	if n := len([]rune(s)); n == 0 || n > MaxName {
+		return "", apperr.Errorf(apperr.Invalid, "Give a name of 1 to %d characters.", MaxName)
+	}
+	for _, reserved := range gate.ReservedNames() {
+		if strings.EqualFold(s, reserved) {
+			return "", apperr.Errorf(apperr.Invalid, "%q is a name the audit uses for the owner or for automatic decisions; give your own name.", s)
+		}
+	}
+	return s, nil
+}
+
+// stripInvisible removes the code points a name must not hold because they show nothing (or
+// reorder what is shown): format characters (Cf), other default-ignorable code points, variation
+// selectors, and control characters other than white space (white space is collapsed later).
+func stripInvisible(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case unicode.Is(unicode.Cf, r), unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r),
+			unicode.Is(unicode.Variation_Selector, r), unicode.IsControl(r) && !unicode.IsSpace(r):
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// ValidName reports whether name is a reviewer name as NormalizeName leaves it: already
+// normalised and acceptable (a name read back from a reviewer's cookie is checked again).
 func ValidName(name string) bool {
-	n := len([]rune(name))
-	return n >= 1 && n <= 60 && name == strings.TrimSpace(name) && !strings.EqualFold(name, "owner")
+	n, err := NormalizeName(name)
+	return err == nil && n == name
 }

@@ -15,7 +15,7 @@ import (
 
 const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_call_id, tool_name,
 	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
-	decided_by, reason, scope, created_at, decided_at, derived_from`
+	decided_by, reason, scope, created_at, decided_at, derived_from, decided_via_link_id, decided_via_link_label`
 
 // CreateApproval stores a, pending or already decided (automatic approvals are stored decided),
 // every field as given; a zero CreatedAt is stored as db.Now(). Arguments and EditedArguments are
@@ -51,7 +51,7 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 
 // insertApprovals inserts as within tx (CreateApprovals' rows and errors). Two or more rows go in
 // one statement that reads them from a single JSON text parameter (insertApprovalsJSON): binding
-// 19 parameters a row through database/sql cost about 2 KB of garbage a row, which the audit
+// 21 parameters a row through database/sql cost about 2 KB of garbage a row, which the audit
 // writer of nested calls turned into collections in the running tool's loop. A batch with a text
 // that is not valid UTF-8 (JSON cannot carry it byte for byte) goes a row at a time instead.
 func (db *DB) insertApprovals(w *writeTx, as []gate.Approval) error {
@@ -105,7 +105,7 @@ func (db *DB) approvalsError(w *writeTx, chunk []gate.Approval, cause error) err
 	return cause
 }
 
-const approvalColumnCount = 19
+const approvalColumnCount = 21
 
 // insertApprovalsJSON inserts the rows of its one parameter, a JSON array with one array per row
 // holding the approvalColumnCount column values in approvalColumns order (appendApprovalsJSON).
@@ -121,7 +121,7 @@ var insertApprovalsJSON = func() string {
 }()
 
 const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // approvalRow is a's column values in approvalColumns order.
 func (db *DB) approvalRow(a gate.Approval) ([]any, error) {
@@ -140,10 +140,11 @@ func (db *DB) appendApprovalRow(args []any, a gate.Approval) ([]any, error) {
 	if err != nil {
 		return args, err
 	}
+	viaID, viaLabel := linkColumns(a.DecidedVia)
 	return append(args, a.ID, a.SessionID, a.MessageID, a.ToolCallID, a.ParentToolCallID, a.ToolName,
 		a.ToolTitle, nullJSON(a.Arguments), nullJSON(a.EditedArguments), string(annotations),
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
-		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom), nil
+		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel), nil
 }
 
 // approvalError turns a driver error of an approval insert into its apperr code.
@@ -179,9 +180,10 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	// that explains it see the same database.
 	err = db.commit(ctx, true, func(w *writeTx) error {
 		var err error
+		viaID, viaLabel := linkColumns(r.DecidedVia)
 		a, err = scanApproval(w.stmt(resolveApproval).QueryRowContext(w.ctx,
 			string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
-			formatTime(r.At), r.DerivedFrom, id))
+			formatTime(r.At), r.DerivedFrom, viaID, viaLabel, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			var n int
 			if err := w.tx.QueryRowContext(w.ctx, `SELECT COUNT(*) FROM approvals WHERE id = ?`, id).Scan(&n); err != nil {
@@ -205,7 +207,8 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 }
 
 const resolveApproval = `UPDATE approvals
-	SET status = ?, decided_by = ?, reason = ?, scope = ?, edited_arguments = ?, automatic = ?, decided_at = ?, derived_from = ?
+	SET status = ?, decided_by = ?, reason = ?, scope = ?, edited_arguments = ?, automatic = ?, decided_at = ?, derived_from = ?,
+		decided_via_link_id = ?, decided_via_link_label = ?
 	WHERE id = ? AND status = 'pending'
 	RETURNING ` + approvalColumns
 
@@ -269,12 +272,14 @@ func scanApproval(r scanner) (gate.Approval, error) {
 		args, edited, decidedAt sql.NullString
 		annotations, status     string
 		scope, createdAt        string
+		viaID, viaLabel         string
 	)
 	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
 		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
-		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom); err != nil {
+		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel); err != nil {
 		return gate.Approval{}, err
 	}
+	a.DecidedVia = linkRef(viaID, viaLabel)
 	a.Arguments, a.EditedArguments = rawJSON(args), rawJSON(edited)
 	a.Status, a.Scope = gate.Status(status), gate.Scope(scope)
 	if err := json.Unmarshal([]byte(annotations), &a.Annotations); err != nil {
@@ -302,28 +307,92 @@ func (db *DB) CreateGrant(ctx context.Context, g gate.Grant) (err error) {
 	if g.CreatedAt.IsZero() {
 		g.CreatedAt = db.Now()
 	}
-	_, err = db.write.ExecContext(ctx, `INSERT INTO grants (session_id, tool_name, approval_id, granted_by, created_at)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, tool_name) DO NOTHING`,
-		g.SessionID, g.ToolName, g.ApprovalID, g.GrantedBy, formatTime(g.CreatedAt))
+	viaID, viaLabel := linkColumns(g.GrantedVia)
+	_, err = db.write.ExecContext(ctx, `INSERT INTO grants (`+grantColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, tool_name) DO NOTHING`,
+		g.SessionID, g.ToolName, g.ApprovalID, g.GrantedBy, formatTime(g.CreatedAt), viaID, viaLabel)
 	if isForeignKey(err) {
 		return apperr.Errorf(apperr.NotFound, "session %s not found", g.SessionID)
 	}
 	return err
 }
 
+const grantColumns = `session_id, tool_name, approval_id, granted_by, created_at, granted_via_link_id, granted_via_link_label`
+
 // Grant returns the session's grant for toolName, or apperr.NotFound when there is none.
 func (db *DB) Grant(ctx context.Context, sessionID, toolName string) (g gate.Grant, err error) {
 	defer apperr.Wrap(&err, "store.Grant(%s, %s)", sessionID, toolName)
-	var created string
-	err = db.reads.QueryRowContext(ctx, `SELECT session_id, tool_name, approval_id, granted_by, created_at
-		FROM grants WHERE session_id = ? AND tool_name = ?`, sessionID, toolName).
-		Scan(&g.SessionID, &g.ToolName, &g.ApprovalID, &g.GrantedBy, &created)
+	g, err = scanGrant(db.reads.QueryRowContext(ctx, `SELECT `+grantColumns+`
+		FROM grants WHERE session_id = ? AND tool_name = ?`, sessionID, toolName))
 	if errors.Is(err, sql.ErrNoRows) {
 		return gate.Grant{}, apperr.Errorf(apperr.NotFound, "no grant for %s", toolName)
 	}
+	return g, err
+}
+
+// Grants lists a session's grants, oldest first (then by tool name). Empty for an unknown
+// session.
+func (db *DB) Grants(ctx context.Context, sessionID string) (_ []gate.Grant, err error) {
+	defer apperr.Wrap(&err, "store.Grants(%s)", sessionID)
+	rows, err := db.read.QueryContext(ctx, `SELECT `+grantColumns+`
+		FROM grants WHERE session_id = ? ORDER BY created_at, tool_name`, sessionID)
 	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []gate.Grant
+	for rows.Next() {
+		g, err := scanGrant(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, rows.Err()
+}
+
+// DeleteGrant deletes the session's grant for toolName: the next call of that tool asks again.
+// Errors: apperr.NotFound when there is no such grant.
+func (db *DB) DeleteGrant(ctx context.Context, sessionID, toolName string) (err error) {
+	defer apperr.Wrap(&err, "store.DeleteGrant(%s, %s)", sessionID, toolName)
+	res, err := db.write.ExecContext(ctx, `DELETE FROM grants WHERE session_id = ? AND tool_name = ?`, sessionID, toolName)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return apperr.Errorf(apperr.NotFound, "There is no session grant for %s.", toolName)
+	}
+	return nil
+}
+
+func scanGrant(r scanner) (gate.Grant, error) {
+	var (
+		g                        gate.Grant
+		created, viaID, viaLabel string
+	)
+	if err := r.Scan(&g.SessionID, &g.ToolName, &g.ApprovalID, &g.GrantedBy, &created, &viaID, &viaLabel); err != nil {
 		return gate.Grant{}, err
 	}
+	g.GrantedVia = linkRef(viaID, viaLabel)
+	var err error
 	g.CreatedAt, err = parseTime(created)
 	return g, err
+}
+
+// linkColumns are a link reference's two columns: id and label, "" for none.
+func linkColumns(l *gate.LinkRef) (id, label string) {
+	if l == nil {
+		return "", ""
+	}
+	return l.LinkID, l.Label
+}
+
+// linkRef is the link reference two columns hold; nil when the id is "".
+func linkRef(id, label string) *gate.LinkRef {
+	if id == "" {
+		return nil
+	}
+	return &gate.LinkRef{LinkID: id, Label: label}
 }

@@ -80,6 +80,9 @@ func (db *DB) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok 
 			buf = append(buf, `",`...)
 		}
 		text(a.DerivedFrom)
+		viaID, viaLabel := linkColumns(a.DecidedVia)
+		text(viaID)
+		text(viaLabel)
 		buf[len(buf)-1] = ']' // the last value's comma
 	}
 	return append(buf, ']'), ok, nil

@@ -368,11 +368,11 @@ func TestCodemodeApprovalsThroughThePipeline(t *testing.T) {
 	ctx := context.Background()
 	p.send()
 	a1 := p.awaitApproval("m1/1")
-	if _, err := p.runner.Decide(ctx, p.sess.ID, a1.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+	if _, err := p.runner.Decide(ctx, p.sess.ID, a1.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	a2 := p.awaitApproval("m1/2")
-	if _, err := p.runner.Decide(ctx, p.sess.ID, a2.ID, agent.Decision{Decision: "deny", Reason: "no", By: "owner"}); err != nil {
+	if _, err := p.runner.Decide(ctx, p.sess.ID, a2.ID, agent.Decision{Decision: "deny", Reason: "no", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	if end := p.await(agent.AgentEnd, nil); end.Error != "" {
@@ -527,7 +527,7 @@ func TestFileToolPathOutsideTheWorkspaceStopsBeforeTheGate(t *testing.T) {
 	if a.ToolCallID != "w2" {
 		t.Fatalf("approval asked for %s (%s), want only w2: the path outside is refused before the gate", a.ToolCallID, a.Arguments)
 	}
-	if _, err := p.runner.Decide(ctx, p.sess.ID, a.ID, agent.Decision{Decision: "approve", By: "owner"}); err != nil {
+	if _, err := p.runner.Decide(ctx, p.sess.ID, a.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	if end := p.await(agent.AgentEnd, nil); end.Error != "" {

@@ -156,7 +156,7 @@ func (s *Server) apiSend(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) apiStop(w http.ResponseWriter, r *http.Request) error {
-	if err := s.cfg.Runner.Stop(r.Context(), r.PathValue("id"), "owner"); err != nil {
+	if err := s.cfg.Runner.Stop(r.Context(), r.PathValue("id"), gate.ByOwner); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"status": "accepted"})
@@ -258,7 +258,7 @@ func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	d.By = "owner"
+	d.By = gate.Owner()
 	a, err = s.cfg.Runner.Decide(r.Context(), a.SessionID, id, d)
 	if err != nil {
 		return err

@@ -224,11 +224,15 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		if ev.Type == agent.SessionUpdated {
 			running = s.cfg.Runner.Busy(ev.SessionID)
 		}
-		var tools templ.Component
+		var tools, grants templ.Component
 		if ev.Session != nil && who.owner {
 			tools = templates.ToolsPanel(s.toolsView(*ev.Session, nil))
+			// A grant made or revoked publishes session_updated too (Runner.grantsChanged).
+			if gv, err := s.grantsView(ctx, ev.SessionID); err == nil {
+				grants = templates.GrantsPanel(gv)
+			}
 		}
-		return fragments(templates.RunState(running), stopSlot(ev.SessionID, who, running), tools)
+		return fragments(templates.RunState(running), stopSlot(ev.SessionID, who, running), tools, grants)
 	}
 	return nil
 }

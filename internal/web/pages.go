@@ -8,6 +8,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
+	"countersign/internal/gate"
 	"countersign/web/templates"
 )
 
@@ -70,7 +71,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
-	if err := s.cfg.Runner.Stop(r.Context(), r.PathValue("id"), "owner"); err != nil {
+	if err := s.cfg.Runner.Stop(r.Context(), r.PathValue("id"), gate.ByOwner); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
@@ -80,12 +81,13 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) error {
 // decide applies the owner's decision from an approval form: fields decision, reason and,
 // after Edit, arguments (JSON). It answers with the approval's new slot (also pushed live).
 func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
-	return s.decideAs(w, r, r.PathValue("id"), "owner")
+	return s.decideAs(w, r, r.PathValue("id"), gate.Owner())
 }
 
-// decideAs applies a decision form for session sessionID on behalf of by (the owner or an
-// approver's display name).
-func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID, by string) error {
+// decideAs applies a decision form for session sessionID on behalf of by (the owner, or an
+// approver through a share link, within its rights: the runner answers apperr.Forbidden for the
+// rest).
+func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID string, by gate.Decider) error {
 	if err := parseForm(r); err != nil {
 		return err
 	}
@@ -161,6 +163,9 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 		}
 		if a.DecidedAt != nil {
 			row.Decided = a.DecidedAt.Format(time.RFC3339)
+		}
+		if via := a.DecidedVia; via != nil {
+			row.LinkID, row.LinkLabel = via.LinkID, via.Label
 		}
 		v.Rows = append(v.Rows, row)
 	}

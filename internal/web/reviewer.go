@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"countersign/internal/apperr"
+	"countersign/internal/gate"
 	"countersign/internal/share"
 	"countersign/web/templates"
 )
@@ -78,8 +79,8 @@ func (s *Server) link(r *http.Request) (share.Link, error) {
 	return s.cfg.Shares.Resolve(r.Context(), r.PathValue("token"))
 }
 
-// reviewerOf returns who the reviewer is: their name from the link's cookie ("" before they
-// gave one) and what the link lets them do.
+// reviewerOf returns who the reviewer is: their name from the link's cookie (decider.Name ""
+// before they gave one) and what the link lets them do (its role and rights).
 func (s *Server) reviewerOf(r *http.Request, l share.Link) viewer {
 	who := viewer{}
 	// The cookie is "<name>.<signature>"; anything else (edited, forged, another link's) counts
@@ -89,7 +90,7 @@ func (s *Server) reviewerOf(r *http.Request, l share.Link) viewer {
 			name, err := url.QueryUnescape(c.Value[:i])
 			if err == nil && share.ValidName(name) &&
 				hmac.Equal([]byte(c.Value[i+1:]), []byte(s.cfg.Shares.SignName(l.ID, name))) {
-				who.name = name
+				who.decider = l.Decider(name)
 			}
 		}
 	}
@@ -109,7 +110,7 @@ func (s *Server) reviewerPage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if who.name == "" {
+	if who.decider.Name == "" {
 		s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: sess.Title},
 			templates.ReviewerName(templates.NamePage{Action: "/r/" + r.PathValue("token") + "/name", Title: sess.Title, Role: string(l.Role)})))
 		return nil
@@ -122,14 +123,22 @@ func (s *Server) reviewerPage(w http.ResponseWriter, r *http.Request) error {
 	what := "watch this session live"
 	if l.Role == share.Approver {
 		what = "watch this session live and decide its approvals"
+		switch {
+		case l.CanEdit && l.CanRemember:
+			what += ", edit their arguments and approve a tool for the session"
+		case l.CanEdit:
+			what += " and edit their arguments"
+		case l.CanRemember:
+			what += " and approve a tool for the session"
+		}
 	}
-	v.Banner = "Shared with you as " + string(l.Role) + ": you can " + what + ". Signed in as " + who.name + "."
+	v.Banner = "Shared with you as " + string(l.Role) + ": you can " + what + ". Signed in as " + who.decider.Name + "."
 	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: v.Title}, templates.SessionPage(v)))
 	return nil
 }
 
-// reviewerName records the reviewer's display name (1–60 characters) in a cookie scoped to
-// the link.
+// reviewerName records the reviewer's display name, as share.NormalizeName leaves it, in a
+// cookie scoped to the link; a refused name shows the form again with the reason (400).
 func (s *Server) reviewerName(w http.ResponseWriter, r *http.Request) error {
 	l, err := s.link(r)
 	if err != nil {
@@ -138,15 +147,15 @@ func (s *Server) reviewerName(w http.ResponseWriter, r *http.Request) error {
 	if err := parseForm(r); err != nil {
 		return err
 	}
-	name := strings.Join(strings.Fields(r.PostForm.Get("name")), " ")
-	if !share.ValidName(name) {
-		sess, err := s.cfg.Store.Session(r.Context(), l.SessionID)
-		if err != nil {
-			return err
+	name, err := share.NormalizeName(r.PostForm.Get("name"))
+	if err != nil {
+		sess, serr := s.cfg.Store.Session(r.Context(), l.SessionID)
+		if serr != nil {
+			return serr
 		}
 		s.render(w, r, http.StatusBadRequest, templates.Layout(templates.Page{Title: sess.Title},
 			templates.ReviewerName(templates.NamePage{Action: "/r/" + r.PathValue("token") + "/name", Title: sess.Title,
-				Role: string(l.Role), Error: "Give a name of 1 to 60 characters (not \"owner\")."})))
+				Role: string(l.Role), Error: apperr.MessageOf(err)})))
 		return nil
 	}
 	http.SetCookie(w, &http.Cookie{Name: reviewerCookie, Value: url.QueryEscape(name) + "." + s.cfg.Shares.SignName(l.ID, name), Path: "/r/" + r.PathValue("token"),
@@ -162,7 +171,7 @@ func (s *Server) reviewerLive(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	who := s.reviewerOf(r, l)
-	if who.name == "" {
+	if who.decider.Name == "" {
 		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
 	}
 	done := s.sockets.add(l.ID)
@@ -174,7 +183,8 @@ func (s *Server) reviewerLive(w http.ResponseWriter, r *http.Request) error {
 	return s.serveLive(w, r, l.SessionID, who, done)
 }
 
-// reviewerDecide is an approver's decision, recorded with their name.
+// reviewerDecide is an approver's decision, recorded with their name and the link, within the
+// link's rights (403 for an edit or "Approve for session" the link was not created with).
 func (s *Server) reviewerDecide(w http.ResponseWriter, r *http.Request) error {
 	l, err := s.link(r)
 	if err != nil {
@@ -184,10 +194,10 @@ func (s *Server) reviewerDecide(w http.ResponseWriter, r *http.Request) error {
 	if l.Role != share.Approver {
 		return apperr.Errorf(apperr.NotFound, "Not found")
 	}
-	if who.name == "" {
+	if who.decider.Name == "" {
 		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
 	}
-	return s.decideAs(w, r, l.SessionID, who.name)
+	return s.decideAs(w, r, l.SessionID, who.decider)
 }
 
 // sharesView is the owner's share panel for a session; formErr, when set, is the create form's
@@ -204,7 +214,7 @@ func (s *Server) sharesView(ctx context.Context, r *http.Request, sessionID, for
 	now := s.cfg.Shares.Now()
 	for _, l := range links {
 		row := templates.ShareRow{ID: l.ID, URL: s.shareURL(r, l), Role: string(l.Role), Label: l.Label,
-			Status: "active", RevokeURL: "/sessions/" + sessionID + "/shares/" + l.ID + "/revoke"}
+			CanEdit: l.CanEdit, CanRemember: l.CanRemember, Status: "active", RevokeURL: "/sessions/" + sessionID + "/shares/" + l.ID + "/revoke"}
 		switch {
 		case l.RevokedAt != nil:
 			row.Status = "revoked"
@@ -243,7 +253,8 @@ func (s *Server) createShare(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.Shares == nil {
 		return apperr.Errorf(apperr.NotFound, "Sharing is not configured")
 	}
-	_, _, err := s.cfg.Shares.Create(r.Context(), id, share.Role(r.PostForm.Get("role")), r.PostForm.Get("label"), r.PostForm.Get("expiresIn"))
+	rights := gate.Rights{Edit: r.PostForm.Get("canEdit") != "", Remember: r.PostForm.Get("canRemember") != ""}
+	_, _, err := s.cfg.Shares.Create(r.Context(), id, share.Role(r.PostForm.Get("role")), r.PostForm.Get("label"), r.PostForm.Get("expiresIn"), rights)
 	if apperr.CodeOf(err) == apperr.Invalid {
 		formErr = apperr.MessageOf(err)
 	} else if err != nil {
@@ -279,20 +290,26 @@ func (s *Server) revokeShare(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// apiShare is a share link as the API returns it (SPEC §12).
+// apiShare is a share link as the API returns it (SPEC §12), with its rights.
 type apiShare struct {
-	ID        string     `json:"id"`
-	URL       string     `json:"url"`
-	Role      share.Role `json:"role"`
-	Label     string     `json:"label"`
-	ExpiresAt *time.Time `json:"expiresAt"`
+	ID          string     `json:"id"`
+	URL         string     `json:"url"`
+	Role        share.Role `json:"role"`
+	Label       string     `json:"label"`
+	ExpiresAt   *time.Time `json:"expiresAt"`
+	CanEdit     bool       `json:"canEdit"`
+	CanRemember bool       `json:"canRemember"`
 }
 
+// apiCreateShare makes a share link: {role, label?, expiresIn?, canEdit?, canRemember?} → 201
+// apiShare. canEdit and canRemember (default false) are an approver link's rights.
 func (s *Server) apiCreateShare(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
-		Role      share.Role `json:"role"`
-		Label     string     `json:"label"`
-		ExpiresIn string     `json:"expiresIn"`
+		Role        share.Role `json:"role"`
+		Label       string     `json:"label"`
+		ExpiresIn   string     `json:"expiresIn"`
+		CanEdit     bool       `json:"canEdit"`
+		CanRemember bool       `json:"canRemember"`
 	}
 	if err := decodeJSON(r, &in); err != nil {
 		return err
@@ -304,11 +321,12 @@ func (s *Server) apiCreateShare(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.Shares == nil {
 		return apperr.Errorf(apperr.NotFound, "Sharing is not configured")
 	}
-	l, _, err := s.cfg.Shares.Create(r.Context(), id, in.Role, in.Label, in.ExpiresIn)
+	l, _, err := s.cfg.Shares.Create(r.Context(), id, in.Role, in.Label, in.ExpiresIn, gate.Rights{Edit: in.CanEdit, Remember: in.CanRemember})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, apiShare{ID: l.ID, URL: s.shareURL(r, l), Role: l.Role, Label: l.Label, ExpiresAt: l.ExpiresAt})
+	writeJSON(w, http.StatusCreated, apiShare{ID: l.ID, URL: s.shareURL(r, l), Role: l.Role, Label: l.Label, ExpiresAt: l.ExpiresAt,
+		CanEdit: l.CanEdit, CanRemember: l.CanRemember})
 	return nil
 }
 

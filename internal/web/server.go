@@ -125,6 +125,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /sessions/{id}/live", s.owner(s.live))
 	s.apiRoutes(mux)
 	s.shareRoutes(mux)
+	s.grantRoutes(mux)
 	// Everything else: 401 without the owner's cookie, 405 or 404 with it.
 	mux.Handle("/", s.owner(noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
 		return apperr.Errorf(apperr.NotFound, "Page not found")
@@ -241,6 +242,8 @@ func status(code apperr.Code) int {
 		return http.StatusBadRequest
 	case apperr.Unauthorized:
 		return http.StatusUnauthorized
+	case apperr.Forbidden:
+		return http.StatusForbidden
 	case apperr.NotFound:
 		return http.StatusNotFound
 	case apperr.MethodNotAllowed:

@@ -25,13 +25,15 @@ type viewer struct {
 	// decidePrefix, when set, is where this viewer's decision forms post: the prefix of
 	// <prefix><approval id>/decision. Empty for read-only viewers.
 	decidePrefix string
-	// name is who decides: "owner" or a reviewer's display name.
-	name string
+	// decider is who decides and with what rights: the owner, or a reviewer (their display name,
+	// "" before they gave one) through a share link. The prompt shows only the buttons its
+	// rights allow; the runner refuses the rest.
+	decider gate.Decider
 }
 
 // ownerViewer is the owner looking at session id.
 func ownerViewer(id string) viewer {
-	return viewer{owner: true, decidePrefix: "/sessions/" + id + "/approvals/", name: "owner"}
+	return viewer{owner: true, decidePrefix: "/sessions/" + id + "/approvals/", decider: gate.Owner()}
 }
 
 // sessionView builds the session page's view model from the store and the run's live state.
@@ -61,6 +63,11 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 			return templates.SessionView{}, err
 		}
 		v.Shares = &sv
+		gv, err := s.grantsView(ctx, sess.ID)
+		if err != nil {
+			return templates.SessionView{}, err
+		}
+		v.Grants = &gv
 	}
 	return v, nil
 }
@@ -156,12 +163,12 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	var appr *gate.Approval
 	if a, ok := b.approvals[k]; ok {
 		appr = &a
-		av := approvalView(a, b.decideURL(a))
+		av := b.approvalView(a)
 		c.Approval = &av
 	}
 	if appr == nil && lc != nil && lc.Approval != nil {
 		appr = lc.Approval
-		av := approvalView(*appr, b.decideURL(*appr))
+		av := b.approvalView(*appr)
 		c.Approval = &av
 	}
 	res := b.results[k]
@@ -223,11 +230,15 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	return c
 }
 
-func (b *builder) decideURL(a gate.Approval) string {
+// approvalView is a as this builder's viewer sees it: with the decision form's address and the
+// buttons their rights allow while it is pending.
+func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	if a.Status != gate.Pending || b.who.decidePrefix == "" {
-		return ""
+		return approvalView(a, "")
 	}
-	return b.who.decidePrefix + a.ID + "/decision"
+	av := approvalView(a, b.who.decidePrefix+a.ID+"/decision")
+	av.CanEdit, av.CanRemember = b.who.decider.Rights.Edit, b.who.decider.Rights.Remember
+	return av
 }
 
 // baseCard is a card with its identity and arguments (through the tool's renderer, if any).

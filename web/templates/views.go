@@ -54,6 +54,8 @@ type SessionView struct {
 	AuditURL string
 	// Shares is the share-links panel; nil hides it.
 	Shares *SharesView
+	// Grants is the session grants panel (the owner's); nil hides it.
+	Grants *GrantsView
 	// Banner tells a reviewer how they see the session ("" for the owner).
 	Banner string
 }
@@ -117,6 +119,9 @@ type ApprovalView struct {
 	ArgumentsJSON    string
 	// DecideURL is where the decision form posts; "" when the viewer may not decide.
 	DecideURL string
+	// CanEdit, CanRemember: the decider may edit the arguments (the Edit button), approve for
+	// the session (the "Approve for session" button).
+	CanEdit, CanRemember bool
 	// Notice, when set, tells the viewer their own decision was not applied (another won).
 	Notice string
 }
@@ -182,9 +187,25 @@ type AuditRow struct {
 	Asked, Decided                    string
 	ToolName, ToolCallID, RequestedBy string
 	Status, StatusWord, DecidedBy     string
+	// LinkID, LinkLabel name the share link a reviewer decided through ("" for the owner and
+	// for rules).
+	LinkID, LinkLabel string
 	Automatic, Edited                 bool
 	Scope, Reason                     string
 	Arguments, EditedArguments        string
+}
+
+// GrantsView is the owner's list of a session's grants ("Approve for session", SPEC §3), each
+// with a Revoke button (live: id grants-panel).
+type GrantsView struct {
+	Grants []GrantRow
+}
+
+// GrantRow is one session grant: the tool, who granted it (and through which link), when, and
+// where its Revoke button posts.
+type GrantRow struct {
+	ToolName, GrantedBy, LinkID, LinkLabel string
+	CreatedAt, RevokeURL                   string
 }
 
 // SharesView is the owner's share-links panel (SPEC §6, §7).
@@ -197,6 +218,7 @@ type SharesView struct {
 // ShareRow is one share link in the panel.
 type ShareRow struct {
 	ID, URL, Role, Label      string
+	CanEdit, CanRemember      bool
 	Expires, LastUsed, Status string // Status: active, expired or revoked
 	RevokeURL                 string
 }

@@ -1,0 +1,77 @@
+package share_test
+
+import (
+	"strings"
+	"testing"
+
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/share"
+)
+
+// TestNormalizeNameRefusesLookAlikesOfReservedNames: every name the audit uses for the owner or
+// for an automatic decision is refused however it is dressed up (fullwidth, invisible or bidi
+// characters, case, spaces); other names are recorded cleaned (SPEC §7, issue 15 item 8).
+func TestNormalizeNameRefusesLookAlikesOfReservedNames(t *testing.T) {
+	refused := []string{
+		"Ｏｗｎｅｒ", "own\u200ber", "\u202eowner", " owner ", "SYSTEM", "Policy", "timeout", "TIME\u200cOUT",
+		"session grant", "Session\u00a0 Grant", "tool_call handler", "tool_call \u00adhandler ", "\ufeffowner",
+		"o\u034fwner", "owner\ufe0f", "\u2066owner\u2069", "\u200eowner\u200f", "ｓｙｓｔｅｍ", "own\u2060er", "\u180eowner",
+	}
+	for _, reserved := range gate.ReservedNames() {
+		refused = append(refused, reserved, strings.ToUpper(reserved), "\u202a"+reserved+"\u202c")
+	}
+	for _, name := range refused {
+		got, err := share.NormalizeName(name)
+		if apperr.CodeOf(err) != apperr.Invalid || !strings.Contains(apperr.MessageOf(err), "give your own name") {
+			t.Errorf("NormalizeName(%+q) = %q, %v; want refused as a reserved name", name, got, err)
+		}
+		if share.ValidName(name) {
+			t.Errorf("ValidName(%+q) = true", name)
+		}
+	}
+	for _, name := range []string{"", "   ", "\u200b\u200d\u2060", "\u202e\u202c", strings.Repeat("é", share.MaxName+1)} {
+		if got, err := share.NormalizeName(name); apperr.CodeOf(err) != apperr.Invalid || !strings.Contains(apperr.MessageOf(err), "1 to 60 characters") {
+			t.Errorf("NormalizeName(%+q) = %q, %v; want refused for its length", name, got, err)
+		}
+	}
+	for typed, want := range map[string]string{
+		"Ada Lovelace":                     "Ada Lovelace",
+		"  Ada \t\n Lovelace  ":            "Ada Lovelace",
+		"\u202eAda\u200b Love\u00adlace":   "Ada Lovelace",
+		"Ｂｏｂ":                              "Bob",
+		"Zoe\u0308":                        "Zoë", // composed by NFKC
+		"ownership":                        "ownership",
+		"the owner":                        "the owner",
+		"Ｏｗｎｅｒ ２":                          "Owner 2",
+		"李小龍":                              "李小龍",
+		strings.Repeat("é", share.MaxName): strings.Repeat("é", share.MaxName),
+		"bad\xffbyte":                      "bad\ufffdbyte",
+	} {
+		got, err := share.NormalizeName(typed)
+		if err != nil || got != want {
+			t.Errorf("NormalizeName(%+q) = %q, %v; want %q", typed, got, err, want)
+		}
+		if !share.ValidName(want) {
+			t.Errorf("ValidName(%q) = false for a normalised name", want)
+		}
+		if typed != want && share.ValidName(typed) {
+			t.Errorf("ValidName(%+q) = true for a name that is not normalised", typed)
+		}
+	}
+}
+
+// TestLinkRightsAndDecider: a link's rights are those it was created with, only for an approver
+// link; its decider carries the reviewer's name, the link's id and label and those rights.
+func TestLinkRightsAndDecider(t *testing.T) {
+	l := share.Link{ID: "l1", Role: share.Approver, Label: "Design review", CanEdit: true}
+	d := l.Decider("alice")
+	if d.Name != "alice" || d.Via == nil || *d.Via != (gate.LinkRef{LinkID: "l1", Label: "Design review"}) ||
+		d.Rights != (gate.Rights{Edit: true}) {
+		t.Errorf("Decider = %+v (via %+v)", d, d.Via)
+	}
+	viewer := share.Link{ID: "l2", Role: share.Viewer, CanEdit: true, CanRemember: true}
+	if viewer.Rights() != (gate.Rights{}) {
+		t.Errorf("a viewer link has rights %+v", viewer.Rights())
+	}
+}

@@ -162,7 +162,7 @@ func TestApproverLinkWithoutRightsCannotEditOrApproveForTheSession(t *testing.T)
 		{"decision": {"approve_session"}, "arguments": {`{"command":"touch x"}`}},
 	} {
 		st, body := reviewerDecision(t, ts, c, l.URL, id, form)
-		if st != http.StatusForbidden {
+		if st != http.StatusForbidden || !strings.Contains(body, "This link may not") {
 			t.Errorf("%v through a link without rights = %d, want 403: %.300s", form, st, body)
 		}
 	}

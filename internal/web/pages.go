@@ -92,9 +92,11 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID stri
 		return err
 	}
 	d := agent.Decision{Decision: r.PostForm.Get("decision"), Reason: r.PostForm.Get("reason"), By: by}
-	// Edited arguments matter only to an approval; a denial never depends on them.
-	if args := strings.TrimSpace(r.PostForm.Get("arguments")); args != "" && d.Decision != "deny" {
-		if !json.Valid([]byte(args)) {
+	// Edited arguments matter only to an approval: a denial never depends on them, so their JSON
+	// is not checked then. They still go to the runner, which refuses arguments of any kind
+	// from a decider without the right to edit (403).
+	if args := strings.TrimSpace(r.PostForm.Get("arguments")); args != "" {
+		if d.Decision != "deny" && !json.Valid([]byte(args)) {
 			return apperr.Errorf(apperr.Invalid, "Arguments are not valid JSON.")
 		}
 		d.Arguments = json.RawMessage(args)

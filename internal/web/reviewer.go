@@ -122,15 +122,14 @@ func (s *Server) reviewerPage(w http.ResponseWriter, r *http.Request) error {
 	v.LiveURL = "/r/" + r.PathValue("token") + "/live"
 	what := "watch this session live"
 	if l.Role == share.Approver {
-		what = "watch this session live and decide its approvals"
-		switch {
-		case l.CanEdit && l.CanRemember:
-			what += ", edit their arguments and approve a tool for the session"
-		case l.CanEdit:
-			what += " and edit their arguments"
-		case l.CanRemember:
-			what += " and approve a tool for the session"
+		can := []string{"watch this session live", "decide its approvals"}
+		if l.CanEdit {
+			can = append(can, "edit their arguments")
 		}
+		if l.CanRemember {
+			can = append(can, "approve a tool for the session")
+		}
+		what = strings.Join(can[:len(can)-1], ", ") + " and " + can[len(can)-1]
 	}
 	v.Banner = "Shared with you as " + string(l.Role) + ": you can " + what + ". Signed in as " + who.decider.Name + "."
 	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: v.Title}, templates.SessionPage(v)))

@@ -187,12 +187,12 @@ type AuditRow struct {
 	Asked, Decided                    string
 	ToolName, ToolCallID, RequestedBy string
 	Status, StatusWord, DecidedBy     string
+	Automatic, Edited                 bool
+	Scope, Reason                     string
+	Arguments, EditedArguments        string
 	// LinkID, LinkLabel name the share link a reviewer decided through ("" for the owner and
 	// for rules).
-	LinkID, LinkLabel          string
-	Automatic, Edited          bool
-	Scope, Reason              string
-	Arguments, EditedArguments string
+	LinkID, LinkLabel string
 }
 
 // GrantsView is the owner's list of a session's grants ("Approve for session", SPEC §3), each

@@ -58,13 +58,13 @@ type testServer struct {
 	workDir string
 }
 
-func newTestServer(t *testing.T, scripts map[string]string, extra ...*tool.Tool) *testServer {
+func newTestServer(t testing.TB, scripts map[string]string, extra ...*tool.Tool) *testServer {
 	t.Helper()
 	return newTestServerWith(t, scripts, nil, extra...)
 }
 
 // newTestServerWith is newTestServer with the tool renderers given (nil: the built-in ones).
-func newTestServerWith(t *testing.T, scripts map[string]string, renderers map[string]web.Renderer, extra ...*tool.Tool) *testServer {
+func newTestServerWith(t testing.TB, scripts map[string]string, renderers map[string]web.Renderer, extra ...*tool.Tool) *testServer {
 	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))

@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -79,40 +78,58 @@ type codemodeMessage struct {
 // errMessageTooLong is readMessage's error for a line over the cap.
 var errMessageTooLong = errors.New("message too long")
 
-// messageReader reads protocol lines of at most max bytes.
+// messageReader reads protocol lines of at most max bytes from r. It refuses a longer line as
+// soon as more than max bytes without a newline have arrived, without waiting for the rest.
 type messageReader struct {
-	r   *bufio.Reader
-	max int
-	buf []byte
+	r       io.Reader
+	max     int
+	buf     []byte // read from r; buf[start:] is not returned yet
+	start   int
+	scanned int // bytes of buf[start:] known to hold no newline
+	err     error
 }
 
 func newMessageReader(r io.Reader, max int) *messageReader {
-	return &messageReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+	return &messageReader{r: r, max: max}
 }
 
-// read returns the next message: io.EOF at a clean end, an error wrapping errMessageTooLong for
-// a line longer than the cap (nothing past the cap is kept), or a decoding error naming what is
-// wrong for a line that is not one message (unknown fields included).
+// read returns the next message: io.EOF at a clean end, an error wrapping io.ErrUnexpectedEOF
+// when the stream ends inside a line, one wrapping errMessageTooLong for a line longer than the
+// cap, a decoding error naming what is wrong for a line that is not one message (unknown fields
+// included), or the reader's error.
 func (m *messageReader) read() (codemodeMessage, error) {
-	m.buf = m.buf[:0]
 	for {
-		chunk, err := m.r.ReadSlice('\n')
-		if len(m.buf)+len(chunk) > m.max {
+		if i := bytes.IndexByte(m.buf[m.start+m.scanned:], '\n'); i >= 0 {
+			end := m.start + m.scanned + i + 1
+			line := m.buf[m.start:end]
+			m.start, m.scanned = end, 0
+			if len(line) > m.max {
+				return codemodeMessage{}, fmt.Errorf("%w: a line longer than %d bytes", errMessageTooLong, m.max)
+			}
+			return decodeMessage(line)
+		}
+		m.scanned = len(m.buf) - m.start
+		if m.scanned > m.max {
 			return codemodeMessage{}, fmt.Errorf("%w: a line longer than %d bytes", errMessageTooLong, m.max)
 		}
-		m.buf = append(m.buf, chunk...)
-		if err == nil {
-			break
+		if m.err != nil {
+			if m.scanned > 0 && errors.Is(m.err, io.EOF) {
+				return codemodeMessage{}, fmt.Errorf("%w: a line cut short (%d bytes)", io.ErrUnexpectedEOF, m.scanned)
+			}
+			return codemodeMessage{}, m.err
 		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
+		// Keep the unreturned bytes at the front, with room to read at least 32 KiB.
+		n := copy(m.buf, m.buf[m.start:])
+		m.buf, m.start = m.buf[:n], 0
+		if cap(m.buf)-n < 32<<10 {
+			grown := make([]byte, n, max(2*cap(m.buf), 64<<10))
+			copy(grown, m.buf)
+			m.buf = grown
 		}
-		if errors.Is(err, io.EOF) && len(m.buf) > 0 {
-			return codemodeMessage{}, fmt.Errorf("%w: a line cut short (%d bytes)", io.ErrUnexpectedEOF, len(m.buf))
-		}
-		return codemodeMessage{}, err
+		k, err := m.r.Read(m.buf[n:cap(m.buf)])
+		m.buf = m.buf[:n+k]
+		m.err = err
 	}
-	return decodeMessage(m.buf)
 }
 
 // decodeMessage decodes one line: exactly one JSON object with known fields and a type.

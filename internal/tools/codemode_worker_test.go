@@ -1,10 +1,15 @@
 package tools
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
+	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -97,4 +102,130 @@ func fakeWorker(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "fake worker: unknown mode %q\n", mode)
 	return 1
+}
+
+// fakeConfig is a Config whose codemode worker is the fake worker in mode.
+func fakeConfig(mode string, timeout time.Duration) Config {
+	return Config{CodemodeTimeout: timeout, Codemode: CodemodeConfig{Command: []string{"/proc/self/exe", fakeWorkerArg, mode}}}
+}
+
+// TestCodemodeWorkerThatBreaksTheProtocol: whatever a worker writes, or however it ends, the
+// server answers with a clear error at once (or at the time limit), never crashes or hangs, and
+// reaps the worker. Lines are bounded: a worker writing without end is refused at the cap.
+func TestCodemodeWorkerThatBreaksTheProtocol(t *testing.T) {
+	tests := []struct {
+		mode    string
+		timeout time.Duration
+		error   string // a prefix of the codemode error
+		calls   []CodemodeCall
+	}{
+		{mode: "garbage", error: `Script failed: the interpreter broke the protocol (not a message: invalid character 'h'`},
+		{mode: "long", error: fmt.Sprintf("Script failed: the interpreter broke the protocol (message too long: a line longer than %d bytes)", codemodeMessageCap(DefaultOutputCap))},
+		{mode: "unknown-type", error: `Script failed: the interpreter broke the protocol (an unknown message type "teleport")`},
+		{mode: "unknown-field", error: `Script failed: the interpreter broke the protocol (not a message: json: unknown field "sudo"`},
+		{mode: "two-objects", error: `Script failed: the interpreter broke the protocol (not a message: text after the JSON object`},
+		{mode: "before-ready", error: `Script failed: the interpreter broke the protocol (a "console" message before "ready")`},
+		{mode: "call-out-of-order", error: `Script failed: the interpreter broke the protocol (call 7 where call 1 was next)`},
+		{mode: "call-bad-name", error: `Script failed: the interpreter broke the protocol (a call of "a b", which is not a tool name)`},
+		{mode: "console-bad-level", error: `Script failed: the interpreter broke the protocol (a console line of level "shout")`},
+		{mode: "exit", error: "Script failed: the interpreter ended unexpectedly (exit status 7): boom: the worker gave up"},
+		{mode: "spin", timeout: 500 * time.Millisecond, error: "Script stopped: time limit of 500ms exceeded"},
+		{mode: "flood", timeout: 500 * time.Millisecond, error: "Script stopped: time limit of 500ms exceeded"},
+		{mode: "call-then-oom", error: "Script stopped: memory limit exceeded",
+			calls: []CodemodeCall{{ID: "c1/1", Name: "plain", Status: "ok"}, {ID: "c1/2", Name: "plain", Status: "ok"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.mode, func(t *testing.T) {
+			r := within(t, startJS(t, context.Background(), fakeConfig(tt.mode, tt.timeout), &nestedFake{handle: cannedTools}, "return 1"), 10*time.Second)
+			if !r.res.IsError || !strings.HasPrefix(r.out.Error, tt.error) {
+				t.Errorf("isError %v, error %q; want one starting %q", r.res.IsError, r.out.Error, tt.error)
+			}
+			wantCalls := tt.calls
+			if wantCalls == nil {
+				wantCalls = []CodemodeCall{}
+			}
+			if !reflect.DeepEqual(r.out.Calls, wantCalls) {
+				t.Errorf("calls %+v, want %+v", r.out.Calls, wantCalls)
+			}
+			if tt.mode == "flood" {
+				size := 0
+				for _, l := range r.out.Console {
+					size += len(l.Text) + 1
+				}
+				if !r.out.ConsoleTruncated || size > CodemodeConsoleCap {
+					t.Errorf("kept %d bytes of console (consoleTruncated %v), want at most the cap, cut", size, r.out.ConsoleTruncated)
+				}
+			}
+			assertNoWorkers(t)
+		})
+	}
+	t.Run("silent until Stop", func(t *testing.T) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		c := startJS(t, ctx, fakeConfig("silent", 0), &nestedFake{handle: cannedTools}, "return 1")
+		for len(CodemodeWorkers(t)) == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		stop := time.Now()
+		cancel(errors.New("Run stopped by owner"))
+		r := within(t, c, 5*time.Second)
+		if d := time.Since(stop); d >= time.Second {
+			t.Errorf("Stop took %s", d)
+		}
+		if got, want := r.out.Error, "Script stopped: Run stopped by owner"; got != want {
+			t.Errorf("error %q, want %q", got, want)
+		}
+		assertNoWorkers(t)
+	})
+}
+
+// TestCodemodeWorkerGetsNoEnvironment: the worker's environment is empty; the server's secrets
+// (the owner token, the model providers' keys) stay in the server.
+func TestCodemodeWorkerGetsNoEnvironment(t *testing.T) {
+	t.Setenv("COUNTERSIGN_TOKEN", "owner-token-that-must-not-leak")
+	t.Setenv("OPENAI_API_KEY", "sk-must-not-leak")
+	r := within(t, startJS(t, context.Background(), fakeConfig("env", 0), &nestedFake{handle: cannedTools}, "return 1"), 10*time.Second)
+	if r.res.IsError {
+		t.Fatalf("isError: %s", r.res.TextOf())
+	}
+	if want := []ConsoleLine{{Level: "log", Text: ""}}; !reflect.DeepEqual(r.out.Console, want) {
+		t.Errorf("the worker's environment, as it printed it: %+v; want none", r.out.Console)
+	}
+}
+
+// TestMessageReaderBoundsLines: lines arrive whole however the stream is cut; a line of exactly
+// the cap is taken, one byte more is refused, and so is an unfinished line at the end.
+func TestMessageReaderBoundsLines(t *testing.T) {
+	line := func(text string) string { return `{"type":"console","level":"log","text":"` + text + `"}` + "\n" }
+	exact := line(strings.Repeat("x", 100))
+	tests := []struct {
+		name   string
+		stream string
+		max    int
+		want   []string // the texts read, then the error's text ("EOF" for a clean end)
+	}{
+		{"two lines", line("a") + line("b"), 1000, []string{"a", "b", "EOF"}},
+		{"a line of exactly the cap", exact, len(exact), []string{strings.Repeat("x", 100), "EOF"}},
+		{"one byte over the cap", exact, len(exact) - 1, []string{fmt.Sprintf("message too long: a line longer than %d bytes", len(exact)-1)}},
+		{"over the cap with no newline", strings.Repeat("y", 5000), 1000, []string{"message too long: a line longer than 1000 bytes"}},
+		{"cut short", line("a") + `{"type":`, 1000, []string{"a", "unexpected EOF: a line cut short (8 bytes)"}},
+		{"not JSON", "hello\n", 1000, []string{`not a message: invalid character 'h' looking for beginning of value (line starts "hello")`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMessageReader(iotest.OneByteReader(strings.NewReader(tt.stream)), tt.max)
+			var got []string
+			for {
+				msg, err := m.read()
+				if err != nil {
+					got = append(got, err.Error())
+					break
+				}
+				got = append(got, msg.Text)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("read %q, want %q", got, tt.want)
+			}
+		})
+	}
 }

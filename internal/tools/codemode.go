@@ -139,8 +139,9 @@ func codemodeTool(cfg Config) *tool.Tool {
 			"captured (" + fmt.Sprint(CodemodeConsoleCap>>10) + " KiB at most). `return` a " +
 			"JSON-serialisable value to get it back. There is no file, network or process access " +
 			"(no require, fetch, setTimeout), and the script may run for " + cfg.CodemodeTimeout.String() +
-			" (time spent waiting for tool calls does not count), at most " +
-			fmt.Sprint(MaxCodemodeCalls) + " tool calls.",
+			" (time spent waiting for tool calls does not count), grow its memory by " +
+			fmt.Sprint(cfg.Codemode.MemoryLimit>>21) + " MiB and make at most " +
+			fmt.Sprint(MaxCodemodeCalls) + " tool calls; past a limit it is stopped.",
 		InputSchema:   json.RawMessage(codemodeInput),
 		OutputSchema:  json.RawMessage(codemodeOutput),
 		Annotations:   readOnly(),
@@ -337,7 +338,7 @@ func (r *codemodeRun) run(code string) (result json.RawMessage, resultHead strin
 			sent++
 		case <-r.ctx.Done():
 			w.kill()
-			return nil, "", fmt.Errorf("Script stopped: %w", context.Cause(r.ctx))
+			return nil, "", errors.New("Script stopped: " + context.Cause(r.ctx).Error())
 		case <-timer.C:
 			w.kill()
 			if !ready {
@@ -526,9 +527,8 @@ type codemodeWorker struct {
 const workerStderrCap = 8 << 10
 
 // startWorker starts command in its own process group, in "/", with an empty environment and
-// pipes for
-// its stdin, stdout and stderr, and starts reading its messages (lines of at most maxMessage
-// bytes) and its stderr.
+// pipes for its stdin, stdout and stderr, and starts reading its messages (lines of at most
+// maxMessage bytes) and its stderr.
 func startWorker(command []string, maxMessage int) (w *codemodeWorker, err error) {
 	if len(command) == 0 {
 		return nil, errors.New("no worker command")

@@ -486,7 +486,7 @@ func TestCodemodeMemoryLimit(t *testing.T) {
 // BenchmarkCodemodeStart is the cost of one codemode call that makes no tool call: for the
 // worker process, a process start and its exit.
 func BenchmarkCodemodeStart(b *testing.B) {
-	cm := Builtin(Config{})[8]
+	cm := mustTools(b, Config{})["codemode"]
 	raw := json.RawMessage(`{"code":"return 1"}`)
 	tc := &nestedFake{handle: cannedTools}
 	b.ReportAllocs()
@@ -500,7 +500,7 @@ func BenchmarkCodemodeStart(b *testing.B) {
 // BenchmarkCodemodeNestedCall is the cost of one nested call a script awaits (a round trip to
 // the parent over the pipe for the worker process): 100 calls per run, reported per call.
 func BenchmarkCodemodeNestedCall(b *testing.B) {
-	cm := Builtin(Config{})[8]
+	cm := mustTools(b, Config{})["codemode"]
 	raw := json.RawMessage(`{"code":"for (let i = 0; i < 100; i++) await tools.structured({i}); return 1"}`)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -34,23 +34,29 @@ const (
 	workerExitLimits = 4
 )
 
-// codemodeCPUSlack is how much CPU time, beyond the time limit, the worker's RLIMIT_CPU allows.
-// The parent ends the worker at the time limit (of script execution, measured by the wall
-// clock); the CPU limit is the bound that holds even if the parent cannot.
+// codemodeProcs is the worker's GOMAXPROCS: the interpreter runs on one, the other keeps the
+// reader of the parent's outcomes and the collector from waiting on it (with one, a goroutine
+// blocked reading stdin holds the only P until sysmon takes it back, milliseconds per call).
+const codemodeProcs = 2
+
+// codemodeCPUSlack is how much CPU time the worker's RLIMIT_CPU allows beyond codemodeProcs
+// times the time limit (the most CPU time the script's running time can use). The parent ends
+// the worker at the time limit (of script execution, by the wall clock); the CPU limit is the
+// bound that holds even if the parent cannot.
 const codemodeCPUSlack = 5 * time.Second
 
 // ServeCodemodeWorker is the codemode worker: the interpreter of SPEC §4 "Codemode", run in a
 // child process of the server so that it can be killed whatever the script does. It reads the
 // "run" message from stdin, sets its own limits first (RLIMIT_AS: the address space it has now
-// plus the run's memoryLimit; RLIMIT_CPU: the time limit plus 5 s; no core files; one Go
-// processor; a soft Go memory limit of half the budget), then runs the script, sending its tool
+// plus the run's memoryLimit; RLIMIT_CPU: twice the time limit plus 5 s; no core files; two
+// Go processors; a soft Go memory limit of half the budget), then runs the script, sending its tool
 // calls and console lines to stdout and taking the calls' outcomes from stdin (see
 // codemodeMessage), and writes "done" last. It returns the process's exit status: 0 after "done",
 // workerExitProtocol (3) for a parent that breaks the protocol, workerExitLimits (4) when a limit
 // cannot be set. It owns the process: when stdin closes (the parent ended or died) it exits at
 // once with os.Exit(0), even from inside a script that never yields.
 func ServeCodemodeWorker(stdin io.Reader, stdout io.Writer) int {
-	runtime.GOMAXPROCS(1) // the interpreter is single-threaded: CPU time then follows wall time
+	runtime.GOMAXPROCS(codemodeProcs)
 	in := newMessageReader(stdin, MaxCodemodeMessage)
 	req, err := in.read()
 	if err == nil && req.Type != msgRun {
@@ -111,7 +117,7 @@ func setWorkerLimits(memory int64, timeout time.Duration) error {
 	}
 	// Soft and hard equal: the kernel sends SIGKILL when the hard limit is reached (the Go
 	// runtime ignores SIGXCPU, the soft limit's signal).
-	cpu := uint64((timeout + codemodeCPUSlack + time.Second - 1) / time.Second)
+	cpu := uint64((codemodeProcs*timeout + codemodeCPUSlack + time.Second - 1) / time.Second)
 	if err := syscall.Setrlimit(syscall.RLIMIT_CPU, &syscall.Rlimit{Cur: cpu, Max: cpu}); err != nil {
 		return fmt.Errorf("RLIMIT_CPU: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -227,5 +228,47 @@ func TestMessageReaderBoundsLines(t *testing.T) {
 				t.Errorf("read %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestCodemodeWorkerExitsWhenTheServerIsGone: a worker whose stdin closes (the server ended or
+// died) exits at once, even from inside a native call that never yields.
+func TestCodemodeWorkerExitsWhenTheServerIsGone(t *testing.T) {
+	cmd := exec.Command("/proc/self/exe", CodemodeWorkerArg)
+	cmd.Env = []string{}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	run, err := encodeMessage(codemodeMessage{Type: msgRun, Code: "return " + backtracking[0].code,
+		TimeoutNs: int64(time.Minute), OutputCap: DefaultOutputCap, MemoryLimit: DefaultCodemodeMemoryLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stdin.Write(run); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := newMessageReader(stdout, MaxCodemodeMessage).read(); err != nil || msg.Type != msgReady {
+		t.Fatalf("first message %+v, %v; want ready", msg, err)
+	}
+	AwaitSpinning(t, 200*time.Millisecond)
+	stdin.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the worker exited with %v, want status 0", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the worker still runs 5s after its stdin closed")
 	}
 }

@@ -79,12 +79,22 @@ var backtracking = []struct{ name, code string }{
 	{"a lookahead", `/(?=(a+)+c)a/.test("a".repeat(40) + "!")`},
 }
 
+// TestCodemodeBacktrackingRegexpEndsAtTheTimeLimit: the script's first call marks that it runs
+// (the worker has started): from there it ends within the time limit plus 1 s.
 func TestCodemodeBacktrackingRegexpEndsAtTheTimeLimit(t *testing.T) {
 	const limit = 2 * time.Second
 	for _, re := range backtracking {
 		t.Run(re.name, func(t *testing.T) {
-			r := within(t, startJS(t, context.Background(), Config{CodemodeTimeout: limit},
-				&nestedFake{handle: cannedTools}, "return "+re.code), limit+time.Second)
+			fake := &nestedFake{handle: cannedTools}
+			c := startJS(t, context.Background(), Config{CodemodeTimeout: limit}, fake, "await tools.plain(); return "+re.code)
+			for len(fake.calls()) == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			running := time.Now()
+			r := within(t, c, limit+time.Second)
+			if d := time.Since(running); d >= limit+time.Second {
+				t.Errorf("ended %s after the script ran, want within the time limit of %s plus 1s", d, limit)
+			}
 			if got, want := r.out.Error, "Script stopped: time limit of 2s exceeded"; !r.res.IsError || got != want {
 				t.Errorf("isError %v, error %q; want %q", r.res.IsError, got, want)
 			}

@@ -32,6 +32,10 @@ import (
 )
 
 func main() {
+	// Started by the server as codemode's interpreter (tools.CodemodeConfig): nothing else runs.
+	if len(os.Args) > 1 && os.Args[1] == tools.CodemodeWorkerArg {
+		os.Exit(tools.ServeCodemodeWorker(os.Stdin, os.Stdout))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {

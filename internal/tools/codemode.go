@@ -5,14 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
-	"runtime/metrics"
+	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
-
-	"github.com/dop251/goja"
 
 	"countersign/internal/tool"
 )
@@ -21,6 +21,9 @@ import (
 const (
 	// DefaultCodemodeTimeout is codemode's default time limit (Config.CodemodeTimeout).
 	DefaultCodemodeTimeout = 10 * time.Second
+	// DefaultCodemodeMemoryLimit is codemode's default memory budget (CodemodeConfig.MemoryLimit):
+	// 512 MiB.
+	DefaultCodemodeMemoryLimit = 512 << 20
 	// CodemodeConsoleCap caps, in bytes, the console output a script keeps (each line counts its
 	// text plus one); beyond it lines are cut and consoleTruncated is set: 16 KiB.
 	CodemodeConsoleCap = 16 << 10
@@ -136,8 +139,9 @@ func codemodeTool(cfg Config) *tool.Tool {
 			"captured (" + fmt.Sprint(CodemodeConsoleCap>>10) + " KiB at most). `return` a " +
 			"JSON-serialisable value to get it back. There is no file, network or process access " +
 			"(no require, fetch, setTimeout), and the script may run for " + cfg.CodemodeTimeout.String() +
-			" (time spent waiting for tool calls does not count), at most " +
-			fmt.Sprint(MaxCodemodeCalls) + " tool calls.",
+			" (time spent waiting for tool calls does not count), grow its memory by " +
+			fmt.Sprint(cfg.Codemode.MemoryLimit>>21) + " MiB and make at most " +
+			fmt.Sprint(MaxCodemodeCalls) + " tool calls; past a limit it is stopped.",
 		InputSchema:   json.RawMessage(codemodeInput),
 		OutputSchema:  json.RawMessage(codemodeOutput),
 		Annotations:   readOnly(),
@@ -155,51 +159,29 @@ func codemodeTool(cfg Config) *tool.Tool {
 	}
 }
 
-// jsToolName is the tool name rule (MCP 2025-11-25 §tools); other keys of `tools` are undefined.
-var jsToolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+// codemodeRun is one codemode call on the server's side (SPEC §4 "Codemode"): the script runs in
+// a worker process (ServeCodemodeWorker) that this side starts, feeds and, when the time limit is
+// spent or ctx ends, kills. Every tool call the script makes is run here, through the tool
+// context's ExecuteTool, so it passes the same pipeline as any call (handlers, rules, prompts).
+// One goroutine, the loop, reads the worker's messages and keeps the time limit; each call runs
+// on its own goroutine and hands its outcome to the writer goroutine, the only one that writes
+// to the worker after the run message.
+type codemodeRun struct {
+	ctx        context.Context
+	cfg        Config
+	tc         tool.Context
+	onUpdate   func(tool.Update)
+	maxMessage int // protocol line cap
 
-// reservedToolKeys are keys of `tools` that are not tool calls: Object.prototype's methods (so
-// `String(tools)` and `tools.hasOwnProperty` behave), "then" (so `await tools` does not call a
-// tool) and "toJSON".
-var reservedToolKeys = map[string]bool{
-	"then": true, "toJSON": true, "constructor": true, "toString": true, "toLocaleString": true,
-	"valueOf": true, "hasOwnProperty": true, "isPrototypeOf": true, "propertyIsEnumerable": true,
-}
-
-// stopped is the value a script is interrupted with (goja's Interrupt) and the reason it ended.
-type stopped struct{ text string }
-
-func (s *stopped) Error() string { return s.text }
-
-// jsRun is one codemode run. The goja runtime is not goroutine-safe, so it is touched only by the
-// goroutine that called runCodemode, which runs an event loop: nested calls run on their own
-// goroutines and hand their settlement back as a callback on jobs; the loop runs one callback at
-// a time (resolving or rejecting the call's Promise, which runs the script's continuations) until
-// the script's top-level Promise settles, the time limit is spent, or ctx ends. Other goroutines
-// only call vm.Interrupt, which is safe from any goroutine.
-type jsRun struct {
-	ctx      context.Context
-	tc       tool.Context
-	onUpdate func(tool.Update)
-	vm       *goja.Runtime
-	limit    time.Duration // of script execution
-	heapBase uint64        // the process's heap when the run started
-	used     time.Duration // script execution so far
-	timeUp   *stopped
-
-	// Nested calls: their context, cancelled when the script ends; their settlement callbacks;
-	// done, closed when the loop no longer takes callbacks; wg, the calls' goroutines.
+	// Nested calls: their context, cancelled when the script ends; their goroutines; outbox,
+	// their outcomes for the writer; sent, one token per outcome written to the worker; done,
+	// closed when the run is over (nothing more is written or counted).
 	callCtx     context.Context
 	cancelCalls context.CancelCauseFunc
-	jobs        chan func()
-	done        chan struct{}
 	wg          sync.WaitGroup
-	inflight    int // calls whose callback has not run; the loop's goroutine only
-
-	// The built-ins as they were before the script ran (it may overwrite the globals).
-	errorCtor *goja.Object
-	stringify goja.Callable
-	parse     goja.Callable
+	outbox      chan []byte
+	sent        chan struct{}
+	done        chan struct{}
 
 	console      []ConsoleLine // the loop's goroutine only
 	consoleBytes int
@@ -210,34 +192,42 @@ type jsRun struct {
 	finished int
 }
 
-// runCodemode runs code as the body of an async function in a fresh goja runtime (SPEC §4
-// "Codemode") and returns codemode's result: success with the return value, or isError with the
-// same structuredContent when the script threw, was stopped by the time limit or ctx, or awaited
-// something that can never happen. It returns only after every nested call it started has ended.
+// Timing of the worker, seen from the server.
+const (
+	// codemodeStartTimeout bounds how long a worker may take to start and send "ready".
+	codemodeStartTimeout = 10 * time.Second
+	// codemodeKillGrace is how long past the time limit the server waits for the worker to stop
+	// the script itself (with the same error) before it kills the worker.
+	codemodeKillGrace = 100 * time.Millisecond
+	// codemodeExitWait bounds how long the server waits, once the worker closed its stdout, for
+	// it to exit and for its stderr, before it kills it.
+	codemodeExitWait = 2 * time.Second
+)
+
+// runCodemode runs code as the body of an async function in a fresh worker (SPEC §4 "Codemode")
+// and returns codemode's result: success with the return value, or isError with the same
+// structuredContent when the script threw, was stopped by the time limit, the memory limit or
+// ctx, awaited something that can never happen, or the worker failed. It returns only after the
+// worker is reaped and every nested call it started has ended.
 func runCodemode(ctx context.Context, cfg Config, code string, onUpdate func(tool.Update), tc tool.Context) tool.Result {
 	start := time.Now()
-	r := &jsRun{
-		ctx: ctx, tc: tc, onUpdate: onUpdate, vm: goja.New(), limit: cfg.CodemodeTimeout, heapBase: heapBytes(),
-		timeUp: &stopped{fmt.Sprintf("Script stopped: time limit of %s exceeded", cfg.CodemodeTimeout)},
-		jobs:   make(chan func()),
-		done:   make(chan struct{}),
+	r := &codemodeRun{
+		ctx: ctx, cfg: cfg, tc: tc, onUpdate: onUpdate, maxMessage: codemodeMessageCap(cfg.OutputCap),
+		outbox: make(chan []byte), sent: make(chan struct{}), done: make(chan struct{}),
 	}
 	r.callCtx, r.cancelCalls = context.WithCancelCause(ctx)
-	// Stop interrupts the script wherever it is; the loop also watches ctx while it waits.
-	stopInterrupt := context.AfterFunc(ctx, func() { r.vm.Interrupt(r.cancelled()) })
 
-	result, failure := r.run(code)
+	result, resultHead, failure := r.run(code)
 
-	stopInterrupt()
-	// Calls still running are cancelled with the reason the script ended; the loop takes no more
-	// callbacks, and the calls' goroutines are waited for, so none outlives the tool's call and
-	// the parent's nestedCalls record is whole.
+	// Calls still running are cancelled with the reason the script ended; nothing more is
+	// written to the (dead) worker, and the calls' goroutines are waited for, so none outlives
+	// the tool's call and the parent's nestedCalls record is whole.
+	close(r.done)
 	cause := failure
 	if cause == nil {
 		cause = errors.New("The script returned before this call finished")
 	}
 	r.cancelCalls(cause)
-	close(r.done)
 	r.wg.Wait()
 
 	out := CodemodeOutput{Result: json.RawMessage("null"), Console: r.console, ConsoleTruncated: r.consoleCut}
@@ -247,15 +237,17 @@ func runCodemode(ctx context.Context, cfg Config, code string, onUpdate func(too
 	r.mu.Lock()
 	out.Calls = append([]CodemodeCall{}, r.calls...)
 	r.mu.Unlock()
-	if failure == nil && result != nil {
+	switch {
+	case failure != nil:
+	case resultHead != "":
+		out.Result, out.ResultTruncated = tool.Structured(cutUTF8(resultHead, cfg.OutputCap)), true
+	case len(result) > cfg.OutputCap:
+		out.Result, out.ResultTruncated = tool.Structured(cutUTF8(string(result), cfg.OutputCap)), true
+	case result != nil:
 		out.Result = result
-		if len(result) > cfg.OutputCap {
-			out.Result = tool.Structured(cutUTF8(string(result), cfg.OutputCap))
-			out.ResultTruncated = true
-		}
 	}
 	head := "Result: " + string(out.Result)
-	if failure == nil && result == nil {
+	if failure == nil && result == nil && !out.ResultTruncated {
 		head = "Result: undefined (the script returned nothing)"
 	}
 	if failure != nil {
@@ -270,377 +262,201 @@ func runCodemode(ctx context.Context, cfg Config, code string, onUpdate func(too
 	}
 }
 
-// run sets up the runtime, runs the script and its event loop, and returns the return value as
-// JSON (nil for undefined) or why the script failed.
-func (r *jsRun) run(code string) (json.RawMessage, error) {
-	if err := r.setup(); err != nil {
-		return nil, fmt.Errorf("Script failed: %v", err)
+// run starts the worker, sends it the script and serves it until it sends "done", dies, breaks
+// the protocol, runs out of time, or ctx ends; the worker is killed and reaped before run
+// returns. It returns the script's return value as JSON (nil for undefined), or the start of a
+// longer one (resultHead), or why the script failed.
+func (r *codemodeRun) run(code string) (result json.RawMessage, resultHead string, failure error) {
+	runLine, err := encodeMessage(codemodeMessage{Type: msgRun, Code: code, TimeoutNs: int64(r.cfg.CodemodeTimeout),
+		OutputCap: r.cfg.OutputCap, MemoryLimit: r.cfg.Codemode.MemoryLimit})
+	if err != nil {
+		return nil, "", fmt.Errorf("Script failed: %v", err)
 	}
-	// The body starts on the wrapper's first line, so the script's line numbers are its own.
-	src := "(async function () {" + code + "\n})()"
-	var v goja.Value
-	if err := r.enter(func() (err error) {
-		v, err = r.vm.RunScript("codemode.js", src)
-		return err
-	}); err != nil {
-		return nil, r.failure(err)
+	w, err := startWorker(r.cfg.Codemode.Command, r.maxMessage)
+	if err != nil {
+		return nil, "", fmt.Errorf("Script failed: the interpreter cannot start: %v", err)
 	}
-	p, ok := v.Export().(*goja.Promise)
-	if !ok {
-		return nil, errors.New("Script failed: the script did not run as an async function")
-	}
-	for p.State() == goja.PromiseStatePending {
-		if r.inflight == 0 {
-			// Nothing can settle it: there are no timers, and no call will call back.
-			return nil, errors.New("Script failed: the script awaits a promise that can never settle")
-		}
+	defer w.stop()
+	w.bg.Add(1)
+	go r.write(w, runLine)
+
+	// The time limit counts while the worker runs script: from "ready" on, except while it
+	// waits for an outcome (it said "wait" having consumed every outcome written so far).
+	var (
+		ready     bool
+		sent      int  // outcomes written
+		waitingAt = -1 // the consumed count of a "wait" that is the worker's latest message, else -1
+		running   bool
+		since     time.Time     // when the worker last started running
+		used      time.Duration // running time before since
+		budget    = r.cfg.CodemodeTimeout + codemodeKillGrace
+	)
+	timer := time.NewTimer(codemodeStartTimeout)
+	defer timer.Stop()
+	timeUp := fmt.Errorf("Script stopped: time limit of %s exceeded", r.cfg.CodemodeTimeout)
+	for {
 		select {
-		case job := <-r.jobs:
-			if err := r.enter(func() error { return r.protect(job) }); err != nil {
-				return nil, r.failure(err)
+		case msg, ok := <-w.msgs:
+			if !ok {
+				return nil, "", r.ended(w)
 			}
+			if msg.Type != msgReady && !ready {
+				return nil, "", w.broken(fmt.Errorf("a %q message before %q", msg.Type, msgReady))
+			}
+			waitingAt = -1
+			switch msg.Type {
+			case msgReady:
+				if ready {
+					return nil, "", w.broken(fmt.Errorf("a second %q message", msgReady))
+				}
+				ready = true
+			case msgConsole:
+				if err := r.keepConsole(msg); err != nil {
+					return nil, "", w.broken(err)
+				}
+			case msgCall:
+				if err := r.startCall(msg); err != nil {
+					return nil, "", w.broken(err)
+				}
+			case msgWait:
+				r.mu.Lock()
+				calls := len(r.calls)
+				r.mu.Unlock()
+				if msg.Consumed < 0 || msg.Consumed > calls {
+					return nil, "", w.broken(fmt.Errorf("a %q having consumed %d outcomes of %d calls", msgWait, msg.Consumed, calls))
+				}
+				waitingAt = msg.Consumed
+			case msgDone:
+				if msg.Error != "" {
+					return nil, "", errors.New(msg.Error)
+				}
+				return msg.Result, msg.ResultHead, nil
+			default:
+				return nil, "", w.broken(fmt.Errorf("an unknown message type %q", msg.Type))
+			}
+		case <-r.sent:
+			sent++
 		case <-r.ctx.Done():
-			return nil, r.cancelled()
+			w.kill()
+			return nil, "", errors.New("Script stopped: " + context.Cause(r.ctx).Error())
+		case <-timer.C:
+			w.kill()
+			if !ready {
+				return nil, "", fmt.Errorf("Script failed: the interpreter did not start within %s", codemodeStartTimeout)
+			}
+			return nil, "", timeUp
+		}
+		if !ready {
+			continue
+		}
+		// The worker is blocked only while its latest message is a "wait" and no outcome was
+		// written after the ones it had consumed. (An outcome it consumed before the loop counted
+		// it as written makes consumed > sent for a moment: running, until the count catches up.)
+		switch blocked := waitingAt == sent; {
+		case blocked && running:
+			used += time.Since(since)
+			running = false
+			timer.Stop()
+		case !blocked && !running:
+			running, since = true, time.Now()
+			timer.Reset(max(budget-used, 0))
 		}
 	}
-	if p.State() == goja.PromiseStateRejected {
-		text, err := r.describe(p.Result())
-		if err != nil {
-			return nil, r.failure(err)
-		}
-		return nil, errors.New("Script failed: " + text)
-	}
-	if goja.IsUndefined(p.Result()) {
-		return nil, nil
-	}
-	var s goja.Value
-	if err := r.enter(func() (err error) {
-		s, err = r.stringify(goja.Undefined(), p.Result())
-		return err
-	}); err != nil {
-		f := r.failure(err)
-		var s *stopped
-		if errors.As(f, &s) {
-			return nil, f
-		}
-		return nil, errors.New("Script failed: the return value cannot be serialised as JSON: " +
-			strings.TrimPrefix(f.Error(), "Script failed: "))
-	}
-	if s == nil || goja.IsUndefined(s) {
-		return nil, nil // a function or a symbol: JSON has no such value
-	}
-	return json.RawMessage(s.String()), nil
 }
 
-// setup builds the sandbox: the ECMAScript built-ins goja has (no require, no timers, no file,
-// network or process access: none is added), console and tools.
-func (r *jsRun) setup() error {
-	r.vm.SetMaxCallStackSize(maxCallStack)
-	var ok bool
-	if r.errorCtor, ok = r.vm.Get("Error").(*goja.Object); !ok {
-		return errors.New("no Error constructor")
+// write sends the run message, then each outcome in the order the calls finish, counting each
+// written outcome on sent. It ends when the run is over or the worker's stdin is closed.
+func (r *codemodeRun) write(w *codemodeWorker, runLine []byte) {
+	defer w.bg.Done()
+	if _, err := w.stdin.Write(runLine); err != nil {
+		return // the worker died: its stdout ends, and the loop says why
 	}
-	jsonObj := r.vm.Get("JSON").ToObject(r.vm)
-	if r.stringify, ok = goja.AssertFunction(jsonObj.Get("stringify")); !ok {
-		return errors.New("no JSON.stringify")
-	}
-	if r.parse, ok = goja.AssertFunction(jsonObj.Get("parse")); !ok {
-		return errors.New("no JSON.parse")
-	}
-	console := r.vm.NewObject()
-	for _, level := range []string{"log", "info", "warn", "error"} {
-		if err := console.Set(level, r.consoleFunc(level)); err != nil {
-			return err
-		}
-	}
-	if err := r.vm.Set("console", console); err != nil {
-		return err
-	}
-	return r.vm.Set("tools", r.vm.NewDynamicObject(&toolsObject{r: r, fns: map[string]goja.Value{}}))
-}
-
-// enter runs f on the runtime with the time limit's remaining budget: a timer interrupts the
-// script when the budget is spent. Only time spent running script counts, not time waiting for
-// tool calls (an approval may take a person minutes).
-func (r *jsRun) enter(f func() error) error {
-	remaining := r.limit - r.used
-	if remaining <= 0 {
-		return r.timeUp
-	}
-	timer := time.AfterFunc(remaining, func() { r.vm.Interrupt(r.timeUp) })
-	stopWatch := r.watchMemory()
-	begin := time.Now()
-	err := f()
-	stopWatch()
-	r.used += time.Since(begin)
-	if !timer.Stop() {
-		r.used = r.limit // it fired: whatever f returned, the budget is spent
-	}
-	return err
-}
-
-// MaxCodemodeHeapGrowth bounds how much a script may grow the process's heap: goja has no
-// memory limit of its own, so a watchdog samples the Go heap while the script runs and
-// interrupts it past this growth. The measure is the whole process's heap (other sessions'
-// work counts too), so it is a guard against a runaway script, not an exact quota; one huge
-// allocation can overshoot it before the next sample.
-const MaxCodemodeHeapGrowth = 256 << 20
-
-// heapBytes is the live heap of the process (runtime/metrics; no stop-the-world).
-func heapBytes() uint64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
-}
-
-// watchMemory interrupts the script when the heap grows more than MaxCodemodeHeapGrowth above
-// where it was when the run started; the returned func stops the watchdog.
-func (r *jsRun) watchMemory() func() {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
+	for {
+		select {
+		case line := <-r.outbox:
+			if _, err := w.stdin.Write(line); err != nil {
 				return
-			case <-t.C:
-				if h := heapBytes(); h > r.heapBase+MaxCodemodeHeapGrowth {
-					r.vm.Interrupt(&stopped{fmt.Sprintf("Script stopped: memory limit exceeded (the script grew the heap by more than %d MiB)", MaxCodemodeHeapGrowth>>20)})
-					return
-				}
 			}
-		}
-	}()
-	return func() { close(done) }
-}
-
-// cancelled is the reason a script stopped because ctx ended: "Script stopped: Run stopped by
-// owner" for a Stop.
-func (r *jsRun) cancelled() *stopped {
-	return &stopped{"Script stopped: " + context.Cause(r.ctx).Error()}
-}
-
-// failure turns an error of the runtime into the reason the script ended.
-func (r *jsRun) failure(err error) error {
-	var interrupted *goja.InterruptedError
-	if errors.As(err, &interrupted) {
-		if s, ok := interrupted.Value().(*stopped); ok {
-			return s
-		}
-	}
-	if r.ctx.Err() != nil {
-		return r.cancelled()
-	}
-	var overflow *goja.StackOverflowError
-	if errors.As(err, &overflow) {
-		return fmt.Errorf("Script failed: maximum call stack size (%d) exceeded%s", maxCallStack, overflow.Error())
-	}
-	var ex *goja.Exception
-	if errors.As(err, &ex) {
-		// A compile error's message repeats its name ("SyntaxError: SyntaxError: …").
-		text := strings.Replace(r.describeException(ex), "SyntaxError: SyntaxError: ", "SyntaxError: ", 1)
-		return errors.New("Script failed: " + text)
-	}
-	return errors.New("Script failed: " + err.Error())
-}
-
-// describeException is an uncaught exception's text with its stack when there is one.
-func (r *jsRun) describeException(ex *goja.Exception) string {
-	if ex.Value() == nil {
-		return ex.Error()
-	}
-	text, err := r.describe(ex.Value())
-	if err != nil {
-		return ex.Error()
-	}
-	return text
-}
-
-// describe is a thrown or rejected value as text: an Error's stack ("Error: boom\n\tat …"), else
-// its string form. It may run script code (a toString), so it runs under the time limit; a
-// toString that throws gives a stand-in text, an interrupt the error.
-func (r *jsRun) describe(v goja.Value) (string, error) {
-	var text string
-	err := r.enter(func() error {
-		return r.protect(func() {
-			if o, ok := v.(*goja.Object); ok && r.vm.InstanceOf(o, r.errorCtor) {
-				if st := o.Get("stack"); st != nil && !goja.IsUndefined(st) {
-					text = strings.TrimRight(st.String(), "\n")
-					return
-				}
+			select {
+			case r.sent <- struct{}{}:
+			case <-r.done:
+				return
+			case <-w.quit:
+				return
 			}
-			text = v.String()
-		})
-	})
-	var interrupted *goja.InterruptedError
-	if errors.As(err, &interrupted) {
-		return "", err
-	}
-	if err != nil {
-		text = "a value that cannot be shown (" + err.Error() + ")"
-	}
-	return text, nil
-}
-
-// protect runs f as if it were a native function the script called: a JavaScript exception or an
-// interrupt inside it comes back as the error, and promise jobs queued by f (the continuations of
-// a resolved call) run before protect returns. Every use of the runtime outside RunScript goes
-// through it.
-func (r *jsRun) protect(f func()) error {
-	fn, _ := goja.AssertFunction(r.vm.ToValue(func(goja.FunctionCall) goja.Value {
-		f()
-		return goja.Undefined()
-	}))
-	_, err := fn(goja.Undefined())
-	return err
-}
-
-// consoleFunc is console.<level>: it keeps a line, within CodemodeConsoleCap.
-func (r *jsRun) consoleFunc(level string) func(goja.FunctionCall) goja.Value {
-	return func(call goja.FunctionCall) goja.Value {
-		if r.consoleCut {
-			return goja.Undefined()
+		case <-r.done:
+			return
+		case <-w.quit:
+			return
 		}
-		parts := make([]string, len(call.Arguments))
-		for i, a := range call.Arguments {
-			parts[i] = r.format(a)
-		}
-		text := strings.Join(parts, " ")
-		room := CodemodeConsoleCap - r.consoleBytes - 1
-		if len(text) > room {
-			r.consoleCut = true
-			if room <= 0 {
-				return goja.Undefined()
-			}
-			text = cutUTF8(text, room)
-		}
-		r.consoleBytes += len(text) + 1
-		r.console = append(r.console, ConsoleLine{Level: level, Text: text})
-		return goja.Undefined()
 	}
 }
 
-// format is one console argument as text: strings as they are, errors as their string form,
-// functions and symbols by String, anything else as JSON (or String when JSON fails).
-func (r *jsRun) format(v goja.Value) string {
-	if v == nil || goja.IsUndefined(v) {
-		return "undefined"
-	}
-	if s, ok := v.Export().(string); ok {
-		return s
-	}
-	if o, ok := v.(*goja.Object); ok {
-		if r.vm.InstanceOf(o, r.errorCtor) {
-			return o.String()
+// keepConsole keeps a console line within CodemodeConsoleCap (the worker cuts first; this holds
+// the cap whatever it sends).
+func (r *codemodeRun) keepConsole(msg codemodeMessage) error {
+	if msg.Cut {
+		if msg.Level != "" || msg.Text != "" {
+			return errors.New("a console cut mark with a line")
 		}
-		if _, isFunc := goja.AssertFunction(o); isFunc {
-			return o.String()
-		}
-	}
-	if s, err := r.stringify(goja.Undefined(), v); err == nil && s != nil && !goja.IsUndefined(s) {
-		return s.String()
-	} else if err != nil {
-		var interrupted *goja.InterruptedError
-		if errors.As(err, &interrupted) {
-			panic(err) // the time limit or Stop: let it unwind the script
-		}
-	}
-	return v.String()
-}
-
-// toolsObject is the script's `tools`: any key that is a tool name is a function calling that
-// tool; whether the tool exists and may be called is ExecuteTool's answer (`Tool "x" not found`).
-type toolsObject struct {
-	r   *jsRun
-	fns map[string]goja.Value
-}
-
-func (t *toolsObject) Get(key string) goja.Value {
-	if reservedToolKeys[key] || strings.HasPrefix(key, "__") || !jsToolName.MatchString(key) {
+		r.consoleCut = true
 		return nil
 	}
-	f, ok := t.fns[key]
-	if !ok {
-		f = t.r.vm.ToValue(t.r.toolFunc(key))
-		t.fns[key] = f
+	switch msg.Level {
+	case "log", "info", "warn", "error":
+	default:
+		return fmt.Errorf("a console line of level %q", msg.Level)
 	}
-	return f
-}
-func (t *toolsObject) Set(string, goja.Value) bool { return false }
-func (t *toolsObject) Has(key string) bool         { return t.Get(key) != nil }
-func (t *toolsObject) Delete(string) bool          { return false }
-func (t *toolsObject) Keys() []string              { return []string{} }
-
-// toolFunc is tools.<name>(args): it starts the call and returns a Promise of its result.
-func (r *jsRun) toolFunc(name string) func(goja.FunctionCall) goja.Value {
-	return func(call goja.FunctionCall) goja.Value {
-		p, resolve, reject := r.vm.NewPromise()
-		raw, err := r.arguments(call.Argument(0))
-		switch {
-		case err != nil:
-			r.settle(reject(r.newError(fmt.Sprintf("Arguments for tool %q cannot be sent: %v", name, err))))
-		case !r.start(name, raw, resolve, reject):
-			r.settle(reject(r.newError(fmt.Sprintf("Call limit reached: a script may make at most %d tool calls", MaxCodemodeCalls))))
+	if r.consoleCut {
+		return nil
+	}
+	text := msg.Text
+	room := CodemodeConsoleCap - r.consoleBytes - 1
+	if len(text) > room {
+		r.consoleCut = true
+		if room <= 0 {
+			return nil
 		}
-		return r.vm.ToValue(p)
+		text = cutUTF8(text, room)
 	}
+	r.consoleBytes += len(text) + 1
+	r.console = append(r.console, ConsoleLine{Level: msg.Level, Text: text})
+	return nil
 }
 
-// settle propagates an uncatchable error (the time limit, Stop) of a resolve or reject called
-// from inside the script.
-func (r *jsRun) settle(err error) {
-	if err != nil {
-		panic(err)
-	}
-}
-
-// arguments serialises a call's arguments with JSON.stringify: undefined and null send {}; a
-// value JSON cannot represent (a function) sends null, which the tool's inputSchema refuses.
-func (r *jsRun) arguments(v goja.Value) (json.RawMessage, error) {
-	if v == nil || goja.IsUndefined(v) || goja.IsNull(v) {
-		return json.RawMessage("{}"), nil
-	}
-	s, err := r.stringify(goja.Undefined(), v)
-	if err != nil {
-		var interrupted *goja.InterruptedError
-		if errors.As(err, &interrupted) {
-			panic(err)
-		}
-		return nil, err
-	}
-	if s == nil || goja.IsUndefined(s) {
-		return json.RawMessage("null"), nil
-	}
-	return json.RawMessage(s.String()), nil
-}
-
-// start runs one nested call on its own goroutine and returns false when the script has used up
-// MaxCodemodeCalls. The call's settlement comes back to the loop as a callback.
-func (r *jsRun) start(name string, raw json.RawMessage, resolve, reject func(any) error) bool {
+// startCall runs the worker's call on its own goroutine, through ExecuteTool, and queues its
+// outcome for the worker. Calls are numbered 1, 2, … in the order the script starts them, at
+// most MaxCodemodeCalls (the worker refuses more itself).
+func (r *codemodeRun) startCall(msg codemodeMessage) error {
 	r.mu.Lock()
-	if len(r.calls) >= MaxCodemodeCalls {
-		r.mu.Unlock()
-		return false
-	}
-	i := len(r.calls)
-	r.calls = append(r.calls, CodemodeCall{Name: name, Status: "error", Error: "did not finish"})
+	n := len(r.calls)
 	r.mu.Unlock()
-	r.inflight++
+	switch {
+	case msg.ID != n+1:
+		return fmt.Errorf("call %d where call %d was next", msg.ID, n+1)
+	case n >= MaxCodemodeCalls:
+		return fmt.Errorf("more than %d calls", MaxCodemodeCalls)
+	case !jsToolName.MatchString(msg.Name):
+		return fmt.Errorf("a call of %q, which is not a tool name", preview([]byte(msg.Name)))
+	case len(msg.Arguments) == 0:
+		return fmt.Errorf("call %d without arguments", msg.ID)
+	}
+	name, args, id := msg.Name, msg.Arguments, msg.ID
+	r.mu.Lock()
+	r.calls = append(r.calls, CodemodeCall{Name: name, Status: "error", Error: "did not finish"})
+	finished := r.finished
+	r.mu.Unlock()
 	r.wg.Add(1)
-	r.onUpdate(tool.Update{Progress: float64(r.finishedCount()), Message: fmt.Sprintf("Calling %s", name)})
+	r.onUpdate(tool.Update{Progress: float64(finished), Message: fmt.Sprintf("Calling %s", name)})
 	go func() {
 		defer r.wg.Done()
-		out := r.tc.ExecuteTool(r.callCtx, name, raw)
+		out := r.tc.ExecuteTool(r.callCtx, name, args)
 		rec := CodemodeCall{ID: out.ToolCall.ID, Name: name, Status: "ok"}
 		if out.IsError {
 			rec.Status, rec.Error = "error", cutUTF8(callErrorText(name, out), maxCallError)
 		}
 		r.mu.Lock()
-		r.calls[i] = rec
+		r.calls[id-1] = rec
 		r.finished++
 		n := r.finished
 		r.mu.Unlock()
@@ -649,69 +465,235 @@ func (r *jsRun) start(name string, raw json.RawMessage, resolve, reject func(any
 			msg = fmt.Sprintf("%s %s: error: %s", name, rec.ID, firstLine(rec.Error))
 		}
 		r.onUpdate(tool.Update{Progress: float64(n), Message: msg})
-		// Runs on the loop, inside protect: settle panics with an interrupt, which protect returns.
-		r.post(func() {
-			r.inflight--
-			if out.IsError {
-				r.settle(reject(r.callError(name, out)))
-				return
-			}
-			v, err := r.value(out)
-			if err != nil {
-				r.settle(reject(r.newError(fmt.Sprintf("The result of tool %q cannot be read: %v", name, err))))
-				return
-			}
-			r.settle(resolve(v))
-		})
+		select {
+		case r.outbox <- r.outcomeLine(id, name, out):
+		case <-r.done:
+		}
 	}()
-	return true
+	return nil
 }
 
-func (r *jsRun) finishedCount() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.finished
-}
-
-// post hands a callback to the loop, or drops it when the loop has ended.
-func (r *jsRun) post(job func()) {
-	select {
-	case r.jobs <- job:
-	case <-r.done:
+// outcomeLine is the protocol line of call id's outcome. One the worker could not take (larger
+// than the line cap, or structuredContent that is not JSON) becomes an error outcome saying so.
+func (r *codemodeRun) outcomeLine(id int, name string, out tool.Outcome) []byte {
+	msg := codemodeMessage{Type: msgOutcome, ID: id, ToolCallID: out.ToolCall.ID, IsError: out.IsError,
+		Text: out.Result.TextOf(), StructuredContent: out.Result.StructuredContent}
+	if out.IsError {
+		msg.Text = callErrorText(name, out)
 	}
-}
-
-// value is what a successful call resolves with (SPEC §4): its structuredContent as an object
-// when it has one (every tool with an outputSchema does), else its text.
-func (r *jsRun) value(out tool.Outcome) (goja.Value, error) {
-	if sc := out.Result.StructuredContent; len(sc) > 0 {
-		return r.parse(goja.Undefined(), r.vm.ToValue(string(sc)))
+	line, err := encodeMessage(msg)
+	if err == nil && len(line) > r.maxMessage {
+		err = fmt.Errorf("it takes %d bytes, more than the %d codemode takes", len(line), r.maxMessage)
 	}
-	return r.vm.ToValue(out.Result.TextOf()), nil
+	if err != nil {
+		line, _ = encodeMessage(codemodeMessage{Type: msgOutcome, ID: id, ToolCallID: out.ToolCall.ID, IsError: true,
+			Text: fmt.Sprintf("The result of tool %q cannot be passed to the script: %v", name, err)})
+	}
+	return line
 }
 
-// callError is the Error a failed, blocked or denied call rejects with: its message is the
-// result's text ("Denied by owner: no"); toolName and toolCallId say which call, and
-// structuredContent is there when the error has data.
-func (r *jsRun) callError(name string, out tool.Outcome) goja.Value {
-	e := r.newError(callErrorText(name, out))
-	_ = e.Set("toolName", name)
-	_ = e.Set("toolCallId", out.ToolCall.ID)
-	if sc := out.Result.StructuredContent; len(sc) > 0 {
-		if v, err := r.parse(goja.Undefined(), r.vm.ToValue(string(sc))); err == nil {
-			_ = e.Set("structuredContent", v)
+// ended is why the script ended when the worker's messages ended without "done": the reader's
+// error when the worker broke the protocol, else what its exit says (see died). A line cut
+// short by the end of stdout is a death, not a broken protocol: a worker killed mid-write.
+func (r *codemodeRun) ended(w *codemodeWorker) error {
+	if !errors.Is(w.readErr, io.EOF) && !errors.Is(w.readErr, io.ErrUnexpectedEOF) {
+		return w.broken(w.readErr)
+	}
+	return w.died(r.cfg.Codemode.MemoryLimit)
+}
+
+// codemodeWorker is a running worker process: its stdin, its messages (read from its stdout by
+// a goroutine: msgs is closed at the end of stdout, with readErr set first), its exit and the
+// start of its stderr.
+type codemodeWorker struct {
+	cmd     *exec.Cmd
+	stdin   *os.File
+	stdout  *os.File
+	stderr  *os.File
+	msgs    chan codemodeMessage
+	readErr error
+	quit    chan struct{} // closed by stop: the reader and the writer stop
+
+	exited  chan struct{} // closed when the process has been reaped
+	errDone chan struct{} // closed when stderr has been read to its end
+	errMu   sync.Mutex
+	errHead []byte // the first workerStderrCap bytes of its stderr
+
+	bg sync.WaitGroup // the reader, the stderr reader and the writer
+}
+
+// workerStderrCap is how much of a worker's stderr is kept (the Go runtime's fatal error comes
+// first).
+const workerStderrCap = 8 << 10
+
+// startWorker starts command in its own process group, in "/", with an empty environment and
+// pipes for its stdin, stdout and stderr, and starts reading its messages (lines of at most
+// maxMessage bytes) and its stderr.
+func startWorker(command []string, maxMessage int) (w *codemodeWorker, err error) {
+	if len(command) == 0 {
+		return nil, errors.New("no worker command")
+	}
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	pipe := func() (r, w *os.File) {
+		if err == nil {
+			r, w, err = os.Pipe()
+			files = append(files, r, w)
+		}
+		return r, w
+	}
+	inR, inW := pipe()
+	outR, outW := pipe()
+	errR, errW := pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Dir = "/"
+	// The worker's whole environment: nothing of the server's (it holds the owner token and the
+	// model providers' API keys) is passed on, and the interpreter needs nothing.
+	cmd.Env = []string{}
+	// *os.File streams are handed over as they are: no copying goroutines inside exec.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	files = []*os.File{inR, outW, errW} // the child's ends: closed here, kept open by the child
+	w = &codemodeWorker{cmd: cmd, stdin: inW, stdout: outR, stderr: errR,
+		msgs: make(chan codemodeMessage), quit: make(chan struct{}), exited: make(chan struct{}), errDone: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait() // its status is in cmd.ProcessState
+		close(w.exited)
+	}()
+	w.bg.Add(2)
+	go w.read(maxMessage)
+	go w.readStderr()
+	return w, nil
+}
+
+// read hands the worker's messages to msgs until its stdout ends or a line is not a message.
+func (w *codemodeWorker) read(maxMessage int) {
+	defer w.bg.Done()
+	defer close(w.msgs)
+	in := newMessageReader(w.stdout, maxMessage)
+	for {
+		msg, err := in.read()
+		if err != nil {
+			w.readErr = err
+			return
+		}
+		select {
+		case w.msgs <- msg:
+		case <-w.quit:
+			w.readErr = io.EOF
+			return
 		}
 	}
-	return e
 }
 
-// newError is `new Error(message)` with the original Error constructor.
-func (r *jsRun) newError(message string) *goja.Object {
-	e, err := r.vm.New(r.errorCtor, r.vm.ToValue(message))
-	if err != nil {
-		panic(err) // only an interrupt can get here
+// readStderr keeps the start of the worker's stderr and reads the rest to its end.
+func (w *codemodeWorker) readStderr() {
+	defer w.bg.Done()
+	defer close(w.errDone)
+	buf := make([]byte, 4<<10)
+	for {
+		n, err := w.stderr.Read(buf)
+		w.errMu.Lock()
+		if room := workerStderrCap - len(w.errHead); room > 0 {
+			w.errHead = append(w.errHead, buf[:min(n, room)]...)
+		}
+		w.errMu.Unlock()
+		if err != nil {
+			return
+		}
 	}
-	return e
+}
+
+// kill ends the worker's process group with SIGKILL, unless the worker has been reaped (its
+// pid could be another process's by now).
+func (w *codemodeWorker) kill() {
+	select {
+	case <-w.exited:
+	default:
+		_ = killGroup(w.cmd.Process.Pid)
+	}
+}
+
+// stop kills the worker if it still runs, reaps it and closes the pipes, waiting for the
+// goroutines that use them.
+func (w *codemodeWorker) stop() {
+	w.kill()
+	<-w.exited
+	close(w.quit)
+	w.stdin.Close() // wakes a writer blocked on a full pipe
+	select {
+	case <-w.errDone:
+	case <-time.After(codemodeExitWait):
+	}
+	w.stdout.Close()
+	w.stderr.Close()
+	w.bg.Wait()
+}
+
+// broken kills a worker that broke the protocol and says so.
+func (w *codemodeWorker) broken(err error) error {
+	w.kill()
+	return fmt.Errorf("Script failed: the interpreter broke the protocol (%v)", err)
+}
+
+// outOfMemory reports whether a worker's stderr says it ran out of address space: the Go
+// runtime's "out of memory" (or, under the race detector, its arena reservation failing as
+// "address space collisions"), or an mmap's ENOMEM.
+func outOfMemory(stderr string) bool {
+	for _, s := range []string{"out of memory", "cannot allocate memory", "failed to allocate",
+		"failed to reserve", "address space collisions"} {
+		if strings.Contains(stderr, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// died is why a worker that closed its stdout without "done" ended, from its exit status and
+// the start of its stderr: the memory limit (the Go runtime ran out of the address space
+// RLIMIT_AS allows), a stack overflow, SIGKILL (RLIMIT_CPU, or the system's out-of-memory
+// killer), or another exit.
+func (w *codemodeWorker) died(memoryLimit int64) error {
+	select {
+	case <-w.exited:
+	case <-time.After(codemodeExitWait):
+		w.kill() // it closed its stdout but lives on
+		<-w.exited
+	}
+	select {
+	case <-w.errDone:
+	case <-time.After(codemodeExitWait):
+	}
+	w.errMu.Lock()
+	stderr := string(w.errHead)
+	w.errMu.Unlock()
+	first := firstLine(strings.TrimSpace(stderr))
+	status := "exit status unknown"
+	if st := w.cmd.ProcessState; st != nil {
+		status = st.String()
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			return fmt.Errorf("Script stopped: the interpreter was killed (%s: its CPU time limit, or the system is out of memory)", status)
+		}
+	}
+	switch {
+	case outOfMemory(stderr):
+		return fmt.Errorf("Script stopped: memory limit exceeded (the script needed more than the %d MiB the interpreter may add)", memoryLimit>>20)
+	case strings.Contains(stderr, "stack overflow") || strings.Contains(stderr, "stack exceeds"):
+		return errors.New("Script failed: the interpreter's stack overflowed (data nested too deep?)")
+	case first != "":
+		return fmt.Errorf("Script failed: the interpreter ended unexpectedly (%s): %s", status, first)
+	}
+	return fmt.Errorf("Script failed: the interpreter ended unexpectedly (%s)", status)
 }
 
 // callErrorText is a failed call's result text, or a stand-in when it has none.

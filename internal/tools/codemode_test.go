@@ -482,3 +482,31 @@ func TestCodemodeMemoryLimit(t *testing.T) {
 		t.Errorf("result %q (error %q), want the memory limit", res.TextOf(), out.Error)
 	}
 }
+
+// BenchmarkCodemodeStart is the cost of one codemode call that makes no tool call: for the
+// worker process, a process start and its exit.
+func BenchmarkCodemodeStart(b *testing.B) {
+	cm := mustTools(b, Config{})["codemode"]
+	raw := json.RawMessage(`{"code":"return 1"}`)
+	tc := &nestedFake{handle: cannedTools}
+	b.ReportAllocs()
+	for b.Loop() {
+		if res, err := cm.Execute(context.Background(), raw, nil, tc); err != nil || res.IsError {
+			b.Fatalf("%v %s", err, res.TextOf())
+		}
+	}
+}
+
+// BenchmarkCodemodeNestedCall is the cost of one nested call a script awaits (a round trip to
+// the parent over the pipe for the worker process): 100 calls per run, reported per call.
+func BenchmarkCodemodeNestedCall(b *testing.B) {
+	cm := mustTools(b, Config{})["codemode"]
+	raw := json.RawMessage(`{"code":"for (let i = 0; i < 100; i++) await tools.structured({i}); return 1"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if res, err := cm.Execute(context.Background(), raw, nil, &nestedFake{handle: cannedTools}); err != nil || res.IsError {
+			b.Fatalf("%v %s", err, res.TextOf())
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/call")
+}

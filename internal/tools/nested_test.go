@@ -358,7 +358,8 @@ func (p *pipeline) awaitApproval(wantID string) gate.Approval {
 }
 
 // TestCodemodeApprovalsThroughThePipeline: each write_file a script makes is gated and prompted
-// for; the owner approves the first and denies the second, which the script catches.
+// for; the owner approves the first and denies the second, which the script catches. The script
+// runs in a worker process with its own limits, which waits for the server's answers.
 func TestCodemodeApprovalsThroughThePipeline(t *testing.T) {
 	p, ws := codemodeSession(t, `
 	  const first = await tools.write_file({path: "one.txt", content: "1"});
@@ -368,6 +369,13 @@ func TestCodemodeApprovalsThroughThePipeline(t *testing.T) {
 	ctx := context.Background()
 	p.send()
 	a1 := p.awaitApproval("m1/1")
+	workers := tools.CodemodeWorkers(t)
+	if len(workers) != 1 {
+		t.Fatalf("codemode workers %v while the script waits for a call, want one", workers)
+	}
+	if cpu, as := tools.WorkerLimits(t, workers[0]); cpu == "" || as == "" || strings.Contains(cpu+as, "unlimited") {
+		t.Errorf("the worker's limits are %q and %q, want a CPU time and an address space limit", cpu, as)
+	}
 	if _, err := p.runner.Decide(ctx, p.sess.ID, a1.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
@@ -412,6 +420,9 @@ func TestCodemodeApprovalsThroughThePipeline(t *testing.T) {
 	}
 	if got := p.spy.calls(); len(got) != 3 {
 		t.Errorf("tool_call handler saw %q, want codemode and two write_file calls", got)
+	}
+	if pids := tools.CodemodeWorkers(t); len(pids) > 0 {
+		t.Errorf("codemode workers %v outlive the call", pids)
 	}
 }
 
@@ -606,4 +617,98 @@ func TestNestedFileToolPathOutsideTheWorkspaceStopsBeforeTheGate(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(ws), "escape.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("escape.txt: %v; want no file", err)
 	}
+}
+
+// regexpSession is a pipeline whose model calls codemode (activated) as m1 with a script that
+// lists files (m1/1), then tests a regular expression that backtracks for ever: goja hands a
+// backreference to regexp2, which never looks at the interpreter's interrupt. The model's next
+// two steps answer in text ("after", then "again").
+func regexpSession(t *testing.T, cfg tools.Config) *pipeline {
+	t.Helper()
+	p := newPipeline(t, fauxScript(t,
+		fauxStep{id: "m1", name: "codemode", args: map[string]any{
+			"code": `await tools.list_files({}); return /^(\w+\s?)*\1$/.test("a".repeat(40) + "!")`}},
+		fauxStep{text: "after"},
+		fauxStep{text: "again"},
+	), t.TempDir(), cfg)
+	if _, _, err := p.runner.SetActiveTools(context.Background(), p.sess.ID, append(p.reg.DefaultActive(), "codemode")); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// awaitEnd returns the tool_execution_end event of call id, failing the test after 20 s.
+func (p *pipeline) awaitEnd(id string) agent.Event {
+	p.t.Helper()
+	for {
+		if ev := p.await(agent.ToolExecutionEnd, nil); ev.ToolCallID == id {
+			return ev
+		}
+	}
+}
+
+// sendAgain sends another message, which a session whose run has ended takes (no 409), and
+// waits for that run to end with the model's text want.
+func (p *pipeline) sendAgain(want string) {
+	p.t.Helper()
+	if err := p.runner.Send(context.Background(), p.sess.ID, "and now?"); err != nil {
+		p.t.Fatalf("the session does not take a new message: %v", err)
+	}
+	if end := p.await(agent.AgentEnd, nil); end.Error != "" {
+		p.t.Fatalf("run error %q", end.Error)
+	}
+	es := p.entries()
+	if got := es[len(es)-1].Message.Text(); got != want {
+		p.t.Errorf("final text %q, want %q", got, want)
+	}
+}
+
+// TestStopEndsCodemodeStuckInARegexp: Stop ends a codemode call spinning in a native call within
+// 1 s, its worker killed and reaped, and the session takes a new message right after (issue 15,
+// acceptance 3).
+func TestStopEndsCodemodeStuckInARegexp(t *testing.T) {
+	p := regexpSession(t, tools.Config{CodemodeTimeout: time.Minute})
+	p.send()
+	p.awaitEnd("m1/1")
+	tools.AwaitSpinning(t, 300*time.Millisecond)
+	stop := time.Now()
+	if err := p.runner.Stop(context.Background(), p.sess.ID, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	end := p.awaitEnd("m1")
+	if d := time.Since(stop); d >= time.Second {
+		t.Errorf("Stop took %s to end the codemode call, want less than 1s", d)
+	}
+	if pids := tools.CodemodeWorkers(t); len(pids) > 0 {
+		t.Errorf("codemode workers %v outlive the call", pids)
+	}
+	if res := end.Result; res == nil || !res.IsError || res.TextOf() != "Run stopped by owner" {
+		t.Errorf("codemode result %+v, want the error %q", res, "Run stopped by owner")
+	}
+	p.await(agent.AgentEnd, nil)
+	p.sendAgain("after")
+}
+
+// TestTimeLimitEndsCodemodeStuckInARegexp: the time limit ends the same call (within the limit
+// plus 1 s), the run goes on, and the session takes a new message after it.
+func TestTimeLimitEndsCodemodeStuckInARegexp(t *testing.T) {
+	const limit = 2 * time.Second
+	p := regexpSession(t, tools.Config{CodemodeTimeout: limit})
+	p.send()
+	p.awaitEnd("m1/1")
+	start := time.Now()
+	end := p.awaitEnd("m1")
+	if d := time.Since(start); d >= limit+time.Second {
+		t.Errorf("the time limit of %s took %s to end the codemode call", limit, d)
+	}
+	if pids := tools.CodemodeWorkers(t); len(pids) > 0 {
+		t.Errorf("codemode workers %v outlive the call", pids)
+	}
+	if res := end.Result; res == nil || !res.IsError || !strings.HasPrefix(res.TextOf(), "Script stopped: time limit of 2s exceeded") {
+		t.Errorf("codemode result %+v, want the time limit", res)
+	}
+	if end := p.await(agent.AgentEnd, nil); end.Error != "" {
+		t.Fatalf("run error %q", end.Error)
+	}
+	p.sendAgain("again")
 }

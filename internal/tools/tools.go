@@ -69,10 +69,26 @@ type Config struct {
 	// CodemodeTimeout is codemode's time limit: how long a script may run (SPEC §4 "Codemode"),
 	// not counting the time it waits for its tool calls; default DefaultCodemodeTimeout.
 	CodemodeTimeout time.Duration
+	// Codemode configures codemode's worker process.
+	Codemode CodemodeConfig
 	// Env is added to the environment of every command the tools start ("KEY=value" entries;
 	// later entries win). That environment is the server's minus COUNTERSIGN_* and the model
 	// providers' API keys, which commands never see unless Env passes them.
 	Env []string
+}
+
+// CodemodeConfig configures the worker process codemode runs its interpreter in (SPEC §4
+// "Codemode"): a child of the server that the server kills at the time limit or on Stop, and that
+// bounds its own memory and CPU time (ServeCodemodeWorker).
+type CodemodeConfig struct {
+	// Command starts a worker: a program whose main calls ServeCodemodeWorker. Default: the
+	// running binary, /proc/self/exe (the file it was started from, even if replaced on disk
+	// since), with the first argument CodemodeWorkerArg.
+	Command []string
+	// MemoryLimit is how much address space, in bytes, a worker may add to what it has when the
+	// script starts (RLIMIT_AS); the script's heap may grow by half of it before the script is
+	// stopped. Default DefaultCodemodeMemoryLimit.
+	MemoryLimit int64
 }
 
 // withDefaults fills the zero fields of c with the defaults.
@@ -94,6 +110,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CodemodeTimeout <= 0 {
 		c.CodemodeTimeout = DefaultCodemodeTimeout
+	}
+	if len(c.Codemode.Command) == 0 {
+		c.Codemode.Command = []string{"/proc/self/exe", CodemodeWorkerArg}
+	}
+	if c.Codemode.MemoryLimit <= 0 {
+		c.Codemode.MemoryLimit = DefaultCodemodeMemoryLimit
 	}
 	return c
 }

@@ -1,0 +1,182 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"countersign/internal/tool"
+)
+
+// Codemode's limits hold whatever the script does (issue 15 item 2): the time limit and Stop
+// end a script stuck in a native call that never sees goja's interrupt, and a script cannot take
+// the server's memory.
+
+// ran is codemode's answer to one call, or that it did not answer in time.
+type ran struct {
+	res     tool.Result
+	out     CodemodeOutput
+	elapsed time.Duration
+	err     error
+}
+
+// startJS runs codemode with code on its own goroutine (t.Fatal must stay on the test's) and
+// returns the channel its answer comes on.
+func startJS(t *testing.T, ctx context.Context, cfg Config, tc tool.Context, code string) <-chan ran {
+	t.Helper()
+	cm := mustTools(t, cfg)["codemode"]
+	raw, _ := json.Marshal(map[string]string{"code": code})
+	c := make(chan ran, 1)
+	go func() {
+		start := time.Now()
+		res, err := cm.Execute(ctx, raw, nil, tc)
+		r := ran{res: res, elapsed: time.Since(start), err: err}
+		if err == nil {
+			if v := cm.ValidateOutput(res.StructuredContent); len(v) > 0 {
+				r.err = errors.New("structuredContent violates the outputSchema")
+			} else {
+				r.err = json.Unmarshal(res.StructuredContent, &r.out)
+			}
+		}
+		c <- r
+	}()
+	return c
+}
+
+// within waits at most d for codemode's answer, failing the test when it does not come (the
+// script's goroutine is left behind: a test that fails here has found the bug it looks for).
+func within(t *testing.T, c <-chan ran, d time.Duration) ran {
+	t.Helper()
+	select {
+	case r := <-c:
+		if r.err != nil {
+			t.Fatalf("codemode: %v", r.err)
+		}
+		return r
+	case <-time.After(d):
+		t.Fatalf("codemode did not answer within %s", d)
+		return ran{}
+	}
+}
+
+// assertNoWorkers fails the test when a codemode worker of this process still runs or is not
+// reaped.
+func assertNoWorkers(t *testing.T) {
+	t.Helper()
+	if pids := CodemodeWorkers(t); len(pids) > 0 {
+		t.Errorf("codemode workers %v outlive the call", pids)
+	}
+}
+
+// backtracking are regular expressions goja hands to regexp2 (a backreference, a lookahead),
+// which backtrack for ever on this input and never look at goja's interrupt.
+var backtracking = []struct{ name, code string }{
+	{"a backreference", `/^(\w+\s?)*\1$/.test("a".repeat(40) + "!")`},
+	{"a lookahead", `/(?=(a+)+c)a/.test("a".repeat(40) + "!")`},
+}
+
+// TestCodemodeBacktrackingRegexpEndsAtTheTimeLimit: the script's first call marks that it runs
+// (the worker has started): from there it ends within the time limit plus 1 s.
+func TestCodemodeBacktrackingRegexpEndsAtTheTimeLimit(t *testing.T) {
+	const limit = 2 * time.Second
+	for _, re := range backtracking {
+		t.Run(re.name, func(t *testing.T) {
+			fake := &nestedFake{handle: cannedTools}
+			c := startJS(t, context.Background(), Config{CodemodeTimeout: limit}, fake, "await tools.plain(); return "+re.code)
+			for len(fake.calls()) == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			running := time.Now()
+			r := within(t, c, limit+time.Second)
+			if d := time.Since(running); d >= limit+time.Second {
+				t.Errorf("ended %s after the script ran, want within the time limit of %s plus 1s", d, limit)
+			}
+			if got, want := r.out.Error, "Script stopped: time limit of 2s exceeded"; !r.res.IsError || got != want {
+				t.Errorf("isError %v, error %q; want %q", r.res.IsError, got, want)
+			}
+			if r.elapsed < limit {
+				t.Errorf("ended after %s, before the time limit of %s", r.elapsed, limit)
+			}
+			assertNoWorkers(t)
+		})
+	}
+}
+
+func TestCodemodeBacktrackingRegexpEndsOnStop(t *testing.T) {
+	for _, re := range backtracking {
+		t.Run(re.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			fake := &nestedFake{handle: cannedTools}
+			c := startJS(t, ctx, Config{CodemodeTimeout: time.Minute}, fake, "await tools.plain(); return "+re.code)
+			for len(fake.calls()) == 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			AwaitSpinning(t, 300*time.Millisecond)
+			stop := time.Now()
+			cancel(errors.New("Run stopped by owner"))
+			r := within(t, c, 5*time.Second)
+			if d := time.Since(stop); d >= time.Second {
+				t.Errorf("Stop took %s to end the script, want less than 1s", d)
+			}
+			if got, want := r.out.Error, "Script stopped: Run stopped by owner"; !r.res.IsError || got != want {
+				t.Errorf("isError %v, error %q; want %q", r.res.IsError, got, want)
+			}
+			if want := []CodemodeCall{{ID: "c1/1", Name: "plain", Status: "ok"}}; !reflect.DeepEqual(r.out.Calls, want) {
+				t.Errorf("calls %+v, want %+v", r.out.Calls, want)
+			}
+			assertNoWorkers(t)
+		})
+	}
+}
+
+// TestCodemodeMemoryIsBounded: scripts that allocate without bound, step by step or in one
+// native call, end with a clear error, and this process (the server's side) stays under
+// 300 MB of RSS all along.
+func TestCodemodeMemoryIsBounded(t *testing.T) {
+	const maxRSS = 300 << 20
+	// The scripts that fill memory step by step get a smaller budget than the default, only to
+	// run faster (under the race detector goja allocates slowly).
+	const small = 128 << 20
+	tests := []struct {
+		name   string
+		code   string
+		budget int64 // CodemodeConfig.MemoryLimit; 0 for the default
+		calls  []CodemodeCall
+	}{
+		{"a string doubled in a loop", `let s = 'x'; const keep = []; for (let i = 0; i < 40; i++) { s += s; keep.push(s + i); } return keep.length`, 0, nil},
+		{"an array grown in a loop", `const a = []; for (;;) a.push("x".repeat(1000) + a.length)`, small, nil},
+		{"one native call: String.prototype.repeat", `return "x".repeat(1 << 30).length`, 0, nil},
+		{"one native call: Array.prototype.fill", `return new Array(1e9).fill(0).length`, small, nil},
+		{"one native call: JSON.stringify", `const a = new Array(300000).fill("z".repeat(1000)); return JSON.stringify([a, a, a]).length`, small, nil},
+		{"after a tool call", `await tools.plain(); return "x".repeat(1 << 30).length`, 0,
+			[]CodemodeCall{{ID: "c1/1", Name: "plain", Status: "ok"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ResetPeakRSS(t)
+			cfg := Config{CodemodeTimeout: time.Minute, Codemode: CodemodeConfig{MemoryLimit: tt.budget}}
+			r := within(t, startJS(t, context.Background(), cfg, &nestedFake{handle: cannedTools}, tt.code), time.Minute)
+			if !r.res.IsError || !strings.HasPrefix(r.out.Error, "Script stopped: memory limit exceeded") {
+				t.Errorf("isError %v, error %q; want the memory limit", r.res.IsError, r.out.Error)
+			}
+			peak := StatusBytes(t, "VmHWM")
+			if peak >= maxRSS {
+				t.Errorf("this process's peak RSS was %d MiB during the script, want under %d MiB", peak>>20, maxRSS>>20)
+			}
+			t.Logf("%s; this process's peak RSS %d MiB", r.out.Error, peak>>20)
+			wantCalls := tt.calls
+			if wantCalls == nil {
+				wantCalls = []CodemodeCall{}
+			}
+			if !reflect.DeepEqual(r.out.Calls, wantCalls) {
+				t.Errorf("calls %+v, want %+v", r.out.Calls, wantCalls)
+			}
+			assertNoWorkers(t)
+		})
+	}
+}

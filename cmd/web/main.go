@@ -24,6 +24,7 @@ import (
 	"countersign/internal/fixtures"
 	"countersign/internal/mcp"
 	"countersign/internal/models"
+	"countersign/internal/procenv"
 	"countersign/internal/share"
 	"countersign/internal/store"
 	"countersign/internal/tool"
@@ -54,6 +55,9 @@ type config struct {
 	mcpConfig       string
 	fauxDelay       time.Duration
 	fixtureTools    bool
+	// passEnv names the server's environment variables that tool commands and MCP stdio servers
+	// get besides the allowlist (procenv).
+	passEnv []string
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -77,6 +81,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.mcpConfig, "mcp-config", env("COUNTERSIGN_MCP_CONFIG", ""), "MCP servers config file (COUNTERSIGN_MCP_CONFIG)")
 	delay := env("COUNTERSIGN_FAUX_DELAY", "15ms")
 	fs.StringVar(&delay, "faux-delay", delay, "pause between the faux model's text chunks (COUNTERSIGN_FAUX_DELAY)")
+	passEnv := env("COUNTERSIGN_PASS_ENV", "")
+	fs.StringVar(&passEnv, "pass-env", passEnv, "more environment variables, NAME,NAME…, that tool commands and MCP stdio servers get besides HOME LOGNAME PATH SHELL TERM USER LANG LC_* TMPDIR (COUNTERSIGN_PASS_ENV)")
 	fixtures := env("COUNTERSIGN_FIXTURE_TOOLS", "false")
 	fs.StringVar(&fixtures, "fixture-tools", fixtures, "register the fixture tools used by the browser tests: true or false (COUNTERSIGN_FIXTURE_TOOLS)")
 	if err := fs.Parse(args); err != nil {
@@ -94,6 +100,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.fixtureTools, err = strconv.ParseBool(fixtures); err != nil {
 		return c, fmt.Errorf("-fixture-tools %q: want true or false", fixtures)
+	}
+	if c.passEnv, err = procenv.ParseNames(passEnv); err != nil {
+		return c, fmt.Errorf("-pass-env: %v", err)
 	}
 	if c.workspace, err = filepath.Abs(c.workspace); err != nil {
 		return c, fmt.Errorf("-workspace: %v", err)
@@ -122,7 +131,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer db.Close()
 
 	reg := tool.NewRegistry()
-	all := tools.Builtin(tools.Config{})
+	all := tools.Builtin(tools.Config{PassEnv: cfg.passEnv})
 	if cfg.fixtureTools {
 		all = append(all, fixtures.Tools()...)
 	}
@@ -139,6 +148,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
+		mc.PassEnv = cfg.passEnv
 		mcpm := mcp.NewManager(mc, log.With("component", "mcp"))
 		refresh := func() {
 			added, err := mcpm.RegisterTools(reg)

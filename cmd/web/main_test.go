@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -157,10 +158,13 @@ func TestFlagsWinOverEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if p, err := parseConfig([]string{"-pass-env", "GOPROXY, GOFLAGS"}, getenv, io.Discard); err != nil || !slices.Equal(p.passEnv, []string{"GOPROXY", "GOFLAGS"}) {
+		t.Errorf("-pass-env GOPROXY, GOFLAGS = %q, %v", p.passEnv, err)
+	}
 	if defaults.addr != "127.0.0.1:8080" || defaults.db != "countersign.db" || defaults.approvalTimeout != 15*time.Minute {
 		t.Errorf("defaults %+v do not match SPEC §11", defaults)
 	}
-	for _, bad := range [][]string{{"-approval-timeout", "soon"}, {"-workspace", "/no/such/folder"}, {"extra"}} {
+	for _, bad := range [][]string{{"-approval-timeout", "soon"}, {"-workspace", "/no/such/folder"}, {"extra"}, {"-pass-env", "GOPROXY,NOT=A-NAME"}} {
 		if _, err := parseConfig(bad, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("parseConfig(%q) accepted bad input", bad)
 		}

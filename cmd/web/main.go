@@ -124,6 +124,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
+	// One server per database: the lock comes before anything touches the database, the
+	// listener before recovery, so a second start (same database, or a busy port) fails having
+	// changed nothing (SPEC §8 recovery belongs to the one server that will serve).
+	unlock, err := lockDatabase(cfg.db)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Listen before serving, so a busy port fails at once.
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
 	db, err := store.Open(ctx, cfg.db)
 	if err != nil {
 		return err
@@ -191,11 +206,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources})
 
-	// Listen before serving, so a busy port fails at once.
-	ln, err := net.Listen("tcp", cfg.addr)
-	if err != nil {
-		return err
-	}
 	// Requests (and the WebSockets they became) end when the server shuts down.
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()

@@ -170,3 +170,18 @@ func TestFlagsWinOverEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// The database, its share key and its lock file are created owner-only (issue 15).
+func TestDatabaseFilesAreCreatedOwnerOnly(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "data", "cs.db")
+	startServer(t, []string{"-db", db, "-token", testToken}, nil)
+	for _, f := range []string{db, db + ".share-key", db + ".lock"} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != 0o600 {
+			t.Errorf("%s has mode %v, want -rw-------", filepath.Base(f), got)
+		}
+	}
+}

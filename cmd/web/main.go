@@ -60,6 +60,10 @@ type config struct {
 	passEnv []string
 }
 
+// minTokenLen is the shortest owner token the server accepts: the token is the only secret
+// between the network and a shell in the workspace, so it must not be guessable.
+const minTokenLen = 32
+
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("countersign", flag.ContinueOnError)
@@ -110,8 +114,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if fi, err := os.Stat(c.workspace); err != nil || !fi.IsDir() {
 		return c, fmt.Errorf("-workspace %s is not an existing folder", c.workspace)
 	}
-	if c.token == "" {
-		c.token = rand.Text()
+	switch {
+	case c.token == "":
+		// Two rand.Text() are 52 base32 characters, 260 random bits (one is only 26).
+		c.token = rand.Text() + rand.Text()
+	case len(c.token) < minTokenLen:
+		return c, fmt.Errorf("-token (COUNTERSIGN_TOKEN) is %d characters; an owner token needs at least %d (leave it unset for a random one)", len(c.token), minTokenLen)
 	}
 	return c, nil
 }

@@ -55,6 +55,7 @@ type config struct {
 	mcpConfig       string
 	fauxDelay       time.Duration
 	fixtureTools    bool
+	sessionTTL      time.Duration
 	// passEnv names the server's environment variables that tool commands and MCP stdio servers
 	// get besides the allowlist (procenv).
 	passEnv []string
@@ -85,6 +86,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.mcpConfig, "mcp-config", env("COUNTERSIGN_MCP_CONFIG", ""), "MCP servers config file (COUNTERSIGN_MCP_CONFIG)")
 	delay := env("COUNTERSIGN_FAUX_DELAY", "15ms")
 	fs.StringVar(&delay, "faux-delay", delay, "pause between the faux model's text chunks (COUNTERSIGN_FAUX_DELAY)")
+	ttl := env("COUNTERSIGN_SESSION_TTL", "720h")
+	fs.StringVar(&ttl, "session-ttl", ttl, "how long a browser login lasts, a Go duration (COUNTERSIGN_SESSION_TTL)")
 	passEnv := env("COUNTERSIGN_PASS_ENV", "")
 	fs.StringVar(&passEnv, "pass-env", passEnv, "more environment variables, NAME,NAME…, that tool commands and MCP stdio servers get besides HOME LOGNAME PATH SHELL TERM USER LANG LC_* TMPDIR (COUNTERSIGN_PASS_ENV)")
 	fixtures := env("COUNTERSIGN_FIXTURE_TOOLS", "false")
@@ -98,6 +101,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	var err error
 	if c.approvalTimeout, err = time.ParseDuration(timeout); err != nil || c.approvalTimeout <= 0 {
 		return c, fmt.Errorf("-approval-timeout %q: want a positive Go duration such as 15m", timeout)
+	}
+	if c.sessionTTL, err = time.ParseDuration(ttl); err != nil || c.sessionTTL <= 0 {
+		return c, fmt.Errorf("-session-ttl %q: want a positive Go duration such as 720h", ttl)
 	}
 	if c.fauxDelay, err = time.ParseDuration(delay); err != nil || c.fauxDelay < 0 {
 		return c, fmt.Errorf("-faux-delay %q: want a Go duration such as 15ms", delay)
@@ -212,7 +218,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	srv := web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
-		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources})
+		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
+		OwnerSessions: db, SessionTTL: cfg.sessionTTL})
 
 	// Requests (and the WebSockets they became) end when the server shuts down.
 	baseCtx, cancelBase := context.WithCancel(context.Background())

@@ -66,6 +66,12 @@ func newTestServer(t *testing.T, scripts map[string]string, extra ...*tool.Tool)
 // newTestServerWith is newTestServer with the tool renderers given (nil: the built-in ones).
 func newTestServerWith(t *testing.T, scripts map[string]string, renderers map[string]web.Renderer, extra ...*tool.Tool) *testServer {
 	t.Helper()
+	return newTestServerConfig(t, scripts, func(c *web.Config) { c.Renderers = renderers }, extra...)
+}
+
+// newTestServerConfig is newTestServer with the web.Config changed by configure before New.
+func newTestServerConfig(t *testing.T, scripts map[string]string, configure func(*web.Config), extra ...*tool.Tool) *testServer {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
 	if err != nil {
@@ -99,8 +105,12 @@ func newTestServerWith(t *testing.T, scripts map[string]string, renderers map[st
 	for i := range key {
 		key[i] = byte(i)
 	}
-	srv := web.New(web.Config{Runner: ts.runner, Store: db, Broker: broker, Models: ms, OwnerToken: token,
-		Workspace: ts.workDir, Shares: share.NewService(db, key), Renderers: renderers})
+	cfg := web.Config{Runner: ts.runner, Store: db, Broker: broker, Models: ms, OwnerToken: token,
+		Workspace: ts.workDir, Shares: share.NewService(db, key), OwnerSessions: db}
+	if configure != nil {
+		configure(&cfg)
+	}
+	srv := web.New(cfg)
 	ts.Server = httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ts.runner.Shutdown("test cleanup")

@@ -89,10 +89,10 @@ type ToolSource struct {
 
 // Server serves Countersign's pages, fragments and WebSockets.
 type Server struct {
-	cfg Config
-	log *slog.Logger
-	renderers   map[string]Renderer
-	sockets     reviewerSockets
+	cfg       Config
+	log       *slog.Logger
+	renderers map[string]Renderer
+	sockets   reviewerSockets
 }
 
 // New returns a Server.

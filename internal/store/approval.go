@@ -28,7 +28,7 @@ func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 	if err != nil {
 		return err
 	}
-	err = db.commit(ctx, false, func(w *writeTx) error {
+	err = db.commitDurable(ctx, false, func(w *writeTx) error {
 		_, err := w.stmt(insertApproval).ExecContext(w.ctx, args...)
 		return err
 	}, insertApproval)
@@ -44,7 +44,7 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 	if len(as) == 0 {
 		return nil
 	}
-	return db.commit(ctx, true, func(w *writeTx) error {
+	return db.commitDurable(ctx, true, func(w *writeTx) error {
 		return db.insertApprovals(w, as)
 	}, insertApproval, insertApprovalsJSON)
 }
@@ -177,7 +177,7 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	}
 	// One transaction (a savepoint in a group) so that "no row updated" and the existence check
 	// that explains it see the same database.
-	err = db.commit(ctx, true, func(w *writeTx) error {
+	err = db.commitDurable(ctx, true, func(w *writeTx) error {
 		var err error
 		a, err = scanApproval(w.stmt(resolveApproval).QueryRowContext(w.ctx,
 			string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
@@ -302,14 +302,18 @@ func (db *DB) CreateGrant(ctx context.Context, g gate.Grant) (err error) {
 	if g.CreatedAt.IsZero() {
 		g.CreatedAt = db.Now()
 	}
-	_, err = db.write.ExecContext(ctx, `INSERT INTO grants (session_id, tool_name, approval_id, granted_by, created_at)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, tool_name) DO NOTHING`,
-		g.SessionID, g.ToolName, g.ApprovalID, g.GrantedBy, formatTime(g.CreatedAt))
+	err = db.commitDurable(ctx, false, func(w *writeTx) error {
+		_, err := w.stmt(insertGrant).ExecContext(w.ctx, g.SessionID, g.ToolName, g.ApprovalID, g.GrantedBy, formatTime(g.CreatedAt))
+		return err
+	}, insertGrant)
 	if isForeignKey(err) {
 		return apperr.Errorf(apperr.NotFound, "session %s not found", g.SessionID)
 	}
 	return err
 }
+
+const insertGrant = `INSERT INTO grants (session_id, tool_name, approval_id, granted_by, created_at)
+	VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, tool_name) DO NOTHING`
 
 // Grant returns the session's grant for toolName, or apperr.NotFound when there is none.
 func (db *DB) Grant(ctx context.Context, sessionID, toolName string) (g gate.Grant, err error) {

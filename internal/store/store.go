@@ -101,7 +101,8 @@ func Open(ctx context.Context, path string) (_ *DB, err error) {
 	// busy_timeout comes first so the pragmas after it wait for a lock instead of failing with
 	// SQLITE_BUSY (another process may hold the file). WAL: readers never block the writer, nor
 	// the writer them. synchronous=NORMAL in WAL mode survives a process crash (a power loss may
-	// drop the last commits, never corrupt). foreign_keys is per connection and off by default.
+	// drop the last commits, never corrupt); approvals and decisions switch to FULL for their
+	// commit (commitDurable). foreign_keys is per connection and off by default.
 	// _txlock=immediate makes BEGIN take the write lock at once, so a transaction that reads
 	// then writes cannot fail halfway with SQLITE_BUSY on lock upgrade.
 	file := "file:" + (&url.URL{Path: abs}).EscapedPath()

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -347,7 +348,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	err = tooLarge(err)
 	code := apperr.CodeOf(err)
 	if code == apperr.Internal {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.Error("request failed", "method", r.Method, "path", loggable(r.URL), "err", err)
 	}
 	st, msg := status(code), apperr.MessageOf(err)
 	if r.Header.Get("HX-Request") == "true" {
@@ -365,8 +366,40 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, st int, c templ.
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(st)
 	if err := c.Render(r.Context(), w); err != nil {
-		s.log.Error("render", "path", r.URL.Path, "err", err)
+		s.log.Error("render", "path", loggable(r.URL), "err", err)
 	}
+}
+
+// loggable is a request's path, and its query if any, as a log may show them: the secret of a
+// share link or a decision link (/r/<token>…, /d/<token>…) becomes "<redacted>" and every
+// token= query value (the owner token at /login) "redacted" (SPEC §16: tokens never appear in
+// logs). Every log
+// line that names a request's path takes it from here.
+func loggable(u *url.URL) string {
+	p := u.EscapedPath()
+	for _, prefix := range []string{"/r/", "/d/"} {
+		if rest, ok := strings.CutPrefix(p, prefix); ok {
+			_, after, slash := strings.Cut(rest, "/")
+			p = prefix + "<redacted>"
+			if slash {
+				p += "/" + after
+			}
+			break
+		}
+	}
+	if u.RawQuery == "" {
+		return p
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return p + "?<unparsed query>"
+	}
+	for k := range q {
+		if strings.EqualFold(k, "token") {
+			q[k] = []string{"redacted"}
+		}
+	}
+	return p + "?" + q.Encode()
 }
 
 // tooLarge turns a body over its limit (http.MaxBytesReader) into apperr.TooLarge (413); other

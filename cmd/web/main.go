@@ -130,6 +130,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	return c, nil
 }
 
+// newHTTPServer is the HTTP server for h, whose requests' contexts derive from base, with the
+// header, read, write and idle limits of web.DefaultTimeouts (WebSockets are not bound by them).
+func newHTTPServer(h http.Handler, base context.Context) *http.Server {
+	hs := &http.Server{Handler: h, BaseContext: func(net.Listener) context.Context { return base }}
+	web.DefaultTimeouts.Apply(hs)
+	return hs
+}
+
 // run wires the server by hand and serves until ctx ends, then shuts down gracefully.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := parseConfig(args, getenv, stderr)
@@ -224,8 +232,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Requests (and the WebSockets they became) end when the server shuts down.
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return baseCtx }}
+	hs := newHTTPServer(srv.Handler(), baseCtx)
 	fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=%s\n", ln.Addr(), cfg.token)
 
 	errc := make(chan error, 1)

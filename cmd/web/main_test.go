@@ -191,3 +191,15 @@ func TestDatabaseFilesAreCreatedOwnerOnly(t *testing.T) {
 		}
 	}
 }
+
+// The server bounds slow clients: headers, whole requests, responses and idle connections
+// (issue 15 item 7; web's tests show WebSockets outlive these limits).
+func TestHTTPServerHasTimeouts(t *testing.T) {
+	hs := newHTTPServer(http.NotFoundHandler(), context.Background())
+	for name, d := range map[string]time.Duration{"ReadHeaderTimeout": hs.ReadHeaderTimeout,
+		"ReadTimeout": hs.ReadTimeout, "WriteTimeout": hs.WriteTimeout, "IdleTimeout": hs.IdleTimeout} {
+		if d <= 0 {
+			t.Errorf("%s is not set", name)
+		}
+	}
+}

@@ -281,6 +281,12 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	defer c.CloseNow()
+	release, ok := s.liveSockets.acquire(ownerSockets)
+	if !ok {
+		c.Close(websocket.StatusPolicyViolation, ownerSockets.reason)
+		return nil
+	}
+	defer release()
 	c.SetReadLimit(1 << 10)
 	ctx := c.CloseRead(r.Context())
 	sub := s.cfg.Broker.Subscribe(id)

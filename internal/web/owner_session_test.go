@@ -83,7 +83,7 @@ func withCookie(t *testing.T, ts *testServer, method, path string, ck *http.Cook
 func TestOwnerLoginExpiresAndLogoutEndsItOnTheServer(t *testing.T) {
 	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	rec := &recordingSessions{}
-	ts := newTestServerConfig(t, nil, func(c *web.Config) {
+	ts := newTestServerConfig(t, nil, func(c *web.Config, _ *http.Server) {
 		c.SessionTTL, c.Now = time.Hour, clk.Now
 		rec.OwnerSessions, c.OwnerSessions = c.OwnerSessions, rec
 	})

@@ -35,7 +35,7 @@ func (l *lockedBuffer) String() string {
 // with the link's token (SPEC §16).
 func TestFailingShareLinkRequestLogsNoToken(t *testing.T) {
 	logs := &lockedBuffer{}
-	ts := newTestServerConfig(t, map[string]string{"one": oneCall}, func(c *web.Config) {
+	ts := newTestServerConfig(t, map[string]string{"one": oneCall}, func(c *web.Config, _ *http.Server) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	var sess agent.Session

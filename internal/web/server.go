@@ -94,6 +94,10 @@ type Server struct {
 	log       *slog.Logger
 	renderers map[string]Renderer
 	sockets   reviewerSockets
+	// liveSockets counts open live sockets against their caps; failures limits failed token
+	// attempts per client (limits.go).
+	liveSockets socketCounts
+	failures    tokenFailures
 }
 
 // New returns a Server.
@@ -113,7 +117,7 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers}
+	return &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now}}
 }
 
 const ownerCookieName = "countersign_owner"
@@ -121,7 +125,8 @@ const ownerCookieName = "countersign_owner"
 // maxFormBytes bounds every POST body (SPEC §9: oversized bodies are refused with 413).
 const maxFormBytes = 1 << 20
 
-// Handler returns the route table, wrapped in security headers and cross-origin protection.
+// Handler returns the route table, wrapped in security headers, the limit on failed token
+// attempts (/login, /r/<token>…) and cross-origin protection.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Open to everyone.
@@ -160,7 +165,7 @@ func (s *Server) Handler() http.Handler {
 	})))
 
 	csrf := http.NewCrossOriginProtection()
-	return securityHeaders(csrf.Handler(mux))
+	return securityHeaders(s.failures.wrap(csrf.Handler(mux)))
 }
 
 // securityHeaders sets the headers every answer carries: a Content-Security-Policy with no

@@ -28,7 +28,14 @@ func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 	if err != nil {
 		return err
 	}
-	err = db.commitDurable(ctx, false, func(w *writeTx) error {
+	// A decided approval (an automatic record: its call runs next) is durable; a pending one need
+	// not be, since nothing has run on it, and its decision's FULL commit syncs it too (the WAL
+	// is synced in order). That keeps one sync, not two, on a person's approval round trip.
+	write := db.commit
+	if a.Status != gate.Pending {
+		write = db.commitDurable
+	}
+	err = write(ctx, false, func(w *writeTx) error {
 		_, err := w.stmt(insertApproval).ExecContext(w.ctx, args...)
 		return err
 	}, insertApproval)

@@ -82,8 +82,8 @@ func (db *DB) commit(ctx context.Context, atomic bool, fn func(w *writeTx) error
 	return db.enqueue(&writeOp{ctx: ctx, atomic: atomic, fn: fn, queries: queries})
 }
 
-// commitDurable is commit for the writes a power loss must not undo: approvals and decisions
-// (issue 15). The database runs at synchronous=NORMAL, where a WAL commit survives a crash of
+// commitDurable is commit for the writes a power loss must not undo: decisions on approvals and
+// session grants (issue 15). The database runs at synchronous=NORMAL, where a WAL commit survives a crash of
 // the process but reaches the disk only at the next checkpoint, so a power loss can drop the
 // last commits — and an approval that was dropped after its call ran would un-approve a call
 // that did run. A durable write's group commits at synchronous=FULL instead: the WAL is synced

@@ -86,6 +86,7 @@ func TestApprovalWritesCommitAtSynchronousFull(t *testing.T) {
 				},
 				func() error { _, err := db.AppendEntry(ctx, "s1", transcript()[1], as[2]); return err },
 				func() error { return db.CreateApprovals(ctx, as[4:5]) },
+				func() error { return db.CreateApproval(ctx, as[1]) },
 				func() error { _, err := db.AppendEntry(ctx, "s1", transcript()[2]); return err },
 			}
 			for i, step := range steps {
@@ -107,9 +108,10 @@ func TestApprovalWritesCommitAtSynchronousFull(t *testing.T) {
 				}
 				got = append(got, fmt.Sprintf("%s: %d", what, level))
 			}
-			// The records written with an entry stay at NORMAL, with their entry (AppendEntry).
-			want := []string{"entry: 1", "approval pending: 2", "decision approved: 2", "grant: 2",
-				"entry: 1", "approval approved: 1", "approval denied: 2", "entry: 1"}
+			// A pending approval and the records written with an entry stay at NORMAL (see
+			// CreateApproval and AppendEntry); an automatic record written alone does not.
+			want := []string{"entry: 1", "approval pending: 1", "decision approved: 2", "grant: 2",
+				"entry: 1", "approval approved: 1", "approval denied: 2", "approval approved: 2", "entry: 1"}
 			assertEqual(t, "safety level per write", got, want)
 		})
 	}

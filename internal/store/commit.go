@@ -93,7 +93,7 @@ func (db *DB) commit(ctx context.Context, atomic bool, fn func(w *writeTx) error
 // writes keep NORMAL: a transcript entry lost to a power loss is what SPEC §8 allows, and a sync
 // per entry would cost every model turn (so do the rules' records written with an entry; see
 // AppendEntry). Measured here (BenchmarkCommitDurability): a one-row commit takes about 22 µs at
-// NORMAL and 130 µs at FULL.
+// NORMAL and 130 µs at FULL on a quiet disk, 35 µs and 950 µs while other processes write.
 func (db *DB) commitDurable(ctx context.Context, atomic bool, fn func(w *writeTx) error, queries ...string) error {
 	return db.enqueue(&writeOp{ctx: ctx, atomic: atomic, durable: true, fn: fn, queries: queries})
 }

@@ -28,7 +28,7 @@ unset OPENAI_API_KEY OPENAI_BASE_URL ANTHROPIC_API_KEY COUNTERSIGN_MCP_CONFIG
 exec "$bin" \
   -addr 127.0.0.1:${E2E_PORT:-18080} \
   -db .tmp/db/e2e.db \
-  -token e2e-owner-token \
+  -token e2e-owner-token-0123456789abcdefghij \
   -workspace "$PWD/.tmp/workspace" \
   -scripts "$PWD/scripts" \
   -approval-timeout 15m \

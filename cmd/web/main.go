@@ -24,6 +24,7 @@ import (
 	"countersign/internal/fixtures"
 	"countersign/internal/mcp"
 	"countersign/internal/models"
+	"countersign/internal/procenv"
 	"countersign/internal/share"
 	"countersign/internal/store"
 	"countersign/internal/tool"
@@ -58,7 +59,15 @@ type config struct {
 	mcpConfig       string
 	fauxDelay       time.Duration
 	fixtureTools    bool
+	sessionTTL      time.Duration
+	// passEnv names the server's environment variables that tool commands and MCP stdio servers
+	// get besides the allowlist (procenv).
+	passEnv []string
 }
+
+// minTokenLen is the shortest owner token the server accepts: the token is the only secret
+// between the network and a shell in the workspace, so it must not be guessable.
+const minTokenLen = 32
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	var c config
@@ -81,6 +90,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.mcpConfig, "mcp-config", env("COUNTERSIGN_MCP_CONFIG", ""), "MCP servers config file (COUNTERSIGN_MCP_CONFIG)")
 	delay := env("COUNTERSIGN_FAUX_DELAY", "15ms")
 	fs.StringVar(&delay, "faux-delay", delay, "pause between the faux model's text chunks (COUNTERSIGN_FAUX_DELAY)")
+	ttl := env("COUNTERSIGN_SESSION_TTL", "720h")
+	fs.StringVar(&ttl, "session-ttl", ttl, "how long a browser login lasts, a Go duration (COUNTERSIGN_SESSION_TTL)")
+	passEnv := env("COUNTERSIGN_PASS_ENV", "")
+	fs.StringVar(&passEnv, "pass-env", passEnv, "more environment variables, NAME,NAME…, that tool commands and MCP stdio servers get besides HOME LOGNAME PATH SHELL TERM USER LANG LC_* TMPDIR (COUNTERSIGN_PASS_ENV)")
 	fixtures := env("COUNTERSIGN_FIXTURE_TOOLS", "false")
 	fs.StringVar(&fixtures, "fixture-tools", fixtures, "register the fixture tools used by the browser tests: true or false (COUNTERSIGN_FIXTURE_TOOLS)")
 	if err := fs.Parse(args); err != nil {
@@ -93,11 +106,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.approvalTimeout, err = time.ParseDuration(timeout); err != nil || c.approvalTimeout <= 0 {
 		return c, fmt.Errorf("-approval-timeout %q: want a positive Go duration such as 15m", timeout)
 	}
+	if c.sessionTTL, err = time.ParseDuration(ttl); err != nil || c.sessionTTL <= 0 {
+		return c, fmt.Errorf("-session-ttl %q: want a positive Go duration such as 720h", ttl)
+	}
 	if c.fauxDelay, err = time.ParseDuration(delay); err != nil || c.fauxDelay < 0 {
 		return c, fmt.Errorf("-faux-delay %q: want a Go duration such as 15ms", delay)
 	}
 	if c.fixtureTools, err = strconv.ParseBool(fixtures); err != nil {
 		return c, fmt.Errorf("-fixture-tools %q: want true or false", fixtures)
+	}
+	if c.passEnv, err = procenv.ParseNames(passEnv); err != nil {
+		return c, fmt.Errorf("-pass-env: %v", err)
 	}
 	if c.workspace, err = filepath.Abs(c.workspace); err != nil {
 		return c, fmt.Errorf("-workspace: %v", err)
@@ -105,10 +124,22 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if fi, err := os.Stat(c.workspace); err != nil || !fi.IsDir() {
 		return c, fmt.Errorf("-workspace %s is not an existing folder", c.workspace)
 	}
-	if c.token == "" {
-		c.token = rand.Text()
+	switch {
+	case c.token == "":
+		// Two rand.Text() are 52 base32 characters, 260 random bits (one is only 26).
+		c.token = rand.Text() + rand.Text()
+	case len(c.token) < minTokenLen:
+		return c, fmt.Errorf("-token (COUNTERSIGN_TOKEN) is %d characters; an owner token needs at least %d (leave it unset for a random one)", len(c.token), minTokenLen)
 	}
 	return c, nil
+}
+
+// newHTTPServer is the HTTP server for h, whose requests' contexts derive from base, with the
+// header, read, write and idle limits of web.DefaultTimeouts (WebSockets are not bound by them).
+func newHTTPServer(h http.Handler, base context.Context) *http.Server {
+	hs := &http.Server{Handler: h, BaseContext: func(net.Listener) context.Context { return base }}
+	web.DefaultTimeouts.Apply(hs)
+	return hs
 }
 
 // run wires the server by hand and serves until ctx ends, then shuts down gracefully.
@@ -119,6 +150,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
+	// One server per database: the lock comes before anything touches the database, the
+	// listener before recovery, so a second start (same database, or a busy port) fails having
+	// changed nothing (SPEC §8 recovery belongs to the one server that will serve).
+	unlock, err := lockDatabase(cfg.db)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Listen before serving, so a busy port fails at once.
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
 	db, err := store.Open(ctx, cfg.db)
 	if err != nil {
 		return err
@@ -126,7 +172,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer db.Close()
 
 	reg := tool.NewRegistry()
-	all := tools.Builtin(tools.Config{})
+	all := tools.Builtin(tools.Config{PassEnv: cfg.passEnv})
 	if cfg.fixtureTools {
 		all = append(all, fixtures.Tools()...)
 	}
@@ -143,6 +189,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
+		mc.PassEnv = cfg.passEnv
 		mcpm := mcp.NewManager(mc, log.With("component", "mcp"))
 		refresh := func() {
 			added, err := mcpm.RegisterTools(reg)
@@ -183,18 +230,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	srv := web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
-		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources})
+		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
+		OwnerSessions: db, SessionTTL: cfg.sessionTTL})
 
-	// Listen before serving, so a busy port fails at once.
-	ln, err := net.Listen("tcp", cfg.addr)
-	if err != nil {
-		return err
-	}
 	// Requests (and the WebSockets they became) end when the server shuts down.
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return baseCtx }}
+	hs := newHTTPServer(srv.Handler(), baseCtx)
 	fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=%s\n", ln.Addr(), cfg.token)
 
 	errc := make(chan error, 1)

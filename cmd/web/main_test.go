@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,9 +50,10 @@ func startServer(t *testing.T, args []string, env map[string]string) (loginURL s
 }
 
 func TestLoginLineHealthzAndOwnerOnly(t *testing.T) {
-	login := startServer(t, []string{"-token", "s3cret"}, nil)
+	const s3cret = "s3cret-s3cret-s3cret-s3cret-s3cret"
+	login := startServer(t, []string{"-token", s3cret}, nil)
 	base := strings.SplitN(login, "/login", 2)[0]
-	if !strings.HasSuffix(login, "/login?token=s3cret") {
+	if !strings.HasSuffix(login, "/login?token="+s3cret) {
 		t.Fatalf("login URL %s does not carry the -token", login)
 	}
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -85,7 +87,7 @@ func TestLoginLineHealthzAndOwnerOnly(t *testing.T) {
 		}
 	}
 
-	res := get(noRedirect, "/login?token=s3cret")
+	res := get(noRedirect, "/login?token="+s3cret)
 	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/" {
 		t.Fatalf("login = %d to %q, want 303 to /", res.StatusCode, res.Header.Get("Location"))
 	}
@@ -98,12 +100,12 @@ func TestLoginLineHealthzAndOwnerOnly(t *testing.T) {
 	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("owner cookie %+v, want HttpOnly and SameSite=Strict", cookie)
 	}
-	if strings.Contains(cookie.Value, "s3cret") {
+	if strings.Contains(cookie.Value, s3cret) {
 		t.Error("the cookie holds the token in clear")
 	}
 	jar, _ := cookiejar.New(nil)
 	owner := &http.Client{Jar: jar}
-	if res := get(owner, "/login?token=s3cret"); res.StatusCode != 200 {
+	if res := get(owner, "/login?token="+s3cret); res.StatusCode != 200 {
 		t.Fatalf("session list after login = %d", res.StatusCode)
 	}
 	if res := get(owner, "/nope"); res.StatusCode != http.StatusNotFound {
@@ -121,8 +123,8 @@ func TestScriptsFolderAppearsInNewSessionForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Set by environment variable; the flag would win.
-	login := startServer(t, nil, map[string]string{"COUNTERSIGN_SCRIPTS": dir, "COUNTERSIGN_TOKEN": "envtoken"})
-	if !strings.HasSuffix(login, "token=envtoken") {
+	login := startServer(t, nil, map[string]string{"COUNTERSIGN_SCRIPTS": dir, "COUNTERSIGN_TOKEN": "envtoken-envtoken-envtoken-envtoken"})
+	if !strings.HasSuffix(login, "token=envtoken-envtoken-envtoken-envtoken") {
 		t.Fatalf("COUNTERSIGN_TOKEN ignored: %s", login)
 	}
 	jar, _ := cookiejar.New(nil)
@@ -150,19 +152,54 @@ func TestFlagsWinOverEnvironment(t *testing.T) {
 	if c.addr != "127.0.0.1:9999" || c.approvalTimeout != 2*time.Second || c.db != "env.db" {
 		t.Errorf("config %+v: want the -addr flag over the environment, the rest from it", c)
 	}
-	if c.token == "" || len(c.token) < 22 {
-		t.Errorf("random token %q is too short", c.token)
+	if len(c.token) < 32 {
+		t.Errorf("random token %q is %d characters, want at least 32", c.token, len(c.token))
 	}
 	defaults, err := parseConfig(nil, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
+	short := func(k string) string { return map[string]string{"COUNTERSIGN_TOKEN": "envtoken"}[k] }
+	if _, err := parseConfig(nil, short, io.Discard); err == nil || !strings.Contains(err.Error(), "an owner token needs at least 32") {
+		t.Errorf("COUNTERSIGN_TOKEN=envtoken: err %v, want a refusal naming the 32-character minimum", err)
+	}
+	if p, err := parseConfig([]string{"-pass-env", "GOPROXY, GOFLAGS"}, getenv, io.Discard); err != nil || !slices.Equal(p.passEnv, []string{"GOPROXY", "GOFLAGS"}) {
+		t.Errorf("-pass-env GOPROXY, GOFLAGS = %q, %v", p.passEnv, err)
+	}
 	if defaults.addr != "127.0.0.1:8080" || defaults.db != "countersign.db" || defaults.approvalTimeout != 15*time.Minute {
 		t.Errorf("defaults %+v do not match SPEC §11", defaults)
 	}
-	for _, bad := range [][]string{{"-approval-timeout", "soon"}, {"-workspace", "/no/such/folder"}, {"extra"}} {
+	for _, bad := range [][]string{{"-approval-timeout", "soon"}, {"-workspace", "/no/such/folder"}, {"extra"}, {"-pass-env", "GOPROXY,NOT=A-NAME"},
+		{"-token", "short-token-of-31-characters-xx"}} {
 		if _, err := parseConfig(bad, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("parseConfig(%q) accepted bad input", bad)
+		}
+	}
+}
+
+// The database, its share key and its lock file are created owner-only (issue 15).
+func TestDatabaseFilesAreCreatedOwnerOnly(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "data", "cs.db")
+	startServer(t, []string{"-db", db, "-token", testToken}, nil)
+	for _, f := range []string{db, db + ".share-key", db + ".lock"} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().Perm(); got != 0o600 {
+			t.Errorf("%s has mode %v, want -rw-------", filepath.Base(f), got)
+		}
+	}
+}
+
+// The server bounds slow clients: headers, whole requests, responses and idle connections
+// (issue 15 item 7; web's tests show WebSockets outlive these limits).
+func TestHTTPServerHasTimeouts(t *testing.T) {
+	hs := newHTTPServer(http.NotFoundHandler(), context.Background())
+	for name, d := range map[string]time.Duration{"ReadHeaderTimeout": hs.ReadHeaderTimeout,
+		"ReadTimeout": hs.ReadTimeout, "WriteTimeout": hs.WriteTimeout, "IdleTimeout": hs.IdleTimeout} {
+		if d <= 0 {
+			t.Errorf("%s is not set", name)
 		}
 	}
 }

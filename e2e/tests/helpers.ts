@@ -5,7 +5,7 @@ import { expect, type Locator, type Page } from '@playwright/test';
 // contract of SPEC §6; keep them in step with it.
 
 /** Owner token that serve.sh passes to the server with -token. */
-export const OWNER_TOKEN = 'e2e-owner-token';
+export const OWNER_TOKEN = 'e2e-owner-token-0123456789abcdefghij';
 
 /** The server's -workspace folder (serve.sh creates it fresh as e2e/.tmp/workspace). */
 export const workspace = path.resolve(__dirname, '../.tmp/workspace');

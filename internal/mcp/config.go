@@ -25,6 +25,9 @@ type Config struct {
 	File string
 	// Servers in the order of the file.
 	Servers []ServerConfig
+	// PassEnv names variables of Countersign's environment that every stdio server gets besides
+	// the allowlist (procenv); set from the -pass-env flag, never read from the file.
+	PassEnv []string
 }
 
 // ServerConfig is one entry of "mcpServers". Exactly one of Command (a stdio server, MCP
@@ -33,8 +36,10 @@ type Config struct {
 type ServerConfig struct {
 	// Name is the key in "mcpServers"; its tools are named "<Name>__<tool>".
 	Name string
-	// Command, Args and Env start a stdio server. The process inherits Countersign's environment,
-	// with Env added on top.
+	// Command, Args and Env start a stdio server. The process gets the allowlisted variables of
+	// Countersign's environment (procenv: HOME LOGNAME PATH SHELL TERM USER LANG LC_* TMPDIR, and
+	// Config.PassEnv), never the rest of it (the owner token, model providers' keys), with Env
+	// added on top.
 	Command string
 	Args    []string
 	Env     map[string]string

@@ -84,6 +84,7 @@ const (
 type Manager struct {
 	log     *slog.Logger
 	servers []*server
+	passEnv []string     // Config.PassEnv
 	tokens  atomic.Int64 // progress tokens, unique per Manager
 
 	connectTimeout, startWait    time.Duration
@@ -109,6 +110,7 @@ func NewManager(cfg Config, logger *slog.Logger) *Manager {
 	}
 	m := &Manager{
 		log:            logger,
+		passEnv:        cfg.PassEnv,
 		connectTimeout: defaultConnectTimeout, startWait: defaultStartWait,
 		backoffMin: defaultBackoffMin, backoffMax: defaultBackoffMax,
 		keepAlive: defaultKeepAlive, terminateDuration: defaultTerminate,

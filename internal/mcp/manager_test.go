@@ -183,6 +183,44 @@ func assertAnnotations(t *testing.T, tl *tool.Tool, readOnly, destructive, idemp
 	}
 }
 
+// A stdio server gets the allowlisted environment (procenv), the -pass-env names and its own
+// "env", never the rest of Countersign's: not the owner token, not a model provider's key.
+func TestStdioServerGetsAnAllowlistedEnvironment(t *testing.T) {
+	t.Setenv("COUNTERSIGN_TOKEN", "owner-secret-owner-secret-owner-secret")
+	t.Setenv("OPENAI_API_KEY", "sk-secret")
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+	t.Setenv("SOME_SERVER_SETTING", "server-only")
+	t.Setenv("PASSED_ON", "passed")
+	t.Setenv("HOME", "/home/someone")
+	envFile := filepath.Join(t.TempDir(), "env")
+	m, _ := newTestManager(t, Config{PassEnv: []string{"PASSED_ON"}, Servers: []ServerConfig{
+		{Name: "files", Command: stdioServerBin, Env: map[string]string{"STDIOSERVER_ENV_FILE": envFile, "OWN_SETTING": "own"}},
+	}})
+	if st := status(m, "files"); st.State != Up {
+		t.Fatalf("server %+v, want up", st)
+	}
+	b, err := os.ReadFile(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, kv := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	for _, name := range []string{"COUNTERSIGN_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "SOME_SERVER_SETTING"} {
+		if v, ok := got[name]; ok {
+			t.Errorf("the server sees %s=%q", name, v)
+		}
+	}
+	for name, want := range map[string]string{"HOME": "/home/someone", "PATH": os.Getenv("PATH"),
+		"PASSED_ON": "passed", "OWN_SETTING": "own", "STDIOSERVER_ENV_FILE": envFile} {
+		if got[name] != want {
+			t.Errorf("the server sees %s=%q, want %q", name, got[name], want)
+		}
+	}
+}
+
 func TestStdioServer(t *testing.T) {
 	dir := t.TempDir()
 	pidFile, cancelFile := filepath.Join(dir, "files.pid"), filepath.Join(dir, "files.cancelled")

@@ -24,6 +24,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"countersign/internal/gate"
+	"countersign/internal/procenv"
 	"countersign/internal/tool"
 )
 
@@ -185,7 +186,8 @@ func (s *server) transport() sdk.Transport {
 		}
 	}
 	cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
-	cmd.Env = os.Environ()
+	// An allowlist of the server's environment, never all of it (procenv), then the server's own.
+	cmd.Env = procenv.Filter(os.Environ(), s.m.passEnv)
 	keys := make([]string, 0, len(s.cfg.Env))
 	for k := range s.cfg.Env {
 		keys = append(keys, k)

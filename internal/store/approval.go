@@ -28,7 +28,14 @@ func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 	if err != nil {
 		return err
 	}
-	err = db.commit(ctx, false, func(w *writeTx) error {
+	// A decided approval (an automatic record: its call runs next) is durable; a pending one need
+	// not be, since nothing has run on it, and its decision's FULL commit syncs it too (the WAL
+	// is synced in order). That keeps one sync, not two, on a person's approval round trip.
+	write := db.commit
+	if a.Status != gate.Pending {
+		write = db.commitDurable
+	}
+	err = write(ctx, false, func(w *writeTx) error {
 		_, err := w.stmt(insertApproval).ExecContext(w.ctx, args...)
 		return err
 	}, insertApproval)
@@ -44,7 +51,7 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 	if len(as) == 0 {
 		return nil
 	}
-	return db.commit(ctx, true, func(w *writeTx) error {
+	return db.commitDurable(ctx, true, func(w *writeTx) error {
 		return db.insertApprovals(w, as)
 	}, insertApproval, insertApprovalsJSON)
 }
@@ -178,7 +185,7 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	}
 	// One transaction (a savepoint in a group) so that "no row updated" and the existence check
 	// that explains it see the same database.
-	err = db.commit(ctx, true, func(w *writeTx) error {
+	err = db.commitDurable(ctx, true, func(w *writeTx) error {
 		var err error
 		viaID, viaLabel := linkColumns(r.DecidedVia)
 		a, err = scanApproval(w.stmt(resolveApproval).QueryRowContext(w.ctx,
@@ -308,9 +315,11 @@ func (db *DB) CreateGrant(ctx context.Context, g gate.Grant) (err error) {
 		g.CreatedAt = db.Now()
 	}
 	viaID, viaLabel := linkColumns(g.GrantedVia)
-	_, err = db.write.ExecContext(ctx, `INSERT INTO grants (`+grantColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, tool_name) DO NOTHING`,
-		g.SessionID, g.ToolName, g.ApprovalID, g.GrantedBy, formatTime(g.CreatedAt), viaID, viaLabel)
+	err = db.commitDurable(ctx, false, func(w *writeTx) error {
+		_, err := w.stmt(insertGrant).ExecContext(w.ctx, g.SessionID, g.ToolName, g.ApprovalID, g.GrantedBy,
+			formatTime(g.CreatedAt), viaID, viaLabel)
+		return err
+	}, insertGrant)
 	if isForeignKey(err) {
 		return apperr.Errorf(apperr.NotFound, "session %s not found", g.SessionID)
 	}
@@ -318,6 +327,9 @@ func (db *DB) CreateGrant(ctx context.Context, g gate.Grant) (err error) {
 }
 
 const grantColumns = `session_id, tool_name, approval_id, granted_by, created_at, granted_via_link_id, granted_via_link_label`
+
+const insertGrant = `INSERT INTO grants (` + grantColumns + `)
+	VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, tool_name) DO NOTHING`
 
 // Grant returns the session's grant for toolName, or apperr.NotFound when there is none.
 func (db *DB) Grant(ctx context.Context, sessionID, toolName string) (g gate.Grant, err error) {

@@ -429,3 +429,35 @@ func TestCreateApprovalsRoundTripsRandomTexts(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCommitDurability: one single-row write (a session's state) committed at the write
+// connection's synchronous=NORMAL (commit) and at FULL (commitDurable, the approvals' and
+// decisions'); ns/op is one commit. The difference is the WAL's sync.
+func BenchmarkCommitDurability(b *testing.B) {
+	for _, durable := range []bool{false, true} {
+		name := "normal"
+		if durable {
+			name = "full"
+		}
+		b.Run(name, func(b *testing.B) {
+			db := MustOpenDB(b)
+			ctx := context.Background()
+			if err := db.CreateSession(ctx, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"}); err != nil {
+				b.Fatal(err)
+			}
+			write := db.commit
+			if durable {
+				write = db.commitDurable
+			}
+			const q = `UPDATE sessions SET title = ? WHERE id = 's1'`
+			for i := 0; b.Loop(); i++ {
+				if err := write(ctx, false, func(w *writeTx) error {
+					_, err := w.stmt(q).ExecContext(w.ctx, fmt.Sprint(i))
+					return err
+				}, q); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -90,10 +90,19 @@ func Open(ctx context.Context, path string) (_ *DB, err error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
 		return nil, err
 	}
+	// The database holds transcripts and approvals: owner-only (issue 15). SQLite would create
+	// the file 0644, and creates its -wal and -shm with the main file's mode, so the file is
+	// created here first, 0600; an existing file keeps its mode.
+	if f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		f.Close()
+	} else if !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
 	// busy_timeout comes first so the pragmas after it wait for a lock instead of failing with
 	// SQLITE_BUSY (another process may hold the file). WAL: readers never block the writer, nor
 	// the writer them. synchronous=NORMAL in WAL mode survives a process crash (a power loss may
-	// drop the last commits, never corrupt). foreign_keys is per connection and off by default.
+	// drop the last commits, never corrupt); approvals and decisions switch to FULL for their
+	// commit (commitDurable). foreign_keys is per connection and off by default.
 	// _txlock=immediate makes BEGIN take the write lock at once, so a transaction that reads
 	// then writes cannot fail halfway with SQLITE_BUSY on lock upgrade.
 	file := "file:" + (&url.URL{Path: abs}).EscapedPath()

@@ -171,7 +171,7 @@ func runCheck(ctx context.Context, cfg Config, workspace string, c Check) (Check
 	e, err := process{
 		argv:     []string{"/bin/sh", "-c", c.Command},
 		dir:      workspace,
-		env:      environ(cfg.Env),
+		env:      environ(cfg),
 		timeout:  cfg.CheckTimeout,
 		stdout:   output,
 		combined: true,
@@ -520,7 +520,7 @@ func failingTests(ctx context.Context, cfg Config, workspace string, packages []
 	e, err := process{
 		argv:    []string{"/bin/sh", "-c", command},
 		dir:     workspace,
-		env:     environ(cfg.Env),
+		env:     environ(cfg),
 		timeout: cfg.CheckTimeout,
 		stderr:  stderr,
 		onLine: func(isStderr bool, line []byte) {

@@ -111,7 +111,7 @@ func runCommand(ctx context.Context, cfg Config, workspace, command string, time
 	p := process{
 		argv:    []string{"/bin/sh", "-c", command},
 		dir:     workspace,
-		env:     environ(cfg.Env),
+		env:     environ(cfg),
 		timeout: timeout,
 		stdout:  stdout,
 		stderr:  stderr,

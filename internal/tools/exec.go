@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"countersign/internal/procenv"
 	"countersign/internal/tool"
 )
 
@@ -243,31 +244,15 @@ func (p process) pump(wg *sync.WaitGroup, r *os.File, c *capture, stderr bool) {
 	}
 }
 
-// environ is the environment of a tool's commands: the server's without its secrets (see
-// scrubbed), then extra, then more.
-func environ(extra []string, more ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if !scrubbed(name) {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, extra...)
+// environ is the environment of a tool's commands: the server's allowlisted variables (see
+// procenv: never its whole environment, which holds the owner token and the model providers'
+// keys; a command's output lands in a transcript reviewers may see, and run_checks and
+// failing_tests run workspace code), then cfg.Env, then more (a tool's own settings, such as
+// git's GIT_*). Later entries win.
+func environ(cfg Config, more ...string) []string {
+	env := procenv.Filter(os.Environ(), cfg.PassEnv)
+	env = append(env, cfg.Env...)
 	return append(env, more...)
-}
-
-// scrubbed reports whether the server's environment variable name is kept from the commands the
-// tools run: the server's own configuration (COUNTERSIGN_*, the owner token among it) and the
-// model providers' keys (SPEC §11). A command's output lands in a transcript that reviewers
-// may see, and run_checks and failing_tests run workspace code without approval. Config.Env
-// can still pass any of them on purpose.
-func scrubbed(name string) bool {
-	switch name {
-	case "OPENAI_API_KEY", "ANTHROPIC_API_KEY":
-		return true
-	}
-	return strings.HasPrefix(name, "COUNTERSIGN_")
 }
 
 // shellQuote quotes s for /bin/sh as one word.

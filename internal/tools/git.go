@@ -149,7 +149,7 @@ func gitDiff(ctx context.Context, cfg Config, workspace, base string) (tool.Resu
 	// GIT_OPTIONAL_LOCKS=0: a read-only tool does not refresh (write) the index.
 	g := gitRunner{
 		dir:     workspace,
-		env:     environ(cfg.Env, "GIT_OPTIONAL_LOCKS=0", "GIT_TERMINAL_PROMPT=0", "GIT_PAGER=cat"),
+		env:     environ(cfg, "GIT_OPTIONAL_LOCKS=0", "GIT_TERMINAL_PROMPT=0", "GIT_PAGER=cat"),
 		timeout: cfg.CheckTimeout,
 	}
 	inside, _, err := g.run(ctx, 64, "rev-parse", "--is-inside-work-tree")

@@ -72,9 +72,14 @@ type Config struct {
 	// Codemode configures codemode's worker process.
 	Codemode CodemodeConfig
 	// Env is added to the environment of every command the tools start ("KEY=value" entries;
-	// later entries win). That environment is the server's minus COUNTERSIGN_* and the model
-	// providers' API keys, which commands never see unless Env passes them.
+	// later entries win). That environment starts from the server's allowlisted variables
+	// (procenv: HOME LOGNAME PATH SHELL TERM USER LANG LC_* TMPDIR) and PassEnv; nothing else
+	// of the server's (its COUNTERSIGN_* settings, the model providers' keys) reaches a command
+	// unless Env sets it.
 	Env []string
+	// PassEnv names more of the server's environment variables that commands get (the -pass-env
+	// flag), e.g. GOPROXY or GOFLAGS.
+	PassEnv []string
 }
 
 // CodemodeConfig configures the worker process codemode runs its interpreter in (SPEC §4

@@ -495,14 +495,18 @@ func TestRunCommand(t *testing.T) {
 		})
 	}
 
-	t.Run("server secrets stay out", func(t *testing.T) {
+	t.Run("commands get an allowlisted environment", func(t *testing.T) {
 		t.Setenv("COUNTERSIGN_TOKEN", "owner-secret")
 		t.Setenv("OPENAI_API_KEY", "sk-secret")
+		t.Setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+		t.Setenv("SOME_SERVER_SETTING", "server-only")
+		t.Setenv("PASSED_ON", "passed")
 		t.Setenv("COUNTERSIGN_TEST_VISIBLE", "no")
-		tools := mustTools(t, Config{Env: []string{"COUNTERSIGN_TEST_VISIBLE=yes"}})
-		res, err := call(t, tools, "run_command", ws, map[string]any{"command": `echo "[$COUNTERSIGN_TOKEN][$OPENAI_API_KEY][$COUNTERSIGN_TEST_VISIBLE]"`})
+		t.Setenv("HOME", "/home/someone")
+		tools := mustTools(t, Config{Env: []string{"COUNTERSIGN_TEST_VISIBLE=yes"}, PassEnv: []string{"PASSED_ON"}})
+		res, err := call(t, tools, "run_command", ws, map[string]any{"command": `echo "[$COUNTERSIGN_TOKEN][$OPENAI_API_KEY][$ANTHROPIC_API_KEY][$SOME_SERVER_SETTING][$PASSED_ON][$COUNTERSIGN_TEST_VISIBLE][$HOME][${PATH:+path}]"`})
 		got := mustSucceed[RunCommandOutput](t, tools, "run_command", res, err)
-		if want := "[][][yes]\n"; got.Stdout != want {
+		if want := "[][][][][passed][yes][/home/someone][path]\n"; got.Stdout != want {
 			t.Errorf("stdout = %q, want %q", got.Stdout, want)
 		}
 	})

@@ -55,7 +55,7 @@ func (s *Server) writeJSONError(w http.ResponseWriter, r *http.Request, err erro
 	err = tooLarge(err)
 	code := apperr.CodeOf(err)
 	if code == apperr.Internal {
-		s.log.Error("API request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.Error("API request failed", "method", r.Method, "path", loggable(r.URL), "err", err)
 	}
 	writeJSON(w, status(code), map[string]any{"error": map[string]string{"code": string(code), "message": apperr.MessageOf(err)}})
 }
@@ -281,6 +281,12 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	defer c.CloseNow()
+	release, ok := s.liveSockets.acquire(ownerSockets)
+	if !ok {
+		c.Close(websocket.StatusPolicyViolation, ownerSockets.reason)
+		return nil
+	}
+	defer release()
 	c.SetReadLimit(1 << 10)
 	ctx := c.CloseRead(r.Context())
 	sub := s.cfg.Broker.Subscribe(id)

@@ -27,18 +27,25 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
 		return err
 	}
-	return s.serveLive(w, r, id, ownerViewer(id), nil)
+	return s.serveLive(w, r, id, ownerViewer(id), ownerSockets, nil)
 }
 
 // serveLive streams session id's live fragments to who until the client leaves or done is
-// closed (a revoked or expired share link).
-func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, who viewer, done <-chan struct{}) error {
+// closed (a revoked or expired share link). The socket counts under limit; past its cap it is
+// closed at once with the limit's reason.
+func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, who viewer, limit socketLimit, done <-chan struct{}) error {
 	// Accept checks that the Origin is this host (SPEC §7).
 	c, err := acceptSocket(w, r)
 	if err != nil {
 		return nil // Accept has answered
 	}
 	defer c.CloseNow()
+	release, ok := s.liveSockets.acquire(limit)
+	if !ok {
+		c.Close(websocket.StatusPolicyViolation, limit.reason)
+		return nil
+	}
+	defer release()
 	// The page never sends anything; a client that does is cut off at 1 KiB.
 	c.SetReadLimit(1 << 10)
 	ctx := c.CloseRead(r.Context())

@@ -179,7 +179,7 @@ func (s *Server) reviewerLive(w http.ResponseWriter, r *http.Request) error {
 		t := time.AfterFunc(time.Until(*l.ExpiresAt), func() { s.sockets.closeLink(l.ID) })
 		defer t.Stop()
 	}
-	return s.serveLive(w, r, l.SessionID, who, done)
+	return s.serveLive(w, r, l.SessionID, who, linkSockets(l.ID), done)
 }
 
 // reviewerDecide is an approver's decision, recorded with their name and the link, within the

@@ -5,14 +5,17 @@ package web
 
 import (
 	"context"
-	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/a-h/templ"
 
@@ -51,6 +54,28 @@ type Config struct {
 	// the Tools panel; nil when there are none.
 	Sources func() []ToolSource
 	Logger  *slog.Logger
+	// OwnerSessions keeps the owner's browser logins; nil keeps them in memory (they end with
+	// the process).
+	OwnerSessions OwnerSessions
+	// SessionTTL is how long a browser login lasts (the cookie's Max-Age and the server-side
+	// expiry); zero means DefaultSessionTTL.
+	SessionTTL time.Duration
+	// Now is the clock for login expiry; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultSessionTTL is how long an owner's browser login lasts by default: 30 days.
+const DefaultSessionTTL = 30 * 24 * time.Hour
+
+// OwnerSessions keeps the owner's browser logins (issue 15 item 11). A login is named by a
+// random id that only its cookie holds; these methods see its hex SHA-256, idHash.
+type OwnerSessions interface {
+	// CreateOwnerSession stores a login valid until expiresAt.
+	CreateOwnerSession(ctx context.Context, idHash string, createdAt, expiresAt time.Time) error
+	// OwnerSessionExpiry returns when a login expires; apperr.NotFound when there is none.
+	OwnerSessionExpiry(ctx context.Context, idHash string) (time.Time, error)
+	// DeleteOwnerSession ends a login (logout).
+	DeleteOwnerSession(ctx context.Context, idHash string) error
 }
 
 // ToolSource is a source of tools besides the built-ins, such as an MCP server (SPEC §13).
@@ -65,13 +90,14 @@ type ToolSource struct {
 
 // Server serves Countersign's pages, fragments and WebSockets.
 type Server struct {
-	cfg Config
-	log *slog.Logger
-	// ownerCookie is the value of the owner's cookie: an HMAC of the token, so the cookie never
-	// holds the token itself.
-	ownerCookie string
-	renderers   map[string]Renderer
-	sockets     reviewerSockets
+	cfg       Config
+	log       *slog.Logger
+	renderers map[string]Renderer
+	sockets   reviewerSockets
+	// liveSockets counts open live sockets against their caps; failures limits failed token
+	// attempts per client (limits.go).
+	liveSockets socketCounts
+	failures    tokenFailures
 }
 
 // New returns a Server.
@@ -79,12 +105,19 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	mac := hmac.New(sha256.New, []byte(cfg.OwnerToken))
-	mac.Write([]byte("countersign owner cookie v1"))
 	if cfg.Renderers == nil {
 		cfg.Renderers = BuiltinRenderers()
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, ownerCookie: hex.EncodeToString(mac.Sum(nil)), renderers: cfg.Renderers}
+	if cfg.OwnerSessions == nil {
+		cfg.OwnerSessions = &memOwnerSessions{m: map[string]time.Time{}}
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now}}
 }
 
 const ownerCookieName = "countersign_owner"
@@ -92,7 +125,8 @@ const ownerCookieName = "countersign_owner"
 // maxFormBytes bounds every POST body (SPEC §9: oversized bodies are refused with 413).
 const maxFormBytes = 1 << 20
 
-// Handler returns the route table, wrapped in security headers and cross-origin protection.
+// Handler returns the route table, wrapped in security headers, the limit on failed token
+// attempts (/login, /r/<token>…) and cross-origin protection.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Open to everyone.
@@ -132,7 +166,7 @@ func (s *Server) Handler() http.Handler {
 	})))
 
 	csrf := http.NewCrossOriginProtection()
-	return securityHeaders(csrf.Handler(mux))
+	return securityHeaders(s.failures.wrap(csrf.Handler(mux)))
 }
 
 // securityHeaders sets the headers every answer carries: a Content-Security-Policy with no
@@ -200,11 +234,16 @@ func noRoute(mux *http.ServeMux, notFound handlerFunc) handlerFunc {
 	}
 }
 
-// isOwner reports whether the request carries the owner's cookie or bearer token.
+// isOwner reports whether the request carries a live owner login's cookie or the owner's bearer
+// token.
 func (s *Server) isOwner(r *http.Request) bool {
-	if c, err := r.Cookie(ownerCookieName); err == nil {
-		if subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.ownerCookie)) == 1 {
+	if c, err := r.Cookie(ownerCookieName); err == nil && c.Value != "" {
+		exp, err := s.cfg.OwnerSessions.OwnerSessionExpiry(r.Context(), ownerSessionHash(c.Value))
+		if err == nil && s.cfg.Now().Before(exp) {
 			return true
+		}
+		if err != nil && apperr.CodeOf(err) != apperr.NotFound {
+			s.log.Error("owner session lookup", "err", err)
 		}
 	}
 	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
@@ -213,25 +252,80 @@ func (s *Server) isOwner(r *http.Request) bool {
 	return false
 }
 
-// login exchanges the owner token for the owner cookie (SPEC §7, §11).
+// ownerSessionHash is what is stored of a login's id: hex SHA-256.
+func ownerSessionHash(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(h[:])
+}
+
+// login exchanges the owner token for a login (SPEC §7, §11): a random id in an HttpOnly,
+// SameSite=Strict cookie that lasts SessionTTL, its hash stored server-side, so the login can
+// expire and be ended by logout, and the cookie never holds the token.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	tok := r.URL.Query().Get("token")
 	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.OwnerToken)) != 1 {
 		return apperr.Errorf(apperr.Unauthorized, "Unauthorized")
 	}
+	id := rand.Text() + rand.Text() // 260 random bits
+	now := s.cfg.Now()
+	if err := s.cfg.OwnerSessions.CreateOwnerSession(r.Context(), ownerSessionHash(id), now, now.Add(s.cfg.SessionTTL)); err != nil {
+		return err
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: ownerCookieName, Value: s.ownerCookie, Path: "/",
+		Name: ownerCookieName, Value: id, Path: "/", MaxAge: int(s.cfg.SessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 	return nil
 }
 
+// logout ends the owner's login on the server (a copy of the cookie stops working too) and
+// clears the cookie.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
+	if c, err := r.Cookie(ownerCookieName); err == nil && c.Value != "" {
+		if err := s.cfg.OwnerSessions.DeleteOwnerSession(r.Context(), ownerSessionHash(c.Value)); err != nil {
+			return err
+		}
+	}
 	http.SetCookie(w, &http.Cookie{Name: ownerCookieName, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("Logged out."))
+	return nil
+}
+
+// memOwnerSessions keeps logins in memory, for a Server configured without a store for them.
+type memOwnerSessions struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (m *memOwnerSessions) CreateOwnerSession(_ context.Context, idHash string, createdAt, expiresAt time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for h, exp := range m.m {
+		if !createdAt.Before(exp) {
+			delete(m.m, h)
+		}
+	}
+	m.m[idHash] = expiresAt
+	return nil
+}
+
+func (m *memOwnerSessions) OwnerSessionExpiry(_ context.Context, idHash string) (time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	exp, ok := m.m[idHash]
+	if !ok {
+		return time.Time{}, apperr.Errorf(apperr.NotFound, "owner session not found")
+	}
+	return exp, nil
+}
+
+func (m *memOwnerSessions) DeleteOwnerSession(_ context.Context, idHash string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.m, idHash)
 	return nil
 }
 
@@ -262,7 +356,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	err = tooLarge(err)
 	code := apperr.CodeOf(err)
 	if code == apperr.Internal {
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.Error("request failed", "method", r.Method, "path", loggable(r.URL), "err", err)
 	}
 	st, msg := status(code), apperr.MessageOf(err)
 	if r.Header.Get("HX-Request") == "true" {
@@ -280,8 +374,40 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, st int, c templ.
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(st)
 	if err := c.Render(r.Context(), w); err != nil {
-		s.log.Error("render", "path", r.URL.Path, "err", err)
+		s.log.Error("render", "path", loggable(r.URL), "err", err)
 	}
+}
+
+// loggable is a request's path, and its query if any, as a log may show them: the secret of a
+// share link or a decision link (/r/<token>…, /d/<token>…) becomes "<redacted>" and every
+// token= query value (the owner token at /login) "redacted" (SPEC §16: tokens never appear in
+// logs). Every log
+// line that names a request's path takes it from here.
+func loggable(u *url.URL) string {
+	p := u.EscapedPath()
+	for _, prefix := range []string{"/r/", "/d/"} {
+		if rest, ok := strings.CutPrefix(p, prefix); ok {
+			_, after, slash := strings.Cut(rest, "/")
+			p = prefix + "<redacted>"
+			if slash {
+				p += "/" + after
+			}
+			break
+		}
+	}
+	if u.RawQuery == "" {
+		return p
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return p + "?<unparsed query>"
+	}
+	for k := range q {
+		if strings.EqualFold(k, "token") {
+			q[k] = []string{"redacted"}
+		}
+	}
+	return p + "?" + q.Encode()
 }
 
 // tooLarge turns a body over its limit (http.MaxBytesReader) into apperr.TooLarge (413); other

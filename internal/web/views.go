@@ -340,16 +340,18 @@ func (b *builder) resultView(name string, r tool.Result) *templates.ResultView {
 	return v
 }
 
-// prettyJSON indents JSON for display; "" for none.
+// prettyJSON indents JSON for display; "" for none. Invisible and bidirectional characters are
+// written as JSON escapes (render.EscapeHiddenJSON), so a view or an arguments editor shows them
+// and an edit submitted from it means the same.
 func prettyJSON(raw json.RawMessage) string {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return ""
 	}
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return string(raw)
+		return render.EscapeHiddenJSON(string(raw))
 	}
-	return buf.String()
+	return render.EscapeHiddenJSON(buf.String())
 }
 
 // toolsView is the Tools panel: every registered tool that is not hidden, checked when active,

@@ -66,6 +66,13 @@ func newTestServer(t testing.TB, scripts map[string]string, extra ...*tool.Tool)
 // newTestServerWith is newTestServer with the tool renderers given (nil: the built-in ones).
 func newTestServerWith(t testing.TB, scripts map[string]string, renderers map[string]web.Renderer, extra ...*tool.Tool) *testServer {
 	t.Helper()
+	return newTestServerConfig(t, scripts, func(c *web.Config, _ *http.Server) { c.Renderers = renderers }, extra...)
+}
+
+// newTestServerConfig is newTestServer with the web.Config and the http.Server (before it starts)
+// changed by configure.
+func newTestServerConfig(t testing.TB, scripts map[string]string, configure func(*web.Config, *http.Server), extra ...*tool.Tool) *testServer {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
 	if err != nil {
@@ -99,9 +106,14 @@ func newTestServerWith(t testing.TB, scripts map[string]string, renderers map[st
 	for i := range key {
 		key[i] = byte(i)
 	}
-	srv := web.New(web.Config{Runner: ts.runner, Store: db, Broker: broker, Models: ms, OwnerToken: token,
-		Workspace: ts.workDir, Shares: share.NewService(db, key), Renderers: renderers})
-	ts.Server = httptest.NewServer(srv.Handler())
+	cfg := web.Config{Runner: ts.runner, Store: db, Broker: broker, Models: ms, OwnerToken: token,
+		Workspace: ts.workDir, Shares: share.NewService(db, key), OwnerSessions: db}
+	ts.Server = httptest.NewUnstartedServer(nil)
+	if configure != nil {
+		configure(&cfg, ts.Server.Config)
+	}
+	ts.Server.Config.Handler = web.New(cfg).Handler()
+	ts.Server.Start()
 	t.Cleanup(func() {
 		ts.runner.Shutdown("test cleanup")
 		ts.runner.Wait()

@@ -25,7 +25,7 @@ import (
 // serve starts the real HTTP server (pages, JSON API, event WebSockets) for e on a free loopback
 // port and returns an API client for it and a stop function.
 func serve(e *benchkit.Env) (*api, func(), error) {
-	token := "bench-owner-token"
+	token := "bench-owner-token-0123456789abcdefghij"
 	srv := web.New(web.Config{Runner: e.Runner, Store: e.DB, Broker: e.Broker, Models: e.Models,
 		OwnerToken: token, Workspace: e.Dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

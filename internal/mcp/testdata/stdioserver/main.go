@@ -9,7 +9,8 @@
 //   - slow: reports progress over about a second; when cancelled, writes "cancelled" to the file
 //     named by STDIOSERVER_CANCEL_FILE.
 //
-// Environment: STDIOSERVER_PID_FILE receives the process id at start; STDIOSERVER_FAIL=1 makes
+// Environment: STDIOSERVER_PID_FILE receives the process id at start; STDIOSERVER_ENV_FILE
+// receives the server's whole environment at start, one NAME=value a line; STDIOSERVER_FAIL=1 makes
 // the server print to stderr and exit 3 before speaking MCP. Run it with
 // MCPGODEBUG=hintomitempty=1 so that false readOnlyHint and idempotentHint are omitted (absent)
 // rather than sent as false.
@@ -22,6 +23,7 @@ import (
 	"log"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,6 +32,11 @@ import (
 func main() {
 	if f := os.Getenv("STDIOSERVER_PID_FILE"); f != "" {
 		if err := os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if f := os.Getenv("STDIOSERVER_ENV_FILE"); f != "" {
+		if err := os.WriteFile(f, []byte(strings.Join(os.Environ(), "\n")+"\n"), 0o644); err != nil {
 			log.Fatal(err)
 		}
 	}

@@ -1,0 +1,210 @@
+package web
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Limits against abuse (issue 15 item 7): the HTTP server's timeouts, a cap on open live
+// sockets, and a rate limit on failed token attempts.
+
+// Timeouts are the HTTP server's time limits. WebSockets are not bound by Read and Write: net/http
+// clears a connection's deadlines when it is hijacked, and a socket bounds each of its own writes
+// (writeTimeout, batchConn).
+type Timeouts struct {
+	// ReadHeader bounds reading a request's headers (slow-loris clients).
+	ReadHeader time.Duration
+	// Read bounds reading a whole request, body included (bodies are at most maxFormBytes).
+	Read time.Duration
+	// Write bounds a response, from the end of the request's headers to its last byte.
+	Write time.Duration
+	// Idle bounds how long a keep-alive connection waits for its next request.
+	Idle time.Duration
+}
+
+// DefaultTimeouts are the server's: generous for pages and the API, short enough that a client
+// cannot hold a connection by being slow.
+var DefaultTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: time.Minute, Idle: 2 * time.Minute}
+
+// Apply sets t on hs.
+func (t Timeouts) Apply(hs *http.Server) {
+	hs.ReadHeaderTimeout, hs.ReadTimeout, hs.WriteTimeout, hs.IdleTimeout = t.ReadHeader, t.Read, t.Write, t.Idle
+}
+
+// The caps on open live sockets (the session pages' and the API's event sockets). Past a cap a
+// new socket is accepted, then closed with StatusPolicyViolation (1008) and a reason, so the
+// client is told why rather than seeing a failed handshake.
+const (
+	maxOwnerSockets = 64 // every socket the owner opens, pages and API together
+	maxLinkSockets  = 16 // the sockets of one share link, whoever opened them
+)
+
+// socketLimit names the count a socket belongs to, its cap, and the close reason past it.
+type socketLimit struct {
+	key    string
+	max    int
+	reason string
+}
+
+// ownerSockets is the owner's socket count.
+var ownerSockets = socketLimit{key: "owner", max: maxOwnerSockets, reason: "too many open live connections for the owner"}
+
+// linkSockets is the socket count of share link id.
+func linkSockets(id string) socketLimit {
+	return socketLimit{key: "link " + id, max: maxLinkSockets, reason: "too many open live connections for this link"}
+}
+
+// socketCounts counts open sockets per socketLimit key.
+type socketCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// acquire counts one more socket under l unless l's cap is reached; release uncounts it.
+func (c *socketCounts) acquire(l socketLimit) (release func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[l.key] >= l.max {
+		return nil, false
+	}
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[l.key]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.n[l.key]--; c.n[l.key] <= 0 {
+			delete(c.n, l.key)
+		}
+	}, true
+}
+
+// The rate limit on failed token attempts, per client address: a burst of failedTokenBurst,
+// then one more every failedTokenEvery (10 a minute).
+const (
+	failedTokenBurst = 10
+	failedTokenEvery = 6 * time.Second
+	// failedTokenClients bounds the addresses remembered; past it, those whose allowance has
+	// refilled are forgotten (they would start full anyway).
+	failedTokenClients = 10000
+)
+
+// tokenFailures rate-limits failed attempts at the routes that take a secret in the URL: the
+// owner's login (GET /login?token=) and share links (/r/<token>…). Only failures count — a 401
+// or 404 answer: a wrong owner token, an unknown, revoked or expired link — so a person who
+// mistyped a few times still gets in with the right token. A client address whose allowance is
+// spent gets 429 with Retry-After on those routes, right token or not, until it refills.
+type tokenFailures struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	clients map[string]*rate.Limiter
+}
+
+// guarded reports whether a request's path takes a token that tokenFailures limits.
+func guarded(path string) bool {
+	return path == "/login" || strings.HasPrefix(path, "/r/")
+}
+
+// wrap applies the limit to the guarded routes of next.
+func (f *tokenFailures) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !guarded(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		client := clientAddr(r)
+		if wait := f.wait(client); wait > 0 {
+			secs := int(math.Ceil(wait.Seconds()))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprintf(w, "Too many failed attempts from your address. Try again in %d seconds.\n", secs)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if sw.status == http.StatusUnauthorized || sw.status == http.StatusNotFound {
+			f.fail(client)
+		}
+	})
+}
+
+// wait is how long client must wait before its next attempt: 0 while it has failures left.
+func (f *tokenFailures) wait(client string) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.clients[client]
+	if l == nil {
+		return 0
+	}
+	tokens := l.TokensAt(f.now())
+	if tokens >= 1 {
+		return 0
+	}
+	return time.Duration((1 - tokens) * float64(failedTokenEvery))
+}
+
+// fail counts a failed attempt of client.
+func (f *tokenFailures) fail(client string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	if f.clients == nil {
+		f.clients = map[string]*rate.Limiter{}
+	}
+	l := f.clients[client]
+	if l == nil {
+		if len(f.clients) >= failedTokenClients {
+			for c, cl := range f.clients {
+				if cl.TokensAt(now) >= failedTokenBurst {
+					delete(f.clients, c)
+				}
+			}
+		}
+		l = rate.NewLimiter(rate.Every(failedTokenEvery), failedTokenBurst)
+		f.clients[client] = l
+	}
+	l.AllowN(now, 1)
+}
+
+// clientAddr is the client's IP address (the connection's; X-Forwarded-For is not believed).
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// statusWriter records the status a handler answered with. Unwrap lets
+// http.ResponseController (and so the WebSocket handshake's Hijack) reach the writer beneath.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -1,0 +1,282 @@
+package web_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"countersign/internal/agent"
+	"countersign/internal/web"
+)
+
+// shortTimeouts are server limits short enough for a test to outlast.
+var shortTimeouts = web.Timeouts{ReadHeader: 300 * time.Millisecond, Read: 300 * time.Millisecond,
+	Write: 300 * time.Millisecond, Idle: 300 * time.Millisecond}
+
+// The HTTP server's read, write and idle limits cut off slow clients, and never a live socket:
+// one open three times as long as the limits still gets the session's events.
+func TestTimeoutsBoundSlowClientsButNotLiveSockets(t *testing.T) {
+	ts := newTestServerConfig(t, map[string]string{"one": oneCall}, func(_ *web.Config, hs *http.Server) {
+		shortTimeouts.Apply(hs)
+	})
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "timeouts", "model": "faux:one"}, &sess)
+
+	t.Run("a body slower than the read limit is cut off", func(t *testing.T) {
+		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST /api/sessions/%s/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
+			"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{", sess.ID, token)
+		// Never sends the rest: the server must give up and close the connection.
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = io.ReadAll(conn)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("the server kept a half-sent request open for 10s (read limit 300ms)")
+		}
+	})
+
+	t.Run("an idle connection is closed", func(t *testing.T) {
+		conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprint(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("an idle keep-alive connection: %v, want closed by the server (idle limit 300ms)", err)
+		}
+	})
+
+	t.Run("live sockets outlive the limits", func(t *testing.T) {
+		events := ts.events(t, sess.ID)
+		next(t, events, "snapshot")
+		live := ts.ownerLive(t, sess.ID)
+		readMessage(t, live) // the resync
+		// Read and write limits are 300ms; the sockets sit idle for three times that.
+		time.Sleep(3 * shortTimeouts.Write)
+		ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "still there?"}, nil)
+		next(t, events, "approval_requested")
+		if msg := readMessage(t, live); !strings.Contains(msg, "hx-swap-oob") {
+			t.Errorf("the live page socket's next message %.200q is not a fragment", msg)
+		}
+	})
+}
+
+// ownerLive opens the session page's live socket as the owner (bearer token).
+func (ts *testServer) ownerLive(t *testing.T, sessionID string) *websocket.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := http.Header{"Authorization": {"Bearer " + token}}
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+"/sessions/"+sessionID+"/live", &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+// readMessage reads one message within 10 seconds.
+func readMessage(t *testing.T, c *websocket.Conn) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, b, err := c.Read(ctx)
+	if err != nil {
+		t.Fatalf("reading a message: %v", err)
+	}
+	return string(b)
+}
+
+// expectPolicyClose reads from c and wants it closed with 1008 and reason.
+func expectPolicyClose(t *testing.T, c *websocket.Conn, reason string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err := c.Read(ctx)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != reason {
+		t.Errorf("the socket past the cap: %v, want closed 1008 %q", err, reason)
+	}
+}
+
+// A share link has at most 16 open live sockets and the owner 64 (pages and API together): the
+// next one is closed at once with 1008 and a reason; closing one makes room.
+func TestOpenLiveSocketsAreCapped(t *testing.T) {
+	ts, sid := shareServer(t)
+
+	t.Run("per share link", func(t *testing.T) {
+		var out struct{ URL string }
+		if st := ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "viewer"}, &out); st != 201 {
+			t.Fatalf("create link = %d", st)
+		}
+		c := reviewer(t, ts, out.URL, "Rita")
+		u, _ := url.Parse(out.URL)
+		dial := func() *websocket.Conn {
+			t.Helper()
+			conn, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(ts.URL, "http")+u.Path+"/live", &websocket.DialOptions{HTTPClient: c})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.CloseNow() })
+			return conn
+		}
+		var open []*websocket.Conn
+		for range web.MaxLinkSockets {
+			conn := dial()
+			readMessage(t, conn) // served: the resync
+			open = append(open, conn)
+		}
+		expectPolicyClose(t, dial(), "too many open live connections for this link")
+		// The owner's sockets are counted apart.
+		readMessage(t, ts.ownerLive(t, sid))
+
+		open[0].Close(websocket.StatusNormalClosure, "")
+		eventually(t, "room for one more socket of the link", func() bool {
+			conn := dial()
+			defer conn.CloseNow()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _, err := conn.Read(ctx)
+			return err == nil
+		})
+	})
+
+	t.Run("per owner", func(t *testing.T) {
+		// One socket is already open from the subtest above, maybe two while it closes.
+		owner := []*websocket.Conn{}
+		for len(owner) < web.MaxOwnerSockets+2 {
+			var conn *websocket.Conn
+			if len(owner)%2 == 0 {
+				conn = ts.ownerLive(t, sid)
+			} else {
+				conn = ts.events(t, sid)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, _, err := conn.Read(ctx)
+			cancel()
+			var ce websocket.CloseError
+			if errors.As(err, &ce) {
+				if ce.Code != websocket.StatusPolicyViolation || ce.Reason != "too many open live connections for the owner" {
+					t.Fatalf("owner socket %d closed with %v", len(owner), err)
+				}
+				if len(owner) < web.MaxOwnerSockets-2 {
+					t.Fatalf("owner socket %d refused; the cap is %d", len(owner)+1, web.MaxOwnerSockets)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			owner = append(owner, conn)
+		}
+		t.Errorf("%d owner sockets open, want at most %d", len(owner), web.MaxOwnerSockets)
+	})
+}
+
+// eventually polls cond every 20ms until it holds, failing the test after 10 seconds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Failed token attempts are limited per client address: after a few typos the right owner
+// token still logs in; past 10 failures every attempt from that address is 429 with
+// Retry-After until the allowance refills (one every 6 s), while other addresses are not
+// affected. Share-link tokens share the limit. Successes do not count.
+func TestFailedTokenAttemptsAreRateLimitedPerClient(t *testing.T) {
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	var h http.Handler
+	ts := newTestServerConfig(t, map[string]string{"one": oneCall}, func(c *web.Config, _ *http.Server) { c.Now = clk.Now })
+	h = ts.Server.Config.Handler
+	get := func(addr, path string) *httptest.ResponseRecorder {
+		t.Helper()
+		req := httptest.NewRequest("GET", path, nil)
+		req.RemoteAddr = addr + ":40000"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	const alice, mallory, bob = "192.0.2.1", "192.0.2.66", "2001:db8::7"
+
+	for i := range 3 {
+		if st := get(alice, "/login?token=typo"+fmt.Sprint(i)).Code; st != http.StatusUnauthorized {
+			t.Fatalf("typo %d = %d, want 401", i, st)
+		}
+	}
+	if st := get(alice, "/login?token="+token).Code; st != http.StatusSeeOther {
+		t.Errorf("the right token after 3 typos = %d, want 303", st)
+	}
+	// Successes are not counted: many logins in a row all work.
+	for i := range 20 {
+		if st := get(alice, "/login?token="+token).Code; st != http.StatusSeeOther {
+			t.Fatalf("login %d = %d, want 303", i, st)
+		}
+	}
+
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "t", "model": "faux:one"}, &sess)
+	var link struct{ URL string }
+	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/shares", map[string]string{"role": "viewer"}, &link)
+	u, _ := url.Parse(link.URL)
+	for i := range 5 {
+		if st := get(mallory, "/login?token=guess"+fmt.Sprint(i)).Code; st != http.StatusUnauthorized {
+			t.Fatalf("guess %d = %d, want 401", i, st)
+		}
+		if st := get(mallory, "/r/guess"+fmt.Sprint(i)).Code; st != http.StatusNotFound {
+			t.Fatalf("link guess %d = %d, want 404", i, st)
+		}
+	}
+	for _, path := range []string{"/login?token=guess", "/login?token=" + token, "/r/guess", u.Path, u.Path + "/live"} {
+		rec := get(mallory, path)
+		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "6" {
+			t.Errorf("%s after 10 failures = %d, Retry-After %q; want 429, 6", path, rec.Code, rec.Header().Get("Retry-After"))
+		}
+	}
+	if st := get(bob, u.Path).Code; st != http.StatusOK {
+		t.Errorf("another address's link = %d, want 200", st)
+	}
+	if st := get(mallory, "/healthz").Code; st != http.StatusOK {
+		t.Errorf("an unguarded route = %d, want 200", st)
+	}
+
+	clk.Advance(6 * time.Second)
+	if st := get(mallory, "/login?token="+token).Code; st != http.StatusSeeOther {
+		t.Errorf("the right token once the allowance refilled = %d, want 303", st)
+	}
+	if st := get(mallory, "/r/guess-again").Code; st != http.StatusNotFound {
+		t.Errorf("one more guess = %d, want 404", st)
+	}
+	if rec := get(mallory, "/r/guess-again"); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("the guess after that = %d, want 429", rec.Code)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -429,7 +430,8 @@ func untrackedFiles(workspace string, paths []string, patchLimit int) ([]DiffFil
 // newFilePatch reads the untracked file p and returns its patch as an added file (at most limit
 // bytes, cut at a line; cut reports that), its line count, and whether it is binary.
 func newFilePatch(j *jail, p, header string, limit int) (patch string, lines int, binary, cut bool, err error) {
-	fh, err := j.root.Open(p)
+	// The caller saw a regular file; openRegular refuses a pipe swapped in since without blocking.
+	fh, _, err := j.openRegular(p, os.O_RDONLY, 0)
 	if err != nil {
 		return "", 0, false, false, err
 	}

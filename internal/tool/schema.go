@@ -36,9 +36,29 @@ var printer = message.NewPrinter(language.English)
 // schema ("type": "object"), as MCP 2025-11-25 §tools requires of inputSchema and outputSchema.
 // An empty raw means "no schema" (nil, nil).
 func compileSchema(toolName, field string, raw json.RawMessage) (*schema, error) {
+	s, _, err := compileSchemaRefused(toolName, field, raw)
+	return s, err
+}
+
+// compileSchemaRefused is compileSchema that also returns the URLs the compiler asked to load and
+// was refused (for the fuzz test: any refusal must fail the compilation). A panic of the
+// compiler, on a schema from a stranger, is an error, not a crash of the server.
+func compileSchemaRefused(toolName, field string, raw json.RawMessage) (s *schema, refused []string, err error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			s, err = nil, fmt.Errorf("tool %s: %s does not compile: the schema compiler failed: %v", toolName, field, p)
+		}
+	}()
+	loader := &refusingLoader{}
+	s, err = compileWith(loader, toolName, field, raw)
+	return s, loader.refused, err
+}
+
+// compileWith compiles raw with a compiler whose only loader is loader.
+func compileWith(loader *refusingLoader, toolName, field string, raw json.RawMessage) (*schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: %s is not JSON: %v", toolName, field, err)
@@ -54,7 +74,6 @@ func compileSchema(toolName, field string, raw json.RawMessage) (*schema, error)
 	// The library's default loader reads file:// URLs; a schema comes from a stranger (an MCP
 	// server), so it loads nothing. The metaschemas of every draft are embedded in the library
 	// and found before any loader is asked.
-	loader := &refusingLoader{}
 	c.UseLoader(loader)
 	base := schemaBase + toolName + "/"
 	url := base + field + ".json"

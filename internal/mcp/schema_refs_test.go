@@ -74,6 +74,16 @@ func TestServerToolsWithExternalSchemaRefsAreRefused(t *testing.T) {
 	if n := hits.Load(); n != 0 {
 		t.Errorf("the schema URL was fetched %d times, want never", n)
 	}
+	// The Tools panel says why each is missing.
+	warnings := strings.Join(status(m, "evil").Warnings, "\n")
+	for _, name := range []string{"evil__ref_file", "evil__ref_output", "evil__ref_http", "evil__ref_meta"} {
+		if want := "refused by Countersign, not offered to the model: tool " + name + ": "; !strings.Contains(warnings, want) {
+			t.Errorf("server warnings %q do not contain %q", warnings, want)
+		}
+	}
+	if strings.Contains(warnings, secret) {
+		t.Error("server warnings contain the planted secret")
+	}
 	// The refused tools stay refused: RegisterTools does not try them again.
 	if added, err := m.RegisterTools(reg); len(added) != 0 || err != nil {
 		t.Errorf("RegisterTools again = %v, %v; want nothing", added, err)

@@ -4,6 +4,7 @@
 #   make test                                  Go tests (race detector), then the browser tests
 #   make e2e E2E_ARGS='-g deny'                 only the browser tests (Playwright, /usr/bin/chromium)
 #   make vendor                                 refresh web/static/vendor from e2e/node_modules
+#   make fuzz FUZZTIME=30s                      every fuzz target, one after another
 #
 # Front-end files in web/static/vendor are committed. To update them, change the pinned versions
 # of htmx.org / htmx-ext-ws in e2e/package.json, run `npm install` in e2e/ (updates the lock file),
@@ -18,7 +19,7 @@ NPM_CI   := npm ci --no-audit --no-fund
 # Playwright must never download a browser: the tests use Debian's /usr/bin/chromium.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: all generate build run fmt lint check-generated test test-go e2e e2e-deps bench bench-peers vendor clean
+.PHONY: all generate build run fmt lint check-generated test test-go e2e e2e-deps fuzz bench bench-peers vendor clean
 
 all: build
 
@@ -77,6 +78,26 @@ e2e-deps:
 
 e2e: build e2e-deps
 	cd e2e && npx playwright test $(E2E_ARGS)
+
+# Fuzz targets for the inputs strangers control (issue 15), as ./pkg/path:FuzzName. `make test`
+# runs each one's seed corpus (testdata/fuzz/<FuzzName>); `make fuzz` fuzzes each for FUZZTIME,
+# one after another (FUZZ_FLAGS=-parallel=1 to spare a shared machine). A crasher is written to
+# the package's testdata/fuzz/<FuzzName>/: fix it and commit it with the fix. The first run of
+# a package builds it with coverage instrumentation, which takes minutes for the larger ones.
+FUZZTIME     ?= 30s
+FUZZ_FLAGS   ?=
+FUZZ_TARGETS := \
+	./internal/models:FuzzParseScript \
+	./internal/models:FuzzLastResult \
+	./internal/mcp:FuzzToolResult \
+	./internal/tool:FuzzCompileSchema
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZ_FLAGS) $$pkg; \
+	done
 
 # Countersign's benchmark cases (issue 9; bench/cmd/load): nested calls, direct turns, peak RSS of
 # the server binary, approval round trips and WebSocket fan-out. BENCH_RUNS=3 for medians.

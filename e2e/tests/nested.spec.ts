@@ -43,3 +43,38 @@ test('codemode: two nested write_file prompts name codemode; approve one, deny t
   await page.setViewportSize({ width: 1400, height: 1000 });
   await page.screenshot({ path: path.resolve(__dirname, '../screenshots/finished-run-with-nested-calls.png'), fullPage: true });
 });
+
+// Issue 15, item 9: run_checks and failing_tests run the workspace's code, so inside review_diff
+// (the demo's second message) each shows a nested prompt; git_diff, read-only, does not ask.
+test('demo: review_diff shows nested prompts for run_checks and failing_tests; approve one, deny the other', async ({ page }) => {
+  await login(page);
+  await newSession(page, 'demo review', 'faux:demo');
+  await send(page, 'Show me what is in the workspace.');
+  const run = approvalGroup(toolCard(page, 'run_command'), 'run_command');
+  await run.getByRole('button', { name: 'Approve', exact: true }).click();
+  await expectFinalText(page, 'exit code 0');
+
+  await send(page, 'Review the diff.');
+  const card = toolCard(page, 'review_diff');
+  const checks = approvalGroup(card, 'run_checks');
+  await expect(checks).toBeVisible();
+  await expect(checks).toContainText('requested by review_diff · call demo-review');
+  // git_diff ran before, without a prompt of its own.
+  const diffCall = card.locator('[data-tool-call-id="demo-review/1"]');
+  await expect(diffCall).toContainText('git_diff');
+  await expect(approvalGroup(diffCall, 'git_diff')).toHaveCount(0);
+  // review_diff itself did not ask.
+  await expect(approvalGroup(card, 'review_diff')).toHaveCount(0);
+  await checks.getByRole('button', { name: 'Approve', exact: true }).click();
+
+  const tests = approvalGroup(card, 'failing_tests');
+  await expect(tests).toBeVisible();
+  await expect(tests).toContainText('requested by review_diff · call demo-review');
+  await tests.getByRole('textbox', { name: 'Reason', exact: true }).fill('not the tests now');
+  await tests.getByRole('button', { name: 'Deny', exact: true }).click();
+
+  await expectFinalText(page, 'Review verdict: incomplete');
+  await expect(card.locator('[data-tool-call-id="demo-review/3"]')).toContainText('Denied by owner: not the tests now');
+  await page.reload();
+  await expect(toolCard(page, 'review_diff').locator('[data-tool-call-id="demo-review/3"]')).toContainText('Denied by owner: not the tests now');
+});

@@ -100,6 +100,8 @@ type Manager struct {
 
 	regMu sync.Mutex          // RegisterTools runs one at a time
 	tried map[*tool.Tool]bool // tools RegisterTools has registered or seen refused
+
+	refused map[string]string // guarded by mu: why the registry refused a tool, by tool name
 }
 
 // NewManager returns a Manager for cfg; nothing runs until Start. A nil logger means
@@ -231,6 +233,12 @@ func (m *Manager) RegisterTools(reg *tool.Registry) (added []string, err error) 
 		}
 		if err := reg.Register(t); err != nil {
 			errs = append(errs, err)
+			m.mu.Lock()
+			if m.refused == nil {
+				m.refused = map[string]string{}
+			}
+			m.refused[t.Name] = err.Error()
+			m.mu.Unlock()
 			continue
 		}
 		added = append(added, t.Name)
@@ -238,11 +246,21 @@ func (m *Manager) RegisterTools(reg *tool.Registry) (added []string, err error) 
 	return added, errors.Join(errs...)
 }
 
-// Servers returns the status of every server, in the order of the config file.
+// Servers returns the status of every server, in the order of the config file. A tool that
+// RegisterTools saw refused (say, a schema with an external $ref) stays in Tools, as the server
+// offers it, with a warning giving the registry's reason.
 func (m *Manager) Servers() []ServerStatus {
 	out := make([]ServerStatus, 0, len(m.servers))
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, s := range m.servers {
-		out = append(out, s.status())
+		st := s.status()
+		for _, name := range st.Tools {
+			if why, ok := m.refused[name]; ok {
+				st.Warnings = append(st.Warnings, "refused by Countersign, not offered to the model: "+why)
+			}
+		}
+		out = append(out, st)
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,6 +31,10 @@ import (
 var stdioServerBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if fuzzing() {
+		os.Exit(m.Run()) // a fuzz target alone needs no server
+	}
 	dir, err := os.MkdirTemp("", "countersign-mcp-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -47,6 +52,16 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// fuzzing reports whether this process only fuzzes (go test -run '^$' -fuzz X, or one of its
+// workers), so that TestMain need not build the test server.
+func fuzzing() bool {
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		return true
+	}
+	fz, run := flag.Lookup("test.fuzz"), flag.Lookup("test.run")
+	return fz != nil && fz.Value.String() != "" && run != nil && run.Value.String() == "^$"
 }
 
 // newTestManager returns a started Manager with short timings, changed by opts, closed when the

@@ -36,9 +36,29 @@ var printer = message.NewPrinter(language.English)
 // schema ("type": "object"), as MCP 2025-11-25 §tools requires of inputSchema and outputSchema.
 // An empty raw means "no schema" (nil, nil).
 func compileSchema(toolName, field string, raw json.RawMessage) (*schema, error) {
+	s, _, err := compileSchemaRefused(toolName, field, raw)
+	return s, err
+}
+
+// compileSchemaRefused is compileSchema that also returns the URLs the compiler asked to load and
+// was refused (for the fuzz test: any refusal must fail the compilation). A panic of the
+// compiler, on a schema from a stranger, is an error, not a crash of the server.
+func compileSchemaRefused(toolName, field string, raw json.RawMessage) (s *schema, refused []string, err error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			s, err = nil, fmt.Errorf("tool %s: %s does not compile: the schema compiler failed: %v", toolName, field, p)
+		}
+	}()
+	loader := &refusingLoader{}
+	s, err = compileWith(loader, toolName, field, raw)
+	return s, loader.refused, err
+}
+
+// compileWith compiles raw with a compiler whose only loader is loader.
+func compileWith(loader *refusingLoader, toolName, field string, raw json.RawMessage) (*schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: %s is not JSON: %v", toolName, field, err)
@@ -51,15 +71,58 @@ func compileSchema(toolName, field string, raw json.RawMessage) (*schema, error)
 	c.DefaultDraft(jsonschema.Draft2020)
 	// Without AssertVocabs, unknown vocabularies would be silently ignored (TOOLCHAIN.md).
 	c.AssertVocabs()
-	url := "countersign:///tools/" + toolName + "/" + field + ".json"
+	// The library's default loader reads file:// URLs; a schema comes from a stranger (an MCP
+	// server), so it loads nothing. The metaschemas of every draft are embedded in the library
+	// and found before any loader is asked.
+	c.UseLoader(loader)
+	base := schemaBase + toolName + "/"
+	url := base + field + ".json"
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, fmt.Errorf("tool %s: %s: %v", toolName, field, err)
 	}
 	sch, err := c.Compile(url)
+	if len(loader.refused) > 0 {
+		// Fail closed even if the library were to swallow the loader's error.
+		return nil, fmt.Errorf("tool %s: %s refers to %s outside the schema; Countersign loads no "+
+			"external schema (file, http or any other URL): keep every definition in the schema "+
+			"and refer to it with \"#/$defs/…\"", toolName, field, quoteRefs(loader.refused, base))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tool %s: %s does not compile: %v", toolName, field, err)
 	}
 	return &schema{sch: sch}, nil
+}
+
+// schemaBase is the base URL a tool's schemas are compiled under: countersign:///tools/<name>/
+// <field>.json. References that resolve inside the document itself ("#/$defs/x", "#anchor", or
+// its own "$id") never reach a loader.
+const schemaBase = "countersign:///tools/"
+
+// refusingLoader is the jsonschema.URLLoader of every schema compiler: it refuses every URL
+// (file, http, https, relative ones resolved against the schema's base, anything) without
+// touching it, and remembers what it refused. One per compilation, so it is not shared.
+type refusingLoader struct{ refused []string }
+
+// errExternalRef is what the loader answers for every URL.
+var errExternalRef = errors.New("external schema references are not loaded")
+
+func (l *refusingLoader) Load(url string) (any, error) {
+	l.refused = append(l.refused, url)
+	return nil, errExternalRef
+}
+
+// quoteRefs names the refused URLs for a person: quoted, those relative to the schema's own base
+// shown as written relative to it.
+func quoteRefs(urls []string, base string) string {
+	parts := make([]string, 0, len(urls))
+	for _, u := range urls {
+		if rel, ok := strings.CutPrefix(u, base); ok {
+			parts = append(parts, fmt.Sprintf("%q (relative to the schema)", rel))
+		} else {
+			parts = append(parts, fmt.Sprintf("%q", u))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // schema is a compiled schema with a memo of documents it has accepted.

@@ -108,10 +108,11 @@ func runChecksTool(cfg Config) *tool.Tool {
 		Name:  "run_checks",
 		Title: "Run checks",
 		Description: "Run the workspace's configured checks (by default: " + strings.Join(names, ", ") +
-			") and report, per check, pass or fail and its messages with file, line and column.",
+			") and report, per check, pass or fail and its messages with file, line and column." +
+			runsCodeNote,
 		InputSchema:  json.RawMessage(runChecksInput),
 		OutputSchema: json.RawMessage(runChecksOutput),
-		Annotations:  readOnly(),
+		Annotations:  runsWorkspaceCode(),
 		Execute: func(ctx context.Context, arguments json.RawMessage, onUpdate func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {
 				Checks []string `json:"checks"`
@@ -343,10 +344,10 @@ func failingTestsTool(cfg Config) *tool.Tool {
 		Title: "Failing tests",
 		Description: "Run the workspace's tests (by default `" + cfg.TestCommand + " ./...`) and " +
 			"return the failing tests with their output, plus counts of passed, failed and " +
-			"skipped tests.",
+			"skipped tests." + runsCodeNote,
 		InputSchema:  json.RawMessage(failingTestsInput),
 		OutputSchema: json.RawMessage(failingTestsOutput),
-		Annotations:  readOnly(),
+		Annotations:  runsWorkspaceCode(),
 		Execute: func(ctx context.Context, arguments json.RawMessage, onUpdate func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {
 				Packages []string `json:"packages"`

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path"
 	"strings"
 	"unicode/utf8"
@@ -102,18 +103,20 @@ func readFile(workspace, p string, offset, limit, budget int) (tool.Result, erro
 	if err != nil {
 		return tool.Result{}, err
 	}
-	f, err := j.root.Open(rel)
+	// Only regular files are opened (a named pipe would block the open; see openRegular).
+	switch fi, err := j.root.Stat(rel); {
+	case err != nil:
+		return tool.Result{}, fmt.Errorf("cannot read %s: %w", display(rel), unwrapPath(err))
+	case fi.IsDir():
+		return tool.Result{}, fmt.Errorf("%s is a folder, not a file; use list_files", display(rel))
+	case !fi.Mode().IsRegular():
+		return tool.Result{}, fmt.Errorf("%w; read_file reads regular files only", notRegular(rel, fi.Mode()))
+	}
+	f, fi, err := j.openRegular(rel, os.O_RDONLY, 0)
 	if err != nil {
 		return tool.Result{}, fmt.Errorf("cannot read %s: %w", display(rel), unwrapPath(err))
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return tool.Result{}, err
-	}
-	if fi.IsDir() {
-		return tool.Result{}, fmt.Errorf("%s is a folder, not a file; use list_files", display(rel))
-	}
 	br := bufio.NewReaderSize(f, 64<<10)
 	if head, _ := br.Peek(8000); bytes.IndexByte(head, 0) >= 0 {
 		return tool.Result{}, fmt.Errorf("%s is a binary file (%d bytes); read_file reads text", display(rel), fi.Size())
@@ -197,6 +200,21 @@ func readFile(workspace, p string, offset, limit, budget int) (tool.Result, erro
 		}
 	}
 	return success(text, out), nil
+}
+
+// readRegular reads the regular file rel (see jail.openRegular), at most max bytes; a longer
+// file is an error.
+func readRegular(j *jail, rel string, max int64) ([]byte, error) {
+	f, _, err := j.openRegular(rel, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s is larger than %d bytes", display(rel), max)
+	}
+	return b, err
 }
 
 // runeStart returns the largest n <= max such that b[:n] does not end inside a UTF-8 sequence.
@@ -316,8 +334,9 @@ func listFiles(ctx context.Context, workspace, p, pattern string) (tool.Result, 
 	start := display(rel)
 	out := ListFilesOutput{Path: start, Files: []FileEntry{}}
 	errFull := errors.New("full")
-	// root.FS keeps the walk inside the workspace; WalkDir reports symlinks without following them.
-	err = fs.WalkDir(j.root.FS(), start, func(name string, d fs.DirEntry, err error) error {
+	// walkFS keeps the walk inside the workspace and opens nothing but folders; WalkDir reports
+	// symlinks without following them.
+	err = fs.WalkDir(walkFS{j.root}, start, func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if name == start {
 				return err
@@ -446,11 +465,14 @@ func writeFile(workspace, p, content string) (tool.Result, error) {
 		return tool.Result{}, fmt.Errorf("cannot write %s: %w", display(rel), unwrapPath(err))
 	case fi.IsDir():
 		return tool.Result{}, fmt.Errorf("cannot write %s: it is a folder", display(rel))
+	case !fi.Mode().IsRegular():
+		// Writing to a named pipe blocks until a reader comes; to a device, writes to it.
+		return tool.Result{}, fmt.Errorf("%w; write_file writes regular files only", notRegular(rel, fi.Mode()))
 	case fi.Size() > maxPreviousContent:
 		details = WriteFileDetails{PreviousExists: true, PreviousTooLarge: true}
 	default:
 		// Kept for the UI's diff after the fact; a read failure only loses the diff.
-		if prev, err := j.root.ReadFile(rel); err == nil {
+		if prev, err := readRegular(j, rel, maxPreviousContent); err == nil {
 			details = WriteFileDetails{PreviousExists: true, PreviousContent: string(prev)}
 		}
 	}
@@ -459,7 +481,15 @@ func writeFile(workspace, p, content string) (tool.Result, error) {
 			return tool.Result{}, fmt.Errorf("cannot create the folder %s: %w", dir, unwrapPath(err))
 		}
 	}
-	if err := j.root.WriteFile(rel, []byte(content), 0o644); err != nil {
+	f, _, err := j.openRegular(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return tool.Result{}, fmt.Errorf("cannot write %s: %w", display(rel), unwrapPath(err))
+	}
+	_, err = f.WriteString(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return tool.Result{}, fmt.Errorf("cannot write %s: %w", display(rel), unwrapPath(err))
 	}
 	out := WriteFileOutput{Path: display(rel), Bytes: len(content), Created: created}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -118,7 +119,8 @@ const maxGitListing = 8 << 20
 // non-zero exit is an error carrying git's stderr.
 func (g gitRunner) run(ctx context.Context, limit int, args ...string) (string, bool, error) {
 	// Repository configuration is not trusted to run programs for a read-only tool: no file
-	// system monitor hook, no external diff or textconv driver (--no-ext-diff, --no-textconv).
+	// system monitor hook, no external diff or textconv driver (--no-ext-diff, --no-textconv),
+	// no filter driver (see neutralFilters).
 	argv := append([]string{"git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", "-c", "color.ui=never"}, args...)
 	stdout, stderr := newCapture(limit, false), newCapture(8<<10, false)
 	e, err := process{argv: argv, dir: g.dir, env: g.env, timeout: g.timeout, stdout: stdout, stderr: stderr}.run(ctx)
@@ -162,6 +164,17 @@ func gitDiff(ctx context.Context, cfg Config, workspace, base string) (tool.Resu
 		}
 		return tool.Result{}, fmt.Errorf("the workspace %s is not a git repository (%v)", workspace, err)
 	}
+
+	// Filter drivers (.gitattributes "filter=x", config filter.x.clean …) would run when git
+	// reads the working tree; they are switched off for every later command.
+	list, _, err := g.run(ctx, maxGitListing, "config", "--list", "-z")
+	if err != nil {
+		if ctx.Err() != nil {
+			return tool.Result{}, ctx.Err()
+		}
+		return tool.Result{}, err
+	}
+	g.env = append(g.env, neutralFilters(list)...)
 
 	shown, against := base, base
 	if base == "" {
@@ -253,6 +266,46 @@ func gitDiff(ctx context.Context, cfg Config, workspace, base string) (tool.Resu
 	}
 	out.Files = files
 	return success(diffText(out), out), nil
+}
+
+// neutralFilters returns environment entries (GIT_CONFIG_COUNT, GIT_CONFIG_KEY_n,
+// GIT_CONFIG_VALUE_n: git's -c, without its parsing of "=" in names) that switch off every filter
+// driver configured in list, the output of `git config --list -z`: for each driver x of a
+// filter.x.* key, filter.x.clean, .smudge and .process become empty (git then runs nothing and
+// uses the content as it is) and filter.x.required false (so a missing filter is no error). The
+// repository's configuration decides which drivers exist and its .gitattributes where they run;
+// a read-only tool runs neither. Diffs of files under a filter (say, Git LFS) then compare the
+// raw working-tree content with the stored blob. Nil when no filter is configured.
+func neutralFilters(list string) []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, entry := range strings.Split(list, "\x00") {
+		key, _, _ := strings.Cut(entry, "\n")
+		// Section and key names are case-insensitive (git prints them lowercased); the
+		// subsection, the driver's name, is not, and may hold dots.
+		rest, ok := strings.CutPrefix(strings.ToLower(key), "filter.")
+		i := strings.LastIndexByte(rest, '.')
+		if !ok || i <= 0 {
+			continue
+		}
+		name := key[len("filter.") : len("filter.")+i]
+		if !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	var env []string
+	n := 0
+	for _, name := range names {
+		for _, kv := range [][2]string{{"clean", ""}, {"smudge", ""}, {"process", ""}, {"required", "false"}} {
+			env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=filter.%s.%s", n, name, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", n, kv[1]))
+			n++
+		}
+	}
+	return append(env, fmt.Sprintf("GIT_CONFIG_COUNT=%d", n))
 }
 
 // diffStatus maps git's status letters to words.
@@ -429,7 +482,8 @@ func untrackedFiles(workspace string, paths []string, patchLimit int) ([]DiffFil
 // newFilePatch reads the untracked file p and returns its patch as an added file (at most limit
 // bytes, cut at a line; cut reports that), its line count, and whether it is binary.
 func newFilePatch(j *jail, p, header string, limit int) (patch string, lines int, binary, cut bool, err error) {
-	fh, err := j.root.Open(p)
+	// The caller saw a regular file; openRegular refuses a pipe swapped in since without blocking.
+	fh, _, err := j.openRegular(p, os.O_RDONLY, 0)
 	if err != nil {
 		return "", 0, false, false, err
 	}

@@ -7,7 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 
 	"countersign/internal/tool"
 )
@@ -153,6 +155,110 @@ func realPath(p string) (string, error) {
 		p = filepath.Clean(filepath.Join(append([]string{target}, rest[1:]...)...))
 	}
 	return "", errors.New("too many levels of symbolic links")
+}
+
+// ErrNotRegular is wrapped by the error a file tool returns for a named pipe, socket, device or
+// other file that is neither a regular file nor a folder: opening one can block for ever (a pipe
+// with no writer) or do something (a device), so the tools never open them (issue 15, item 6).
+var ErrNotRegular = errors.New("not a regular file")
+
+// notRegular is the error for the resolved path rel of mode: "<path> is not a regular file
+// (named pipe)".
+func notRegular(rel string, mode fs.FileMode) error {
+	return fmt.Errorf("%s is %w (%s)", display(rel), ErrNotRegular, fileKind(mode))
+}
+
+// fileKind names the type of a file mode for a person.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "folder"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "block device"
+	}
+	return "irregular file"
+}
+
+// openRegular opens the resolved path rel through the root with flag (os.O_RDONLY, or O_WRONLY
+// with O_CREATE and O_TRUNC), and keeps it only if it is a regular file, else a notRegular error.
+// Callers Stat the path first and refuse anything else without opening it; this is the check
+// that holds if the file is swapped in between: O_NONBLOCK makes the open of a named pipe return
+// at once (reading: opened, then refused here; writing with no reader: ENXIO) instead of waiting
+// for the other end, and the type is read from the opened descriptor. O_NONBLOCK changes nothing
+// for a regular file.
+func (j *jail) openRegular(rel string, flag int, perm fs.FileMode) (*os.File, fs.FileInfo, error) {
+	f, err := j.root.OpenFile(rel, flag|syscall.O_NONBLOCK, perm)
+	if err != nil {
+		if errors.Is(err, syscall.ENXIO) {
+			// A named pipe (no reader) or a socket, swapped in after the caller's Stat.
+			return nil, nil, fmt.Errorf("%s is %w", display(rel), ErrNotRegular)
+		}
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, notRegular(rel, fi.Mode())
+	}
+	return f, fi, nil
+}
+
+// walkFS is the workspace as an fs.FS for fs.WalkDir (list_files): like os.Root.FS, but a folder
+// is opened with O_DIRECTORY and O_NONBLOCK, so a folder swapped for a named pipe during the walk
+// fails at once instead of blocking, and Open opens regular files and folders only.
+type walkFS struct{ root *os.Root }
+
+func (w walkFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	f, err := w.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
+		err = notRegular(name, fi.Mode())
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (w walkFS) Stat(name string) (fs.FileInfo, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrInvalid}
+	}
+	return w.root.Stat(name)
+}
+
+// ReadDir lists the folder name sorted by file name, as fs.ReadDir does.
+func (w walkFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: fs.ErrInvalid}
+	}
+	f, err := w.root.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return entries, err
 }
 
 // display is how a resolved path is shown in results: slash-separated, relative to the

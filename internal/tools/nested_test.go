@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -270,9 +271,15 @@ func TestReviewDiffThroughThePipeline(t *testing.T) {
 		fauxStep{text: "Verdict: {{lastResult.verdict}}"},
 	), ws, cfg)
 	p.send()
-	var seen []agent.Event
-	if end := p.await(agent.AgentEnd, &seen); end.Error != "" {
-		t.Fatalf("run error %q", end.Error)
+	// run_checks and failing_tests run workspace code, so they ask inside review_diff (issue 15,
+	// item 9); git_diff and review_diff itself do not.
+	var asked []string
+	seen := p.runDeciding(func(a gate.Approval) agent.Decision {
+		asked = append(asked, fmt.Sprintf("%s %s %q by %s", a.ToolName, a.ToolCallID, a.ParentToolCallID, a.RequestedBy))
+		return agent.Decision{Decision: "approve", By: gate.Owner()}
+	})
+	if want := []string{`run_checks r1/2 "r1" by review_diff`, `failing_tests r1/3 "r1" by review_diff`}; !reflect.DeepEqual(asked, want) {
+		t.Errorf("prompts %q, want %q", asked, want)
 	}
 
 	wantSeen := []string{`review_diff r1 ""`, `git_diff r1/1 "r1"`, `run_checks r1/2 "r1"`, `failing_tests r1/3 "r1"`}
@@ -328,6 +335,120 @@ func TestReviewDiffThroughThePipeline(t *testing.T) {
 	}
 	if got, want := lastUpdate, "Review done: needs_attention"; got != want {
 		t.Errorf("review_diff's last progress %q, want %q", got, want)
+	}
+}
+
+// runDeciding reads the run's events until agent_end, answering each approval_requested with
+// decide's decision, and returns every event read. It fails the test on a run error or when
+// nothing arrives for 60 s (a go test run in the workspace may take a while on a busy machine).
+func (p *pipeline) runDeciding(decide func(gate.Approval) agent.Decision) []agent.Event {
+	p.t.Helper()
+	var seen []agent.Event
+	for {
+		select {
+		case ev, ok := <-p.events.C:
+			if !ok {
+				p.t.Fatal("the subscription was dropped")
+			}
+			seen = append(seen, *ev)
+			switch ev.Type {
+			case agent.ApprovalRequested:
+				if _, err := p.runner.Decide(context.Background(), p.sess.ID, ev.Approval.ID, decide(*ev.Approval)); err != nil {
+					p.t.Fatal(err)
+				}
+			case agent.AgentEnd:
+				if ev.Error != "" {
+					p.t.Fatalf("run error %q", ev.Error)
+				}
+				return seen
+			}
+		case <-time.After(60 * time.Second):
+			p.t.Fatal("no event within 60s")
+		}
+	}
+}
+
+// goModule writes a Go module into dir whose test file's init() writes marker (an absolute path
+// outside the workspace): the workspace code that `go test` runs.
+func goModule(t *testing.T, dir, marker string) {
+	t.Helper()
+	files := map[string]string{
+		"go.mod": "module example.com/m\n\ngo 1.22\n",
+		"m.go":   "package m\n\nfunc Two() int { return 2 }\n",
+		"m_test.go": "package m\n\nimport (\n\t\"os\"\n\t\"testing\"\n)\n\n" +
+			"func init() { _ = os.WriteFile(" + strconv.Quote(marker) + ", []byte(\"ran\"), 0o644) }\n\n" +
+			"func TestTwo(t *testing.T) {\n\tif Two() != 2 {\n\t\tt.Fatal(\"no\")\n\t}\n}\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestWorkspaceCodeRunsOnlyAfterApproval (issue 15, item 9): the workspace holds a Go module whose
+// test file's init() writes a marker outside the workspace. The model calls review_diff, with the
+// default checks (go vet) and test command (go test -json): run_checks and failing_tests each
+// ask, as nested prompts of review_diff, before anything runs; the marker is not written while
+// they wait, nor when they are denied, and is written once failing_tests is approved.
+func TestWorkspaceCodeRunsOnlyAfterApproval(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go not installed")
+	}
+	for _, approve := range []bool{false, true} {
+		name := "denied"
+		if approve {
+			name = "approved"
+		}
+		t.Run(name, func(t *testing.T) {
+			base := t.TempDir()
+			ws, marker := filepath.Join(base, "ws"), filepath.Join(base, "outside-marker")
+			if err := os.Mkdir(ws, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			goModule(t, ws, marker)
+			p := newPipeline(t, fauxScript(t,
+				fauxStep{id: "r1", name: "review_diff", args: map[string]any{}},
+				fauxStep{text: "Verdict: {{lastResult.verdict}}"},
+			), ws, tools.Config{})
+			p.send()
+			var asked []string
+			p.runDeciding(func(a gate.Approval) agent.Decision {
+				asked = append(asked, a.ToolName+" "+a.ToolCallID+" requested by "+a.RequestedBy)
+				if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("while %s waits for approval, the marker exists (%v): workspace code ran unapproved", a.ToolName, err)
+				}
+				if !approve {
+					return agent.Decision{Decision: "deny", Reason: "not this code", By: gate.Owner()}
+				}
+				return agent.Decision{Decision: "approve", By: gate.Owner()}
+			})
+			if want := []string{"run_checks r1/2 requested by review_diff", "failing_tests r1/3 requested by review_diff"}; !reflect.DeepEqual(asked, want) {
+				t.Errorf("prompts %q, want %q", asked, want)
+			}
+			_, err := os.Stat(marker)
+			switch {
+			case !approve && !errors.Is(err, os.ErrNotExist):
+				t.Errorf("denied, yet the marker exists (%v): workspace code ran", err)
+			case approve && err != nil:
+				t.Errorf("approved, yet no marker (%v): the test setup does not run workspace code", err)
+			}
+			res := p.toolResults()[0].Result
+			var review tools.ReviewOutput
+			if err := json.Unmarshal(res.StructuredContent, &review); err != nil {
+				t.Fatalf("review_diff result %q: %v", res.TextOf(), err)
+			}
+			wantStatus := "denied"
+			if approve {
+				wantStatus = "ok"
+			}
+			if got, want := nestedSummary(res.NestedCalls)[1:], []string{"r1/2 run_checks " + wantStatus, "r1/3 failing_tests " + wantStatus}; !reflect.DeepEqual(got, want) {
+				t.Errorf("nestedCalls %q, want %q", got, want)
+			}
+			if !approve && (review.Verdict != tools.VerdictIncomplete || review.Tests.Error != "Denied by owner: not this code") {
+				t.Errorf("review %+v, want incomplete with the denial", review)
+			}
+		})
 	}
 }
 

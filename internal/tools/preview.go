@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 )
 
 // ReadForPreview reads a workspace file for a prompt's preview (the write_file diff, SPEC §3):
@@ -20,21 +21,28 @@ func ReadForPreview(workspace, p string, max int64) (content string, exists bool
 	if err != nil {
 		return "", false, err
 	}
-	f, err := j.root.Open(rel)
+	// Only regular files are opened (a named pipe would block the open; see openRegular).
+	fi, err := j.root.Stat(rel)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("cannot read %s: %w", display(rel), unwrapPath(err))
+	case fi.IsDir():
+		return "", true, fmt.Errorf("%s is a folder", display(rel))
+	case !fi.Mode().IsRegular():
+		return "", true, notRegular(rel, fi.Mode())
+	case fi.Size() > max:
+		return "", true, fmt.Errorf("%s is too large to preview (%d bytes)", display(rel), fi.Size())
+	}
+	f, fi, err := j.openRegular(rel, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("cannot read %s: %w", display(rel), unwrapPath(err))
+		return "", true, fmt.Errorf("cannot read %s: %w", display(rel), unwrapPath(err))
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", true, err
-	}
-	if fi.IsDir() {
-		return "", true, fmt.Errorf("%s is a folder", display(rel))
-	}
 	if fi.Size() > max {
 		return "", true, fmt.Errorf("%s is too large to preview (%d bytes)", display(rel), fi.Size())
 	}

@@ -163,6 +163,10 @@ const reviewDiffOutput = `{
 // git_diff, run_checks and failing_tests through ExecuteTool, so each passes the gate and shows
 // under the review's call, and folds their results into one review. A nested call that fails, is
 // blocked or denied does not fail the review: the review is incomplete and says why.
+//
+// It keeps readOnly annotations: it touches nothing itself, and every call it makes is gated on
+// its own, so run_checks and failing_tests, which run workspace code, ask inside it (issue 15,
+// item 9). Approving review_diff never approves them.
 func reviewDiffTool(Config) *tool.Tool {
 	return &tool.Tool{
 		Name:  "review_diff",
@@ -170,7 +174,9 @@ func reviewDiffTool(Config) *tool.Tool {
 		Description: "Review the workspace's changes: runs git_diff, run_checks and failing_tests " +
 			"and returns the changed files with their line counts, the checks' findings, the " +
 			"failing tests and a verdict (clean, needs_attention, or incomplete when a step could " +
-			"not run). `base` is what to diff against (default HEAD).",
+			"not run). `base` is what to diff against (default HEAD). It is read-only itself: " +
+			"each call it makes goes through the same approval as a direct one, so run_checks " +
+			"and failing_tests, which run the workspace's code, ask for approval inside it.",
 		InputSchema:  json.RawMessage(reviewDiffInput),
 		OutputSchema: json.RawMessage(reviewDiffOutput),
 		Annotations:  readOnly(),

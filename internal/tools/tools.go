@@ -165,6 +165,22 @@ func readOnly() tool.Annotations {
 	return tool.Annotations{ReadOnlyHint: tool.Bool(true), OpenWorldHint: tool.Bool(false)}
 }
 
+// runsWorkspaceCode are the annotations of run_checks and failing_tests (issue 15, item 9). They
+// run `go vet` / `go test` or the workspace's configured commands, which build and execute the
+// workspace's own code (a test file's init, TestMain, a go.mod toolchain line that downloads and
+// runs another Go): that code can write anywhere the server's user can and reach the network. So
+// they are not read-only (readOnlyHint false) and open-world (openWorldHint true); destructiveHint
+// is left absent, as no one can promise what the code does. SPEC §3's default then asks
+// (!readOnlyHint && (destructiveHint ?? true)) unless a rule allows the call.
+func runsWorkspaceCode() tool.Annotations {
+	return tool.Annotations{ReadOnlyHint: tool.Bool(false), OpenWorldHint: tool.Bool(true)}
+}
+
+// runsCodeNote ends the descriptions of the tools with runsWorkspaceCode annotations.
+const runsCodeNote = " This builds and runs the workspace's own code (test files, init functions, " +
+	"go.mod toolchains), which can change files outside the workspace or use the network, so the " +
+	"tool is not read-only and asks for approval unless a rule allows it."
+
 // success is a successful result: one text block and structuredContent.
 func success(text string, structuredContent any) tool.Result {
 	return tool.Result{

@@ -154,8 +154,9 @@ func TestBuiltinDefinitions(t *testing.T) {
 		{"write_file", hints{destructive: yes, openWorld: no}},
 		{"run_command", hints{}}, // none at all, so it needs approval (SPEC §10)
 		{"git_diff", hints{readOnly: yes, openWorld: no}},
-		{"run_checks", hints{readOnly: yes, openWorld: no}},
-		{"failing_tests", hints{readOnly: yes, openWorld: no}},
+		// They run workspace code: not read-only, open world, destructive not promised (issue 15).
+		{"run_checks", hints{readOnly: no, openWorld: yes}},
+		{"failing_tests", hints{readOnly: no, openWorld: yes}},
 		{"review_diff", hints{readOnly: yes, openWorld: no}},
 		{"codemode", hints{readOnly: yes, openWorld: no}},
 	}

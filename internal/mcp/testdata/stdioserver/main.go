@@ -11,7 +11,10 @@
 //
 // Environment: STDIOSERVER_PID_FILE receives the process id at start; STDIOSERVER_ENV_FILE
 // receives the server's whole environment at start, one NAME=value a line; STDIOSERVER_FAIL=1 makes
-// the server print to stderr and exit 3 before speaking MCP. Run it with
+// the server print to stderr and exit 3 before speaking MCP. STDIOSERVER_REF_FILE and
+// STDIOSERVER_REF_HTTP (URLs) add tools whose schemas refer to them (issue 15, item 5: a client
+// must load neither): ref_file and ref_http ($ref in the inputSchema), ref_output ($ref to the
+// file in the outputSchema) and ref_meta ($schema naming the http URL). Run it with
 // MCPGODEBUG=hintomitempty=1 so that false readOnlyHint and idempotentHint are omitted (absent)
 // rather than sent as false.
 package main
@@ -122,7 +125,30 @@ func main() {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
 	})
 
+	addRefTools(s)
+
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// addRefTools adds the tools of STDIOSERVER_REF_FILE and STDIOSERVER_REF_HTTP (see the package
+// comment). Their handlers are never meant to run.
+func addRefTools(s *mcp.Server) {
+	never := func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return nil, fmt.Errorf("a tool with an external schema reference ran")
+	}
+	ref := func(u string) json.RawMessage {
+		b, _ := json.Marshal(map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"$ref": u}}})
+		return json.RawMessage(b)
+	}
+	if u := os.Getenv("STDIOSERVER_REF_FILE"); u != "" {
+		s.AddTool(&mcp.Tool{Name: "ref_file", InputSchema: ref(u)}, never)
+		s.AddTool(&mcp.Tool{Name: "ref_output", InputSchema: json.RawMessage(`{"type":"object"}`), OutputSchema: ref(u)}, never)
+	}
+	if u := os.Getenv("STDIOSERVER_REF_HTTP"); u != "" {
+		s.AddTool(&mcp.Tool{Name: "ref_http", InputSchema: ref(u)}, never)
+		meta, _ := json.Marshal(map[string]any{"$schema": u, "type": "object"})
+		s.AddTool(&mcp.Tool{Name: "ref_meta", InputSchema: json.RawMessage(meta)}, never)
 	}
 }

@@ -90,7 +90,11 @@ FUZZ_TARGETS := \
 	./internal/models:FuzzParseScript \
 	./internal/models:FuzzLastResult \
 	./internal/mcp:FuzzToolResult \
-	./internal/tool:FuzzCompileSchema
+	./internal/tool:FuzzCompileSchema \
+	./internal/web:FuzzAPIBody \
+	./internal/web:FuzzDecisionForm \
+	./internal/web:FuzzShareForm \
+	./internal/web:FuzzWebSocketFrames
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

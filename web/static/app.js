@@ -78,24 +78,5 @@
     }
   });
 
-  // "Edit" shows the arguments as JSON; approving then sends the edit.
-  document.addEventListener("click", function (e) {
-    var btn = e.target.closest && e.target.closest("[data-action=edit-arguments]");
-    if (!btn) return;
-    var form = btn.closest("form");
-    var box = form.querySelector(".edit-args");
-    var area = box.querySelector("textarea");
-    if (box.hidden) {
-      box.hidden = false;
-      area.disabled = false;
-      if (!area.value) area.value = area.dataset.original || "{}";
-      area.focus();
-      btn.textContent = "Cancel edit";
-    } else {
-      box.hidden = true;
-      area.disabled = true;
-      area.value = "";
-      btn.textContent = "Edit";
-    }
-  });
+  // "Edit" (the arguments editor and its live preview) is editor.js's.
 })();

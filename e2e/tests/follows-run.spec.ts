@@ -88,22 +88,42 @@ test('item 2, the page follows the run: the end stays in view, "New activity ↓
   await expect(page.getByText('Third run done: followed')).toBeInViewport();
 });
 
-test('item 2, the page follows the run: a prompt arriving while following is scrolled into view; at 390 px Edit keeps Approve visible', async ({ page }) => {
+test('item 2, the page follows the run: a prompt arriving while the reader follows is scrolled into view above the message box (390 px)', async ({ page }) => {
+  await page.setViewportSize({ width: 390, height: 844 });
+  await login(page);
+  await newSession(page, 'prompt on a phone', 'faux:edit');
+  await send(page, 'Fix the second line.');
+  const group = approvalGroup(toolCard(page, 'write_file'), 'write_file');
+  const approve = group.getByRole('button', { name: 'Approve', exact: true });
+  await expect(approve).toBeInViewport();
+  await expect.poll(() => uncovered(approve)).toBe(true);
+  await expect(page.getByRole('button', { name: /^Approval waiting/ })).toBeHidden();
+  await group.getByRole('button', { name: 'Deny', exact: true }).click();
+  await expect(toolCard(page, 'write_file')).toContainText('denied by owner');
+});
+
+test('item 2, the page follows the run: at 390 px opening Edit keeps Approve visible, clear of the message box', async ({ page }) => {
   await page.setViewportSize({ width: 390, height: 844 });
   await login(page);
   await newSession(page, 'edit on a phone', 'faux:edit');
   await send(page, 'Fix the second line.');
   const group = approvalGroup(toolCard(page, 'write_file'), 'write_file');
   const approve = group.getByRole('button', { name: 'Approve', exact: true });
-  // Following: the prompt's buttons were brought into view, above the message box.
-  await expect(approve).toBeInViewport();
+  await expect(group).toBeVisible();
+  // The reader has the prompt's buttons just above the message box, as following leaves them.
+  await group.locator('.approval-buttons').evaluate((el) => {
+    const box = document.querySelector('.composer')!.getBoundingClientRect();
+    const top = Math.min(window.innerHeight, box.top);
+    window.scrollBy(0, el.getBoundingClientRect().bottom - (top - 10));
+  });
   await expect.poll(() => uncovered(approve)).toBe(true);
-  await expect(page.getByRole('button', { name: /^Approval waiting/ })).toBeHidden();
 
   await group.getByRole('button', { name: 'Edit', exact: true }).click();
   await expect(group.getByRole('textbox', { name: 'Arguments', exact: true }).or(group.getByRole('textbox', { name: 'Content', exact: true }))).toBeVisible();
   await expect(approve).toBeInViewport();
   await expect.poll(() => uncovered(approve)).toBe(true);
+  // Opening Edit is not activity of the run.
+  await expect(page.getByRole('button', { name: 'New activity ↓', exact: true })).toBeHidden();
   fs.mkdirSync(shots, { recursive: true });
   await page.screenshot({ path: path.join(shots, 'item2-edit-open-390.png') });
   await group.getByRole('button', { name: 'Deny', exact: true }).click();

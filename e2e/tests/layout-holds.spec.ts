@@ -47,6 +47,9 @@ test('item 1, layout holds: long unbroken lines stay in their blocks at 1280 and
   await expect(commandGroup).toBeVisible();
   // The refused read_file call shows the 5,000-character path it received.
   await expect(toolCard(page, 'read_file')).toContainText('segment99');
+  // Its arguments as JSON, unfolded.
+  await toolCard(page, 'read_file').getByText('Arguments', { exact: true }).click();
+  await expect(toolCard(page, 'read_file').locator('.tool-args pre')).toBeVisible();
   const log = transcript(page);
   const side = page.locator('.session-side');
 

@@ -212,14 +212,20 @@
   }
 
   // Changes inside the transcript (or the transcript replaced whole on a resync) are new content;
-  // anything else in the page (panels, the bar itself) is not.
+  // anything else in the page (panels, the bar itself) is not, nor what changes inside a pending
+  // prompt under the reader's hands (Edit, its preview, a refusal's message).
   function inTranscript(node) {
     var el = node.nodeType === 1 ? node : node.parentElement;
     return !!el && (el.id === "transcript" || !!el.closest("#transcript"));
   }
+  function inPrompt(node) {
+    var el = node.nodeType === 1 ? node : node.parentElement;
+    return !!el && !!el.closest(".approval");
+  }
   function onMutations(records) {
     for (var i = 0; i < records.length; i++) {
       var r = records[i];
+      if (inPrompt(r.target)) continue;
       if (inTranscript(r.target)) return schedule(true);
       for (var j = 0; j < r.addedNodes.length; j++) {
         if (inTranscript(r.addedNodes[j])) return schedule(true);

@@ -20,9 +20,10 @@ test('item 8, Edit is an editor: write_file content is edited as text, the diff 
   await expect(group).toBeVisible();
   await expect(card.locator('tr.diff-add')).toContainText('SECOND LINE');
 
-  await group.getByRole('button', { name: 'Edit', exact: true }).click();
   const content = group.getByRole('textbox', { name: 'Content', exact: true });
   const filePath = group.getByRole('textbox', { name: 'Path', exact: true });
+  await expect(content).toBeHidden();
+  await group.getByRole('button', { name: 'Edit', exact: true }).click();
   // The file's text with real line breaks, not a JSON string with \n.
   await expect(content).toHaveValue('first line\nSECOND LINE\nthird line\n');
   await expect(filePath).toHaveValue('editor-notes.txt');

@@ -15,6 +15,8 @@
   var slack = 48;
   // Gap (px) kept between what is revealed and the edges of the free area.
   var gap = 12;
+  // Room (px) kept above the message box for the bar, so it never sits on a revealed prompt.
+  var barRoom = 52;
 
   var following = true;
   // Where our own last scroll left the page, and where the page was at the last scroll event:
@@ -66,7 +68,7 @@
   // approval's buttons, given as `anchor`) shows above the message box.
   function reveal(el, anchor) {
     if (!el || !el.isConnected) return;
-    var room = window.innerHeight - coverable() - gap;
+    var room = window.innerHeight - coverable() - barRoom;
     var r = el.getBoundingClientRect();
     var delta = 0;
     if (r.height <= room - gap) {
@@ -162,6 +164,9 @@
       u.approval.hidden = true;
     }
     if (following) u.activity.hidden = true;
+    var log = transcript();
+    var endAbove = !!log && log.getBoundingClientRect().bottom < 0;
+    u.activity.textContent = endAbove ? "New activity ↑" : "New activity ↓";
     // Just above the message box, centred on the transcript's column.
     u.bar.style.bottom = (window.innerHeight - freeBottom() + 8) + "px";
     var col = (document.querySelector(".session-main") || transcript()).getBoundingClientRect();

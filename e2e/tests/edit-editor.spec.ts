@@ -28,8 +28,7 @@ test('item 8, Edit is an editor: write_file content is edited as text, the diff 
   await expect(content).toHaveValue('first line\nSECOND LINE\nthird line\n');
   await expect(filePath).toHaveValue('editor-notes.txt');
   expect(await content.evaluate((el) => getComputedStyle(el).fontFamily)).toMatch(/monospace/);
-  // The JSON stays one click away, in step, in the monospace textbox "Arguments".
-  await group.getByText('Arguments as JSON', { exact: true }).click();
+  // The JSON is there too, in step, in the monospace textbox "Arguments" (SPEC §6).
   const args = group.getByRole('textbox', { name: 'Arguments', exact: true });
   await expect(args).toHaveValue(/"content": "first line\\nSECOND LINE\\nthird line\\n"/);
   expect(await args.evaluate((el) => getComputedStyle(el).fontFamily)).toMatch(/monospace/);

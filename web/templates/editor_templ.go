@@ -14,7 +14,7 @@ import "fmt"
 // ArgumentsEditor is a pending approval's Edit form, hidden until "Edit" (editor.js): the
 // arguments as JSON in the monospace textbox "Arguments" (SPEC §6). For a file write (FileEdit)
 // it shows a "Path" field and the "Content" as plain text, real lines and all, with the JSON
-// folded below; editor.js keeps them in step, and the JSON is what the form sends, so an edit
+// below (open, so the textbox "Arguments" of SPEC §6 is there after Edit as for every tool); editor.js keeps them in step, and the JSON is what the form sends, so an edit
 // passes the same checks on Approve. data-preview-url, when set, is where editor.js asks for
 // the call as edited (EditPreview) while the decider types.
 func ArgumentsEditor(a ApprovalView) templ.Component {
@@ -101,7 +101,7 @@ func ArgumentsEditor(a ApprovalView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "\" spellcheck=\"false\" autocomplete=\"off\" disabled></textarea></label> <details class=\"edit-json\"><summary>Arguments as JSON</summary>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "\" spellcheck=\"false\" autocomplete=\"off\" disabled></textarea></label> <details class=\"edit-json\" open><summary>Arguments as JSON</summary>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -111,6 +111,11 @@ func jsonProblem(err error, v any) string {
 		if typ.Field == "" {
 			return fmt.Sprintf("The request body must be a JSON object, not %s.", got)
 		}
+		// An item of an array field names the array: "field active: expected an array of
+		// strings, got an array holding a number".
+		if ft := fieldType(reflect.TypeOf(v), typ.Field); ft != nil && (ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array) && ft.Elem() == typ.Type {
+			return fmt.Sprintf("field %s: expected %s, got an array holding %s", typ.Field, jsonTypeOf(ft), got)
+		}
 		return fmt.Sprintf("field %s: expected %s, got %s", typ.Field, jsonTypeOf(typ.Type), got)
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
@@ -140,7 +145,7 @@ func jsonValueKind(value string) string {
 	case "array":
 		return "an array"
 	case "bool":
-		return "true or false"
+		return "a boolean"
 	case "null":
 		return "null"
 	}
@@ -176,6 +181,37 @@ func jsonTypeOf(t reflect.Type) string {
 	return "a value of another type"
 }
 
+// fieldType is the Go type of the field at path ("a.b", JSON names) in struct type t; nil when
+// there is none.
+func fieldType(t reflect.Type, path string) reflect.Type {
+	for _, name := range strings.Split(path, ".") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			return nil
+		}
+		var next reflect.Type
+		for _, f := range reflect.VisibleFields(t) {
+			if f.IsExported() && !f.Anonymous && jsonName(f) == name {
+				next = f.Type
+				break
+			}
+		}
+		t = next
+	}
+	return t
+}
+
+// jsonName is the name encoding/json gives struct field f ("-" when it skips it).
+func jsonName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if name == "" {
+		return f.Name
+	}
+	return name
+}
+
 // jsonFields lists the JSON names of struct type t's fields, as encoding/json decodes them.
 func jsonFields(t reflect.Type) []string {
 	for t != nil && t.Kind() == reflect.Pointer {
@@ -189,14 +225,9 @@ func jsonFields(t reflect.Type) []string {
 		if !f.IsExported() || f.Anonymous {
 			continue
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		switch name {
-		case "-":
-			continue
-		case "":
-			name = f.Name
+		if name := jsonName(f); name != "-" {
+			names = append(names, name)
 		}
-		names = append(names, name)
 	}
 	return names
 }

@@ -10,8 +10,8 @@
 
   // --- Session list: filter the rows as you type ------------------------------------------
   // The form is a plain GET (?q=) that searches every session on the server; typing narrows
-  // the rows already on the page. A query that is not a narrowing of the server's (the rows
-  // shown were searched for something else) waits for Enter.
+  // the rows already on the page. When those rows are the answer to another search (the query
+  // typed is not a narrowing of it), a miss says that Enter searches every session.
   function filterSessions(input) {
     var form = input.closest("form.session-search");
     var table = document.querySelector("table.session-list");
@@ -19,7 +19,8 @@
     if (!form || !table) return;
     var q = norm(input.value);
     var server = norm(form.dataset.query);
-    if (server && q.indexOf(server) < 0) q = "";
+    var hint = none && none.querySelector(".search-hint");
+    if (hint) hint.hidden = !server || q.indexOf(server) >= 0;
     var shown = 0;
     table.querySelectorAll("tr[data-session-title]").forEach(function (tr) {
       var hit = !q || norm(tr.dataset.sessionTitle).indexOf(q) >= 0;

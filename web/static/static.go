@@ -4,7 +4,8 @@ package static
 
 import "embed"
 
-// FS holds app.css, app.js, favicon.svg and vendor/.
+// FS holds the stylesheet, the scripts (app.js and one file per feature, such as manage.js),
+// favicon.svg and vendor/.
 //
-//go:embed app.css app.js favicon.svg vendor
+//go:embed *.css *.js favicon.svg vendor
 var FS embed.FS

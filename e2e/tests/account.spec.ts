@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { test, expect, type Page } from '@playwright/test';
+import { test, expect, type Locator, type Page } from '@playwright/test';
 import {
   OWNER_TOKEN, approvalGroup, expectFinalText, login, loginAt, newSession, ownPortBase, send, startOwnServer,
   stopButton, toolCard,
@@ -10,13 +10,18 @@ import {
 
 const shots = path.resolve(__dirname, '../screenshots');
 
-/** Looks at a state at 1280 and 390 px wide (screenshots in e2e/screenshots, checked by eye). */
-async function screenshots(page: Page, name: string): Promise<void> {
+/**
+ * Looks at a state at 1280 and 390 px wide (screenshots in e2e/screenshots, checked by eye): the
+ * whole page, and the screen with `focus` scrolled into view.
+ */
+async function screenshots(page: Page, name: string, focus?: Locator): Promise<void> {
   fs.mkdirSync(shots, { recursive: true });
   const size = page.viewportSize();
   for (const width of [1280, 390]) {
     await page.setViewportSize({ width, height: width === 390 ? 844 : 800 });
     await page.screenshot({ path: path.join(shots, `${name}-${width}.png`), fullPage: true });
+    if (focus) await focus.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: path.join(shots, `${name}-${width}-screen.png`) });
     // Nothing scrolls sideways.
     expect(await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth)).toBeLessThanOrEqual(0);
   }
@@ -81,6 +86,7 @@ test('item 7, sessions and account: Rename shows the new title in the header, th
   await page.getByRole('button', { name: 'Save title', exact: true }).click();
   await expect(page.getByRole('alert')).toContainText('The title is empty');
   await box.fill(after);
+  await screenshots(page, 'rename', page.locator('.rename-form'));
   await page.getByRole('button', { name: 'Save title', exact: true }).click();
   await expect(page.getByRole('heading', { level: 1 })).toHaveText(after);
   await expect(page).toHaveTitle(`${after} · Countersign`);
@@ -108,7 +114,7 @@ test('item 7, sessions and account: Delete asks to confirm, is refused while a r
   await expect(confirm).toBeHidden();
   await page.getByText('Delete…', { exact: true }).click();
   await expect(page.locator('.delete-form')).toContainText(`Delete ${title} with its transcript, approvals, session grants, share links and audit?`);
-  await screenshots(page, 'delete-confirm');
+  await screenshots(page, 'delete-confirm', page.locator('.delete-form'));
   await confirm.click();
   await expect(page.locator('.delete-form').getByRole('alert')).toContainText('press Stop first');
   await expect(page).toHaveURL(sessionURL);
@@ -141,7 +147,7 @@ test('item 7, sessions and account: search narrows the session list as you type 
   await expect(page).toHaveURL(/\?q=/);
   await expect(rows).toHaveCount(2);
   await expect(page.getByRole('searchbox', { name: 'Search sessions', exact: true })).toHaveValue(`${tag} alpha`);
-  await screenshots(page, 'session-search');
+  await screenshots(page, 'session-search', search);
   // Another word: none of these rows; Enter searches every session (and finds none).
   await page.getByRole('searchbox', { name: 'Search sessions', exact: true }).fill(`${tag} gamma`);
   await expect(rows.filter({ visible: true })).toHaveCount(0);
@@ -191,7 +197,7 @@ test('item 7, sessions and account: the Tools panel filter hides tools by name a
   await expect(box('run_command')).toBeHidden();
   await filter.press('Enter');
   await expect(box('run_command')).toBeHidden();
-  await screenshots(page, 'tools-filter');
+  await screenshots(page, 'tools-filter', filter);
 
   // Folding the group hides its checkboxes, and it stays folded through a re-render.
   await filter.fill('');

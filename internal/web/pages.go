@@ -86,7 +86,7 @@ func (s *Server) renameSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	if r.Header.Get("HX-Request") == "true" {
 		s.render(w, r, http.StatusOK, templates.SessionHeading(templates.SessionView{ID: sess.ID, Title: sess.Title,
-			CanSend: true, RenameURL: "/sessions/" + sess.ID + "/title"}))
+			CanSend: true, RenameURL: "/sessions/" + sess.ID + "/title", DeleteURL: "/sessions/" + sess.ID + "/delete"}))
 		return nil
 	}
 	http.Redirect(w, r, "/sessions/"+id, http.StatusSeeOther)

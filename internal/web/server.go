@@ -303,6 +303,11 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
 // loggedOut is where logout lands, open to everyone: it says the browser is logged out and how
 // to log in again (the login URL the server printed at start; the token is never shown here).
 func (s *Server) loggedOut(w http.ResponseWriter, r *http.Request) error {
+	if c, err := r.Cookie(ownerCookieName); err == nil && c.Value != "" && s.isOwner(r) {
+		// Still logged in (another login, or the page was bookmarked): nothing to say here.
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return nil
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"

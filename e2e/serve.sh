@@ -32,4 +32,4 @@ exec "$bin" \
   -workspace "$PWD/.tmp/workspace" \
   -scripts "$PWD/scripts" \
   -approval-timeout 15m \
-  -fixture-tools true
+  -fixture-tools

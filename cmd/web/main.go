@@ -19,6 +19,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"countersign/internal/agent"
 	"countersign/internal/fixtures"
@@ -94,15 +95,20 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&ttl, "session-ttl", ttl, "how long a browser login lasts, a Go duration (COUNTERSIGN_SESSION_TTL)")
 	passEnv := env("COUNTERSIGN_PASS_ENV", "")
 	fs.StringVar(&passEnv, "pass-env", passEnv, "more environment variables, NAME,NAME…, that tool commands and MCP stdio servers get besides HOME LOGNAME PATH SHELL TERM USER LANG LC_* TMPDIR (COUNTERSIGN_PASS_ENV)")
+	// A boolean flag: -fixture-tools alone means true, -fixture-tools=false turns off what the
+	// environment turned on. The environment takes true or false (strconv.ParseBool).
+	var err error
 	fixtures := env("COUNTERSIGN_FIXTURE_TOOLS", "false")
-	fs.StringVar(&fixtures, "fixture-tools", fixtures, "register the fixture tools used by the browser tests: true or false (COUNTERSIGN_FIXTURE_TOOLS)")
+	if c.fixtureTools, err = strconv.ParseBool(fixtures); err != nil {
+		return c, fmt.Errorf("COUNTERSIGN_FIXTURE_TOOLS %q: want true or false", fixtures)
+	}
+	fs.BoolVar(&c.fixtureTools, "fixture-tools", c.fixtureTools, "also register the fixture tools used by the browser tests (COUNTERSIGN_FIXTURE_TOOLS=true or false)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	var err error
 	if c.approvalTimeout, err = time.ParseDuration(timeout); err != nil || c.approvalTimeout <= 0 {
 		return c, fmt.Errorf("-approval-timeout %q: want a positive Go duration such as 15m", timeout)
 	}
@@ -111,9 +117,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.fauxDelay, err = time.ParseDuration(delay); err != nil || c.fauxDelay < 0 {
 		return c, fmt.Errorf("-faux-delay %q: want a Go duration such as 15ms", delay)
-	}
-	if c.fixtureTools, err = strconv.ParseBool(fixtures); err != nil {
-		return c, fmt.Errorf("-fixture-tools %q: want true or false", fixtures)
 	}
 	if c.passEnv, err = procenv.ParseNames(passEnv); err != nil {
 		return c, fmt.Errorf("-pass-env: %v", err)
@@ -128,8 +131,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	case c.token == "":
 		// Two rand.Text() are 52 base32 characters, 260 random bits (one is only 26).
 		c.token = rand.Text() + rand.Text()
-	case len(c.token) < minTokenLen:
-		return c, fmt.Errorf("-token (COUNTERSIGN_TOKEN) is %d characters; an owner token needs at least %d (leave it unset for a random one)", len(c.token), minTokenLen)
+	case utf8.RuneCountInString(c.token) < minTokenLen:
+		return c, fmt.Errorf("-token (COUNTERSIGN_TOKEN) is %d characters; an owner token needs at least %d (leave it unset for a random one)", utf8.RuneCountInString(c.token), minTokenLen)
 	}
 	return c, nil
 }

@@ -203,3 +203,53 @@ func TestHTTPServerHasTimeouts(t *testing.T) {
 		}
 	}
 }
+
+// -fixture-tools is a boolean flag (issue 16 item 9): alone it means true, =false turns off what
+// the environment turned on, and COUNTERSIGN_FIXTURE_TOOLS still takes true or false. A word
+// after the bare flag is not its value but a stray argument, refused.
+func TestFixtureToolsIsABooleanFlag(t *testing.T) {
+	ws := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		env  string
+		want bool
+	}{
+		{"default", nil, "", false},
+		{"bare flag", []string{"-fixture-tools"}, "", true},
+		{"flag=true", []string{"-fixture-tools=true"}, "", true},
+		{"flag=false over env true", []string{"-fixture-tools=false"}, "true", false},
+		{"env true", nil, "true", true},
+		{"env false", nil, "false", false},
+		{"bare flag before another flag", []string{"-fixture-tools", "-addr", "127.0.0.1:1"}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			getenv := func(k string) string {
+				if k == "COUNTERSIGN_FIXTURE_TOOLS" {
+					return tt.env
+				}
+				return ""
+			}
+			c, err := parseConfig(append([]string{"-workspace", ws}, tt.args...), getenv, io.Discard)
+			if err != nil {
+				t.Fatalf("parseConfig(%q): %v", tt.args, err)
+			}
+			if c.fixtureTools != tt.want {
+				t.Errorf("parseConfig(%q) with COUNTERSIGN_FIXTURE_TOOLS=%q: fixtureTools = %v, want %v", tt.args, tt.env, c.fixtureTools, tt.want)
+			}
+		})
+	}
+	t.Run("a value after the bare flag is a stray argument", func(t *testing.T) {
+		_, err := parseConfig([]string{"-workspace", ws, "-fixture-tools", "true"}, func(string) string { return "" }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "unexpected arguments: true") {
+			t.Errorf("err = %v, want unexpected arguments: true", err)
+		}
+	})
+	t.Run("a bad environment value", func(t *testing.T) {
+		_, err := parseConfig([]string{"-workspace", ws}, func(k string) string { return map[string]string{"COUNTERSIGN_FIXTURE_TOOLS": "maybe"}[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), `COUNTERSIGN_FIXTURE_TOOLS "maybe": want true or false`) {
+			t.Errorf("err = %v, want a refusal naming the variable", err)
+		}
+	})
+}

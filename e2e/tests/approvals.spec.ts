@@ -72,7 +72,7 @@ test('a message sent while the run is busy is refused and stays in the box', asy
 });
 
 test('an approval that waits past the timeout turns to timed out, and a late decision gets 409', async ({ page }, info) => {
-  const srv = await startOwnServer(`timeout-${info.workerIndex}`, 18200 + info.workerIndex, ['-approval-timeout', '2s', '-db', path.resolve(__dirname, `../.tmp/timeout-${info.workerIndex}/db/${Date.now()}.db`)]);
+  const srv = await startOwnServer(`timeout-${info.workerIndex}`, ownPortBase + 40 + (info.workerIndex % 10), ['-approval-timeout', '2s', '-db', path.resolve(__dirname, `../.tmp/timeout-${info.workerIndex}/db/${Date.now()}.db`)]);
   try {
     await loginAt(page, srv.baseURL);
     await newSession(page, 'timeout', 'faux:deny');

@@ -121,7 +121,7 @@ export async function startOwnServer(name: string, port: number, extraArgs: stri
   const dbPath = path.join(root, 'db', 'own.db');
   const bin = path.resolve(__dirname, '../../bin/countersign');
   const proc = spawn(bin, ['-addr', `127.0.0.1:${port}`, '-db', dbPath, '-token', OWNER_TOKEN, '-workspace', ws,
-    '-scripts', path.resolve(__dirname, '../scripts'), '-fixture-tools', 'true', '-faux-delay', '5ms', ...extraArgs],
+    '-scripts', path.resolve(__dirname, '../scripts'), '-fixture-tools', '-faux-delay', '5ms', ...extraArgs],
     { stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = new Promise<void>((resolve) => proc.on('exit', () => resolve()));
   await new Promise<void>((resolve, reject) => {

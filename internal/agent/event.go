@@ -26,8 +26,11 @@ const (
 	ApprovalResolved    EventType = "approval_resolved"
 	TurnEnd             EventType = "turn_end"
 	AgentEnd            EventType = "agent_end"
-	// SessionUpdated is Countersign's own: the session's state or active tools changed.
+	// SessionUpdated is Countersign's own: the session's state, title or active tools changed.
 	SessionUpdated EventType = "session_updated"
+	// SessionDeleted is Countersign's own: the session was deleted; its viewers' live
+	// connections close.
+	SessionDeleted EventType = "session_deleted"
 )
 
 // Event is one streamed event. Which fields are set depends on Type: message events carry

@@ -53,6 +53,11 @@ type Store interface {
 	Sessions(ctx context.Context) ([]Session, error)
 	SetSessionState(ctx context.Context, id string, st State) error
 	SetActiveTools(ctx context.Context, id string, names []string) error
+	// SetSessionTitle renames a session; apperr.NotFound for an unknown id.
+	SetSessionTitle(ctx context.Context, id, title string) error
+	// DeleteSession deletes a session with its transcript, approvals, grants and share links;
+	// apperr.NotFound for an unknown id.
+	DeleteSession(ctx context.Context, id string) error
 	// AppendEntry stores m as the session's next entry and returns it with its Seq; records, if
 	// any, are stored in the same transaction (all or nothing): the automatic audit records of
 	// the message's calls.

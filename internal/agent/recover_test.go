@@ -166,7 +166,8 @@ func TestRestartWhileTheModelStreamsEndsTheRunAsInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.await(agent.MessageStart)
-	r2, db2, sub := h.restart(t, script)
+	// The next message replays the step that was cut (it is not counted), here without its wait.
+	r2, db2, sub := h.restart(t, strings.Replace(script, `,"delayMs":60000`, "", 1))
 	es, _ := db2.Entries(ctx, h.sess.ID)
 	if len(es) != 2 {
 		t.Fatalf("%d entries, want the user message and the interruption", len(es))
@@ -297,5 +298,37 @@ func TestAGracefulShutdownCancelsANestedPrompt(t *testing.T) {
 	}
 	if shells.Load() != 0 {
 		t.Fatal("the nested call ran")
+	}
+}
+
+// A faux script's step count survives a restart (issue 16 item 9): the step the model was
+// streaming when the process died is streamed again on the next message, because the aborted
+// placeholder the restart leaves is not a step.
+func TestAFauxScriptReplaysTheStepARestartCut(t *testing.T) {
+	slow := `{"steps":[{"content":[{"type":"text","text":"first answer"}],"stopReason":"stop","delayMs":60000},
+	  {"content":[{"type":"text","text":"second answer"}],"stopReason":"stop"}]}`
+	h := newHarness(t, slow, nil)
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	h.await(agent.MessageStart)
+	// The same script, without the wait, in the new process.
+	r2, db2, sub := h.restart(t, strings.Replace(slow, `,"delayMs":60000`, "", 1))
+	if err := r2.Send(ctx, h.sess.ID, "again"); err != nil {
+		t.Fatal(err)
+	}
+	awaitOn(t, sub, agent.AgentEnd)
+	es, err := db2.Entries(ctx, h.sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range es {
+		got = append(got, string(e.Message.Role)+":"+string(e.Message.StopReason)+":"+e.Message.Text())
+	}
+	want := []string{"user::go", "assistant:aborted:", "user::again", "assistant:stop:first answer"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("transcript %q, want %q", got, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
@@ -45,7 +46,9 @@ type Runner struct {
 
 	mu   sync.Mutex
 	runs map[string]*run // by session id
-	wg   sync.WaitGroup
+	// deleting holds the sessions being deleted (DeleteSession): Send starts no run in them.
+	deleting map[string]bool
+	wg       sync.WaitGroup
 }
 
 // New returns a Runner.
@@ -56,7 +59,7 @@ func New(cfg Config) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*run{}, audit: newAuditLog(cfg.Store, cfg.Logger)}
+	r := &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*run{}, deleting: map[string]bool{}, audit: newAuditLog(cfg.Store, cfg.Logger)}
 	r.gate = gate.New(cfg.Store, cfg.ApprovalTimeout, r.approvalChanged)
 	return r
 }
@@ -81,8 +84,8 @@ func (r *Runner) CreateSession(ctx context.Context, title, model, workspace stri
 	if title == "" {
 		title = "Untitled session"
 	}
-	if len(title) > 200 {
-		return Session{}, apperr.Errorf(apperr.Invalid, "Title is too long (at most 200 characters).")
+	if err := checkTitle(title); err != nil {
+		return Session{}, err
 	}
 	if _, err := r.cfg.Models.Model(model); err != nil {
 		return Session{}, err
@@ -99,6 +102,72 @@ func (r *Runner) CreateSession(ctx context.Context, title, model, workspace stri
 		return Session{}, err
 	}
 	return s, nil
+}
+
+// MaxTitle is the longest session title, in characters (runes, not bytes).
+const MaxTitle = 200
+
+// checkTitle refuses a title longer than MaxTitle characters (apperr.Invalid).
+func checkTitle(title string) error {
+	if utf8.RuneCountInString(title) > MaxTitle {
+		return apperr.Errorf(apperr.Invalid, "Title is too long (at most %d characters).", MaxTitle)
+	}
+	return nil
+}
+
+// RenameSession sets a session's title: trimmed, 1 to MaxTitle characters (apperr.Invalid
+// otherwise), apperr.NotFound for an unknown session. Its viewers are told (session_updated).
+func (r *Runner) RenameSession(ctx context.Context, sessionID, title string) (s Session, err error) {
+	defer apperr.Wrap(&err, "RenameSession(%s)", sessionID)
+	title = strings.TrimSpace(title)
+	if title == "" {
+		return Session{}, apperr.Errorf(apperr.Invalid, "The title is empty; give the session a name.")
+	}
+	if err := checkTitle(title); err != nil {
+		return Session{}, err
+	}
+	if err := r.cfg.Store.SetSessionTitle(ctx, sessionID, title); err != nil {
+		return Session{}, err
+	}
+	if s, err = r.cfg.Store.Session(ctx, sessionID); err != nil {
+		return Session{}, err
+	}
+	r.publish(Event{Type: SessionUpdated, SessionID: sessionID, Session: &s})
+	return s, nil
+}
+
+// DeleteSession deletes a session with its transcript, approvals (the audit), grants and share
+// links. It is refused with apperr.Conflict while the session has a run, running or parked on
+// an approval: Stop it first (a run's calls may be executing, and a person may be deciding).
+// apperr.NotFound for an unknown session. Its viewers are told (session_deleted), so their live
+// connections close.
+func (r *Runner) DeleteSession(ctx context.Context, sessionID string) (err error) {
+	defer apperr.Wrap(&err, "DeleteSession(%s)", sessionID)
+	if _, err := r.cfg.Store.Session(ctx, sessionID); err != nil {
+		return err
+	}
+	// Marked under the lock that Send takes to start a run, so no run starts while the rows go.
+	r.mu.Lock()
+	if _, busy := r.runs[sessionID]; busy {
+		r.mu.Unlock()
+		return apperr.Errorf(apperr.Conflict, "This session has a run in progress (or waiting for an approval); press Stop first, then delete it.")
+	}
+	if r.deleting[sessionID] {
+		r.mu.Unlock()
+		return apperr.Errorf(apperr.Conflict, "This session is already being deleted.")
+	}
+	r.deleting[sessionID] = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.deleting, sessionID)
+		r.mu.Unlock()
+	}()
+	if err := r.cfg.Store.DeleteSession(ctx, sessionID); err != nil {
+		return err
+	}
+	r.publish(Event{Type: SessionDeleted, SessionID: sessionID})
+	return nil
 }
 
 // Busy reports whether sessionID has a run in this process.
@@ -130,6 +199,10 @@ func (r *Runner) Send(ctx context.Context, sessionID, text string) (err error) {
 	if _, busy := r.runs[sessionID]; busy {
 		r.mu.Unlock()
 		return apperr.Errorf(apperr.Conflict, "A run is already in progress in this session; wait for it to finish or press Stop.")
+	}
+	if r.deleting[sessionID] {
+		r.mu.Unlock()
+		return apperr.Errorf(apperr.NotFound, "session %s not found (it is being deleted)", sessionID)
 	}
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	rn := &run{r: r, session: sess, model: model, ctx: runCtx, cancel: cancel}

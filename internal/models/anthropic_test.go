@@ -230,3 +230,27 @@ func TestAnthropicCancel(t *testing.T) {
 		t.Fatal("Stream did not return after its context was cancelled")
 	}
 }
+
+// ANTHROPIC_BASE_URL is the API root without /v1: the SDK appends v1/messages to it, keeping a
+// path prefix (a proxy's), with or without a trailing slash. A base URL that ends in /v1 asks
+// for /v1/v1/messages (the README says so).
+func TestAnthropicBaseURLIsTheRootWithoutV1(t *testing.T) {
+	for base, want := range map[string]string{
+		"":          "/v1/messages",
+		"/":         "/v1/messages",
+		"/proxy":    "/proxy/v1/messages",
+		"/proxy/":   "/proxy/v1/messages",
+		"/proxy/v1": "/proxy/v1/v1/messages",
+	} {
+		t.Run(base, func(t *testing.T) {
+			f := newFakeVendor(t, serveSSE(recorded(t, "anthropic", "text.sse")))
+			m := NewAnthropic(AnthropicConfig{APIKey: "sk-ant-test", BaseURL: f.URL + base, Model: "claude-sonnet-4-5", HTTPClient: f.Client()})
+			if _, err := m.Stream(context.Background(), userSays("Hi."), func(agent.Delta) {}); err != nil {
+				t.Fatalf("Stream: %v", err)
+			}
+			if r, _ := f.only(t); r.Path != want {
+				t.Errorf("base %q: the SDK asked for %q, want %q", f.URL+base, r.Path, want)
+			}
+		})
+	}
+}

@@ -195,7 +195,10 @@ func position(data []byte, offset int64) (line, col int) {
 }
 
 // Faux is the scripted model. Its state is the transcript: the step for a request is the number
-// of assistant messages already in it, so a restart resumes where the script was.
+// of assistant messages already in it that were delivered, so a restart resumes where the script
+// was. An aborted message is not a step: the step it was streaming (cut by Stop, or by a restart,
+// whose placeholder says "Interrupted by server restart") was never delivered, so the next
+// request streams it again.
 type Faux struct {
 	Script *Script
 	// ChunkDelay is the pause between streamed text chunks.
@@ -209,7 +212,9 @@ func (f *Faux) Stream(ctx context.Context, req agent.Request, onDelta func(agent
 	for i := range req.Messages {
 		switch req.Messages[i].Role {
 		case agent.Assistant:
-			n++
+			if req.Messages[i].StopReason != agent.Aborted {
+				n++
+			}
 		case agent.ToolResult:
 			last = &req.Messages[i]
 		}

@@ -108,3 +108,49 @@ func TestEmbeddedDemoScriptParses(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A faux script's step is the count of delivered assistant messages: an aborted one (the
+// placeholder a restart leaves for a message that was streaming, or a Stop mid-stream) is not a
+// step, so the next request streams the step that was cut, not the one after it (issue 16
+// item 9).
+func TestAnAbortedMessageIsNotAFauxStep(t *testing.T) {
+	sc, err := models.ParseScript("steps.json", []byte(`{"steps":[
+	  {"content":[{"type":"text","text":"one"}],"stopReason":"stop"},
+	  {"content":[{"type":"text","text":"two"}],"stopReason":"stop"},
+	  {"content":[{"type":"text","text":"three"}],"stopReason":"stop"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := agent.Message{Role: agent.User, Content: []agent.Block{{Type: "text", Text: "go"}}}
+	said := func(text string) agent.Message {
+		return agent.Message{Role: agent.Assistant, StopReason: agent.Stop, Content: []agent.Block{{Type: "text", Text: text}}}
+	}
+	restarted := agent.Message{Role: agent.Assistant, StopReason: agent.Aborted, ErrorMessage: agent.InterruptedText}
+	stopped := agent.Message{Role: agent.Assistant, StopReason: agent.Aborted, ErrorMessage: "Run stopped by owner",
+		Content: []agent.Block{{Type: "text", Text: "tw"}}}
+	failed := agent.Message{Role: agent.Assistant, StopReason: agent.Error, ErrorMessage: "scripted failure"}
+	tests := []struct {
+		name       string
+		transcript []agent.Message
+		want       string
+	}{
+		{"first request", []agent.Message{user}, "one"},
+		{"after a delivered step", []agent.Message{user, said("one"), user}, "two"},
+		{"after a restart's placeholder", []agent.Message{user, restarted, user}, "one"},
+		{"after a delivered step and a restart", []agent.Message{user, said("one"), user, restarted, user}, "two"},
+		{"after a Stop mid-stream", []agent.Message{user, said("one"), user, stopped, user}, "two"},
+		{"an error step was delivered", []agent.Message{user, failed, user}, "two"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &models.Faux{Script: sc}
+			msg, err := f.Stream(context.Background(), agent.Request{Messages: tt.transcript}, func(agent.Delta) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := msg.Text(); got != tt.want {
+				t.Errorf("streamed %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/mtibben/confusables"
 	"golang.org/x/text/unicode/norm"
@@ -125,7 +126,7 @@ func Hash(token string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// MaxLabel is the longest label, in bytes.
+// MaxLabel is the longest label, in characters (runes, not bytes).
 const MaxLabel = 200
 
 // Create makes a link for sessionID. expiresIn "" means no expiry; otherwise a positive Go
@@ -141,7 +142,7 @@ func (s *Service) Create(ctx context.Context, sessionID string, role Role, label
 		return Link{}, "", apperr.Errorf(apperr.Invalid, "Only an approver link can edit arguments or remember (approve for the session).")
 	}
 	label = strings.TrimSpace(label)
-	if len(label) > MaxLabel {
+	if utf8.RuneCountInString(label) > MaxLabel {
 		return Link{}, "", apperr.Errorf(apperr.Invalid, "Label is too long (at most %d characters).", MaxLabel)
 	}
 	now := s.now().UTC()

@@ -77,6 +77,40 @@ func (db *DB) SetSessionState(ctx context.Context, id string, st agent.State) (e
 	return db.updateSession(ctx, id, `UPDATE sessions SET state = ? WHERE id = ?`, string(st), id)
 }
 
+// SetSessionTitle renames a session; apperr.NotFound for an unknown id. The caller validates
+// the title (agent.Runner.RenameSession).
+func (db *DB) SetSessionTitle(ctx context.Context, id, title string) (err error) {
+	defer apperr.Wrap(&err, "store.SetSessionTitle(%s)", id)
+	return db.updateSession(ctx, id, `UPDATE sessions SET title = ? WHERE id = ?`, title, id)
+}
+
+// DeleteSession deletes a session with everything that belongs to it, in one statement: its
+// transcript entries, approvals (the audit), grants and share links go with it (ON DELETE
+// CASCADE; foreign_keys is on for every connection). Synced like a decision (commitDurable): a
+// deletion the owner was told about is not undone by a power loss. apperr.NotFound for an
+// unknown id.
+func (db *DB) DeleteSession(ctx context.Context, id string) (err error) {
+	defer apperr.Wrap(&err, "store.DeleteSession(%s)", id)
+	var n int64
+	err = db.commitDurable(ctx, false, func(w *writeTx) error {
+		res, err := w.stmt(deleteSession).ExecContext(w.ctx, id)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	}, deleteSession)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return apperr.Errorf(apperr.NotFound, "session %s not found", id)
+	}
+	return nil
+}
+
+const deleteSession = `DELETE FROM sessions WHERE id = ?`
+
 // SetActiveTools sets a session's active tool names, kept in the given order. nil means the
 // registry's default (stored as NULL); an empty, non-nil slice means no tools. apperr.NotFound
 // for an unknown id.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/coder/websocket"
@@ -25,6 +26,8 @@ func (s *Server) apiRoutes(mux *http.ServeMux) {
 	mux.Handle("POST /api/sessions", s.api(s.apiCreateSession))
 	mux.Handle("GET /api/sessions", s.api(s.apiSessions))
 	mux.Handle("GET /api/sessions/{id}", s.api(s.apiSession))
+	mux.Handle("PATCH /api/sessions/{id}", s.api(s.apiRenameSession))
+	mux.Handle("DELETE /api/sessions/{id}", s.api(s.apiDeleteSession))
 	mux.Handle("POST /api/sessions/{id}/messages", s.api(s.apiSend))
 	mux.Handle("POST /api/sessions/{id}/stop", s.api(s.apiStop))
 	mux.Handle("GET /api/sessions/{id}/tools", s.api(s.apiTools))
@@ -68,8 +71,10 @@ func writeJSON(w http.ResponseWriter, st int, v any) {
 	_ = enc.Encode(v)
 }
 
-// decodeJSON reads a JSON body into v: unknown fields, trailing data and malformed JSON are
-// apperr.Invalid with the decoder's reason; an oversized body is apperr.TooLarge.
+// decodeJSON reads a JSON body into v (a pointer to a struct): malformed JSON, a value of the
+// wrong JSON type, unknown fields and trailing data are apperr.Invalid with a plain message
+// that names the field by its JSON name and the JSON type expected ("field title: expected a
+// string, got a number"), never a Go type; an oversized body is apperr.TooLarge.
 func decodeJSON(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
@@ -81,12 +86,150 @@ func decodeJSON(r *http.Request, v any) error {
 		if errors.Is(err, io.EOF) {
 			return apperr.Errorf(apperr.Invalid, "The request body is empty; it must be a JSON object.")
 		}
-		return apperr.Errorf(apperr.Invalid, "The request body is not valid: %v", err)
+		return apperr.Errorf(apperr.Invalid, "%s", jsonProblem(err, v))
 	}
 	if dec.More() {
 		return apperr.Errorf(apperr.Invalid, "The request body has data after the JSON object.")
 	}
 	return nil
+}
+
+// jsonProblem says in JSON's terms what is wrong with a body that encoding/json refused to
+// decode into v.
+func jsonProblem(err error, v any) string {
+	var (
+		syntax *json.SyntaxError
+		typ    *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Sprintf("The request body is not valid JSON: %s (at byte %d).", strings.TrimPrefix(syntax.Error(), "json: "), syntax.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "The request body is not valid JSON: it ends before the JSON value does."
+	case errors.As(err, &typ):
+		got := jsonValueKind(typ.Value)
+		if typ.Field == "" {
+			return fmt.Sprintf("The request body must be a JSON object, not %s.", got)
+		}
+		// An item of an array field names the array: "field active: expected an array of
+		// strings, got an array holding a number".
+		if ft := fieldType(reflect.TypeOf(v), typ.Field); ft != nil && (ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array) && ft.Elem() == typ.Type {
+			return fmt.Sprintf("field %s: expected %s, got an array holding %s", typ.Field, jsonTypeOf(ft), got)
+		}
+		return fmt.Sprintf("field %s: expected %s, got %s", typ.Field, jsonTypeOf(typ.Type), got)
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		known := jsonFields(reflect.TypeOf(v))
+		if len(known) == 0 {
+			return fmt.Sprintf("field %s is not known here.", name)
+		}
+		return fmt.Sprintf("field %s is not known here; the fields are %s.", name, strings.Join(known, ", "))
+	}
+	return "The request body is not valid: " + strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// jsonValueKind names, with its article, the JSON value json.UnmarshalTypeError.Value describes
+// ("string", "number", "number 1.5", "object", "array", "bool").
+func jsonValueKind(value string) string {
+	kind, _, _ := strings.Cut(value, " ")
+	switch kind {
+	case "string":
+		return "a string"
+	case "number":
+		if _, n, ok := strings.Cut(value, " "); ok {
+			return "the number " + n
+		}
+		return "a number"
+	case "object":
+		return "an object"
+	case "array":
+		return "an array"
+	case "bool":
+		return "a boolean"
+	case "null":
+		return "null"
+	}
+	return value
+}
+
+// jsonTypeOf is the JSON type that decodes into Go type t, with its article.
+func jsonTypeOf(t reflect.Type) string {
+	if t == nil {
+		return "a value"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.String {
+			return "an array of strings"
+		}
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a value of another type"
+}
+
+// fieldType is the Go type of the field at path ("a.b", JSON names) in struct type t; nil when
+// there is none.
+func fieldType(t reflect.Type, path string) reflect.Type {
+	for _, name := range strings.Split(path, ".") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			return nil
+		}
+		var next reflect.Type
+		for _, f := range reflect.VisibleFields(t) {
+			if f.IsExported() && !f.Anonymous && jsonName(f) == name {
+				next = f.Type
+				break
+			}
+		}
+		t = next
+	}
+	return t
+}
+
+// jsonName is the name encoding/json gives struct field f ("-" when it skips it).
+func jsonName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if name == "" {
+		return f.Name
+	}
+	return name
+}
+
+// jsonFields lists the JSON names of struct type t's fields, as encoding/json decodes them.
+func jsonFields(t reflect.Type) []string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	var names []string
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.IsExported() || f.Anonymous {
+			continue
+		}
+		if name := jsonName(f); name != "-" {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 func (s *Server) apiCreateSession(w http.ResponseWriter, r *http.Request) error {
@@ -109,8 +252,10 @@ func (s *Server) apiCreateSession(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
+// apiSessions lists the sessions, newest first; ?q= keeps those whose title contains it
+// (case-insensitive), as the session list's search does.
 func (s *Server) apiSessions(w http.ResponseWriter, r *http.Request) error {
-	sessions, err := s.cfg.Store.Sessions(r.Context())
+	sessions, err := s.searchSessions(r.Context(), r.URL.Query().Get("q"))
 	if err != nil {
 		return err
 	}
@@ -138,6 +283,33 @@ func (s *Server) apiSession(w http.ResponseWriter, r *http.Request) error {
 		agent.Session
 		Entries []agent.Entry `json:"entries"`
 	}{sess, entries})
+	return nil
+}
+
+// apiRenameSession renames a session: {title} → 200 the session; 400 for an empty or too long
+// title; 404 unknown.
+func (s *Server) apiRenameSession(w http.ResponseWriter, r *http.Request) error {
+	var in struct {
+		Title string `json:"title"`
+	}
+	if err := decodeJSON(r, &in); err != nil {
+		return err
+	}
+	sess, err := s.cfg.Runner.RenameSession(r.Context(), r.PathValue("id"), in.Title)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sess)
+	return nil
+}
+
+// apiDeleteSession deletes a session with its transcript, approvals, grants, share links and
+// audit: 204; 409 while a run is busy (Stop first); 404 unknown.
+func (s *Server) apiDeleteSession(w http.ResponseWriter, r *http.Request) error {
+	if err := s.cfg.Runner.DeleteSession(r.Context(), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
@@ -326,7 +498,9 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 				return nil
 			}
 			evs, msgs = coalesce(evs, ev, sub.C), msgs[:0]
+			deleted := false
 			for _, ev := range evs {
+				deleted = deleted || ev.Type == agent.SessionDeleted
 				// The encoding made once for all the session's viewers (agent.Event.MarshalJSON).
 				b, err := ev.MarshalJSON()
 				if err != nil {
@@ -339,6 +513,11 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 			err := s.writeEvents(ctx, c, msgs)
 			clear(msgs)
 			if err != nil {
+				return nil
+			}
+			if deleted {
+				// The session_deleted event was the last: nothing more will come.
+				c.Close(websocket.StatusNormalClosure, "session deleted")
 				return nil
 			}
 		}

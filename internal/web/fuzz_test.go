@@ -160,6 +160,12 @@ func checkAPIError(t *testing.T, st int, body string) {
 	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
 		t.Fatalf("status %d: the error is not {error: {code, message}}: %q", st, body)
 	}
+	// Messages speak JSON, never Go (issue 16 item 9).
+	for _, goSpeak := range []string{"Go struct", "Go value", "cannot unmarshal", "json: ", "[]string", "map[string]", "struct {"} {
+		if strings.Contains(e.Error.Message, goSpeak) {
+			t.Fatalf("status %d: the message shows Go's terms (%q): %q", st, goSpeak, e.Error.Message)
+		}
+	}
 }
 
 // FuzzAPIBody sends arbitrary bodies to the JSON API's routes that take one. Whatever the body,
@@ -174,8 +180,11 @@ func FuzzAPIBody(f *testing.F) {
 		{"POST", "/api/sessions/" + env.sessionID + "/shares"},
 		{"POST", "/api/approvals/" + pending.ID + "/decision"},
 		{"POST", "/api/sessions/unknown/messages"},
+		{"PATCH", "/api/sessions/" + env.sessionID},
 	}
 	f.Add(uint8(0), []byte(`{"title":"t","model":"faux:one"}`))
+	f.Add(uint8(6), []byte(`{"title":"renamed"}`))
+	f.Add(uint8(6), []byte(`{"title":["a"]}`))
 	f.Add(uint8(0), []byte(`{"title":1}`))
 	f.Add(uint8(2), []byte(`{"active":["shell","nope"]}`))
 	f.Add(uint8(3), []byte(`{"role":"approver","label":"x","expiresIn":"1ns","canEdit":true}`))

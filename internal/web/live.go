@@ -27,13 +27,22 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
 		return err
 	}
-	return s.serveLive(w, r, id, ownerViewer(id), ownerSockets, nil)
+	// A socket opened with a login cookie ends when that login does (logout).
+	var end *socketEnd
+	if c, err := r.Cookie(ownerCookieName); err == nil && c.Value != "" {
+		end = newSocketEnd()
+		key := "login:" + ownerSessionHash(c.Value)
+		s.sockets.add(key, end)
+		defer s.sockets.remove(key, end)
+	}
+	return s.serveLive(w, r, id, ownerViewer(id), ownerSockets, end)
 }
 
-// serveLive streams session id's live fragments to who until the client leaves or done is
-// closed (a revoked or expired share link). The socket counts under limit; past its cap it is
+// serveLive streams session id's live fragments to who until the client leaves, end is ended
+// (a revoked or expired share link, a logout) or the session is deleted; those close the socket
+// with 1008 and a reason the page shows. The socket counts under limit; past its cap it is
 // closed at once with the limit's reason.
-func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, who viewer, limit socketLimit, done <-chan struct{}) error {
+func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, who viewer, limit socketLimit, end *socketEnd) error {
 	// Accept checks that the Origin is this host (SPEC §7).
 	c, err := acceptSocket(w, r)
 	if err != nil {
@@ -65,8 +74,8 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-done:
-			c.Close(websocket.StatusPolicyViolation, "share link revoked or expired")
+		case <-end.Done():
+			c.Close(websocket.StatusPolicyViolation, end.reason)
 			return nil
 		case ev, ok := <-sub.C:
 			if !ok {
@@ -75,11 +84,19 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 				return nil
 			}
 			evs, msgs = coalesce(evs, ev, sub.C), msgs[:0]
+			deleted := false
 			for _, ev := range evs {
 				if ctx.Err() != nil { // the viewer left: render nothing more for them
 					return nil
 				}
+				deleted = deleted || ev.Type == agent.SessionDeleted
 				msgs = s.renderFragment(ctx, msgs, s.fragment(ctx, *ev, who))
+			}
+			if deleted {
+				clear(evs)
+				clear(msgs)
+				c.Close(websocket.StatusPolicyViolation, endedDeleted)
+				return nil
 			}
 			clear(evs) // keep no event alive while waiting for the next
 			err := s.writeFragments(ctx, c, msgs)
@@ -236,7 +253,11 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		if ev.Type == agent.SessionUpdated {
 			running = s.cfg.Runner.Busy(ev.SessionID)
 		}
-		var tools, grants templ.Component
+		var title, tools, grants templ.Component
+		if ev.Session != nil {
+			// A rename reaches every page of the session, reviewers' too.
+			title = templates.SessionTitle(ev.Session.Title)
+		}
 		if ev.Session != nil && who.owner {
 			tools = templates.ToolsPanel(s.toolsView(*ev.Session, nil))
 			// A grant made or revoked publishes session_updated too (Runner.grantsChanged).
@@ -244,7 +265,7 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 				grants = templates.GrantsPanel(gv)
 			}
 		}
-		return fragments(templates.RunState(running), stopSlot(ev.SessionID, who, running), tools, grants)
+		return fragments(templates.RunState(running), stopSlot(ev.SessionID, who, running), title, tools, grants)
 	}
 	return nil
 }

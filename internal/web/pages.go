@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -16,12 +17,35 @@ func (s *Server) sessionsPage(w http.ResponseWriter, r *http.Request) error {
 	return s.renderSessions(w, r, http.StatusOK, templates.NewSessionForm{Workspace: s.cfg.Workspace, Model: "faux:demo"}, "")
 }
 
+// searchSessions lists the sessions, newest first, whose title contains q (case-insensitive;
+// every session when q is blank).
+func (s *Server) searchSessions(ctx context.Context, q string) ([]agent.Session, error) {
+	sessions, err := s.cfg.Store.Sessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q = strings.ToLower(strings.TrimSpace(q))
+	if q == "" {
+		return sessions, nil
+	}
+	out := sessions[:0]
+	for _, x := range sessions {
+		if strings.Contains(strings.ToLower(x.Title), q) {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+// renderSessions renders the session list, searched by the query's q (SessionsView.Query), with
+// the New-session form holding form and formErr.
 func (s *Server) renderSessions(w http.ResponseWriter, r *http.Request, st int, form templates.NewSessionForm, formErr string) error {
-	sessions, err := s.cfg.Store.Sessions(r.Context())
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	sessions, err := s.searchSessions(r.Context(), q)
 	if err != nil {
 		return err
 	}
-	v := templates.SessionsView{Models: s.cfg.Models.Names(), Form: form, Error: formErr}
+	v := templates.SessionsView{Models: s.cfg.Models.Names(), Form: form, Error: formErr, Query: q}
 	for _, x := range sessions {
 		v.Sessions = append(v.Sessions, templates.SessionRow{ID: x.ID, Title: x.Title, Model: x.Model,
 			Workspace: x.Workspace, State: string(x.State), CreatedAt: x.CreatedAt})
@@ -45,6 +69,43 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	http.Redirect(w, r, "/sessions/"+sess.ID, http.StatusSeeOther)
+	return nil
+}
+
+// renameSession handles the session page's Rename form (field title): 303 back to the session,
+// or for htmx the session's heading with the new title (also pushed live to its other pages).
+// A refused title (empty, too long) is 400 with the reason, and the form keeps what was typed.
+func (s *Server) renameSession(w http.ResponseWriter, r *http.Request) error {
+	if err := parseForm(r); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	sess, err := s.cfg.Runner.RenameSession(r.Context(), id, r.PostForm.Get("title"))
+	if err != nil {
+		return err
+	}
+	if r.Header.Get("HX-Request") == "true" {
+		s.render(w, r, http.StatusOK, templates.SessionHeading(templates.SessionView{ID: sess.ID, Title: sess.Title,
+			CanSend: true, RenameURL: "/sessions/" + sess.ID + "/title", DeleteURL: "/sessions/" + sess.ID + "/delete"}))
+		return nil
+	}
+	http.Redirect(w, r, "/sessions/"+id, http.StatusSeeOther)
+	return nil
+}
+
+// deleteSession handles the session page's confirmed Delete: the session goes with its
+// transcript, approvals, grants, share links and audit, and the owner lands on the session list
+// (htmx: HX-Redirect). While a run is busy it is refused (409: Stop first).
+func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
+	if err := s.cfg.Runner.DeleteSession(r.Context(), r.PathValue("id")); err != nil {
+		return err
+	}
+	if r.Header.Get("HX-Request") == "true" {
+		w.Header().Set("HX-Redirect", "/")
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
+	http.Redirect(w, r, "/", http.StatusSeeOther)
 	return nil
 }
 

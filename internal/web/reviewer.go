@@ -21,43 +21,74 @@ import (
 
 const reviewerCookie = "countersign_reviewer"
 
-// reviewerSockets tracks the open live sockets per share link, so a revocation can close them.
-type reviewerSockets struct {
-	mu     sync.Mutex
-	byLink map[string]map[chan struct{}]struct{}
+// Why a live socket was ended, as the page shows it (the WebSocket close reason, with 1008).
+const (
+	endedLink    = "This share link was revoked or has expired. The page no longer updates."
+	endedLogout  = "You logged out. This page no longer updates; log in again to see it."
+	endedDeleted = "This session was deleted. The page no longer updates."
+)
+
+// socketEnd ends one open live socket, once, with a reason.
+type socketEnd struct {
+	done   chan struct{}
+	once   sync.Once
+	reason string // set before done is closed
 }
 
-func (rs *reviewerSockets) add(linkID string) chan struct{} {
-	ch := make(chan struct{})
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if rs.byLink == nil {
-		rs.byLink = map[string]map[chan struct{}]struct{}{}
-	}
-	if rs.byLink[linkID] == nil {
-		rs.byLink[linkID] = map[chan struct{}]struct{}{}
-	}
-	rs.byLink[linkID][ch] = struct{}{}
-	return ch
+func newSocketEnd() *socketEnd { return &socketEnd{done: make(chan struct{})} }
+
+// end closes the socket with reason; later calls do nothing.
+func (e *socketEnd) end(reason string) {
+	e.once.Do(func() {
+		e.reason = reason
+		close(e.done)
+	})
 }
 
-func (rs *reviewerSockets) remove(linkID string, ch chan struct{}) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	delete(rs.byLink[linkID], ch)
-	if len(rs.byLink[linkID]) == 0 {
-		delete(rs.byLink, linkID)
+// Done is closed when the socket is to end; nil (never) for a nil end.
+func (e *socketEnd) Done() <-chan struct{} {
+	if e == nil {
+		return nil
+	}
+	return e.done
+}
+
+// socketEnds tracks open live sockets by what they depend on — a share link ("link:<id>"), an
+// owner login ("login:<hash>") — so revoking the link or logging out closes them.
+type socketEnds struct {
+	mu    sync.Mutex
+	byKey map[string]map[*socketEnd]struct{}
+}
+
+func (se *socketEnds) add(key string, e *socketEnd) {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	if se.byKey == nil {
+		se.byKey = map[string]map[*socketEnd]struct{}{}
+	}
+	if se.byKey[key] == nil {
+		se.byKey[key] = map[*socketEnd]struct{}{}
+	}
+	se.byKey[key][e] = struct{}{}
+}
+
+func (se *socketEnds) remove(key string, e *socketEnd) {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	delete(se.byKey[key], e)
+	if len(se.byKey[key]) == 0 {
+		delete(se.byKey, key)
 	}
 }
 
-// closeLink closes every open socket of a link.
-func (rs *reviewerSockets) closeLink(linkID string) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	for ch := range rs.byLink[linkID] {
-		close(ch)
+// closeKey ends every open socket under key with reason.
+func (se *socketEnds) closeKey(key, reason string) {
+	se.mu.Lock()
+	defer se.mu.Unlock()
+	for e := range se.byKey[key] {
+		e.end(reason)
 	}
-	delete(rs.byLink, linkID)
+	delete(se.byKey, key)
 }
 
 func (s *Server) shareRoutes(mux *http.ServeMux) {
@@ -177,13 +208,14 @@ func (s *Server) reviewerLive(w http.ResponseWriter, r *http.Request) error {
 	if who.decider.Name == "" {
 		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
 	}
-	done := s.sockets.add(l.ID)
-	defer s.sockets.remove(l.ID, done)
+	end := newSocketEnd()
+	s.sockets.add("link:"+l.ID, end)
+	defer s.sockets.remove("link:"+l.ID, end)
 	if l.ExpiresAt != nil {
-		t := time.AfterFunc(time.Until(*l.ExpiresAt), func() { s.sockets.closeLink(l.ID) })
+		t := time.AfterFunc(time.Until(*l.ExpiresAt), func() { end.end(endedLink) })
 		defer t.Stop()
 	}
-	return s.serveLive(w, r, l.SessionID, who, linkSockets(l.ID), done)
+	return s.serveLive(w, r, l.SessionID, who, linkSockets(l.ID), end)
 }
 
 // reviewerDecide is an approver's decision, recorded with their name and the link, within the
@@ -256,8 +288,10 @@ func (s *Server) createShare(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.Shares == nil {
 		return apperr.Errorf(apperr.NotFound, "Sharing is not configured")
 	}
-	rights := gate.Rights{Edit: r.PostForm.Get("canEdit") != "", Remember: r.PostForm.Get("canRemember") != ""}
-	_, _, err := s.cfg.Shares.Create(r.Context(), id, share.Role(r.PostForm.Get("role")), r.PostForm.Get("label"), r.PostForm.Get("expiresIn"), rights)
+	form := templates.ShareForm{Role: r.PostForm.Get("role"), Label: r.PostForm.Get("label"), ExpiresIn: r.PostForm.Get("expiresIn"),
+		CanEdit: r.PostForm.Get("canEdit") != "", CanRemember: r.PostForm.Get("canRemember") != ""}
+	rights := gate.Rights{Edit: form.CanEdit, Remember: form.CanRemember}
+	_, _, err := s.cfg.Shares.Create(r.Context(), id, share.Role(form.Role), form.Label, form.ExpiresIn, rights)
 	if apperr.CodeOf(err) == apperr.Invalid {
 		formErr = apperr.MessageOf(err)
 	} else if err != nil {
@@ -266,6 +300,10 @@ func (s *Server) createShare(w http.ResponseWriter, r *http.Request) error {
 	v, err := s.sharesView(r.Context(), r, id, formErr)
 	if err != nil {
 		return err
+	}
+	if formErr != "" {
+		// Refused: the form shows what was typed, to correct rather than retype.
+		v.Form = form
 	}
 	st := http.StatusOK
 	if formErr != "" {
@@ -284,7 +322,7 @@ func (s *Server) revokeShare(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.sockets.closeLink(l.ID)
+	s.sockets.closeKey("link:"+l.ID, endedLink)
 	v, err := s.sharesView(r.Context(), r, id, "")
 	if err != nil {
 		return err
@@ -341,7 +379,7 @@ func (s *Server) apiRevokeShare(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.sockets.closeLink(l.ID)
+	s.sockets.closeKey("link:"+l.ID, endedLink)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

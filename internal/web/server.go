@@ -93,7 +93,8 @@ type Server struct {
 	cfg       Config
 	log       *slog.Logger
 	renderers map[string]Renderer
-	sockets   reviewerSockets
+	// sockets ends open live sockets when their share link is revoked or their login ends.
+	sockets socketEnds
 	// liveSockets counts open live sockets against their caps; failures limits failed token
 	// attempts per client (limits.go).
 	liveSockets socketCounts
@@ -135,6 +136,7 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.Handle("GET /login", s.handle(s.login))
+	mux.Handle("GET /logged-out", s.handle(s.loggedOut))
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static.FS)))
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/static/favicon.svg", http.StatusMovedPermanently)
@@ -151,6 +153,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /{$}", s.owner(s.sessionsPage))
 	mux.Handle("POST /sessions", s.owner(s.createSession))
 	mux.Handle("GET /sessions/{id}", s.owner(s.sessionPage))
+	mux.Handle("POST /sessions/{id}/title", s.owner(s.renameSession))
+	mux.Handle("POST /sessions/{id}/delete", s.owner(s.deleteSession))
 	mux.Handle("POST /sessions/{id}/messages", s.owner(s.sendMessage))
 	mux.Handle("POST /sessions/{id}/stop", s.owner(s.stop))
 	mux.Handle("POST /sessions/{id}/approvals/{aid}/decision", s.owner(s.decide))
@@ -319,18 +323,37 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// logout ends the owner's login on the server (a copy of the cookie stops working too) and
-// clears the cookie.
+// logout ends the owner's login on the server (a copy of the cookie stops working too, and the
+// login's open live pages close), clears the cookie and lands on /logged-out.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
 	if c, err := r.Cookie(ownerCookieName); err == nil && c.Value != "" {
-		if err := s.cfg.OwnerSessions.DeleteOwnerSession(r.Context(), ownerSessionHash(c.Value)); err != nil {
+		hash := ownerSessionHash(c.Value)
+		if err := s.cfg.OwnerSessions.DeleteOwnerSession(r.Context(), hash); err != nil {
 			return err
 		}
+		// The login's open pages stop updating (the bearer token's sockets are not a login).
+		s.sockets.closeKey("login:"+hash, endedLogout)
 	}
 	http.SetCookie(w, &http.Cookie{Name: ownerCookieName, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode})
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = w.Write([]byte("Logged out."))
+	http.Redirect(w, r, "/logged-out", http.StatusSeeOther)
+	return nil
+}
+
+// loggedOut is where logout lands, open to everyone: it says the browser is logged out and how
+// to log in again (the login URL the server printed at start; the token is never shown here).
+func (s *Server) loggedOut(w http.ResponseWriter, r *http.Request) error {
+	if c, err := r.Cookie(ownerCookieName); err == nil && c.Value != "" && s.isOwner(r) {
+		// Still logged in (another login, or the page was bookmarked): nothing to say here.
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return nil
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: "Logged out"},
+		templates.LoggedOutPage(scheme+"://"+r.Host+"/login?token=…")))
 	return nil
 }
 

@@ -56,6 +56,7 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 	if who.owner {
 		v.CanSend, v.AuditURL = true, "/sessions/"+sess.ID+"/audit"
 		v.SendURL, v.StopURL = "/sessions/"+sess.ID+"/messages", "/sessions/"+sess.ID+"/stop"
+		v.RenameURL, v.DeleteURL = "/sessions/"+sess.ID+"/title", "/sessions/"+sess.ID+"/delete"
 		tv := s.toolsView(sess, nil)
 		v.Tools = &tv
 		sv, err := s.sharesView(ctx, r, sess.ID, "")

@@ -40,7 +40,9 @@
     var code = e.detail && e.detail.event ? e.detail.event.code : 0;
     if (code === 1008) {
       ended = true;
-      banner("This share link was revoked or has expired. The page no longer updates.", "ended");
+      // The server says why (a revoked link, a logout, a deleted session).
+      var reason = e.detail.event.reason;
+      banner(reason || "This share link was revoked or has expired. The page no longer updates.", "ended");
       document.querySelectorAll(".approval-form button, .approval-form input, .approval-form textarea")
         .forEach(function (b) { b.disabled = true; });
       var sock = e.detail.socketWrapper;

@@ -24,6 +24,8 @@ type SessionsView struct {
 	// Form holds the values to pre-fill (the server's workspace, or what was submitted).
 	Form  NewSessionForm
 	Error string
+	// Query is the search (?q=): Sessions holds only the sessions whose title contains it.
+	Query string
 }
 
 // NewSessionForm is the New-session form's values.
@@ -48,6 +50,8 @@ type SessionView struct {
 	LiveURL string
 	// StopURL, SendURL are the owner's form actions.
 	SendURL, StopURL string
+	// RenameURL, DeleteURL are where the owner's Rename and Delete post; "" hides them.
+	RenameURL, DeleteURL string
 	// Tools is the Tools panel; nil hides it.
 	Tools *ToolsView
 	// AuditURL is the audit page's address; "" hides the link.
@@ -221,6 +225,15 @@ type SharesView struct {
 	CreateURL string
 	Links     []ShareRow
 	Error     string
+	// Form is what the create form shows: what was typed when it was refused (Error), else
+	// the defaults.
+	Form ShareForm
+}
+
+// ShareForm is the share panel's create form's values.
+type ShareForm struct {
+	Role, Label, ExpiresIn string
+	CanEdit, CanRemember   bool
 }
 
 // ShareRow is one share link in the panel.

@@ -97,6 +97,9 @@ type CardView struct {
 	NestedIncomplete bool
 	// DurationMs is the call's duration once it ended.
 	DurationMs int64
+	// Truncated is set on a nested call whose record entry was cut (arguments or result text,
+	// SPEC §4 bounds).
+	Truncated bool
 }
 
 // ApprovalView is an approval as its call's card shows it.

@@ -94,16 +94,7 @@ func (s *Server) transcriptItems(ctx context.Context, sess agent.Session, who vi
 		}
 		b.approvals[k] = a
 	}
-	// A tool result belongs to the latest assistant message before it.
-	lastAssistant := ""
-	for _, e := range entries {
-		switch e.Message.Role {
-		case agent.Assistant:
-			lastAssistant = e.Message.ID
-		case agent.ToolResult:
-			b.results[callKey{lastAssistant, e.Message.ToolCallID}] = e.Message.Result
-		}
-	}
+	b.results = resultsByCall(entries)
 	var items []templates.MessageView
 	for _, e := range entries {
 		if e.Message.Role == agent.ToolResult {

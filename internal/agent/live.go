@@ -93,8 +93,8 @@ func (s *liveState) apply(ev Event) {
 		}
 		c := s.call(ev)
 		if ev.Approval != nil {
-			a := *ev.Approval
-			c.Approval = &a
+			// Shared, not copied: a published event (its approval included) never changes.
+			c.Approval = ev.Approval
 		}
 		switch ev.Type {
 		case ToolExecutionStart:

@@ -90,9 +90,18 @@ func (r Result) TextOf() string {
 // at most n bytes at a UTF-8 boundary, and whether anything was cut; it copies no more than it
 // keeps, so a large result costs little.
 func (r Result) ModelTextPrefix(n int) (_ string, cut bool) {
+	content := r.ModelContent()
+	if len(content) == 1 && content[0].Type == "text" {
+		// The usual result, one text block: its prefix, without a copy.
+		t := content[0].Text
+		if len(t) > n {
+			return CutUTF8(t, n), true
+		}
+		return t, false
+	}
 	var b strings.Builder
 	first := true
-	for _, c := range r.ModelContent() {
+	for _, c := range content {
 		if c.Type != "text" {
 			continue
 		}

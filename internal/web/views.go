@@ -147,6 +147,11 @@ func (b *builder) message(m agent.Message, streaming bool) templates.MessageView
 func (b *builder) card(messageID, toolCallID, parentID, name string, args json.RawMessage, streaming bool) templates.CardView {
 	k := callKey{messageID, toolCallID}
 	lc := b.live.Call(messageID, toolCallID)
+	if parentID != "" && lc != nil && lc.NestedCall != nil {
+		// Finished: drawn from its record entry, also when an earlier event's fragment is
+		// rendered after the call ended.
+		return b.nestedCard(messageID, parentID, *lc.NestedCall)
+	}
 	if lc != nil && len(lc.Arguments) > 0 {
 		args = lc.Arguments
 	}

@@ -72,9 +72,9 @@ func newAuditLog(store Store, log *slog.Logger) *auditLog {
 	return l
 }
 
-// add stamps a as an automatic decision made now (as gate.Record does) and queues it. It blocks
-// only while the queue is full.
-func (l *auditLog) add(a gate.Approval) {
+// add stamps a as an automatic decision made now (as gate.Record does), queues it and returns it
+// as stamped. It blocks only while the queue is full.
+func (l *auditLog) add(a gate.Approval) gate.Approval {
 	now := time.Now().UTC()
 	a.ID, a.CreatedAt, a.DecidedAt, a.Automatic = recordID(now), now, &now, true
 	l.mu.Lock()
@@ -93,6 +93,7 @@ func (l *auditLog) add(a gate.Approval) {
 		go l.write()
 	}
 	l.mu.Unlock()
+	return a
 }
 
 // write takes batches off the queue and stores them until the queue is empty.

@@ -35,8 +35,11 @@ const (
 
 // Event is one streamed event. Which fields are set depends on Type: message events carry
 // Message (the whole message so far) and, for message_update, Delta; tool events carry
-// ToolCallID, ParentToolCallID, ToolName and Arguments, Update (progress) or Result; approval
-// events carry Approval; agent_end carries Error when the run failed.
+// ToolCallID, ParentToolCallID, ToolName and Arguments, Update (progress) or Result, and — on
+// tool_execution_start and tool_execution_end of a call the gate decided — Approval, the
+// decision as stored (a rule's automatic record, or the prompt's resolution); a nested call's
+// tool_execution_end carries NestedCall; approval events carry Approval; agent_end carries Error
+// when the run failed.
 type Event struct {
 	Type             EventType       `json:"type"`
 	SessionID        string          `json:"sessionId"`
@@ -52,6 +55,10 @@ type Event struct {
 	Approval         *gate.Approval  `json:"approval,omitempty"`
 	Session          *Session        `json:"session,omitempty"`
 	Error            string          `json:"error,omitempty"`
+
+	// NestedCall is, on a nested call's tool_execution_end, the entry its parent's nestedCalls
+	// record keeps for it (SPEC §4, bounded); nil when the record was full and left it out.
+	NestedCall *tool.NestedCall `json:"nestedCall,omitempty"`
 
 	// pub is what the copies every subscriber receives share (Broker.Publish sets it only when
 	// the session has subscribers): the time of publication and the event's JSON encoding,

@@ -22,6 +22,9 @@ type LiveCall struct {
 	Result           *tool.Result    `json:"result,omitempty"`
 	// Approval is the call's latest approval, pending or decided.
 	Approval *gate.Approval `json:"approval,omitempty"`
+	// NestedCall is, for a finished nested call, the entry its parent's nestedCalls record keeps
+	// for it: a page draws the finished call from it, live and after a reload alike.
+	NestedCall *tool.NestedCall `json:"nestedCall,omitempty"`
 
 	dropped bool // past the parent's maxNestedCalls finished calls: no longer in the snapshot
 }
@@ -90,8 +93,8 @@ func (s *liveState) apply(ev Event) {
 		}
 		c := s.call(ev)
 		if ev.Approval != nil {
-			a := *ev.Approval
-			c.Approval = &a
+			// Shared, not copied: a published event (its approval included) never changes.
+			c.Approval = ev.Approval
 		}
 		switch ev.Type {
 		case ToolExecutionStart:
@@ -99,7 +102,7 @@ func (s *liveState) apply(ev Event) {
 		case ToolExecutionUpdate:
 			c.Update = ev.Update
 		case ToolExecutionEnd:
-			c.Running, c.Result = false, ev.Result
+			c.Running, c.Result, c.NestedCall = false, ev.Result, ev.NestedCall
 		}
 		if len(ev.Arguments) > 0 {
 			c.Arguments = ev.Arguments
@@ -124,16 +127,16 @@ func (s *liveState) late(ev Event) bool {
 	return s.kept[liveKey{ev.MessageID, ev.ParentToolCallID}] >= maxNestedCalls
 }
 
-// finishNested keeps a finished nested call in the snapshot only while its parent has fewer than
-// maxNestedCalls finished ones, as the parent's nestedCalls record will (SPEC §4): a tool may make
-// tens of thousands of nested calls, and a page reloaded mid-run shows the same calls as after.
-// Running calls and calls waiting for a person are always kept.
+// finishNested keeps a finished nested call in the snapshot only when its parent's nestedCalls
+// record kept it (SPEC §4: the first maxNestedCalls to finish): a tool may make tens of thousands
+// of nested calls, and a page reloaded mid-run shows the same calls as after. Running calls and
+// calls waiting for a person are always kept.
 func (s *liveState) finishNested(c *LiveCall) {
 	parent := liveKey{c.MessageID, c.ParentToolCallID}
 	if s.kept == nil {
 		s.kept = map[liveKey]int{}
 	}
-	if s.kept[parent] < maxNestedCalls {
+	if c.NestedCall != nil {
 		s.kept[parent]++
 		return
 	}

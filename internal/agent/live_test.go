@@ -3,15 +3,26 @@ package agent
 import (
 	"fmt"
 	"testing"
+
+	"countersign/internal/tool"
 )
 
 // TestLiveKeepsNestedCallsBounded: a tool making thousands of nested calls leaves at most
-// maxNestedCalls finished ones per parent in the live snapshot (as its nestedCalls record keeps),
-// while running ones are always there, and other parents are not affected.
+// maxNestedCalls finished ones per parent in the live snapshot — those its nestedCalls record
+// kept, whose tool_execution_end carries the kept entry — while running ones are always there,
+// and other parents are not affected.
 func TestLiveKeepsNestedCallsBounded(t *testing.T) {
 	var s liveState
 	ev := func(typ EventType, parent, id string) Event {
 		return Event{Type: typ, SessionID: "s", MessageID: "m", ToolCallID: id, ParentToolCallID: parent, ToolName: "t"}
+	}
+	// end is a nested call's tool_execution_end; the record kept the first maxNestedCalls.
+	end := func(parent, id string, i int) Event {
+		e := ev(ToolExecutionEnd, parent, id)
+		if i <= maxNestedCalls {
+			e.NestedCall = &tool.NestedCall{ID: id, Name: "t", Status: "ok"}
+		}
+		return e
 	}
 	s.apply(ev(ToolExecutionStart, "", "p"))
 	s.apply(ev(ToolExecutionStart, "", "q"))
@@ -19,13 +30,13 @@ func TestLiveKeepsNestedCallsBounded(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("p/%d", i)
 		s.apply(ev(ToolExecutionStart, "p", id))
-		s.apply(ev(ToolExecutionEnd, "p", id))
+		s.apply(end("p", id, i))
 	}
 	s.apply(ev(ToolExecutionStart, "p", "p/running"))
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("q/%d", i)
 		s.apply(ev(ToolExecutionStart, "q", id))
-		s.apply(ev(ToolExecutionEnd, "q", id))
+		s.apply(end("q", id, i))
 	}
 	live := s.snapshot()
 	kids := live.Children("m", "p")
@@ -35,6 +46,9 @@ func TestLiveKeepsNestedCallsBounded(t *testing.T) {
 	for i, c := range kids[:maxNestedCalls] {
 		if want := fmt.Sprintf("p/%d", i+1); c.ToolCallID != want || c.Running {
 			t.Fatalf("nested call %d = %s running=%v, want %s finished", i, c.ToolCallID, c.Running, want)
+		}
+		if c.NestedCall == nil || c.NestedCall.ID != c.ToolCallID {
+			t.Fatalf("nested call %s lost its record entry: %+v", c.ToolCallID, c.NestedCall)
 		}
 	}
 	if c := live.Call("m", "p/running"); c == nil || !c.Running {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,5 +174,122 @@ func TestNestedContextEndsWithTheCall(t *testing.T) {
 	}
 	if parentAlive != nil {
 		t.Errorf("the parent's context ended with its nested call: %v", parentAlive)
+	}
+}
+
+// TestNestedEndCarriesItsRecordEntryAndDecision: a nested call's tool_execution_end carries the
+// entry its parent's nestedCalls record keeps (its result text included) and its decision as the
+// audit stores it, so a live page can draw the finished call from the same data a reloaded one
+// reads (issue 16, item 4).
+func TestNestedEndCarriesItsRecordEntryAndDecision(t *testing.T) {
+	var peeks, shells atomic.Int32
+	probe := &tool.Tool{Name: "probe", InputSchema: json.RawMessage(`{"type":"object"}`),
+		Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(true)},
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+			tc.ExecuteTool(ctx, "peek", map[string]any{"path": "a"})
+			tc.ExecuteTool(ctx, "shell", map[string]any{"command": "b"})
+			return tool.Result{Content: []tool.Content{tool.Text("probed")}}, nil
+		}}
+	script := `{"steps":[{"content":[{"type":"toolCall","id":"p","name":"probe"}],"stopReason":"toolUse"},
+	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`
+	h := newHarness(t, script, nil, probe, readOnlyTool("peek", &peeks), riskyTool("shell", &shells))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	ends := map[string]agent.Event{}
+	timeout := time.After(10 * time.Second)
+	for done := false; !done; {
+		select {
+		case ev := <-h.events.C:
+			switch {
+			case ev.Type == agent.ApprovalRequested:
+				if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+					t.Fatal(err)
+				}
+			case ev.Type == agent.ToolExecutionEnd && ev.ParentToolCallID == "p":
+				ends[ev.ToolCallID] = *ev
+			}
+			done = ev.Type == agent.AgentEnd
+		case <-timeout:
+			t.Fatal("the run did not end")
+		}
+	}
+	rs := h.toolResults()
+	if len(rs) != 1 || rs[0].Result.NestedCalls == nil || len(rs[0].Result.NestedCalls.Calls) != 2 {
+		t.Fatalf("tool results %+v, want the parent's with 2 nested calls", rs)
+	}
+	stored, err := h.db.Approvals(ctx, h.sess.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byCall := map[string]gate.Approval{}
+	for _, a := range stored {
+		byCall[a.ToolCallID] = a
+	}
+	for i, want := range []struct{ id, result, decidedBy string }{
+		{"p/1", `read {"path":"a"}`, gate.ByPolicy},
+		{"p/2", `ran {"command":"b"}`, gate.ByOwner},
+	} {
+		ev, ok := ends[want.id]
+		if !ok {
+			t.Fatalf("no tool_execution_end for %s", want.id)
+		}
+		entry := rs[0].Result.NestedCalls.Calls[i]
+		if ev.NestedCall == nil || !reflect.DeepEqual(*ev.NestedCall, entry) {
+			t.Errorf("%s: the event's entry %+v differs from the stored one %+v", want.id, ev.NestedCall, entry)
+		}
+		if entry.Result != want.result || entry.Truncated {
+			t.Errorf("%s: record result %q (truncated %v), want %q", want.id, entry.Result, entry.Truncated, want.result)
+		}
+		a := byCall[want.id]
+		if ev.Approval == nil || ev.Approval.ID != a.ID || ev.Approval.DecidedBy != want.decidedBy || ev.Approval.Status != a.Status {
+			t.Errorf("%s: the event's decision %+v, want the stored %+v by %s", want.id, ev.Approval, a, want.decidedBy)
+		}
+	}
+}
+
+// TestGrantReleasedCallCarriesItsDecisionLive: a call a session grant lets through never
+// prompts, yet its tool_execution_start and tool_execution_end carry the automatic decision the
+// audit stores, so a live page shows the same decision line a reloaded one does.
+func TestGrantReleasedCallCarriesItsDecisionLive(t *testing.T) {
+	script := `{"steps":[
+	  {"content":[{"type":"toolCall","id":"s1","name":"shell","arguments":{"command":"one"}}],"stopReason":"toolUse"},
+	  {"content":[{"type":"toolCall","id":"s2","name":"shell","arguments":{"command":"two"}}],"stopReason":"toolUse"},
+	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`
+	var shells atomic.Int32
+	h := newHarness(t, script, nil, riskyTool("shell", &shells))
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	asked := h.await(agent.ApprovalRequested)
+	if _, err := h.runner.Decide(ctx, h.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve_session", By: gate.Owner()}); err != nil {
+		t.Fatal(err)
+	}
+	var start, end agent.Event
+	for start.ToolCallID != "s2" {
+		start = h.await(agent.ToolExecutionStart)
+	}
+	for end.ToolCallID != "s2" {
+		end = h.await(agent.ToolExecutionEnd)
+	}
+	stored, err := h.db.Approvals(ctx, h.sess.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var granted gate.Approval
+	for _, a := range stored {
+		if a.ToolCallID == "s2" {
+			granted = a
+		}
+	}
+	if granted.DecidedBy != gate.ByGrant || !granted.Automatic {
+		t.Fatalf("stored decision for s2 %+v, want an automatic one by the session grant", granted)
+	}
+	for _, ev := range []agent.Event{start, end} {
+		if ev.Approval == nil || ev.Approval.ID != granted.ID || ev.Approval.DecidedBy != gate.ByGrant || !ev.Approval.Automatic {
+			t.Errorf("%s carries %+v, want the stored decision %s", ev.Type, ev.Approval, granted.ID)
+		}
 	}
 }

@@ -33,6 +33,12 @@ type invocation struct {
 	args        json.RawMessage // the arguments the call runs with
 	start       time.Time
 
+	// decision is the call's approval as decided, as the store keeps it: a rule's automatic
+	// record, or the prompt's resolution. nil when the gate was not consulted. Its events
+	// (tool_execution_start, tool_execution_end) carry it, so a live page shows the decision
+	// line a reloaded one shows, also for a call no prompt announced.
+	decision *gate.Approval
+
 	children atomic.Int64 // nested call counter, for ids <id>/<n>
 	nested   nestedLog
 	// execCtx is the context the call executes under; nested calls are cancelled with it.
@@ -90,13 +96,13 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	})
 	if verdict.Block {
 		approval.Status, approval.DecidedBy, approval.Reason = gate.Denied, gate.ByHandler, verdict.Reason
-		rn.recordRule(ctx, approval, nested, records)
+		inv.decision = rn.recordRule(ctx, approval, nested, records)
 		inv.stop(tool.ErrorResult("%s", verdict.Reason), "blocked")
 		return false
 	}
 	if !t.AlwaysAsk && !gate.NeedsApproval(t.Annotations) {
 		approval.Status, approval.DecidedBy, approval.Reason = gate.Approved, gate.ByPolicy, "annotations allow it without approval"
-		rn.recordRule(ctx, approval, nested, records)
+		inv.decision = rn.recordRule(ctx, approval, nested, records)
 		return false
 	}
 	if g, ok := rn.grant(ctx, t.Name); ok {
@@ -104,9 +110,9 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		approval.Status, approval.DecidedBy, approval.Reason = res.Status, res.DecidedBy, res.Reason
 		approval.Scope, approval.DerivedFrom = res.Scope, res.DerivedFrom
 		if records != nil {
-			rn.defer1(approval, records)
+			inv.decision = rn.defer1(approval, records)
 		} else {
-			rn.record(ctx, approval)
+			inv.decision = rn.record(ctx, approval)
 		}
 		return false
 	}
@@ -145,37 +151,43 @@ func (rn *run) grant(ctx context.Context, toolName string) (gate.Grant, bool) {
 	return g, true
 }
 
-// recordRule records a decision the policy or a tool_call handler made. A nested call's goes to
-// the background audit writer (see auditLog for why, and what durability it has); a
-// model-issued call's is stored before the call goes on: with its assistant message when records
-// is not nil, else at once.
-func (rn *run) recordRule(ctx context.Context, a gate.Approval, nested bool, records *[]gate.Approval) {
+// recordRule records a decision the policy or a tool_call handler made and returns it as
+// recorded (nil when it could not be). A nested call's goes to the background audit writer (see
+// auditLog for why, and what durability it has); a model-issued call's is stored before the call
+// goes on: with its assistant message when records is not nil, else at once.
+func (rn *run) recordRule(ctx context.Context, a gate.Approval, nested bool, records *[]gate.Approval) *gate.Approval {
 	switch {
 	case nested:
-		rn.r.audit.add(a)
+		a = rn.r.audit.add(a)
+		return &a
 	case records != nil:
-		rn.defer1(a, records)
+		return rn.defer1(a, records)
 	default:
-		rn.record(ctx, a)
+		return rn.record(ctx, a)
 	}
 }
 
 // defer1 stamps a as an automatic decision made now and adds it to records, to be stored with
-// the assistant message.
-func (rn *run) defer1(a gate.Approval, records *[]gate.Approval) {
+// the assistant message; it returns the record (nil when a has no final status).
+func (rn *run) defer1(a gate.Approval, records *[]gate.Approval) *gate.Approval {
 	a, err := rn.r.gate.Automatic(a)
 	if err != nil {
 		rn.r.log.Error("record automatic decision", "session", a.SessionID, "call", a.ToolCallID, "err", err)
-		return
+		return nil
 	}
 	*records = append(*records, a)
+	return &a
 }
 
-// record stores an automatic decision for the audit; failing to store it is logged, not fatal.
-func (rn *run) record(ctx context.Context, a gate.Approval) {
-	if _, err := rn.r.gate.Record(context.WithoutCancel(ctx), a); err != nil {
+// record stores an automatic decision for the audit and returns it as stored; failing to store
+// it is logged, not fatal (nil then: there is no decision to show).
+func (rn *run) record(ctx context.Context, a gate.Approval) *gate.Approval {
+	a, err := rn.r.gate.Record(context.WithoutCancel(ctx), a)
+	if err != nil {
 		rn.r.log.Error("record automatic decision", "session", a.SessionID, "call", a.ToolCallID, "err", err)
+		return nil
 	}
+	return &a
 }
 
 func (inv *invocation) stop(res tool.Result, status string) {
@@ -206,6 +218,7 @@ func (rn *run) decideAndExecute(ctx context.Context, inv *invocation) tool.Resul
 			}
 			a = inv.ticket.Cancel(context.Cause(ctx).Error())
 		}
+		inv.decision = &a
 		switch a.Status {
 		case gate.Approved:
 			inv.args = a.EffectiveArguments()
@@ -237,7 +250,8 @@ func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 	// durationMs is the tool's own time: the wait for a person's decision does not count.
 	inv.start = time.Now()
 	rn.publish(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,
-		ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Arguments: inv.args})
+		ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Arguments: inv.args,
+		Approval: inv.decision})
 	updates := newThrottle(func(u tool.Update) {
 		rn.publish(Event{Type: ToolExecutionUpdate, SessionID: rn.session.ID, MessageID: inv.messageID,
 			ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Update: &u})
@@ -349,7 +363,8 @@ func (rn *run) finishBatch(store context.Context, msg Message, invs []*invocatio
 		}
 		rn.committed(m)
 		rn.publish(Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: msg.ID,
-			ToolCallID: inv.call.ID, ToolName: inv.call.Name, Arguments: inv.args, Result: &res, Message: &m})
+			ToolCallID: inv.call.ID, ToolName: inv.call.Name, Arguments: inv.args, Result: &res, Message: &m,
+			Approval: inv.decision})
 	}
 	if storeErr == nil && parked {
 		return errParked
@@ -423,14 +438,24 @@ func (tc *toolContext) ExecuteTool(ctx context.Context, name string, arguments a
 		rn.prepare(ctx, child, true)
 	}
 	res := rn.complete(ctx, child)
-	rn.publish(Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: child.messageID,
-		ToolCallID: id, ParentToolCallID: parent.call.ID, ToolName: name, Arguments: child.args, Result: &res})
-	errText := ""
+	// The parent's record keeps the call, bounded; its tool_execution_end carries the entry as
+	// kept, so a live page draws the finished call from the same data a reloaded one does.
+	entry := tool.NestedCall{ID: id, Name: name, Arguments: child.args, Status: child.status,
+		DurationMs: res.DurationMs, Violation: res.ContractViolation != nil}
+	text, cut := res.ModelTextPrefix(maxNestedTextBytes)
 	if res.IsError {
-		errText = res.TextOf()
+		entry.Error = text
+	} else {
+		entry.Result = text
 	}
-	parent.nested.add(tool.NestedCall{ID: id, Name: name, Arguments: child.args, Status: child.status,
-		DurationMs: res.DurationMs, Error: errText})
+	entry.Truncated = cut
+	ev := Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: child.messageID,
+		ToolCallID: id, ParentToolCallID: parent.call.ID, ToolName: name, Arguments: child.args, Result: &res,
+		Approval: child.decision}
+	if kept, ok := parent.nested.add(entry); ok {
+		ev.NestedCall = &kept
+	}
+	rn.publish(ev)
 	call := child.call
 	call.Arguments = child.args
 	return tool.Outcome{ToolCall: call, Result: res, IsError: res.IsError, DurationMs: res.DurationMs}
@@ -464,35 +489,66 @@ func marshalArguments(v any) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// The nestedCalls bounds of SPEC §4.
+// The nestedCalls bounds of SPEC §4: calls, arguments per call and in all; and the result (or
+// error) text kept per call and in all.
 const (
-	maxNestedCalls    = 256
-	maxNestedArgBytes = 8 << 10
-	maxNestedAllBytes = 32 << 10
+	maxNestedCalls        = 256
+	maxNestedArgBytes     = 8 << 10
+	maxNestedAllBytes     = 32 << 10
+	maxNestedTextBytes    = 4 << 10
+	maxNestedAllTextBytes = 64 << 10
 )
 
 // nestedLog collects a call's nested calls into the bounded record of SPEC §4.
 type nestedLog struct {
-	mu       sync.Mutex
-	calls    []tool.NestedCall
-	argBytes int
-	cut      bool
+	mu        sync.Mutex
+	calls     []tool.NestedCall
+	argBytes  int // arguments kept (placeholders for cut ones do not count)
+	textBytes int // result and error text kept
+	cut       bool
 }
 
-func (l *nestedLog) add(c tool.NestedCall) {
+// add keeps c in the record, bounded, and returns the entry as kept; ok is false when the record
+// already holds maxNestedCalls calls (c is left out and the record marked incomplete).
+// Arguments that do not fit (8 KiB each, 32 KiB in all) are replaced by a JSON string saying so;
+// result and error text is cut to 4 KiB (as the caller passes it, with c.Truncated set when it
+// was longer) and to what is left of 64 KiB in all. A call with anything cut is marked
+// Truncated, and the record incomplete.
+func (l *nestedLog) add(c tool.NestedCall) (kept tool.NestedCall, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.calls) >= maxNestedCalls {
 		l.cut = true
-		return
+		return tool.NestedCall{}, false
 	}
 	if len(c.Arguments) > maxNestedArgBytes || l.argBytes+len(c.Arguments) > maxNestedAllBytes {
-		// Arguments that do not fit are replaced by a JSON string saying so.
 		c.Arguments = json.RawMessage(strconv.Quote(fmt.Sprintf("(arguments cut: %d bytes)", len(c.Arguments))))
+		c.Truncated = true
+	} else {
+		l.argBytes += len(c.Arguments)
+	}
+	var cutErr, cutRes bool
+	c.Error, cutErr = l.keepText(c.Error)
+	c.Result, cutRes = l.keepText(c.Result)
+	if cutErr || cutRes {
+		c.Truncated = true
+	}
+	if c.Truncated {
 		l.cut = true
 	}
-	l.argBytes += len(c.Arguments)
 	l.calls = append(l.calls, c)
+	return c, true
+}
+
+// keepText returns s cut to what the per-call and total text bounds leave (at a UTF-8 boundary)
+// and counts what it keeps; cut reports whether anything was left out.
+func (l *nestedLog) keepText(s string) (_ string, cut bool) {
+	n := min(maxNestedTextBytes, maxNestedAllTextBytes-l.textBytes)
+	if len(s) > n {
+		s, cut = tool.CutUTF8(s, n), true
+	}
+	l.textBytes += len(s)
+	return s, cut
 }
 
 func (l *nestedLog) record() *tool.NestedCalls {

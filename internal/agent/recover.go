@@ -219,7 +219,7 @@ func (r *Runner) interrupted(ctx context.Context, sessionID, messageID, callID s
 		if status != "unfinished" {
 			nc.Error = a.Reason
 		}
-		calls.add(nc)
+		_, _ = calls.add(nc)
 	}
 	if rec := calls.record(); rec != nil {
 		rec.Complete = false

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // Content is one content block of a tool result (MCP 2025-11-25 §tools, tool result content):
@@ -29,7 +30,12 @@ type ContractViolation struct {
 }
 
 // NestedCall is one entry of a parent's nestedCalls record (SPEC §4). Status is one of ok, error,
-// blocked, denied, unfinished.
+// blocked, denied, unfinished. Error is the text of an isError result, Result the text of a
+// successful one (its ModelContent: the text blocks, or structuredContent as JSON when there is
+// no text block); each is cut to 4 KiB, and to what is left of the record's 64 KiB of result
+// text. Truncated is set when this call's arguments, result or error were cut; Violation when
+// its result broke the tool's outputSchema (SPEC §1 rule 3: status error, Error names the
+// violations).
 type NestedCall struct {
 	ID         string          `json:"id"`
 	Name       string          `json:"name"`
@@ -37,11 +43,15 @@ type NestedCall struct {
 	Status     string          `json:"status"`
 	DurationMs int64           `json:"durationMs"`
 	Error      string          `json:"error,omitempty"`
+	Result     string          `json:"result,omitempty"`
+	Truncated  bool            `json:"truncated,omitempty"`
+	Violation  bool            `json:"violation,omitempty"`
 }
 
 // NestedCalls is the bounded record of the calls a tool made through ExecuteTool (SPEC §4): at
-// most 256 calls, arguments cut to 8 KiB each and 32 KiB in all; Complete is false when anything
-// was cut.
+// most 256 calls, arguments cut to 8 KiB each and 32 KiB in all, result (or error) text cut to
+// 4 KiB each and 64 KiB in all; Complete is false when anything was cut (a call left out, or a
+// call marked Truncated).
 type NestedCalls struct {
 	Calls    []NestedCall `json:"calls"`
 	Complete bool         `json:"complete"`
@@ -74,6 +84,58 @@ func (r Result) TextOf() string {
 		}
 	}
 	return strings.Join(parts, "\n")
+}
+
+// ModelTextPrefix returns the text of ModelContent (its text blocks joined with newlines) cut to
+// at most n bytes at a UTF-8 boundary, and whether anything was cut; it copies no more than it
+// keeps, so a large result costs little.
+func (r Result) ModelTextPrefix(n int) (_ string, cut bool) {
+	content := r.ModelContent()
+	if len(content) == 1 && content[0].Type == "text" {
+		// The usual result, one text block: its prefix, without a copy.
+		t := content[0].Text
+		if len(t) > n {
+			return CutUTF8(t, n), true
+		}
+		return t, false
+	}
+	var b strings.Builder
+	first := true
+	for _, c := range content {
+		if c.Type != "text" {
+			continue
+		}
+		if !first {
+			if b.Len()+1 > n {
+				return b.String(), true
+			}
+			b.WriteByte('\n')
+		}
+		first = false
+		if b.Len()+len(c.Text) > n {
+			b.WriteString(CutUTF8(c.Text, n-b.Len()))
+			return b.String(), true
+		}
+		b.WriteString(c.Text)
+	}
+	return b.String(), false
+}
+
+// CutUTF8 returns the longest prefix of s of at most n bytes that does not split a UTF-8
+// sequence.
+func CutUTF8(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	// Back up over continuation bytes to the start of the rune that n splits (at most 3).
+	for i > 0 && i > n-utf8.UTFMax && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }
 
 // ModelContent is the content the model receives (SPEC §1 rule 5): the content blocks, or, when

@@ -273,3 +273,31 @@ func TestEffectiveAnnotationsMarkDefaults(t *testing.T) {
 		t.Errorf("marshalled %s", b)
 	}
 }
+
+// TestModelTextPrefix: the text a model would read, cut to n bytes at a rune boundary, says
+// whether it was cut; structuredContent stands in when there is no text block (SPEC §1 rule 5).
+func TestModelTextPrefix(t *testing.T) {
+	tests := []struct {
+		name    string
+		res     tool.Result
+		n       int
+		want    string
+		wantCut bool
+	}{
+		{"fits", tool.Result{Content: []tool.Content{tool.Text("ab"), tool.Text("cd")}}, 10, "ab\ncd", false},
+		{"exactly", tool.Result{Content: []tool.Content{tool.Text("ab"), tool.Text("cd")}}, 5, "ab\ncd", false},
+		{"cut inside a block", tool.Result{Content: []tool.Content{tool.Text("abcdef")}}, 4, "abcd", true},
+		{"cut at the newline", tool.Result{Content: []tool.Content{tool.Text("ab"), tool.Text("cd")}}, 2, "ab", true},
+		{"a rune is not split", tool.Result{Content: []tool.Content{tool.Text("aé")}}, 2, "a", true},
+		{"images are skipped", tool.Result{Content: []tool.Content{{Type: "image", Data: "AAAA"}, tool.Text("x")}}, 10, "x", false},
+		{"structuredContent without text", tool.Result{StructuredContent: json.RawMessage(`{"k":1}`)}, 100, `{"k":1}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, cut := tt.res.ModelTextPrefix(tt.n)
+			if got != tt.want || cut != tt.wantCut {
+				t.Errorf("ModelTextPrefix(%d) = %q, %v; want %q, %v", tt.n, got, cut, tt.want, tt.wantCut)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"countersign/internal/agent"
+	"countersign/internal/tool"
 )
 
 // TestLiveApprovalFragmentShowsWhatTheCallDoes: the prompt pushed live carries the call's
@@ -40,5 +42,64 @@ func TestLiveApprovalFragmentShowsWhatTheCallDoes(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// cardHTML returns the <article> of the card with data-tool-call-id id in html ("" if none). A
+// nested card holds no other card, so it ends at the first </article>.
+func cardHTML(html, id string) string {
+	at := strings.Index(html, `data-tool-call-id="`+id+`"`)
+	if at < 0 {
+		return ""
+	}
+	start := strings.LastIndex(html[:at], "<article ")
+	end := strings.Index(html[at:], "</article>")
+	if start < 0 || end < 0 {
+		return ""
+	}
+	return html[start : at+end+len("</article>")]
+}
+
+// TestNestedCardLiveIsTheReloadedCard: a finished nested call's card pushed live is, byte for
+// byte, the card a reload renders: both drawn from its entry in the parent's nestedCalls record,
+// its result text kept to 4 KiB and marked as shortened (issue 16, item 4).
+func TestNestedCardLiveIsTheReloadedCard(t *testing.T) {
+	obj := json.RawMessage(`{"type":"object"}`)
+	ro := tool.Annotations{ReadOnlyHint: tool.Bool(true)}
+	loud := &tool.Tool{Name: "loud", InputSchema: obj, Annotations: ro,
+		Execute: func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
+			return tool.Result{Content: []tool.Content{tool.Text("BEGIN" + strings.Repeat("x", 10_000) + "END")}}, nil
+		}}
+	parent := &tool.Tool{Name: "parent", InputSchema: obj, Annotations: ro,
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+			tc.ExecuteTool(ctx, "loud", nil)
+			return tool.Result{Content: []tool.Content{tool.Text("done")}}, nil
+		}}
+	script := `{"steps":[{"content":[{"type":"toolCall","id":"p","name":"parent","arguments":{}}],"stopReason":"toolUse"},
+	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`
+	ts := newTestServer(t, map[string]string{"nest": script}, loud, parent)
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "nest", "model": "faux:nest"}, &sess)
+	live, events := ts.ownerLive(t, sess.ID), ts.events(t, sess.ID)
+	readMessage(t, live) // the first render
+	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
+	var pushed string
+	for pushed == "" || !strings.Contains(pushed, "tool-ok") {
+		pushed = cardHTML(readMessage(t, live), "p/1")
+	}
+	next(t, events, "agent_end")
+	st, page := ts.do(t, "GET", "/sessions/"+sess.ID, "", "", nil)
+	if st != http.StatusOK {
+		t.Fatalf("session page %d", st)
+	}
+	reloaded := cardHTML(page, "p/1")
+	if reloaded != pushed {
+		t.Errorf("the nested card differs live and reloaded:\nlive:     %s\nreloaded: %s", pushed, reloaded)
+	}
+	if !strings.Contains(reloaded, "BEGINxxx") || strings.Contains(reloaded, "xEND") || !strings.Contains(reloaded, "Shortened") {
+		t.Errorf("the nested card does not show its result cut to 4 KiB and marked:\n%.300s", reloaded)
+	}
+	if strings.Contains(page, "Some nested calls were not recorded") {
+		t.Error("a record with every call kept says calls were not recorded")
 	}
 }

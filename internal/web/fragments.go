@@ -5,6 +5,8 @@ import (
 	"io"
 
 	"github.com/a-h/templ"
+
+	"countersign/web/templates"
 )
 
 // fragments renders several components one after the other; nil components are skipped.
@@ -35,4 +37,17 @@ func appendTo(parentID string, c templ.Component) templ.Component {
 		_, err := io.WriteString(w, `</div>`)
 		return err
 	})
+}
+
+// removeElement is an out-of-band swap that removes the element with id id, if the page has it.
+func removeElement(id string) templ.Component {
+	return templ.ComponentFunc(func(ctx context.Context, w io.Writer) error {
+		_, err := io.WriteString(w, `<div id="`+templ.EscapeString(id)+`" hx-swap-oob="delete"></div>`)
+		return err
+	})
+}
+
+// messageDOMID is the element id of a transcript message (templates.MessageView.DOMID).
+func messageDOMID(messageID string) string {
+	return templates.MessageView{ID: messageID}.DOMID()
 }

@@ -234,6 +234,16 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 			b.results[callKey{ev.MessageID, ev.ToolCallID}] = ev.Result
 		}
 		b.live.Running = true
+		if ev.ParentToolCallID != "" && ev.Type == agent.ToolExecutionEnd {
+			// A finished nested call is drawn from its parent's record entry, as after a
+			// reload; one the record left out (past its 256 calls) leaves the page as it
+			// leaves the reloaded one.
+			if ev.NestedCall == nil {
+				return removeElement(cardID(ev.MessageID, ev.ToolCallID))
+			}
+			card := b.nestedCard(ev.MessageID, ev.ParentToolCallID, *ev.NestedCall)
+			return appendTo(cardID(ev.MessageID, ev.ParentToolCallID)+"-nested", templates.Card(card))
+		}
 		card := b.card(ev.MessageID, ev.ToolCallID, ev.ParentToolCallID, ev.ToolName, ev.Arguments, false)
 		if ev.Type == agent.ToolExecutionUpdate && card.Result == nil {
 			card.Update, card.State = ev.Update, "running"
@@ -241,13 +251,16 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		if ev.ParentToolCallID != "" {
 			return appendTo(cardID(ev.MessageID, ev.ParentToolCallID)+"-nested", templates.Card(card))
 		}
-		// The slot holds the call's view too: redrawn when the approval changes and when the
-		// call ends (its result may change the view, e.g. write_file's diff), never while a
-		// prompt waits.
-		if ev.Type == agent.ApprovalRequested || ev.Type == agent.ApprovalResolved || ev.Type == agent.ToolExecutionEnd {
-			return fragments(templates.ApprovalSlot(card), templates.CardBody(card))
+		// Progress redraws only the body, so nothing else of the card moves while it runs.
+		if ev.Type == agent.ToolExecutionUpdate {
+			return templates.CardBody(card)
 		}
-		return templates.CardBody(card)
+		// Every change of state redraws the whole card, as a reload draws it (its state class
+		// included). None of these can land on a prompt being filled in: a call's own prompt
+		// is new at approval_requested and gone after it, and its nested calls (whose prompts
+		// the card holds) start after its tool_execution_start and end before its
+		// tool_execution_end.
+		return appendTo(messageDOMID(ev.MessageID), templates.Card(card))
 	case agent.SessionUpdated, agent.AgentEnd:
 		running := ev.Type == agent.SessionUpdated && ev.Session != nil && ev.Session.State == agent.Running
 		if ev.Type == agent.SessionUpdated {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
@@ -201,38 +200,6 @@ func (s *Server) setTools(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.render(w, r, http.StatusOK, templates.ToolsPanel(s.toolsView(sess, ignored)))
-	return nil
-}
-
-// auditPage lists every gated call of a session with its decision (SPEC §3).
-func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
-	sess, err := s.cfg.Store.Session(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	approvals, err := s.cfg.Store.Approvals(r.Context(), id, "")
-	if err != nil {
-		return err
-	}
-	v := templates.AuditView{Title: sess.Title, BackURL: "/sessions/" + id}
-	for _, a := range approvals {
-		row := templates.AuditRow{Asked: a.CreatedAt.Format(time.RFC3339), ToolName: a.ToolName, ToolCallID: a.ToolCallID,
-			RequestedBy: a.RequestedBy, Status: string(a.Status), StatusWord: a.Status.Word(), DecidedBy: a.DecidedBy,
-			Automatic: a.Automatic, Edited: len(a.EditedArguments) > 0, Scope: string(a.Scope), Reason: a.Reason,
-			Arguments: prettyJSON(a.Arguments), EditedArguments: prettyJSON(a.EditedArguments)}
-		if row.RequestedBy != "model" && a.ParentToolCallID != "" {
-			row.RequestedBy += " · call " + a.ParentToolCallID
-		}
-		if a.DecidedAt != nil {
-			row.Decided = a.DecidedAt.Format(time.RFC3339)
-		}
-		if via := a.DecidedVia; via != nil {
-			row.LinkID, row.LinkLabel = via.LinkID, via.Label
-		}
-		v.Rows = append(v.Rows, row)
-	}
-	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: "Audit: " + sess.Title, Owner: true}, templates.AuditPage(v)))
 	return nil
 }
 

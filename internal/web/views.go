@@ -95,16 +95,7 @@ func (s *Server) transcriptItems(ctx context.Context, sess agent.Session, who vi
 		}
 		b.approvals[k] = a
 	}
-	// A tool result belongs to the latest assistant message before it.
-	lastAssistant := ""
-	for _, e := range entries {
-		switch e.Message.Role {
-		case agent.Assistant:
-			lastAssistant = e.Message.ID
-		case agent.ToolResult:
-			b.results[callKey{lastAssistant, e.Message.ToolCallID}] = e.Message.Result
-		}
-	}
+	b.results = resultsByCall(entries)
 	var items []templates.MessageView
 	for _, e := range entries {
 		if e.Message.Role == agent.ToolResult {
@@ -157,6 +148,11 @@ func (b *builder) message(m agent.Message, streaming bool) templates.MessageView
 func (b *builder) card(messageID, toolCallID, parentID, name string, args json.RawMessage, streaming bool) templates.CardView {
 	k := callKey{messageID, toolCallID}
 	lc := b.live.Call(messageID, toolCallID)
+	if parentID != "" && lc != nil && lc.NestedCall != nil {
+		// Finished: drawn from its record entry, also when an earlier event's fragment is
+		// rendered after the call ended.
+		return b.nestedCard(messageID, parentID, *lc.NestedCall)
+	}
 	if lc != nil && len(lc.Arguments) > 0 {
 		args = lc.Arguments
 	}
@@ -198,26 +194,23 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	// changing it right now. Its result, once there, carries what the renderer needs.
 	decided := appr != nil && appr.Status != gate.Pending
 	c.CallView = b.callView(name, CallInfo{Arguments: args, Result: res, Finished: res != nil || decided})
-	// Nested calls: the stored record once the parent has a result, else the live ones.
+	// Nested calls: the stored record once the parent has a result, else the live ones. A
+	// finished nested call is drawn from its record entry either way (live, the entry its
+	// tool_execution_end carried), so a reloaded page shows what a live one showed.
 	if res != nil && res.NestedCalls != nil {
+		truncated := false
 		for _, n := range res.NestedCalls.Calls {
-			nc := b.baseCard(messageID, n.ID, toolCallID, n.Name, n.Arguments)
-			nc.State, nc.DurationMs = nestedState(n.Status), n.DurationMs
-			nc.CallView = b.callView(n.Name, CallInfo{Arguments: n.Arguments, Finished: true})
-			if a, ok := b.approvals[callKey{messageID, n.ID}]; ok {
-				av := approvalView(a, "")
-				nc.Approval = &av
-			}
-			if n.Error != "" {
-				nc.Result = &templates.ResultView{IsError: true, Text: n.Error}
-			} else {
-				nc.Result = &templates.ResultView{}
-			}
-			c.Nested = append(c.Nested, nc)
+			c.Nested = append(c.Nested, b.nestedCard(messageID, toolCallID, n))
+			truncated = truncated || n.Truncated
 		}
-		c.NestedIncomplete = !res.NestedCalls.Complete
+		// Calls left out, not only cut short (those say so in their own cards).
+		c.NestedIncomplete = !res.NestedCalls.Complete && (!truncated || len(res.NestedCalls.Calls) >= maxNestedCalls)
 	} else {
 		for _, n := range b.live.Children(messageID, toolCallID) {
+			if n.NestedCall != nil {
+				c.Nested = append(c.Nested, b.nestedCard(messageID, toolCallID, *n.NestedCall))
+				continue
+			}
 			c.Nested = append(c.Nested, b.card(messageID, n.ToolCallID, toolCallID, n.ToolName, n.Arguments, false))
 		}
 		// A nested call parked on a pending approval (from the store) that the live state lacks.
@@ -228,6 +221,36 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 			}
 		}
 	}
+	return c
+}
+
+// maxNestedCalls is how many calls a nestedCalls record keeps at most (SPEC §4).
+const maxNestedCalls = 256
+
+// nestedCard is a finished nested call drawn from its entry in the parent's nestedCalls record
+// (SPEC §4): arguments, state, duration, the result or error text as kept (bounded, marked when
+// cut) and its decision from the audit — the stored approval, or live the decision its
+// tool_execution_end carried.
+func (b *builder) nestedCard(messageID, parentID string, n tool.NestedCall) templates.CardView {
+	c := b.baseCard(messageID, n.ID, parentID, n.Name, n.Arguments)
+	var appr *gate.Approval
+	if a, ok := b.approvals[callKey{messageID, n.ID}]; ok {
+		appr = &a
+	} else if lc := b.live.Call(messageID, n.ID); lc != nil && lc.Approval != nil {
+		appr = lc.Approval
+	}
+	if appr != nil {
+		av := b.approvalView(*appr)
+		c.Approval = &av
+	}
+	c.State, c.DurationMs, c.Truncated = nestedState(n, appr), n.DurationMs, n.Truncated
+	c.CallView = b.callView(n.Name, CallInfo{Arguments: n.Arguments, Finished: true})
+	r := &templates.ResultView{IsError: n.Status != "ok", Text: n.Result}
+	if n.Error != "" {
+		r.IsError, r.Text = true, n.Error
+	}
+	r.Head, r.Lines = head(r.Text, collapseLines)
+	c.Result = r
 	return c
 }
 
@@ -329,14 +352,20 @@ func cardState(res *tool.Result, a *gate.Approval, running, runActive bool) stri
 	return "interrupted"
 }
 
-func nestedState(status string) string {
-	switch status {
-	case "unfinished":
+// nestedState is the state word of a finished nested call, from its record entry and its
+// decision (nil when the gate kept none).
+func nestedState(n tool.NestedCall, a *gate.Approval) string {
+	switch {
+	case n.Violation:
+		return "violation"
+	case n.Status == "unfinished":
 		return "cancelled"
-	case "":
+	case n.Status == "denied" && a != nil && a.Status == gate.TimedOut:
+		return "timed_out"
+	case n.Status == "":
 		return "interrupted"
 	}
-	return status
+	return n.Status
 }
 
 func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {

@@ -101,6 +101,9 @@ type CardView struct {
 	NestedIncomplete bool
 	// DurationMs is the call's duration once it ended.
 	DurationMs int64
+	// Truncated is set on a nested call whose record entry was cut (arguments or result text,
+	// SPEC §4 bounds).
+	Truncated bool
 }
 
 // ApprovalView is an approval as its call's card shows it.
@@ -188,20 +191,51 @@ type ToolGroup struct {
 	Tools        []ToolRow
 }
 
-// AuditView is a session's audit page.
+// AuditView is a session's audit page: a row per gated call the filters select.
 type AuditView struct {
 	Title, BackURL string
-	Rows           []AuditRow
+	// URL is the page's own address, where the filter form sends its query.
+	URL  string
+	Rows []AuditRow
+	// Total counts the session's gated calls before filtering.
+	Total  int
+	Filter AuditFilter
+	// The filters' choices: decisions (approval statuses), deciders (automatic, a person), the
+	// tools the session's gated calls name, outcomes.
+	Decisions, Deciders, Outcomes []Option
+	Tools                         []string
+	// Error names a filter value that was refused ("" when none).
+	Error string
 }
 
-// AuditRow is one gated call's decision.
+// AuditFilter is what the audit's filter form selects; "" selects everything. Decision is an
+// approval status, By "automatic" or "person", Tool a tool name, Outcome an outcome's query value
+// ("ok", "error", "not-run", "violation", …).
+type AuditFilter struct {
+	Decision, By, Tool, Outcome string
+}
+
+// Filtered reports whether any filter is set.
+func (f AuditFilter) Filtered() bool { return f != AuditFilter{} }
+
+// Option is one choice of a select: the value sent and the label shown.
+type Option struct {
+	Value, Label string
+}
+
+// AuditRow is one gated call's decision and outcome.
 type AuditRow struct {
-	Asked, Decided                    string
+	// AskedAt is when the call was gated; DecidedAt when it was decided (nil while pending).
+	AskedAt                           time.Time
+	DecidedAt                         *time.Time
 	ToolName, ToolCallID, RequestedBy string
 	Status, StatusWord, DecidedBy     string
 	Automatic, Edited                 bool
 	Scope, Reason                     string
 	Arguments, EditedArguments        string
+	// Outcome is what became of the call: ok, error, not run, violation, pending, running or
+	// unknown; OutcomeDetail the first line of its error text, if any.
+	Outcome, OutcomeDetail string
 	// LinkID, LinkLabel name the share link a reviewer decided through ("" for the owner and
 	// for rules).
 	LinkID, LinkLabel string

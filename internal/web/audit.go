@@ -1,0 +1,199 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"countersign/internal/agent"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+	"countersign/web/templates"
+)
+
+// The outcome of a gated call, as the audit's Outcome column says it (issue 16, item 6): what its
+// stored tool result says happened.
+const (
+	outcomeOK        = "ok"        // it ran and succeeded
+	outcomeError     = "error"     // it ran (or was stopped while running) and failed: isError
+	outcomeNotRun    = "not run"   // never executed: denied, timed out, cancelled or blocked
+	outcomeViolation = "violation" // it ran; its result broke the tool's outputSchema (SPEC §1 rule 3)
+	outcomePending   = "pending"   // waiting for a person
+	outcomeRunning   = "running"   // approved, no result yet, the session's run goes on
+	outcomeUnknown   = "unknown"   // approved, no result kept (deeper nesting, a full nestedCalls record)
+)
+
+// auditOutcomes are the outcome filter's values, in the form's order: the query value (no
+// spaces, so a URL stays readable) and the outcome.
+var auditOutcomes = []templates.Option{
+	{Value: "ok", Label: outcomeOK}, {Value: "error", Label: outcomeError},
+	{Value: "not-run", Label: outcomeNotRun}, {Value: "violation", Label: outcomeViolation},
+	{Value: "pending", Label: outcomePending}, {Value: "running", Label: outcomeRunning},
+	{Value: "unknown", Label: outcomeUnknown},
+}
+
+// auditDecisions are the decision filter's values: the approval statuses (SPEC §3).
+var auditDecisions = []templates.Option{
+	{Value: string(gate.Pending), Label: gate.Pending.Word()}, {Value: string(gate.Approved), Label: gate.Approved.Word()},
+	{Value: string(gate.Denied), Label: gate.Denied.Word()}, {Value: string(gate.TimedOut), Label: gate.TimedOut.Word()},
+	{Value: string(gate.Cancelled), Label: gate.Cancelled.Word()},
+}
+
+// auditDeciders are the "decided by" filter's values: a rule (automatic) or a person.
+var auditDeciders = []templates.Option{{Value: "automatic", Label: "automatic"}, {Value: "person", Label: "a person"}}
+
+// auditPage lists every gated call of a session with its decision (SPEC §3, §6) and its
+// outcome, narrowed by the filters of its GET form (query decision, by, tool, outcome), so a
+// filtered view is a link one can share. A filter value it does not know is refused (400) with
+// the values it takes; the page still lists the calls the other filters select.
+func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	sess, err := s.cfg.Store.Session(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	approvals, err := s.cfg.Store.Approvals(r.Context(), id, "")
+	if err != nil {
+		return err
+	}
+	entries, err := s.cfg.Store.Entries(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	f := templates.AuditFilter{Decision: q.Get("decision"), By: q.Get("by"), Tool: q.Get("tool"), Outcome: q.Get("outcome")}
+	var bad []string
+	check := func(name string, value *string, opts []templates.Option) {
+		if *value == "" || slices.ContainsFunc(opts, func(o templates.Option) bool { return o.Value == *value }) {
+			return
+		}
+		values := make([]string, len(opts))
+		for i, o := range opts {
+			values[i] = o.Value
+		}
+		bad = append(bad, fmt.Sprintf("%s %q is not one of %s", name, *value, strings.Join(values, ", ")))
+		*value = ""
+	}
+	check("decision", &f.Decision, auditDecisions)
+	check("by", &f.By, auditDeciders)
+	check("outcome", &f.Outcome, auditOutcomes)
+
+	v := templates.AuditView{Title: sess.Title, BackURL: "/sessions/" + id, URL: "/sessions/" + id + "/audit",
+		Filter: f, Decisions: auditDecisions, Deciders: auditDeciders, Outcomes: auditOutcomes, Total: len(approvals)}
+	if len(bad) > 0 {
+		v.Error = "Unknown filter: " + strings.Join(bad, "; ") + "."
+	}
+	results := resultsByCall(entries)
+	running := s.cfg.Runner.Busy(id)
+	for _, a := range approvals {
+		if !slices.Contains(v.Tools, a.ToolName) {
+			v.Tools = append(v.Tools, a.ToolName)
+		}
+		outcome, detail := callOutcome(a, results, running)
+		if !auditMatches(f, a, outcome) {
+			continue
+		}
+		row := templates.AuditRow{AskedAt: a.CreatedAt, DecidedAt: a.DecidedAt, ToolName: a.ToolName, ToolCallID: a.ToolCallID,
+			RequestedBy: a.RequestedBy, Status: string(a.Status), StatusWord: a.Status.Word(), DecidedBy: a.DecidedBy,
+			Automatic: a.Automatic, Edited: len(a.EditedArguments) > 0, Scope: string(a.Scope), Reason: a.Reason,
+			Arguments: prettyJSON(a.Arguments), EditedArguments: prettyJSON(a.EditedArguments),
+			Outcome: outcome, OutcomeDetail: detail}
+		if row.RequestedBy != "model" && a.ParentToolCallID != "" {
+			row.RequestedBy += " · call " + a.ParentToolCallID
+		}
+		if via := a.DecidedVia; via != nil {
+			row.LinkID, row.LinkLabel = via.LinkID, via.Label
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	slices.Sort(v.Tools)
+	st := http.StatusOK
+	if v.Error != "" {
+		st = http.StatusBadRequest
+	}
+	s.render(w, r, st, templates.Layout(templates.Page{Title: "Audit: " + sess.Title, Owner: true}, templates.AuditPage(v)))
+	return nil
+}
+
+// auditMatches reports whether a gated call passes the audit's filters.
+func auditMatches(f templates.AuditFilter, a gate.Approval, outcome string) bool {
+	switch {
+	case f.Decision != "" && string(a.Status) != f.Decision:
+		return false
+	case f.By == "automatic" && !a.Automatic:
+		return false
+	case f.By == "person" && (a.Automatic || a.Status == gate.Pending):
+		return false
+	case f.Tool != "" && a.ToolName != f.Tool:
+		return false
+	case f.Outcome != "" && strings.ReplaceAll(outcome, " ", "-") != f.Outcome:
+		return false
+	}
+	return true
+}
+
+// callOutcome says what became of a gated call, from its decision and its stored tool result: a
+// model-issued call's transcript entry, a nested call's entry in its parent's nestedCalls record
+// (SPEC §4). detail is the error text, first line, for the cell's tooltip ("" for none).
+func callOutcome(a gate.Approval, results map[callKey]*tool.Result, running bool) (outcome, detail string) {
+	switch a.Status {
+	case gate.Pending:
+		return outcomePending, ""
+	case gate.Denied, gate.TimedOut, gate.Cancelled:
+		// Never executed: the gate stopped it (a tool_call handler's block is a denial too).
+		return outcomeNotRun, ""
+	}
+	if a.ParentToolCallID == "" {
+		if res := results[callKey{a.MessageID, a.ToolCallID}]; res != nil {
+			switch {
+			case res.ContractViolation != nil:
+				return outcomeViolation, firstLine(res.TextOf())
+			case res.IsError:
+				return outcomeError, firstLine(res.TextOf())
+			}
+			return outcomeOK, ""
+		}
+	} else if parent := results[callKey{a.MessageID, a.ParentToolCallID}]; parent != nil && parent.NestedCalls != nil {
+		for _, n := range parent.NestedCalls.Calls {
+			if n.ID != a.ToolCallID {
+				continue
+			}
+			switch {
+			case n.Violation:
+				return outcomeViolation, firstLine(n.Error)
+			case n.Status == "ok":
+				return outcomeOK, ""
+			case n.Status == "blocked" || n.Status == "denied":
+				return outcomeNotRun, ""
+			}
+			return outcomeError, firstLine(n.Error)
+		}
+	}
+	if running {
+		return outcomeRunning, ""
+	}
+	return outcomeUnknown, "no result was kept for this call"
+}
+
+// resultsByCall maps each tool result of a transcript to its call: a result belongs to the
+// latest assistant message before it (tool call ids repeat across messages).
+func resultsByCall(entries []agent.Entry) map[callKey]*tool.Result {
+	out := map[callKey]*tool.Result{}
+	lastAssistant := ""
+	for _, e := range entries {
+		switch e.Message.Role {
+		case agent.Assistant:
+			lastAssistant = e.Message.ID
+		case agent.ToolResult:
+			out[callKey{lastAssistant, e.Message.ToolCallID}] = e.Message.Result
+		}
+	}
+	return out
+}
+
+// firstLine is the first line of s, cut to 200 bytes.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return tool.CutUTF8(s, 200)
+}

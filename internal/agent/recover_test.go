@@ -172,8 +172,8 @@ func TestRestartWhileTheModelStreamsEndsTheRunAsInterrupted(t *testing.T) {
 		t.Fatalf("%d entries, want the user message and the interruption", len(es))
 	}
 	m := es[1].Message
-	if m.Role != agent.Assistant || m.StopReason != agent.Aborted || !strings.Contains(m.ErrorMessage, agent.InterruptedText) || len(m.Content) != 0 {
-		t.Errorf("after restart: %+v, want an aborted assistant message saying it was interrupted", m)
+	if m.Role != agent.Assistant || m.StopReason != agent.Aborted || m.ErrorMessage != agent.RestartedText || len(m.Content) != 0 {
+		t.Errorf("after restart: %+v, want an aborted assistant message saying the server restarted", m)
 	}
 	if r2.Busy(h.sess.ID) {
 		t.Error("the session is busy after restart")
@@ -250,8 +250,8 @@ func TestAGracefulShutdownLeavesAParkedApprovalForTheNextProcess(t *testing.T) {
 			t.Fatalf("a result was stored for the parked call: %q", e.Message.Result.TextOf())
 		}
 	}
-	if s, _ := h.db.Session(ctx, h.sess.ID); s.State != agent.Running {
-		t.Fatalf("session state %s, want running (parked for the next process)", s.State)
+	if s, _ := h.db.Session(ctx, h.sess.ID); s.State != agent.Waiting || s.PendingApprovals != 1 {
+		t.Fatalf("session state %s with %d pending, want waiting on one (parked for the next process)", s.State, s.PendingApprovals)
 	}
 	resumeApproved(t, h, asked, &peeks, &shells)
 }

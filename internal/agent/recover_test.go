@@ -225,6 +225,22 @@ func TestRestartKeepsWhatRanBeneathAnInterruptedCall(t *testing.T) {
 	if res.NestedCalls == nil || len(res.NestedCalls.Calls) != 1 || res.NestedCalls.Calls[0].ID != "p/1" || res.NestedCalls.Complete {
 		t.Errorf("nestedCalls %+v, want p/1 rebuilt from the audit, marked incomplete", res.NestedCalls)
 	}
+	// The page says when it started (its approval: the policy's record) and how long it ran
+	// until the restart (issue 16, item 5); the model still reads InterruptedText.
+	as, _ := db2.Approvals(ctx, h.sess.ID, "")
+	var own gate.Approval
+	for _, a := range as {
+		if a.ToolCallID == "p" {
+			own = a
+		}
+	}
+	in := res.Interrupted
+	if in == nil || in.StartedAt == nil || own.DecidedAt == nil || !in.StartedAt.Equal(*own.DecidedAt) || in.At.Before(*in.StartedAt) {
+		t.Fatalf("Interrupted %+v, want it started at its approval's decision %v, before the restart", in, own.DecidedAt)
+	}
+	if want := in.At.Sub(*in.StartedAt).Milliseconds(); res.DurationMs != want {
+		t.Errorf("durationMs %d, want %d (from its start to the restart)", res.DurationMs, want)
+	}
 }
 
 // TestAGracefulShutdownLeavesAParkedApprovalForTheNextProcess: Shutdown (SIGTERM, Ctrl-C) parks

@@ -116,7 +116,7 @@ test('item 5, say why: the losing tab of a race says "Your decision was not appl
   await other.close();
 });
 
-test('item 5, say why: the losing tab of a race keeps "Your decision was not applied: already denied by owner" when the live update lands after its answer', async ({ page }) => {
+test('item 5, say why: the losing tab of a race keeps "Your decision was not applied: already denied by owner" when the live update lands after its answer, and across a reconnect', async ({ page }) => {
   const { other, mine, theirs } = await twoPagesOnOnePrompt(page, 'race, answer first');
   const card = toolCard(page, 'run_command');
   // Hold this page's live updates (the socket stays open) while the other page wins and this
@@ -125,9 +125,11 @@ test('item 5, say why: the losing tab of a race keeps "Your decision was not app
   let received = 0;
   const queued: (string | Buffer)[] = [];
   let toPage: ((m: string | Buffer) => void) | undefined;
+  let cut: (() => Promise<void>) | undefined;
   await page.routeWebSocket(/\/live$/, (ws) => {
     const server = ws.connectToServer();
     toPage = (m) => ws.send(m);
+    cut = () => ws.close({ code: 1012, reason: 'test: cut the connection' });
     server.onMessage((m) => {
       received++;
       if (holding) queued.push(m);
@@ -150,6 +152,12 @@ test('item 5, say why: the losing tab of a race keeps "Your decision was not app
   for (const m of queued.splice(0)) toPage!(m);
   await expectFinalText(page, 'Understood, I did not run it.');
   await expect(card).toContainText('denied by owner');
+  await expect(notice).toHaveText('Your decision was not applied: already denied by owner');
+  // The connection drops and comes back: its resync redraws the transcript; the notice stays.
+  const before = received;
+  await cut!();
+  await expect.poll(() => received, { message: 'the page reconnects and resyncs' }).toBeGreaterThan(before);
+  await expect(page.locator('#connection-banner')).toHaveCount(0);
   await expect(notice).toHaveText('Your decision was not applied: already denied by owner');
   await other.close();
 });

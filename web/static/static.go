@@ -4,7 +4,7 @@ package static
 
 import "embed"
 
-// FS holds app.css, app.js, countdown.js, favicon.svg and vendor/.
+// FS holds app.css, app.js, countdown.js, notices.js, favicon.svg and vendor/.
 //
-//go:embed app.css app.js countdown.js favicon.svg vendor
+//go:embed app.css app.js countdown.js notices.js favicon.svg vendor
 var FS embed.FS

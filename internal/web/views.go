@@ -429,7 +429,7 @@ func outcomeText(a gate.Approval) string {
 // long it ran: from its start to the restart, as the store can tell.
 func interruptedText(name string, in tool.Interruption) string {
 	if in.StartedAt == nil {
-		return "The server restarted before " + name + " had a result; it was not re-run."
+		return "The server restarted before " + name + "'s result was recorded; it was not run after the restart."
 	}
 	return fmt.Sprintf("The server restarted while %s was running; it was not re-run. It ran for %s (from its start to the restart).",
 		name, humanDuration(in.At.Sub(*in.StartedAt)))

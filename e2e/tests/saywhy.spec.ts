@@ -85,11 +85,14 @@ test('item 5, say why: after a restart the page says the server restarted while 
   }
 });
 
-/** Two owner pages of one new session, both showing its pending run_command prompt. */
+/**
+ * Two owner pages of one new session, both showing its pending run_command prompt (a harmless
+ * `echo hello`: the suite's workspace is shared).
+ */
 async function twoPagesOnOnePrompt(page: Page, title: string) {
   await login(page);
-  await newSession(page, title, 'faux:deny');
-  await send(page, 'Make the marker.');
+  await newSession(page, title, 'faux:race');
+  await send(page, 'Say hello.');
   const other = await page.context().newPage();
   await other.goto(page.url());
   const mine = approvalGroup(toolCard(page, 'run_command'), 'run_command');
@@ -150,7 +153,7 @@ test('item 5, say why: the losing tab of a race keeps "Your decision was not app
   // Now the live updates arrive, the slot among them: the notice stays.
   holding = false;
   for (const m of queued.splice(0)) toPage!(m);
-  await expectFinalText(page, 'Understood, I did not run it.');
+  await expectFinalText(page, 'That was the race.');
   await expect(card).toContainText('denied by owner');
   await expect(notice).toHaveText('Your decision was not applied: already denied by owner');
   // The connection drops and comes back: its resync redraws the transcript; the notice stays.

@@ -27,6 +27,8 @@ test('a write_file prompt shows the diff; an invalid edit is refused; a valid ed
   await page.screenshot({ path: path.join(shots, 'pending-prompt-with-diff.png'), fullPage: true });
 
   await group.getByRole('button', { name: 'Edit', exact: true }).click();
+  // write_file's content is edited as text (issue 16, item 8); the JSON textbox "Arguments"
+  // (SPEC §6) is there too, without another click.
   const args = group.getByRole('textbox', { name: 'Arguments', exact: true });
   await expect(args).toHaveValue(/"content": "alpha\\nBETA\\ngamma\\n"/);
   await args.fill('{"path": "edit-target.txt"}');

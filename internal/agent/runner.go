@@ -261,6 +261,32 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 	return a, nil
 }
 
+// CheckEdit checks edited arguments for sessionID's pending approval id as an approval by `by`
+// with them would (the right to edit, the tool's inputSchema, then its InputCheck) without
+// deciding or storing anything: the prompt's live preview of an edit (issue 16, item 8). It
+// returns the approval, also with an apperr.Invalid error, which lists what an approval with
+// these arguments would be refused for. Other errors: apperr.NotFound (unknown, or another
+// session's), apperr.Conflict (already resolved), apperr.Forbidden (no right to edit).
+func (r *Runner) CheckEdit(ctx context.Context, sessionID, id string, by gate.Decider, args json.RawMessage) (a gate.Approval, err error) {
+	a, err = r.cfg.Store.Approval(ctx, id)
+	if err != nil {
+		return gate.Approval{}, err
+	}
+	if a.SessionID != sessionID {
+		return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
+	}
+	if a.Status != gate.Pending {
+		return gate.Approval{}, alreadyResolved(a)
+	}
+	if err := by.Permit(gate.Once, true); err != nil {
+		return gate.Approval{}, err
+	}
+	if _, err := r.validateEdit(ctx, a, args); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
 // alreadyResolved is the apperr.Conflict a decision on a resolved approval gets; it says how it
 // ended and who decided ("This approval was already resolved: approved by alice.").
 func alreadyResolved(a gate.Approval) error {

@@ -22,7 +22,7 @@ type Segment struct {
 // what runs (Trojan Source, CVE-2021-42574): format characters (Unicode category Cf: zero-width
 // spaces and joiners U+200B–U+200D, marks U+200E–U+200F, bidi embeddings and overrides
 // U+202A–U+202E, isolates U+2066–U+2069, U+FEFF, tag characters…), other default-ignorable
-// code points (U+034F, U+115F, U+3164…), variation selectors, control characters other than
+// code points (U+034F, U+115F, U+3164…), blank glyphs (U+2800 BRAILLE PATTERN BLANK), variation selectors, control characters other than
 // tab and newline (a carriage return hides what comes before it in a terminal), and spaces other
 // than U+0020 (a no-break space looks like a space but does not separate shell words).
 func Reveal(s string) (segs []Segment, hidden bool) {
@@ -51,9 +51,16 @@ func isHidden(r rune) bool {
 	case unicode.IsControl(r), unicode.Is(unicode.Cf, r), unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r),
 		unicode.Is(unicode.Variation_Selector, r), unicode.IsSpace(r), unicode.Is(unicode.Zs, r):
 		return true
+	case blankGlyphs[r]:
+		return true
 	}
 	return false
 }
+
+// blankGlyphs are characters that are none of the above but draw as blank space: the braille
+// pattern blank (found by a new-user review) and the Hangul fillers that are not default
+// ignorable.
+var blankGlyphs = map[rune]bool{'\u2800': true, '\u3164': true, '\uFFA0': true, '\u115F': true, '\u1160': true}
 
 // EscapeHiddenJSON returns JSON text with every hidden character (see Reveal) written as a JSON
 // escape ("\u202e"; a pair of surrogate escapes above U+FFFF), so that a JSON view or an

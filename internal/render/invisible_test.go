@@ -17,6 +17,8 @@ func TestRevealMarksInvisibleAndBidiCharacters(t *testing.T) {
 		{"echo safe \u202e;hs.lave\u202c", []Segment{{Text: "echo safe "}, {Text: "<U+202E>", Hidden: true},
 			{Text: ";hs.lave"}, {Text: "<U+202C>", Hidden: true}}, true},
 		{"\u200brm", []Segment{{Text: "<U+200B>", Hidden: true}, {Text: "rm"}}, true},
+		// Draws as a blank but is a letter-like symbol (found by a new-user review).
+		{"rm\u2800-rf", []Segment{{Text: "rm"}, {Text: "<U+2800>", Hidden: true}, {Text: "-rf"}}, true},
 		{"a\u2066b\u2069\ufeff", []Segment{{Text: "a"}, {Text: "<U+2066>", Hidden: true}, {Text: "b"},
 			{Text: "<U+2069>", Hidden: true}, {Text: "<U+FEFF>", Hidden: true}}, true},
 		{"ok\rrm -rf ~", []Segment{{Text: "ok"}, {Text: "<U+000D>", Hidden: true}, {Text: "rm -rf ~"}}, true},

@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/mtibben/confusables"
 	"golang.org/x/text/unicode/norm"
 
 	"countersign/internal/apperr"
@@ -242,10 +243,13 @@ const MaxName = 60
 // spaces and joiners, LRM/RLM, LRE…RLO, LRI…PDI, the BOM, the soft hyphen — other default-ignorable
 // code points, variation selectors and control characters), NFKC-normalised (fullwidth and other
 // compatibility forms become the plain letters), runs of white space collapsed to one space and
-// trimmed. Errors (apperr.Invalid, the message is for the reviewer): the result is empty or
-// longer than MaxName characters, or it is one of the names the audit uses for the owner and for
-// automatic decisions (gate.ReservedNames), compared case-insensitively, so no reviewer can pass
-// as the owner or as a rule.
+// trimmed. Errors (apperr.Invalid, the message is for the reviewer):
+//   - the result is empty or longer than MaxName characters;
+//   - it holds a character other than letters, combining marks, digits, spaces and . - ' _ @
+//     (so a name cannot carry text the pages use around names, such as "(link: …)");
+//   - it is, or looks like, one of the names the audit uses for the owner and for automatic
+//     decisions (gate.ReservedNames): compared by lookAlike, so "OWNER", "оwner" (Cyrillic о),
+//     "0wner", "öwner" and "ᴏᴡɴᴇʀ" are all refused and no reviewer can pass as the owner or a rule.
 func NormalizeName(raw string) (string, error) {
 	s := stripInvisible(strings.ToValidUTF8(raw, "\uFFFD"))
 	// Again after NFKC: a compatibility form may decompose to an ignorable code point (U+3164
@@ -255,12 +259,43 @@ func NormalizeName(raw string) (string, error) {
 	if n := len([]rune(s)); n == 0 || n > MaxName {
 		return "", apperr.Errorf(apperr.Invalid, "Give a name of 1 to %d characters.", MaxName)
 	}
+	for _, r := range s {
+		if !unicode.In(r, unicode.L, unicode.M, unicode.N) && r != ' ' && !strings.ContainsRune(".-'_@", r) {
+			return "", apperr.Errorf(apperr.Invalid, "A name may hold letters, digits, spaces and . - ' _ @ only, not %q.", r)
+		}
+	}
+	key := lookAlike(s)
 	for _, reserved := range gate.ReservedNames() {
-		if strings.EqualFold(s, reserved) {
-			return "", apperr.Errorf(apperr.Invalid, "%q is a name the audit uses for the owner or for automatic decisions; give your own name.", s)
+		if key == lookAlike(reserved) {
+			return "", apperr.Errorf(apperr.Invalid, "%q is or looks like %q, a name the audit uses for the owner or for automatic decisions; give your own name.", s, reserved)
 		}
 	}
 	return s, nil
+}
+
+// lookAlike is what a name looks like, for comparing names people could mistake for each other:
+// accents removed (NFD without combining marks), small capitals as plain letters, then the
+// Unicode TR39 confusables skeleton ("оwner" with a Cyrillic о, "0wner" and "owner" share one),
+// in lower case.
+func lookAlike(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.Is(unicode.Mn, r) {
+			return -1
+		}
+		if plain, ok := smallCapitals[r]; ok {
+			return plain
+		}
+		return unicode.ToLower(r)
+	}, norm.NFD.String(s))
+	return strings.ToLower(confusables.Skeleton(s))
+}
+
+// smallCapitals maps the Latin small capital letters (IPA and Phonetic Extensions, Latin
+// Extended-D), which the TR39 confusables data leaves alone, to the plain letters they look like.
+var smallCapitals = map[rune]rune{
+	'ᴀ': 'a', 'ʙ': 'b', 'ᴄ': 'c', 'ᴅ': 'd', 'ᴇ': 'e', 'ꜰ': 'f', 'ɢ': 'g', 'ʜ': 'h', 'ɪ': 'i',
+	'ᴊ': 'j', 'ᴋ': 'k', 'ʟ': 'l', 'ᴍ': 'm', 'ɴ': 'n', 'ᴏ': 'o', 'ᴘ': 'p', 'ꞯ': 'q', 'ʀ': 'r',
+	'ꜱ': 's', 'ᴛ': 't', 'ᴜ': 'u', 'ᴠ': 'v', 'ᴡ': 'w', 'ʏ': 'y', 'ᴢ': 'z',
 }
 
 // stripInvisible removes the code points a name must not hold because they show nothing (or

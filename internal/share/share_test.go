@@ -17,6 +17,9 @@ func TestNormalizeNameRefusesLookAlikesOfReservedNames(t *testing.T) {
 		"Ｏｗｎｅｒ", "own\u200ber", "\u202eowner", " owner ", "SYSTEM", "Policy", "timeout", "TIME\u200cOUT",
 		"session grant", "Session\u00a0 Grant", "tool_call handler", "tool_call \u00adhandler ", "\ufeffowner",
 		"o\u034fwner", "owner\ufe0f", "\u2066owner\u2069", "\u200eowner\u200f", "ｓｙｓｔｅｍ", "own\u2060er", "\u180eowner",
+		// Look-alikes (found by a reviewer): Cyrillic о, small capitals, a zero, an accent, a
+		// Cyrillic а and і in other reserved names.
+		"\u043ewner", "ᴏᴡɴᴇʀ", "0wner", "öwner", "ÓWNER", "p\u043elicy", "session gr\u0430nt", "t\u0456meout",
 	}
 	for _, reserved := range gate.ReservedNames() {
 		refused = append(refused, reserved, strings.ToUpper(reserved), "\u202a"+reserved+"\u202c")
@@ -46,7 +49,6 @@ func TestNormalizeNameRefusesLookAlikesOfReservedNames(t *testing.T) {
 		"Ｏｗｎｅｒ ２":                          "Owner 2",
 		"李小龍":                              "李小龍",
 		strings.Repeat("é", share.MaxName): strings.Repeat("é", share.MaxName),
-		"bad\xffbyte":                      "bad\ufffdbyte",
 	} {
 		got, err := share.NormalizeName(typed)
 		if err != nil || got != want {
@@ -73,5 +75,22 @@ func TestLinkRightsAndDecider(t *testing.T) {
 	viewer := share.Link{ID: "l2", Role: share.Viewer, CanEdit: true, CanRemember: true}
 	if viewer.Rights() != (gate.Rights{}) {
 		t.Errorf("a viewer link has rights %+v", viewer.Rights())
+	}
+}
+
+// TestNormalizeNameRefusesCharactersPagesUseAroundNames: a name is letters, digits, spaces and
+// a little punctuation, so it cannot carry "(link: … · id …)" to fake which link decided, nor
+// markup or a replacement character from invalid UTF-8 (found by a reviewer).
+func TestNormalizeNameRefusesCharactersPagesUseAroundNames(t *testing.T) {
+	for _, name := range []string{"bob (link: remember · id mnf5q5yxnx3kw2p3)", "bob · id x", "<b>bob</b>",
+		"a/b", "bad\xffbyte", "alice: approved", "eve\u2800"} {
+		if got, err := share.NormalizeName(name); apperr.CodeOf(err) != apperr.Invalid || !strings.Contains(apperr.MessageOf(err), "letters, digits, spaces") {
+			t.Errorf("NormalizeName(%+q) = %q, %v; want refused for its characters", name, got, err)
+		}
+	}
+	for _, name := range []string{"Mary-Jane O'Neil", "j.doe@example.com", "dev_ops 2"} {
+		if got, err := share.NormalizeName(name); err != nil || got != name {
+			t.Errorf("NormalizeName(%q) = %q, %v; want it kept", name, got, err)
+		}
 	}
 }

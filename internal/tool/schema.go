@@ -2,14 +2,16 @@ package tool
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
@@ -192,6 +194,11 @@ func validateValue(sch *jsonschema.Schema, v any) []Violation {
 	var walk func(e *jsonschema.ValidationError)
 	walk = func(e *jsonschema.ValidationError) {
 		if len(e.Causes) == 0 {
+			// The validator lists additional properties in map order: sorted, a violation
+			// reads the same every time (found by FuzzCompileSchema).
+			if k, ok := e.ErrorKind.(*kind.AdditionalProperties); ok {
+				slices.Sort(k.Properties)
+			}
 			out = append(out, Violation{Pointer: pointer(e.InstanceLocation), Message: e.ErrorKind.LocalizedString(printer)})
 			return
 		}
@@ -200,7 +207,10 @@ func validateValue(sch *jsonschema.Schema, v any) []Violation {
 		}
 	}
 	walk(verr)
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Pointer < out[j].Pointer })
+	// Causes under an object's properties come in map order: sorted by pointer, then message.
+	slices.SortFunc(out, func(a, b Violation) int {
+		return cmp.Or(strings.Compare(a.Pointer, b.Pointer), strings.Compare(a.Message, b.Message))
+	})
 	return out
 }
 

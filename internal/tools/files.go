@@ -70,7 +70,7 @@ func readFileTool(cfg Config) *tool.Tool {
 			"through long files. Paths outside the workspace are refused.",
 		InputSchema:  json.RawMessage(readFileInput),
 		OutputSchema: json.RawMessage(readFileOutput),
-		InputCheck:   checkPath("path", ""),
+		InputCheck:   checkPath("path", "", true),
 		Annotations:  readOnly(),
 		Execute: func(ctx context.Context, arguments json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {
@@ -297,7 +297,7 @@ func listFilesTool(Config) *tool.Tool {
 			"An optional glob pattern filters entries by base name. Stops after 1000 entries.",
 		InputSchema:  json.RawMessage(listFilesInput),
 		OutputSchema: json.RawMessage(listFilesOutput),
-		InputCheck:   checkPath("path", "."),
+		InputCheck:   checkPath("path", ".", false),
 		Annotations:  readOnly(),
 		Execute: func(ctx context.Context, arguments json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {
@@ -427,7 +427,7 @@ func writeFileTool(Config) *tool.Tool {
 			"missing parent folders. Paths outside the workspace are refused.",
 		InputSchema:  json.RawMessage(writeFileInput),
 		OutputSchema: json.RawMessage(writeFileOutput),
-		InputCheck:   checkPath("path", ""),
+		InputCheck:   checkPath("path", "", true),
 		Annotations:  tool.Annotations{DestructiveHint: tool.Bool(true), OpenWorldHint: tool.Bool(false)},
 		Execute: func(ctx context.Context, arguments json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {

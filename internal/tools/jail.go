@@ -80,8 +80,10 @@ func (j *jail) resolve(p string) (string, error) {
 // a violation at /field giving resolve's error, e.g. `path "../x" is outside the workspace`.
 // A workspace that cannot be opened is no fault of the argument: the check lets the call on
 // and the tool reports it when it runs. The tool resolves the path again then, as the file
-// system may have changed in between.
-func checkPath(field, def string) tool.InputCheckFunc {
+// system may have changed in between. With file set (read_file, write_file) a path that exists
+// must also be a regular file: a named pipe, socket, device or folder is refused here, before
+// anyone is asked to approve a call that could only fail (found by a new-user review).
+func checkPath(field, def string, file bool) tool.InputCheckFunc {
 	return func(arguments json.RawMessage, workspace string) []tool.Violation {
 		var in map[string]any
 		if err := json.Unmarshal(arguments, &in); err != nil {
@@ -96,8 +98,14 @@ func checkPath(field, def string) tool.InputCheckFunc {
 			return nil
 		}
 		defer j.Close()
-		if _, err := j.resolve(p); err != nil {
+		rel, err := j.resolve(p)
+		if err != nil {
 			return []tool.Violation{{Pointer: "/" + field, Message: err.Error()}}
+		}
+		if file {
+			if fi, err := j.root.Stat(rel); err == nil && !fi.Mode().IsRegular() {
+				return []tool.Violation{{Pointer: "/" + field, Message: notRegular(rel, fi.Mode()).Error()}}
+			}
 		}
 		return nil
 	}

@@ -1,7 +1,9 @@
 package tools
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -199,4 +201,34 @@ func TestOpenRegularRefusesASwappedPipe(t *testing.T) {
 			t.Errorf("openRegular(fifo) err = %v, want %q", err, want)
 		}
 	})
+}
+
+// TestSpecialFilesAreRefusedBeforeThePrompt: read_file and write_file refuse a named pipe,
+// socket, device or folder at argument validation (SPEC §3 step 2), so nobody is asked to
+// approve a call that could only fail (found by a new-user review: write_file to a FIFO asked,
+// then failed). list_files still takes a folder, and a path that does not exist yet passes.
+func TestSpecialFilesAreRefusedBeforeThePrompt(t *testing.T) {
+	ws, device := specialWorkspace(t)
+	byName := mustTools(t, Config{})
+	refused := map[string]string{"fifo": "named pipe", "to-fifo": "named pipe", "sock": "socket", ".": "folder"}
+	if device {
+		refused["null"] = "character device"
+	}
+	for _, name := range []string{"read_file", "write_file"} {
+		for path, kind := range refused {
+			args := json.RawMessage(fmt.Sprintf(`{"path": %q, "content": "x"}`, path))
+			vs := byName[name].CheckInput(args, ws)
+			if len(vs) != 1 || vs[0].Pointer != "/path" || !strings.Contains(vs[0].Message, "is not a regular file ("+kind+")") {
+				t.Errorf("%s %s: violations %v, want one at /path naming a %s", name, path, vs, kind)
+			}
+		}
+		for _, path := range []string{"plain.txt", "new/file.txt"} {
+			if vs := byName[name].CheckInput(json.RawMessage(fmt.Sprintf(`{"path": %q, "content": "x"}`, path)), ws); len(vs) != 0 {
+				t.Errorf("%s %s: violations %v, want none", name, path, vs)
+			}
+		}
+	}
+	if vs := byName["list_files"].CheckInput(json.RawMessage(`{"path": "."}`), ws); len(vs) != 0 {
+		t.Errorf("list_files .: violations %v, want none", vs)
+	}
 }

@@ -42,7 +42,7 @@ func (s *Server) api(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 		var err error = apperr.Errorf(apperr.Unauthorized, "Unauthorized: send Authorization: Bearer <owner token>")
-		if s.isOwner(r) {
+		if s.authOwner(r) {
 			err = h(w, r)
 		}
 		if err != nil {

@@ -35,7 +35,7 @@ func TestLiveApprovalFragmentShowsWhatTheCallDoes(t *testing.T) {
 		frag := string(data)
 		if strings.Contains(frag, "Approval required: shell") {
 			// In the prompt's own arguments view, not only in the Edit box's data.
-			if !strings.Contains(frag, "&#34;touch x&#34;\n}</code></pre></details><form") {
+			if !strings.Contains(frag, "&#34;touch x&#34;\n}</code></pre></details></div><form") {
 				t.Fatalf("the prompt does not show the arguments:\n%s", frag)
 			}
 			return

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"countersign/internal/agent"
+	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/share"
 	"countersign/internal/tool"
@@ -130,6 +131,16 @@ func (e *fuzzEnv) pendingShell(tb testing.TB) gate.Approval {
 	return a
 }
 
+// settle cancels approval id if it is still pending.
+func (e *fuzzEnv) settle(tb testing.TB, id string) {
+	tb.Helper()
+	_, err := e.ts.db.ResolveApproval(context.Background(), id, gate.Resolution{Status: gate.Cancelled,
+		DecidedBy: gate.BySystem, Automatic: true, Reason: "fuzz input done", At: time.Now().UTC()})
+	if err != nil && apperr.CodeOf(err) != apperr.Conflict {
+		tb.Fatal(err)
+	}
+}
+
 // checkAPIError checks that an API answer with status st is JSON and, for an error, names a code
 // and a message.
 func checkAPIError(t *testing.T, st int, body string) {
@@ -204,6 +215,9 @@ func FuzzDecisionForm(f *testing.F) {
 	f.Add(uint8(3), "decision=deny&reason=%E2%80%AEowner")
 	f.Fuzz(func(t *testing.T, who uint8, body string) {
 		a := env.pendingShell(t)
+		// Each input stands alone: an approval it left pending is settled, or the pending ones
+		// would pile up and the next "Approve for session" would release thousands.
+		defer env.settle(t, a.ID)
 		var (
 			st   int
 			out  string

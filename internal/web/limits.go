@@ -98,11 +98,17 @@ const (
 	failedTokenClients = 10000
 )
 
-// tokenFailures rate-limits failed attempts at the routes that take a secret in the URL: the
-// owner's login (GET /login?token=) and share links (/r/<token>…). Only failures count — a 401
-// or 404 answer: a wrong owner token, an unknown, revoked or expired link — so a person who
-// mistyped a few times still gets in with the right token. A client address whose allowance is
-// spent gets 429 with Retry-After on those routes, right token or not, until it refills.
+// tokenFailures rate-limits guessing the secrets Countersign takes from strangers: the owner
+// token (GET /login?token=, or "Authorization: Bearer" on any route) and share-link tokens
+// (/r/<token>…). Failures are counted where a token is checked (fail): a wrong owner token, an
+// unknown, revoked or expired link. So a person who mistyped a few times still gets in with the
+// right token, and a 404 for something else under a valid link (an unknown approval) is no
+// guess. Once a client address has spent its allowance, a request that presents a token gets 429
+// with Retry-After until it refills, right token or not (answering a right guess would defeat
+// the limit) — unless it also carries a credential that proves it got in before (trusted: the
+// owner's login cookie, a reviewer's signed name cookie for that link). An attacker sharing an
+// address with the owner or the reviewers (a NAT, a proxy) so delays new logins from it, not the
+// people already in.
 type tokenFailures struct {
 	now func() time.Time
 
@@ -110,20 +116,20 @@ type tokenFailures struct {
 	clients map[string]*rate.Limiter
 }
 
-// guarded reports whether a request's path takes a token that tokenFailures limits.
-func guarded(path string) bool {
-	return path == "/login" || strings.HasPrefix(path, "/r/")
+// presentsToken reports whether a request offers a token that tokenFailures limits.
+func presentsToken(r *http.Request) bool {
+	return r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/r/") || r.Header.Get("Authorization") != ""
 }
 
-// wrap applies the limit to the guarded routes of next.
-func (f *tokenFailures) wrap(next http.Handler) http.Handler {
+// wrap answers 429 to a request that presents a token from a client whose allowance is spent,
+// unless trusted(r) (asked only then) says it carries a credential that proves it got in before.
+func (f *tokenFailures) wrap(next http.Handler, trusted func(*http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !guarded(r.URL.Path) {
+		if !presentsToken(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		client := clientAddr(r)
-		if wait := f.wait(client); wait > 0 {
+		if wait := f.wait(clientAddr(r)); wait > 0 && !trusted(r) {
 			secs := int(math.Ceil(wait.Seconds()))
 			w.Header().Set("Retry-After", strconv.Itoa(secs))
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -131,11 +137,7 @@ func (f *tokenFailures) wrap(next http.Handler) http.Handler {
 			fmt.Fprintf(w, "Too many failed attempts from your address. Try again in %d seconds.\n", secs)
 			return
 		}
-		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
-		if sw.status == http.StatusUnauthorized || sw.status == http.StatusNotFound {
-			f.fail(client)
-		}
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -154,8 +156,9 @@ func (f *tokenFailures) wait(client string) time.Duration {
 	return time.Duration((1 - tokens) * float64(failedTokenEvery))
 }
 
-// fail counts a failed attempt of client.
-func (f *tokenFailures) fail(client string) {
+// fail counts a failed token attempt of r's client.
+func (f *tokenFailures) fail(r *http.Request) {
+	client := clientAddr(r)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
@@ -185,26 +188,3 @@ func clientAddr(r *http.Request) string {
 	}
 	return host
 }
-
-// statusWriter records the status a handler answered with. Unwrap lets
-// http.ResponseController (and so the WebSocket handshake's Hijack) reach the writer beneath.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Write(p []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(p)
-}
-
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

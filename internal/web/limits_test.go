@@ -209,74 +209,181 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// Failed token attempts are limited per client address: after a few typos the right owner
-// token still logs in; past 10 failures every attempt from that address is 429 with
-// Retry-After until the allowance refills (one every 6 s), while other addresses are not
-// affected. Share-link tokens share the limit. Successes do not count.
+// TestFailedTokenAttemptsAreRateLimitedPerClient (issue 15 item 7): failed guesses of the owner
+// token (login or bearer) and of share-link tokens are limited per client address; typos do not
+// lock a person out, successes never count, other addresses are unaffected, and the allowance
+// refills.
 func TestFailedTokenAttemptsAreRateLimitedPerClient(t *testing.T) {
-	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
-	var h http.Handler
-	ts := newTestServerConfig(t, map[string]string{"one": oneCall}, func(c *web.Config, _ *http.Server) { c.Now = clk.Now })
-	h = ts.Server.Config.Handler
-	get := func(addr, path string) *httptest.ResponseRecorder {
-		t.Helper()
-		req := httptest.NewRequest("GET", path, nil)
-		req.RemoteAddr = addr + ":40000"
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
-	}
+	lt := newLimitTest(t)
 	const alice, mallory, bob = "192.0.2.1", "192.0.2.66", "2001:db8::7"
 
 	for i := range 3 {
-		if st := get(alice, "/login?token=typo"+fmt.Sprint(i)).Code; st != http.StatusUnauthorized {
+		if st := lt.get(alice, "/login?token=typo"+fmt.Sprint(i), nil).Code; st != http.StatusUnauthorized {
 			t.Fatalf("typo %d = %d, want 401", i, st)
 		}
 	}
-	if st := get(alice, "/login?token="+token).Code; st != http.StatusSeeOther {
+	if st := lt.get(alice, "/login?token="+token, nil).Code; st != http.StatusSeeOther {
 		t.Errorf("the right token after 3 typos = %d, want 303", st)
 	}
 	// Successes are not counted: many logins in a row all work.
 	for i := range 20 {
-		if st := get(alice, "/login?token="+token).Code; st != http.StatusSeeOther {
+		if st := lt.get(alice, "/login?token="+token, nil).Code; st != http.StatusSeeOther {
 			t.Fatalf("login %d = %d, want 303", i, st)
 		}
 	}
 
-	var sess agent.Session
-	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "t", "model": "faux:one"}, &sess)
-	var link struct{ URL string }
-	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/shares", map[string]string{"role": "viewer"}, &link)
-	u, _ := url.Parse(link.URL)
 	for i := range 5 {
-		if st := get(mallory, "/login?token=guess"+fmt.Sprint(i)).Code; st != http.StatusUnauthorized {
+		if st := lt.get(mallory, "/login?token=guess"+fmt.Sprint(i), nil).Code; st != http.StatusUnauthorized {
 			t.Fatalf("guess %d = %d, want 401", i, st)
 		}
-		if st := get(mallory, "/r/guess"+fmt.Sprint(i)).Code; st != http.StatusNotFound {
+		if st := lt.get(mallory, "/r/guess"+fmt.Sprint(i), nil).Code; st != http.StatusNotFound {
 			t.Fatalf("link guess %d = %d, want 404", i, st)
 		}
 	}
-	for _, path := range []string{"/login?token=guess", "/login?token=" + token, "/r/guess", u.Path, u.Path + "/live"} {
-		rec := get(mallory, path)
+	for _, path := range []string{"/login?token=guess", "/login?token=" + token, "/r/guess", lt.link, lt.link + "/live"} {
+		rec := lt.get(mallory, path, nil)
 		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "6" {
 			t.Errorf("%s after 10 failures = %d, Retry-After %q; want 429, 6", path, rec.Code, rec.Header().Get("Retry-After"))
 		}
 	}
-	if st := get(bob, u.Path).Code; st != http.StatusOK {
+	// The right owner token as a bearer is refused too: it is the secret being guessed.
+	if rec := lt.get(mallory, "/api/sessions", bearer(token)); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("the right bearer token from a limited address = %d, want 429", rec.Code)
+	}
+	if st := lt.get(bob, lt.link, nil).Code; st != http.StatusOK {
 		t.Errorf("another address's link = %d, want 200", st)
 	}
-	if st := get(mallory, "/healthz").Code; st != http.StatusOK {
+	if st := lt.get(mallory, "/healthz", nil).Code; st != http.StatusOK {
 		t.Errorf("an unguarded route = %d, want 200", st)
 	}
 
-	clk.Advance(6 * time.Second)
-	if st := get(mallory, "/login?token="+token).Code; st != http.StatusSeeOther {
+	lt.clk.Advance(6 * time.Second)
+	if st := lt.get(mallory, "/login?token="+token, nil).Code; st != http.StatusSeeOther {
 		t.Errorf("the right token once the allowance refilled = %d, want 303", st)
 	}
-	if st := get(mallory, "/r/guess-again").Code; st != http.StatusNotFound {
+	if st := lt.get(mallory, "/r/guess-again", nil).Code; st != http.StatusNotFound {
 		t.Errorf("one more guess = %d, want 404", st)
 	}
-	if rec := get(mallory, "/r/guess-again"); rec.Code != http.StatusTooManyRequests {
+	if rec := lt.get(mallory, "/r/guess-again", nil); rec.Code != http.StatusTooManyRequests {
 		t.Errorf("the guess after that = %d, want 429", rec.Code)
 	}
+}
+
+// TestGuessesFromOneAddressDoNotLockOutThePeopleAlreadyIn: behind one address (a NAT, a proxy)
+// an attacker's guesses delay new logins, but the owner with a live login and a reviewer who
+// gave their name on a link keep working (found by a new-user review: they got 429 too).
+func TestGuessesFromOneAddressDoNotLockOutThePeopleAlreadyIn(t *testing.T) {
+	lt := newLimitTest(t)
+	const shared = "198.51.100.9"
+	login := lt.get(shared, "/login?token="+token, nil)
+	if login.Code != http.StatusSeeOther {
+		t.Fatalf("login = %d", login.Code)
+	}
+	ownerCookie := cookieHeader(login.Result().Cookies())
+	named := lt.post(shared, lt.link+"/name", "name=Rita", nil)
+	if named.Code != http.StatusSeeOther {
+		t.Fatalf("giving a name = %d", named.Code)
+	}
+	reviewerCookie := cookieHeader(named.Result().Cookies())
+	for i := range 12 {
+		lt.get(shared, "/login?token=guess"+fmt.Sprint(i), nil)
+	}
+	if rec := lt.get(shared, "/login?token="+token, nil); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("a new login from the address = %d, want 429", rec.Code)
+	}
+	for _, path := range []string{"/", "/login?token=" + token} {
+		if rec := lt.get(shared, path, ownerCookie); rec.Code == http.StatusTooManyRequests || rec.Code >= 400 {
+			t.Errorf("the owner's %s with a live login = %d, want it served", path, rec.Code)
+		}
+	}
+	if rec := lt.get(shared, lt.link, reviewerCookie); rec.Code != http.StatusOK {
+		t.Errorf("the named reviewer's page = %d, want 200", rec.Code)
+	}
+	// A forged or foreign reviewer cookie is no credential.
+	if rec := lt.get(shared, lt.link, http.Header{"Cookie": {"countersign_reviewer=Rita.00"}}); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("a forged reviewer cookie = %d, want 429", rec.Code)
+	}
+}
+
+// TestOnlyTokenFailuresCount: wrong bearer tokens count like wrong login tokens; a 404 for
+// something else under a valid link (an unknown approval) is not a guess, and neither is a
+// visit without any credential (found by a new-user review).
+func TestOnlyTokenFailuresCount(t *testing.T) {
+	lt := newLimitTest(t)
+	const eve, rita = "203.0.113.5", "203.0.113.6"
+	for i := range 10 {
+		if st := lt.get(eve, "/api/sessions", bearer("guess"+fmt.Sprint(i))).Code; st != http.StatusUnauthorized {
+			t.Fatalf("bearer guess %d = %d, want 401", i, st)
+		}
+	}
+	if st := lt.get(eve, "/api/sessions", bearer("guess")).Code; st != http.StatusTooManyRequests {
+		t.Errorf("the 11th bearer guess = %d, want 429", st)
+	}
+
+	named := lt.post(rita, lt.link+"/name", "name=Rita", nil)
+	rc := cookieHeader(named.Result().Cookies())
+	for i := range 15 {
+		if st := lt.post(rita, lt.link+"/approvals/unknown"+fmt.Sprint(i)+"/decision", "decision=approve", rc).Code; st == http.StatusTooManyRequests {
+			t.Fatalf("decision %d on an unknown approval = 429", i)
+		}
+		if st := lt.get(rita, "/sessions/"+lt.session, nil).Code; st != http.StatusUnauthorized {
+			t.Fatalf("a page without a login = %d, want 401", st)
+		}
+	}
+	if st := lt.get(rita, lt.link, nil).Code; st != http.StatusOK {
+		t.Errorf("the link without a cookie after those = %d, want 200 (nothing counted)", st)
+	}
+}
+
+// limitTest drives the whole handler with chosen client addresses and an injectable clock.
+type limitTest struct {
+	t       *testing.T
+	h       http.Handler
+	clk     *clock
+	session string
+	link    string // path of an approver link: /r/<token>
+}
+
+func newLimitTest(t *testing.T) *limitTest {
+	t.Helper()
+	clk := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	ts := newTestServerConfig(t, map[string]string{"one": oneCall}, func(c *web.Config, _ *http.Server) { c.Now = clk.Now })
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "t", "model": "faux:one"}, &sess)
+	var link struct{ URL string }
+	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/shares", map[string]string{"role": "approver"}, &link)
+	u, _ := url.Parse(link.URL)
+	return &limitTest{t: t, h: ts.Server.Config.Handler, clk: clk, session: sess.ID, link: u.Path}
+}
+
+func (lt *limitTest) serve(req *http.Request, addr string, h http.Header) *httptest.ResponseRecorder {
+	lt.t.Helper()
+	req.RemoteAddr = addr + ":40000"
+	for k, vs := range h {
+		req.Header[k] = vs
+	}
+	rec := httptest.NewRecorder()
+	lt.h.ServeHTTP(rec, req)
+	return rec
+}
+
+func (lt *limitTest) get(addr, path string, h http.Header) *httptest.ResponseRecorder {
+	return lt.serve(httptest.NewRequest("GET", path, nil), addr, h)
+}
+
+func (lt *limitTest) post(addr, path, form string, h http.Header) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("POST", path, strings.NewReader(form))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return lt.serve(req, addr, h)
+}
+
+func bearer(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }
+
+// cookieHeader is a Cookie header holding cs.
+func cookieHeader(cs []*http.Cookie) http.Header {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, c.Name+"="+c.Value)
+	}
+	return http.Header{"Cookie": {strings.Join(parts, "; ")}}
 }

@@ -76,6 +76,9 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 			}
 			evs, msgs = coalesce(evs, ev, sub.C), msgs[:0]
 			for _, ev := range evs {
+				if ctx.Err() != nil { // the viewer left: render nothing more for them
+					return nil
+				}
 				msgs = s.renderFragment(ctx, msgs, s.fragment(ctx, *ev, who))
 			}
 			clear(evs) // keep no event alive while waiting for the next
@@ -132,14 +135,16 @@ drain:
 }
 
 // renderFragment appends frag's HTML to msgs as one message; nothing when frag is nil, renders nothing
-// or fails (logged).
+// or fails (logged, unless ctx ended: a viewer who leaves mid-render is no error).
 func (s *Server) renderFragment(ctx context.Context, msgs [][]byte, frag templ.Component) [][]byte {
 	if frag == nil {
 		return msgs
 	}
 	var buf bytes.Buffer
 	if err := frag.Render(ctx, &buf); err != nil {
-		s.log.Error("render fragment", "err", err)
+		if ctx.Err() == nil {
+			s.log.Error("render fragment", "err", err)
+		}
 		return msgs
 	}
 	if buf.Len() == 0 {

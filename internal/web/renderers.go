@@ -23,6 +23,10 @@ type Renderer struct {
 	Call func(c CallInfo) (templ.Component, error)
 	// Result renders a successful result (errors and contract violations use the generic view).
 	Result func(res tool.Result) (templ.Component, error)
+	// FileEdit says the tool's arguments are a file's {path, content}: a prompt's Edit shows a
+	// Path field and the content as plain text (with the JSON folded below), and the call view
+	// (Call) previews the edit as it is typed.
+	FileEdit bool
 }
 
 // CallInfo is what a call renderer sees.
@@ -67,7 +71,7 @@ func BuiltinRenderers() map[string]Renderer {
 				return templates.RunCommandResult(*out.ExitCode, out.Stdout, out.Stderr, out.Truncated), nil
 			},
 		},
-		"write_file": {Call: writeFileCall},
+		"write_file": {Call: writeFileCall, FileEdit: true},
 		"codemode": {Call: func(c CallInfo) (templ.Component, error) {
 			var in struct {
 				Code string `json:"code"`

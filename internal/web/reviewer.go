@@ -76,7 +76,11 @@ func (s *Server) link(r *http.Request) (share.Link, error) {
 	if s.cfg.Shares == nil {
 		return share.Link{}, apperr.Errorf(apperr.NotFound, "Not found")
 	}
-	return s.cfg.Shares.Resolve(r.Context(), r.PathValue("token"))
+	l, err := s.cfg.Shares.Resolve(r.Context(), r.PathValue("token"))
+	if apperr.CodeOf(err) == apperr.NotFound {
+		s.failures.fail(r) // a guess, or a revoked or expired link (tokenFailures)
+	}
+	return l, err
 }
 
 // reviewerOf returns who the reviewer is: their name from the link's cookie (decider.Name ""

@@ -160,13 +160,14 @@ func (s *Server) Handler() http.Handler {
 	s.apiRoutes(mux)
 	s.shareRoutes(mux)
 	s.grantRoutes(mux)
+	s.previewRoutes(mux)
 	// Everything else: 401 without the owner's cookie, 405 or 404 with it.
 	mux.Handle("/", s.owner(noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
 		return apperr.Errorf(apperr.NotFound, "Page not found")
 	})))
 
 	csrf := http.NewCrossOriginProtection()
-	return securityHeaders(s.failures.wrap(csrf.Handler(mux)))
+	return securityHeaders(s.failures.wrap(csrf.Handler(mux), s.trusted))
 }
 
 // securityHeaders sets the headers every answer carries: a Content-Security-Policy with no
@@ -200,7 +201,7 @@ func (s *Server) handle(h handlerFunc) http.Handler {
 // owner wraps h so that only the owner reaches it (401 otherwise, with no detail).
 func (s *Server) owner(h handlerFunc) http.Handler {
 	return s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		if !s.isOwner(r) {
+		if !s.authOwner(r) {
 			return apperr.Errorf(apperr.Unauthorized, "Unauthorized")
 		}
 		return h(w, r)
@@ -237,19 +238,57 @@ func noRoute(mux *http.ServeMux, notFound handlerFunc) handlerFunc {
 // isOwner reports whether the request carries a live owner login's cookie or the owner's bearer
 // token.
 func (s *Server) isOwner(r *http.Request) bool {
-	if c, err := r.Cookie(ownerCookieName); err == nil && c.Value != "" {
-		exp, err := s.cfg.OwnerSessions.OwnerSessionExpiry(r.Context(), ownerSessionHash(c.Value))
-		if err == nil && s.cfg.Now().Before(exp) {
-			return true
-		}
-		if err != nil && apperr.CodeOf(err) != apperr.NotFound {
-			s.log.Error("owner session lookup", "err", err)
-		}
+	return s.ownerLogin(r) || s.ownerBearer(r)
+}
+
+// ownerLogin reports whether r carries a live owner login cookie (not expired, not logged out).
+func (s *Server) ownerLogin(r *http.Request) bool {
+	c, err := r.Cookie(ownerCookieName)
+	if err != nil || c.Value == "" {
+		return false
 	}
-	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.OwnerToken)) == 1
+	exp, err := s.cfg.OwnerSessions.OwnerSessionExpiry(r.Context(), ownerSessionHash(c.Value))
+	if err != nil && apperr.CodeOf(err) != apperr.NotFound {
+		s.log.Error("owner session lookup", "err", err)
+	}
+	return err == nil && s.cfg.Now().Before(exp)
+}
+
+// ownerBearer reports whether r carries "Authorization: Bearer <owner token>".
+func (s *Server) ownerBearer(r *http.Request) bool {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.OwnerToken)) == 1
+}
+
+// authOwner is isOwner for a route that answers 401 to anyone else: a wrong bearer token is a
+// guess of the owner token and counts against the client's allowance (tokenFailures). A missing
+// or stale login cookie does not: its id is 260 random bits, and a stale one is a person whose
+// login ended, not a guess.
+func (s *Server) authOwner(r *http.Request) bool {
+	if s.isOwner(r) {
+		return true
+	}
+	if r.Header.Get("Authorization") != "" {
+		s.failures.fail(r)
 	}
 	return false
+}
+
+// trusted reports whether r carries a credential that proves its client got in before: the
+// owner's login cookie, or on a share link's routes (/r/<token>…) that link's reviewer cookie,
+// signed for the name they gave. A client whose failed attempts are spent is let through with it
+// (tokenFailures). The bearer token is not such a credential: it is the secret being guessed.
+func (s *Server) trusted(r *http.Request) bool {
+	if s.ownerLogin(r) {
+		return true
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/r/")
+	if !ok || s.cfg.Shares == nil {
+		return false
+	}
+	token, _, _ := strings.Cut(rest, "/")
+	l, err := s.cfg.Shares.Resolve(r.Context(), token)
+	return err == nil && s.reviewerOf(r, l).decider.Name != ""
 }
 
 // ownerSessionHash is what is stored of a login's id: hex SHA-256.
@@ -264,6 +303,7 @@ func ownerSessionHash(id string) string {
 func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	tok := r.URL.Query().Get("token")
 	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.OwnerToken)) != 1 {
+		s.failures.fail(r)
 		return apperr.Errorf(apperr.Unauthorized, "Unauthorized")
 	}
 	id := rand.Text() + rand.Text() // 260 random bits

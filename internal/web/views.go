@@ -249,7 +249,37 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	}
 	av.DecideURL = b.who.decidePrefix + a.ID + "/decision"
 	av.CanEdit, av.CanRemember = b.who.decider.Rights.Edit, b.who.decider.Rights.Remember
+	if av.CanEdit {
+		if r, ok := b.s.renderers[a.ToolName]; ok && r.Call != nil {
+			av.PreviewURL = b.who.decidePrefix + a.ID + "/preview"
+			if r.FileEdit {
+				av.EditRows, av.FileEdit = fileEditRows(a.Arguments)
+			}
+		}
+	}
 	return av
+}
+
+// fileEditRows reports whether file-write arguments {path, content} can be edited as plain
+// text, and how many lines the content box shows (4 to 20). Not when either is missing or not
+// a string, nor when either holds a character a text box would hide or change (render.Reveal:
+// invisible, bidirectional, a carriage return that a textarea turns into a newline): those are
+// edited as JSON, where they show as escapes.
+func fileEditRows(args json.RawMessage) (int, bool) {
+	var in struct {
+		Path    *string `json:"path"`
+		Content *string `json:"content"`
+	}
+	if err := json.Unmarshal(args, &in); err != nil || in.Path == nil || in.Content == nil {
+		return 0, false
+	}
+	if _, hidden := render.Reveal(*in.Path); hidden {
+		return 0, false
+	}
+	if _, hidden := render.Reveal(*in.Content); hidden {
+		return 0, false
+	}
+	return min(max(strings.Count(*in.Content, "\n")+2, 4), 20), true
 }
 
 // baseCard is a card with its identity and arguments (through the tool's renderer, if any).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/coder/websocket"
 
 	"countersign/internal/agent"
@@ -208,5 +210,28 @@ func TestBatchConnCloseSendsWhatIsHeld(t *testing.T) {
 	}
 	if err := b.release(); err != nil && !errors.Is(err, io.ErrClosedPipe) {
 		t.Errorf("release after Close: %v", err)
+	}
+}
+
+// TestRenderFragmentForAViewerWhoLeftLogsNothing: a live socket whose viewer disconnects
+// mid-run used to log an ERROR "render fragment … context canceled" per queued event (about
+// 125 lines per socket; found by a new-user review). A render that fails because the viewer's
+// context ended is dropped quietly; any other failure is still logged.
+func TestRenderFragmentForAViewerWhoLeftLogsNothing(t *testing.T) {
+	var logged bytes.Buffer
+	s := &Server{log: slog.New(slog.NewTextHandler(&logged, nil))}
+	frag := templ.ComponentFunc(func(ctx context.Context, w io.Writer) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return errors.New("broken template")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if msgs := s.renderFragment(ctx, nil, frag); len(msgs) != 0 || logged.Len() != 0 {
+		t.Errorf("after the viewer left: %d messages, log %q; want none", len(msgs), logged.String())
+	}
+	if msgs := s.renderFragment(context.Background(), nil, frag); len(msgs) != 0 || !strings.Contains(logged.String(), "broken template") {
+		t.Errorf("a real render failure: %d messages, log %q; want it logged", len(msgs), logged.String())
 	}
 }

@@ -16,23 +16,7 @@
     });
   }
 
-  // Keep the end of the transcript in view while the reader is there. On narrow screens the
-  // side panels come after the transcript, so follow the transcript's end, not the page's.
-  var stick = true;
-  function transcriptEnd() {
-    var log = document.getElementById("transcript");
-    return log ? log.getBoundingClientRect().bottom : 0;
-  }
-  function nearEnd() {
-    return transcriptEnd() <= window.innerHeight + 120;
-  }
-  window.addEventListener("scroll", function () { stick = nearEnd(); }, { passive: true });
-  function follow() {
-    if (!stick) return;
-    var composer = document.querySelector(".composer") || document.getElementById("transcript");
-    if (composer) composer.scrollIntoView({ block: "end" });
-  }
-  document.addEventListener("DOMContentLoaded", follow);
+  // Following the run (keeping the transcript's end in view) is follow.js's.
 
   // The live connection's state, said plainly: reconnecting after a drop, or ended for good when
   // a share link was revoked or expired (the server closes with 1008).
@@ -72,10 +56,7 @@
     if (!ended) banner("The server cannot be reached. Your action was not sent; try again when it is back.", "lost");
   });
 
-  document.addEventListener("htmx:wsAfterMessage", function () {
-    dedupe();
-    follow();
-  });
+  document.addEventListener("htmx:wsAfterMessage", dedupe);
 
   // A message that was accepted leaves the box; a refused one stays in it.
   document.addEventListener("htmx:afterRequest", function (e) {
@@ -84,8 +65,6 @@
     var status = e.detail.xhr ? e.detail.xhr.status : 0;
     if (status >= 200 && status < 300) {
       form.reset();
-      stick = true;
-      follow();
     }
   });
 
@@ -99,24 +78,5 @@
     }
   });
 
-  // "Edit" shows the arguments as JSON; approving then sends the edit.
-  document.addEventListener("click", function (e) {
-    var btn = e.target.closest && e.target.closest("[data-action=edit-arguments]");
-    if (!btn) return;
-    var form = btn.closest("form");
-    var box = form.querySelector(".edit-args");
-    var area = box.querySelector("textarea");
-    if (box.hidden) {
-      box.hidden = false;
-      area.disabled = false;
-      if (!area.value) area.value = area.dataset.original || "{}";
-      area.focus();
-      btn.textContent = "Cancel edit";
-    } else {
-      box.hidden = true;
-      area.disabled = true;
-      area.value = "";
-      btn.textContent = "Edit";
-    }
-  });
+  // "Edit" (the arguments editor and its live preview) is editor.js's.
 })();

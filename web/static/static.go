@@ -4,7 +4,8 @@ package static
 
 import "embed"
 
-// FS holds app.css, app.js, countdown.js, notices.js, favicon.svg and vendor/.
+// FS holds the stylesheets, the scripts (app.js and one file per feature, e.g. follow.js),
+// favicon.svg and vendor/.
 //
-//go:embed app.css app.js countdown.js notices.js favicon.svg vendor
+//go:embed *.css *.js *.svg vendor
 var FS embed.FS

@@ -144,6 +144,14 @@ type ApprovalView struct {
 	// Deadline is when a pending approval times out (its createdAt plus the server's approval
 	// timeout); zero once it is resolved.
 	Deadline time.Time
+	// PreviewURL, when set, is where the Edit form posts the edited arguments to see the call
+	// as they would run it (its tool's call view: a diff, the exact command); "" for tools
+	// shown as plain JSON.
+	PreviewURL string
+	// FileEdit: Edit shows the arguments {path, content} as a Path field and the content as
+	// text, EditRows lines high; the JSON stays one click away.
+	FileEdit bool
+	EditRows int
 }
 
 // ResultView is a tool result as a card shows it.

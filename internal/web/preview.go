@@ -1,0 +1,73 @@
+package web
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/a-h/templ"
+
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/share"
+	"countersign/web/templates"
+)
+
+// The live preview of an edit (issue 16, item 8): while a decider edits a pending call's
+// arguments, the prompt shows the call as it would run with them, rendered by the same tool
+// renderer as the prompt itself (write_file's diff against the file, run_command's exact
+// command), with what Approve would refuse. Nothing is decided or stored.
+
+func (s *Server) previewRoutes(mux *http.ServeMux) {
+	mux.Handle("POST /sessions/{id}/approvals/{aid}/preview", s.owner(s.preview))
+	mux.Handle("POST /r/{token}/approvals/{aid}/preview", s.handle(s.reviewerPreview))
+}
+
+// preview is the owner's preview of an edit: form field arguments (JSON).
+func (s *Server) preview(w http.ResponseWriter, r *http.Request) error {
+	return s.previewAs(w, r, r.PathValue("id"), gate.Owner())
+}
+
+// reviewerPreview is an approver's preview, for a link with the right to edit (403 otherwise).
+func (s *Server) reviewerPreview(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.link(r)
+	if err != nil {
+		return err
+	}
+	who := s.reviewerOf(r, l)
+	if l.Role != share.Approver {
+		return apperr.Errorf(apperr.NotFound, "Not found")
+	}
+	if who.decider.Name == "" {
+		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
+	}
+	return s.previewAs(w, r, l.SessionID, who.decider)
+}
+
+// previewAs answers the approval's call view for the edited arguments, checked as an approval
+// by `by` would check them (Runner.CheckEdit): 200 with the view and, when Approve would
+// refuse them, why; 404, 409 (already decided) and 403 (no right to edit) as a decision gets.
+func (s *Server) previewAs(w http.ResponseWriter, r *http.Request, sessionID string, by gate.Decider) error {
+	if err := parseForm(r); err != nil {
+		return err
+	}
+	args := json.RawMessage(strings.TrimSpace(r.PostForm.Get("arguments")))
+	a, err := s.cfg.Runner.CheckEdit(r.Context(), sessionID, r.PathValue("aid"), by, args)
+	problem := ""
+	if apperr.CodeOf(err) == apperr.Invalid {
+		problem = apperr.MessageOf(err)
+	} else if err != nil {
+		return err
+	}
+	sess, err := s.cfg.Store.Session(r.Context(), sessionID)
+	if err != nil {
+		return err
+	}
+	var view templ.Component
+	if json.Valid(args) {
+		b := s.newBuilder(sessionID, sess.Workspace, viewer{})
+		view = b.callView(a.ToolName, CallInfo{Arguments: args})
+	}
+	s.render(w, r, http.StatusOK, templates.EditPreview(view, problem))
+	return nil
+}

@@ -19,7 +19,7 @@ NPM_CI   := npm ci --no-audit --no-fund
 # Playwright must never download a browser: the tests use Debian's /usr/bin/chromium.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: all generate build run fmt lint check-generated test test-go e2e e2e-deps fuzz bench bench-peers vendor clean
+.PHONY: all generate build run fmt lint check-generated test test-go e2e e2e-deps mcp-testserver fuzz bench bench-peers vendor clean
 
 all: build
 
@@ -76,7 +76,12 @@ test-go:
 e2e-deps:
 	@if [ ! -d e2e/node_modules ]; then cd e2e && $(NPM_CI); fi
 
-e2e: build e2e-deps
+# The MCP stdio server of internal/mcp's tests, which browser tests configure as an untrusted
+# MCP server (-mcp-config) to see its prompts (issue 16).
+mcp-testserver:
+	$(BUILD_ENV) $(GO) build -o bin/mcp-stdioserver ./internal/mcp/testdata/stdioserver
+
+e2e: build e2e-deps mcp-testserver
 	cd e2e && npx playwright test $(E2E_ARGS)
 
 # Fuzz targets for the inputs strangers control (issue 15), as ./pkg/path:FuzzName. `make test`

@@ -618,7 +618,7 @@ func TestRacingDecisionsGetOneAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("This approval was already resolved (%s).", a.Status.Word())
+	want := fmt.Sprintf("This approval was already resolved: %s by owner.", a.Status.Word())
 	if wins != 1 || len(messages) != 1 || messages[want] != n-1 {
 		t.Fatalf("%d decisions won and the others got %v, want 1 and %d × %q", wins, messages, n-1, want)
 	}

@@ -92,11 +92,16 @@ type Entry struct {
 // State is a session's run state.
 type State string
 
-// The states.
+// The states. Idle and Running are stored; Waiting is Running as the store reads it back when at
+// least one of the session's approvals is pending: the run is parked on a person (issue 16).
 const (
 	Idle    State = "idle"
 	Running State = "running"
+	Waiting State = "waiting"
 )
+
+// Active reports whether a run holds the session: running, or waiting for a person.
+func (s State) Active() bool { return s == Running || s == Waiting }
 
 // Session is one conversation with an agent (SPEC §12 session shape).
 type Session struct {
@@ -106,6 +111,9 @@ type Session struct {
 	Workspace string    `json:"workspace"`
 	State     State     `json:"state"`
 	CreatedAt time.Time `json:"createdAt"`
+	// PendingApprovals counts the session's approvals waiting for a decision (read by the store,
+	// never written through Session).
+	PendingApprovals int `json:"pendingApprovals"`
 	// ActiveTools is the session's active tool set (SPEC §1); nil means the registry's default.
 	ActiveTools []string `json:"activeTools,omitempty"`
 }

@@ -100,7 +100,8 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		inv.stop(tool.ErrorResult("%s", verdict.Reason), "blocked")
 		return false
 	}
-	if !t.AlwaysAsk && !gate.NeedsApproval(t.Annotations) {
+	askReason := gate.AskReason(t)
+	if askReason == "" {
 		approval.Status, approval.DecidedBy, approval.Reason = gate.Approved, gate.ByPolicy, "annotations allow it without approval"
 		inv.decision = rn.recordRule(ctx, approval, nested, records)
 		return false
@@ -119,6 +120,7 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	// Stamped now, in the model's order with the batch's automatic records (Gate.Automatic),
 	// though ask stores it only after the message.
 	approval.CreatedAt = time.Now().UTC()
+	approval.AskReason = askReason
 	inv.approval = &approval
 	return true
 }
@@ -198,7 +200,9 @@ func (inv *invocation) stop(res tool.Result, status string) {
 // final result with its duration.
 func (rn *run) complete(ctx context.Context, inv *invocation) tool.Result {
 	res := rn.decideAndExecute(ctx, inv)
-	res.DurationMs = time.Since(inv.start).Milliseconds()
+	if res.Interrupted == nil { // a call a restart interrupted: it ran in the earlier process
+		res.DurationMs = time.Since(inv.start).Milliseconds()
+	}
 	return res
 }
 

@@ -11,8 +11,13 @@ import (
 )
 
 // InterruptedText is the error result of a call that was executing when the process died. Such
-// a call is never run again: it may have had side effects (SPEC §8).
+// a call is never run again: it may have had side effects (SPEC §8). The model reads this text;
+// the page says what happened from the result's Interrupted record.
 const InterruptedText = "Interrupted by server restart"
+
+// RestartedText ends a run whose model had not answered when the process died: the assistant
+// message of SPEC §8's "the run ends as interrupted", as the page shows it.
+const RestartedText = "The server restarted before the model answered, so the run ended here. Send a message to go on."
 
 // Recover applies SPEC §8 at start, before any request is served. The store decides, never
 // memory:
@@ -109,11 +114,11 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 				return err
 			}
 		}
-		if sess.State == Running && runWasCut(entries) {
+		if sess.State.Active() && runWasCut(entries) {
 			// The model was answering (its message was never stored) or about to be asked:
 			// the run ends as interrupted, and says so in the transcript.
 			m := Message{ID: newID(), Role: Assistant, StopReason: Aborted, Model: sess.Model,
-				ErrorMessage: InterruptedText + " before the model finished", Timestamp: time.Now().UTC()}
+				ErrorMessage: RestartedText, Timestamp: time.Now().UTC()}
 			if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, m); err != nil {
 				return err
 			}
@@ -193,12 +198,27 @@ func runWasCut(entries []Entry) bool {
 
 // interrupted is the error result of a call that was executing when the process died. What ran
 // beneath it is rebuilt from the audit (every nested call passed the gate and was recorded),
-// marked incomplete: its results died with the process (SPEC §4, §8).
+// marked incomplete: its results died with the process (SPEC §4, §8). Its Interrupted record
+// says when the call started — when its approval let it run, a person's decision or a rule's,
+// which every executed call has — and its duration runs from then to now, the restart.
 func (r *Runner) interrupted(ctx context.Context, sessionID, messageID, callID string) tool.Result {
 	res := tool.ErrorResult("%s", InterruptedText)
+	now := time.Now().UTC()
+	res.Interrupted = &tool.Interruption{At: now}
 	as, err := r.cfg.Store.Approvals(ctx, sessionID, "")
 	if err != nil {
 		return res
+	}
+	var own *gate.Approval // the call's own approval: a person's decision says more than a rule's record
+	for i, a := range as {
+		if a.MessageID == messageID && a.ToolCallID == callID && (own == nil || own.Automatic) {
+			own = &as[i]
+		}
+	}
+	if own != nil && own.Status == gate.Approved && own.DecidedAt != nil {
+		started := own.DecidedAt.UTC()
+		res.Interrupted.StartedAt = &started
+		res.DurationMs = max(now.Sub(started).Milliseconds(), 0)
 	}
 	var calls nestedLog // bounded as a live record is
 	for _, a := range as {

@@ -173,8 +173,8 @@ func TestRestartWhileTheModelStreamsEndsTheRunAsInterrupted(t *testing.T) {
 		t.Fatalf("%d entries, want the user message and the interruption", len(es))
 	}
 	m := es[1].Message
-	if m.Role != agent.Assistant || m.StopReason != agent.Aborted || !strings.Contains(m.ErrorMessage, agent.InterruptedText) || len(m.Content) != 0 {
-		t.Errorf("after restart: %+v, want an aborted assistant message saying it was interrupted", m)
+	if m.Role != agent.Assistant || m.StopReason != agent.Aborted || m.ErrorMessage != agent.RestartedText || len(m.Content) != 0 {
+		t.Errorf("after restart: %+v, want an aborted assistant message saying the server restarted", m)
 	}
 	if r2.Busy(h.sess.ID) {
 		t.Error("the session is busy after restart")
@@ -226,6 +226,22 @@ func TestRestartKeepsWhatRanBeneathAnInterruptedCall(t *testing.T) {
 	if res.NestedCalls == nil || len(res.NestedCalls.Calls) != 1 || res.NestedCalls.Calls[0].ID != "p/1" || res.NestedCalls.Complete {
 		t.Errorf("nestedCalls %+v, want p/1 rebuilt from the audit, marked incomplete", res.NestedCalls)
 	}
+	// The page says when it started (its approval: the policy's record) and how long it ran
+	// until the restart (issue 16, item 5); the model still reads InterruptedText.
+	as, _ := db2.Approvals(ctx, h.sess.ID, "")
+	var own gate.Approval
+	for _, a := range as {
+		if a.ToolCallID == "p" {
+			own = a
+		}
+	}
+	in := res.Interrupted
+	if in == nil || in.StartedAt == nil || own.DecidedAt == nil || !in.StartedAt.Equal(*own.DecidedAt) || in.At.Before(*in.StartedAt) {
+		t.Fatalf("Interrupted %+v, want it started at its approval's decision %v, before the restart", in, own.DecidedAt)
+	}
+	if want := in.At.Sub(*in.StartedAt).Milliseconds(); res.DurationMs != want {
+		t.Errorf("durationMs %d, want %d (from its start to the restart)", res.DurationMs, want)
+	}
 }
 
 // TestAGracefulShutdownLeavesAParkedApprovalForTheNextProcess: Shutdown (SIGTERM, Ctrl-C) parks
@@ -251,8 +267,8 @@ func TestAGracefulShutdownLeavesAParkedApprovalForTheNextProcess(t *testing.T) {
 			t.Fatalf("a result was stored for the parked call: %q", e.Message.Result.TextOf())
 		}
 	}
-	if s, _ := h.db.Session(ctx, h.sess.ID); s.State != agent.Running {
-		t.Fatalf("session state %s, want running (parked for the next process)", s.State)
+	if s, _ := h.db.Session(ctx, h.sess.ID); s.State != agent.Waiting || s.PendingApprovals != 1 {
+		t.Fatalf("session state %s with %d pending, want waiting on one (parked for the next process)", s.State, s.PendingApprovals)
 	}
 	resumeApproved(t, h, asked, &peeks, &shells)
 }

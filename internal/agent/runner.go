@@ -73,6 +73,13 @@ func (r *Runner) approvalChanged(a gate.Approval) {
 		ToolCallID: a.ToolCallID, ParentToolCallID: a.ParentToolCallID, ToolName: a.ToolName, Approval: &a})
 }
 
+// ApprovalDeadline is when approval a times out if nobody decides it: its creation plus the
+// approval timeout (SPEC §3). The gate counts from the same moment, across restarts too
+// (gate.Attach).
+func (r *Runner) ApprovalDeadline(a gate.Approval) time.Time {
+	return a.CreatedAt.Add(r.cfg.ApprovalTimeout)
+}
+
 // Tools returns the registry the runner calls tools from.
 func (r *Runner) Tools() *tool.Registry { return r.cfg.Tools }
 
@@ -353,9 +360,10 @@ func (r *Runner) CheckEdit(ctx context.Context, sessionID, id string, by gate.De
 	return a, nil
 }
 
-// alreadyResolved is the apperr.Conflict a decision on a resolved approval gets.
+// alreadyResolved is the apperr.Conflict a decision on a resolved approval gets; it says how it
+// ended and who decided ("This approval was already resolved: approved by alice.").
 func alreadyResolved(a gate.Approval) error {
-	return apperr.Errorf(apperr.Conflict, "This approval was already resolved (%s).", a.Status.Word())
+	return apperr.Errorf(apperr.Conflict, "This approval was already resolved: %s.", a.Outcome())
 }
 
 // grant records a session grant for a's tool and releases the session's other pending calls of

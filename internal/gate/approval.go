@@ -32,6 +32,25 @@ func (s Status) Word() string {
 	return string(s)
 }
 
+// Outcome says how a resolved approval ended, as people read it after "already": "approved by
+// alice", "denied by bob", "approved for this session by owner" (released by a session grant),
+// "approved automatically (policy)", "timed out", "cancelled (Run stopped by owner)".
+func (a Approval) Outcome() string {
+	switch {
+	case a.Status == TimedOut:
+		return "timed out"
+	case a.Status == Cancelled && a.Reason != "":
+		return "cancelled (" + a.Reason + ")"
+	case a.Status == Cancelled || a.DecidedBy == "":
+		return a.Status.Word()
+	case a.Automatic && a.DecidedBy == ByGrant && a.Reason != "":
+		return a.Reason
+	case a.Automatic:
+		return a.Status.Word() + " automatically (" + a.DecidedBy + ")"
+	}
+	return a.Status.Word() + " by " + a.DecidedBy
+}
+
 // Scope says how far an approval reaches: this call only, or every later call of the same tool in
 // the session (a session grant).
 type Scope string
@@ -57,14 +76,17 @@ type Approval struct {
 	EditedArguments  json.RawMessage  `json:"editedArguments,omitempty"`
 	Annotations      tool.Annotations `json:"annotations"`
 	RequestedBy      string           `json:"requestedBy"` // "model", or the parent tool's name
-	Status           Status           `json:"status"`
-	Automatic        bool             `json:"automatic"`
-	DecidedBy        string           `json:"decidedBy,omitempty"`
-	DecidedVia       *LinkRef         `json:"decidedVia,omitempty"` // the share link a reviewer decided through; nil for the owner and rules
-	Reason           string           `json:"reason,omitempty"`
-	Scope            Scope            `json:"scope,omitempty"`
-	CreatedAt        time.Time        `json:"createdAt"`
-	DecidedAt        *time.Time       `json:"decidedAt,omitempty"`
+	// AskReason is why the call waited for a person (AskReason's text, shown after "asks
+	// because"); "" on a rule's record.
+	AskReason  string     `json:"askReason,omitempty"`
+	Status     Status     `json:"status"`
+	Automatic  bool       `json:"automatic"`
+	DecidedBy  string     `json:"decidedBy,omitempty"`
+	DecidedVia *LinkRef   `json:"decidedVia,omitempty"` // the share link a reviewer decided through; nil for the owner and rules
+	Reason     string     `json:"reason,omitempty"`
+	Scope      Scope      `json:"scope,omitempty"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	DecidedAt  *time.Time `json:"decidedAt,omitempty"`
 	// DerivedFrom is, on an automatic decision that a session grant made, the id of the human
 	// approval that granted it.
 	DerivedFrom string `json:"derivedFrom,omitempty"`

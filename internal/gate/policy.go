@@ -29,6 +29,36 @@ func NeedsApproval(a tool.Annotations) bool {
 		(!isTrue(a.ReadOnlyHint) && (or(a.DestructiveHint, true) || or(a.OpenWorldHint, true)))
 }
 
+// AskReason says why a call of t waits for a person, as a prompt shows it after "asks because";
+// "" when the policy lets it run without one (SPEC §3, §13). A tool that always asks (an
+// untrusted MCP server's) gives its own reason; otherwise the annotation that makes
+// NeedsApproval true is named, and whether it was defaulted:
+//
+//	destructiveHint is true
+//	it is not marked read-only, and destructiveHint defaults to true
+//	it is not marked read-only, and openWorldHint is true
+func AskReason(t *tool.Tool) string {
+	if t.AlwaysAsk {
+		if t.AskReason != "" {
+			return t.AskReason
+		}
+		return "the tool always asks"
+	}
+	a := t.Annotations
+	if !NeedsApproval(a) {
+		return ""
+	}
+	switch {
+	case a.DestructiveHint != nil && *a.DestructiveHint:
+		return "destructiveHint is true"
+	case a.DestructiveHint == nil:
+		return "it is not marked read-only, and destructiveHint defaults to true"
+	case a.OpenWorldHint == nil:
+		return "it is not marked read-only, and openWorldHint defaults to true"
+	}
+	return "it is not marked read-only, and openWorldHint is true"
+}
+
 // CallEvent is what a tool_call handler sees (SPEC §3, step 3; pi's tool_call event).
 type CallEvent struct {
 	SessionID        string           `json:"sessionId"`

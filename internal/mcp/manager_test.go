@@ -312,6 +312,10 @@ func TestStdioServer(t *testing.T) {
 			if want := strings.HasPrefix(tl.Name, "files__"); tl.AlwaysAsk != want {
 				t.Errorf("%s AlwaysAsk = %v, want %v (untrusted servers always ask)", tl.Name, tl.AlwaysAsk, want)
 			}
+			// The prompt says why it asks (issue 16, item 5).
+			if want := map[bool]string{true: "server files is not trusted"}[tl.AlwaysAsk]; tl.AskReason != want {
+				t.Errorf("%s AskReason = %q, want %q", tl.Name, tl.AskReason, want)
+			}
 		}
 		reg := tool.NewRegistry()
 		added, err := m.RegisterTools(reg)

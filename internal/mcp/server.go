@@ -459,8 +459,18 @@ func (s *server) newTool(d definition) *tool.Tool {
 		Annotations:  d.Annotations,
 		Exposure:     tool.Direct,
 		AlwaysAsk:    !s.cfg.Trusted,
+		AskReason:    askReason(s.cfg),
 		Execute:      s.execute(d.Name),
 	}
+}
+
+// askReason is why a call of an untrusted server's tool asks whatever its annotations say; "" for
+// a trusted server.
+func askReason(cfg ServerConfig) string {
+	if cfg.Trusted {
+		return ""
+	}
+	return "server " + cfg.Name + " is not trusted"
 }
 
 // currentTools returns the tools the server offers, as last listed.

@@ -15,7 +15,8 @@ import (
 
 const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_call_id, tool_name,
 	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
-	decided_by, reason, scope, created_at, decided_at, derived_from, decided_via_link_id, decided_via_link_label`
+	decided_by, reason, scope, created_at, decided_at, derived_from, decided_via_link_id, decided_via_link_label,
+	ask_reason`
 
 // CreateApproval stores a, pending or already decided (automatic approvals are stored decided),
 // every field as given; a zero CreatedAt is stored as db.Now(). Arguments and EditedArguments are
@@ -58,7 +59,7 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 
 // insertApprovals inserts as within tx (CreateApprovals' rows and errors). Two or more rows go in
 // one statement that reads them from a single JSON text parameter (insertApprovalsJSON): binding
-// 21 parameters a row through database/sql cost about 2 KB of garbage a row, which the audit
+// 22 parameters a row through database/sql cost about 2 KB of garbage a row, which the audit
 // writer of nested calls turned into collections in the running tool's loop. A batch with a text
 // that is not valid UTF-8 (JSON cannot carry it byte for byte) goes a row at a time instead.
 func (db *DB) insertApprovals(w *writeTx, as []gate.Approval) error {
@@ -112,7 +113,7 @@ func (db *DB) approvalsError(w *writeTx, chunk []gate.Approval, cause error) err
 	return cause
 }
 
-const approvalColumnCount = 21
+const approvalColumnCount = 22
 
 // insertApprovalsJSON inserts the rows of its one parameter, a JSON array with one array per row
 // holding the approvalColumnCount column values in approvalColumns order (appendApprovalsJSON).
@@ -128,7 +129,7 @@ var insertApprovalsJSON = func() string {
 }()
 
 const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // approvalRow is a's column values in approvalColumns order.
 func (db *DB) approvalRow(a gate.Approval) ([]any, error) {
@@ -151,7 +152,7 @@ func (db *DB) appendApprovalRow(args []any, a gate.Approval) ([]any, error) {
 	return append(args, a.ID, a.SessionID, a.MessageID, a.ToolCallID, a.ParentToolCallID, a.ToolName,
 		a.ToolTitle, nullJSON(a.Arguments), nullJSON(a.EditedArguments), string(annotations),
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
-		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel), nil
+		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel, a.AskReason), nil
 }
 
 // approvalError turns a driver error of an approval insert into its apperr code.
@@ -283,7 +284,7 @@ func scanApproval(r scanner) (gate.Approval, error) {
 	)
 	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
 		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
-		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel); err != nil {
+		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel, &a.AskReason); err != nil {
 		return gate.Approval{}, err
 	}
 	a.DecidedVia = linkRef(viaID, viaLabel)

@@ -83,6 +83,7 @@ func (db *DB) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok 
 		viaID, viaLabel := linkColumns(a.DecidedVia)
 		text(viaID)
 		text(viaLabel)
+		text(a.AskReason)
 		buf[len(buf)-1] = ']' // the last value's comma
 	}
 	return append(buf, ']'), ok, nil

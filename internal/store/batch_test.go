@@ -263,7 +263,8 @@ func TestCreateApprovalsKeepsEveryTextByteForByte(t *testing.T) {
 			ToolName: "tool\twith\ttabs", ToolTitle: "Ti\u2028tle é 🙂 \x01\x1f", Arguments: []byte(`{ "cmd" : "echo \"a\\b\"\n", "n": 1.50 }`),
 			Annotations: tool.Annotations{ReadOnlyHint: &yes, OpenWorldHint: &no}, RequestedBy: "review_diff",
 			Status: gate.Approved, Automatic: true, DecidedBy: "policy", Reason: "line one\r\nline two </script>",
-			Scope: gate.Once, CreatedAt: created, DecidedAt: &decided, DerivedFrom: "parent-approval"}
+			Scope: gate.Once, CreatedAt: created, DecidedAt: &decided, DerivedFrom: "parent-approval",
+			AskReason: "server \"fs\" is not trusted\n é"}
 	}
 	plain := mk("a1")
 	bare := gate.Approval{ID: "a2", SessionID: "s1", MessageID: "m", ToolCallID: "c2", ToolName: "t", RequestedBy: "model",
@@ -402,7 +403,7 @@ func TestCreateApprovalsRoundTripsRandomTexts(t *testing.T) {
 			batch = append(batch, gate.Approval{ID: fmt.Sprintf("%d-%02d-%s", round, i, text()), SessionID: "s1", MessageID: text(),
 				ToolCallID: text(), ParentToolCallID: text(), ToolName: text(), ToolTitle: text(), RequestedBy: text(),
 				Status: gate.Approved, Automatic: r.IntN(2) == 0, DecidedBy: text(), Reason: text(), Scope: gate.Once,
-				DerivedFrom: text(), Arguments: args, CreatedAt: t0})
+				DerivedFrom: text(), AskReason: text(), Arguments: args, CreatedAt: t0})
 		}
 		if _, ok, err := many.appendApprovalsJSON(nil, batch); err != nil || !ok {
 			t.Fatalf("round %d does not go through JSON: %v %v", round, ok, err)

@@ -14,6 +14,12 @@ import (
 
 const sessionColumns = `id, title, model, workspace, state, active_tools, created_at`
 
+// selectSession reads sessionColumns and the session's pending approvals (through the partial
+// index approvals_pending: the literal 'pending' lets SQLite use it).
+const selectSession = `SELECT ` + sessionColumns + `,
+	(SELECT COUNT(*) FROM approvals a WHERE a.session_id = sessions.id AND a.status = 'pending')
+	FROM sessions`
+
 // CreateSession stores a new session. A zero CreatedAt is stored as db.Now() and an empty State as
 // agent.Idle; ActiveTools nil is stored as NULL (the registry's default), which is not the same as
 // an empty set. It returns apperr.Invalid for an empty id and apperr.Conflict when the id exists.
@@ -41,38 +47,43 @@ func (db *DB) CreateSession(ctx context.Context, s agent.Session) (err error) {
 	return err
 }
 
-// Session returns the session with the given id, or apperr.NotFound.
+// Session returns the session with the given id, or apperr.NotFound. Its PendingApprovals is
+// counted from the approvals, and a running session with one pending or more reads back as
+// agent.Waiting: its run is parked on a person (the stored state stays running).
 func (db *DB) Session(ctx context.Context, id string) (s agent.Session, err error) {
 	defer apperr.Wrap(&err, "store.Session(%s)", id)
 	s, err = scanSession(db.reads.QueryRowContext(ctx,
-		`SELECT `+sessionColumns+` FROM sessions WHERE id = ?`, id))
+		selectSession+` WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return agent.Session{}, apperr.Errorf(apperr.NotFound, "session %s not found", id)
 	}
 	return s, err
 }
 
-// Sessions lists every session, newest first (by CreatedAt; equal times newest stored first).
+// Sessions lists every session, newest first (by CreatedAt; equal times newest stored first),
+// each read as Session reads one.
 func (db *DB) Sessions(ctx context.Context) (_ []agent.Session, err error) {
 	defer apperr.Wrap(&err, "store.Sessions")
 	return db.querySessions(ctx,
-		`SELECT `+sessionColumns+` FROM sessions ORDER BY created_at DESC, rowid DESC`)
+		selectSession+` ORDER BY created_at DESC, rowid DESC`)
 }
 
-// SessionsInState lists the sessions whose state is st, newest first. At restart, the sessions
-// still marked agent.Running are the ones whose run the process lost (SPEC §8).
+// SessionsInState lists the sessions whose stored state is st, newest first. At restart, the
+// sessions still marked agent.Running are the ones whose run the process lost (SPEC §8); those
+// parked on an approval read back as agent.Waiting, as Session reads them.
 func (db *DB) SessionsInState(ctx context.Context, st agent.State) (_ []agent.Session, err error) {
 	defer apperr.Wrap(&err, "store.SessionsInState(%s)", st)
 	return db.querySessions(ctx,
-		`SELECT `+sessionColumns+` FROM sessions WHERE state = ? ORDER BY created_at DESC, rowid DESC`,
+		selectSession+` WHERE state = ? ORDER BY created_at DESC, rowid DESC`,
 		string(st))
 }
 
-// SetSessionState sets a session's run state; apperr.NotFound for an unknown id.
+// SetSessionState sets a session's run state, idle or running; apperr.NotFound for an unknown
+// id, apperr.Invalid for another state (waiting is read, never stored: see Session).
 func (db *DB) SetSessionState(ctx context.Context, id string, st agent.State) (err error) {
 	defer apperr.Wrap(&err, "store.SetSessionState(%s, %s)", id, st)
-	if st == "" {
-		return apperr.Errorf(apperr.Invalid, "a session state is required")
+	if st != agent.Idle && st != agent.Running {
+		return apperr.Errorf(apperr.Invalid, "a session's stored state is idle or running, not %q", st)
 	}
 	return db.updateSession(ctx, id, `UPDATE sessions SET state = ? WHERE id = ?`, string(st), id)
 }
@@ -236,10 +247,13 @@ func scanSession(r scanner) (agent.Session, error) {
 		state, at string
 		tools     sql.NullString
 	)
-	if err := r.Scan(&s.ID, &s.Title, &s.Model, &s.Workspace, &state, &tools, &at); err != nil {
+	if err := r.Scan(&s.ID, &s.Title, &s.Model, &s.Workspace, &state, &tools, &at, &s.PendingApprovals); err != nil {
 		return agent.Session{}, err
 	}
 	s.State = agent.State(state)
+	if s.State == agent.Running && s.PendingApprovals > 0 {
+		s.State = agent.Waiting
+	}
 	var err error
 	if s.CreatedAt, err = parseTime(at); err != nil {
 		return agent.Session{}, err

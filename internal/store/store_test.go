@@ -299,7 +299,8 @@ func approvals() []gate.Approval {
 	return []gate.Approval{
 		{ID: "a1", SessionID: "s1", MessageID: "m2", ToolCallID: "call_1", ToolName: "run_command",
 			ToolTitle: "Run a command", Arguments: json.RawMessage(`{"command": "rm -rf tmp"}`),
-			Annotations: tool.Annotations{}, RequestedBy: "model", Status: gate.Pending, CreatedAt: t0},
+			Annotations: tool.Annotations{}, RequestedBy: "model", Status: gate.Pending, CreatedAt: t0,
+			AskReason: "it is not marked read-only, and destructiveHint defaults to true"},
 		{ID: "a2", SessionID: "s1", MessageID: "m2", ToolCallID: "n1", ParentToolCallID: "call_2",
 			ToolName: "write_file", Arguments: json.RawMessage(`{"path":"a.txt","content":"x"}`),
 			EditedArguments: json.RawMessage(`{"path":"b.txt","content":"x"}`),
@@ -605,12 +606,15 @@ func TestReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertEqual(t, "Session", got, s)
+	// Stored running with a pending approval: it reads back as waiting, with the count.
+	want := s
+	want.State, want.PendingApprovals = agent.Waiting, 1
+	assertEqual(t, "Session", got, want)
 	running, err := db.SessionsInState(ctx, agent.Running)
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertEqual(t, "SessionsInState(running)", running, []agent.Session{s})
+	assertEqual(t, "SessionsInState(running)", running, []agent.Session{want})
 	gotEntries, err := db.Entries(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
@@ -721,6 +725,7 @@ func TestPendingLookupsUseThePartialIndex(t *testing.T) {
 	for _, q := range []string{
 		`SELECT ` + approvalColumns + ` FROM approvals WHERE session_id = 's' AND status = 'pending' ORDER BY created_at, rowid`,
 		`SELECT ` + approvalColumns + ` FROM approvals WHERE status = 'pending' ORDER BY created_at, rowid`,
+		selectSession + ` WHERE id = 's'`, // a session's pending count
 	} {
 		rows, err := db.read.QueryContext(ctx, `EXPLAIN QUERY PLAN `+q)
 		if err != nil {

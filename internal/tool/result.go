@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -57,9 +58,20 @@ type NestedCalls struct {
 	Complete bool         `json:"complete"`
 }
 
+// Interruption records that a call was executing when the server stopped (SPEC §8): it was never
+// run again, and the model reads "Interrupted by server restart" as its result. For the UI only.
+// StartedAt is when the call was let run (the decision on its approval, which its execution
+// follows at once); nil when it never was. At is when the next process recovered it: the
+// result's DurationMs is At − StartedAt, how long the call ran as far as the store can tell.
+type Interruption struct {
+	StartedAt *time.Time `json:"startedAt,omitempty"`
+	At        time.Time  `json:"at"`
+}
+
 // Result is a tool result (MCP 2025-11-25 §tools CallToolResult, plus pi's details). Content is
 // what the model reads; StructuredContent a JSON object for programs; Details UI-only data never
-// sent to the model. DurationMs, NestedCalls and ContractViolation are filled by the pipeline.
+// sent to the model. DurationMs, NestedCalls, ContractViolation and Interrupted are filled by the
+// pipeline.
 type Result struct {
 	Content           []Content          `json:"content"`
 	StructuredContent json.RawMessage    `json:"structuredContent,omitempty"`
@@ -68,6 +80,7 @@ type Result struct {
 	DurationMs        int64              `json:"durationMs"`
 	NestedCalls       *NestedCalls       `json:"nestedCalls,omitempty"`
 	ContractViolation *ContractViolation `json:"contractViolation,omitempty"`
+	Interrupted       *Interruption      `json:"interrupted,omitempty"`
 }
 
 // ErrorResult is "an error that has none" (SPEC §1 rule 2): isError with one text block.

@@ -128,6 +128,9 @@ type Tool struct {
 	Sequential bool `json:"-"`
 	// AlwaysAsk forces approval whatever the annotations say (untrusted MCP servers, SPEC §13).
 	AlwaysAsk bool `json:"-"`
+	// AskReason says why AlwaysAsk is set, as the prompt shows it after "asks because", e.g.
+	// "server files is not trusted".
+	AskReason string `json:"-"`
 	// InputCheck, when set, checks the arguments right after inputSchema (see InputCheckFunc).
 	InputCheck InputCheckFunc `json:"-"`
 	Execute    ExecuteFunc    `json:"-"`

@@ -97,7 +97,7 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 		row := templates.AuditRow{AskedAt: a.CreatedAt, DecidedAt: a.DecidedAt, ToolName: a.ToolName, ToolCallID: a.ToolCallID,
 			RequestedBy: a.RequestedBy, Status: string(a.Status), StatusWord: a.Status.Word(), DecidedBy: a.DecidedBy,
 			Automatic: a.Automatic, Edited: len(a.EditedArguments) > 0, Scope: string(a.Scope), Reason: a.Reason,
-			Arguments: prettyJSON(a.Arguments), EditedArguments: prettyJSON(a.EditedArguments),
+			AskReason: a.AskReason, Arguments: prettyJSON(a.Arguments), EditedArguments: prettyJSON(a.EditedArguments),
 			Outcome: outcome, OutcomeDetail: detail}
 		if row.RequestedBy != "model" && a.ParentToolCallID != "" {
 			row.RequestedBy += " · call " + a.ParentToolCallID

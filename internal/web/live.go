@@ -190,9 +190,13 @@ func (s *Server) resync(ctx context.Context, id string, who viewer) templ.Compon
 		s.log.Error("resync", "session", id, "err", err)
 		return nil
 	}
-	running := s.cfg.Runner.Busy(id)
-	return fragments(templates.Transcript(items), templates.RunState(running),
-		stopSlot(id, who, running))
+	return fragments(templates.Transcript(items), runState(sess, who))
+}
+
+// runState renders the session's run state (idle, running, waiting for approval) and Stop, as
+// the store reads them: the first render, every live update and a reload show the same.
+func runState(sess agent.Session, who viewer) templ.Component {
+	return fragments(templates.RunState(string(sess.State)), stopSlot(sess.ID, who, sess.State.Active()))
 }
 
 func stopSlot(id string, who viewer, running bool) templ.Component {
@@ -207,7 +211,8 @@ func stopSlot(id string, who viewer, running bool) templ.Component {
 // upserted whole into their parent's list.
 func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ.Component {
 	b := s.newBuilder(ev.SessionID, "", who)
-	if sess, err := s.cfg.Store.Session(ctx, ev.SessionID); err == nil {
+	sess, err := s.cfg.Store.Session(ctx, ev.SessionID)
+	if err == nil {
 		b.workspace = sess.Workspace
 	}
 	switch ev.Type {
@@ -248,8 +253,13 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		if ev.Type == agent.ToolExecutionUpdate && card.Result == nil {
 			card.Update, card.State = ev.Update, "running"
 		}
+		// A prompt opened or decided changes the run state (waiting for approval or not).
+		var state templ.Component
+		if err == nil && (ev.Type == agent.ApprovalRequested || ev.Type == agent.ApprovalResolved) {
+			state = runState(sess, who)
+		}
 		if ev.ParentToolCallID != "" {
-			return appendTo(cardID(ev.MessageID, ev.ParentToolCallID)+"-nested", templates.Card(card))
+			return fragments(appendTo(cardID(ev.MessageID, ev.ParentToolCallID)+"-nested", templates.Card(card)), state)
 		}
 		// Progress redraws only the body, so nothing else of the card moves while it runs.
 		if ev.Type == agent.ToolExecutionUpdate {
@@ -260,11 +270,10 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		// is new at approval_requested and gone after it, and its nested calls (whose prompts
 		// the card holds) start after its tool_execution_start and end before its
 		// tool_execution_end.
-		return appendTo(messageDOMID(ev.MessageID), templates.Card(card))
+		return fragments(appendTo(messageDOMID(ev.MessageID), templates.Card(card)), state)
 	case agent.SessionUpdated, agent.AgentEnd:
-		running := ev.Type == agent.SessionUpdated && ev.Session != nil && ev.Session.State == agent.Running
-		if ev.Type == agent.SessionUpdated {
-			running = s.cfg.Runner.Busy(ev.SessionID)
+		if err != nil {
+			return nil
 		}
 		var title, tools, grants templ.Component
 		if ev.Session != nil {
@@ -278,7 +287,7 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 				grants = templates.GrantsPanel(gv)
 			}
 		}
-		return fragments(templates.RunState(running), stopSlot(ev.SessionID, who, running), title, tools, grants)
+		return fragments(runState(sess, who), title, tools, grants)
 	}
 	return nil
 }

@@ -1,9 +1,12 @@
 package web
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 
 	"countersign/internal/agent"
@@ -45,12 +48,24 @@ func (s *Server) renderSessions(w http.ResponseWriter, r *http.Request, st int, 
 		return err
 	}
 	v := templates.SessionsView{Models: s.cfg.Models.Names(), Form: form, Error: formErr, Query: q}
+	// Sessions waiting for a person come first (issue 16), each group newest first as stored.
+	slices.SortStableFunc(sessions, func(a, b agent.Session) int {
+		return cmp.Compare(waitingRank(a), waitingRank(b))
+	})
 	for _, x := range sessions {
 		v.Sessions = append(v.Sessions, templates.SessionRow{ID: x.ID, Title: x.Title, Model: x.Model,
-			Workspace: x.Workspace, State: string(x.State), CreatedAt: x.CreatedAt})
+			Workspace: x.Workspace, State: string(x.State), Pending: x.PendingApprovals, CreatedAt: x.CreatedAt})
 	}
 	s.render(w, r, st, templates.Layout(templates.Page{Title: "Sessions", Owner: true}, templates.SessionsPage(v)))
 	return nil
+}
+
+// waitingRank sorts a session waiting for approval before the others.
+func waitingRank(s agent.Session) int {
+	if s.State == agent.Waiting {
+		return 0
+	}
+	return 1
 }
 
 // createSession handles the New-session form: 303 to the new session, or the form again with
@@ -165,23 +180,29 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID stri
 	notice := ""
 	if apperr.CodeOf(err) == apperr.Conflict {
 		// Another decision won (on another page, or while this one's live updates were cut):
-		// the form gives way to the final state, saying this decision was not applied. The
-		// JSON API answers 409.
+		// the form gives way to the final state, saying this decision was not applied, how the
+		// approval ended and who decided it. The JSON API answers 409.
 		won, rerr := s.cfg.Store.Approval(r.Context(), r.PathValue("aid"))
 		if rerr != nil || won.SessionID != sessionID {
 			return err
 		}
-		a, err, notice = won, nil, "Your decision was not applied: "+apperr.MessageOf(err)
+		a, err, notice = won, nil, "Your decision was not applied: already "+won.Outcome()
 	}
 	if err != nil {
 		return err
 	}
 	card := templates.CardView{DOMID: cardID(a.MessageID, a.ToolCallID), ToolCallID: a.ToolCallID}
 	av := approvalView(a, "")
-	av.Notice = notice
 	card.Approval = &av
+	// The notice goes beside the slot, not in it, and by id: the live update of the slot, which
+	// may arrive before this answer (the form is gone then) or after it, never takes it away.
+	var buf bytes.Buffer
+	if err := fragments(templates.ApprovalSlot(card), templates.DecisionNotice(card.DOMID, notice)).Render(r.Context(), &buf); err != nil {
+		return err
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	return templates.ApprovalSlot(card).Render(r.Context(), w)
+	_, err = w.Write(buf.Bytes())
+	return err
 }
 
 // setTools applies the Tools panel: the checked boxes become the session's active set

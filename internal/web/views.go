@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/a-h/templ"
 
@@ -50,7 +52,7 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 	}
 	v := templates.SessionView{
 		ID: sess.ID, Title: sess.Title, Model: sess.Model, Workspace: sess.Workspace,
-		Running: s.cfg.Runner.Busy(sess.ID), Items: items,
+		State: string(sess.State), Running: sess.State.Active(), Items: items,
 		LiveURL: "/sessions/" + sess.ID + "/live",
 	}
 	if who.owner {
@@ -184,6 +186,7 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	if res != nil {
 		c.Result = b.resultView(name, *res)
 		c.DurationMs = res.DurationMs
+		c.Interrupted = res.Interrupted != nil
 	}
 	// The call as it runs: an approved edit replaces the arguments asked for.
 	if appr != nil && len(appr.EditedArguments) > 0 {
@@ -200,7 +203,11 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	if res != nil && res.NestedCalls != nil {
 		truncated := false
 		for _, n := range res.NestedCalls.Calls {
-			c.Nested = append(c.Nested, b.nestedCard(messageID, toolCallID, n))
+			nc := b.nestedCard(messageID, toolCallID, n)
+			if c.Interrupted && n.Status == "unfinished" {
+				nc.State = "interrupted"
+			}
+			c.Nested = append(c.Nested, nc)
 			truncated = truncated || n.Truncated
 		}
 		// Calls left out, not only cut short (those say so in their own cards).
@@ -257,10 +264,15 @@ func (b *builder) nestedCard(messageID, parentID string, n tool.NestedCall) temp
 // approvalView is a as this builder's viewer sees it: with the decision form's address and the
 // buttons their rights allow while it is pending.
 func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
-	if a.Status != gate.Pending || b.who.decidePrefix == "" {
+	if a.Status != gate.Pending {
 		return approvalView(a, "")
 	}
-	av := approvalView(a, b.who.decidePrefix+a.ID+"/decision")
+	av := approvalView(a, "")
+	av.Deadline = b.s.cfg.Runner.ApprovalDeadline(a)
+	if b.who.decidePrefix == "" {
+		return av
+	}
+	av.DecideURL = b.who.decidePrefix + a.ID + "/decision"
 	av.CanEdit, av.CanRemember = b.who.decider.Rights.Edit, b.who.decider.Rights.Remember
 	if av.CanEdit {
 		if r, ok := b.s.renderers[a.ToolName]; ok && r.Call != nil {
@@ -326,6 +338,8 @@ func cardID(messageID, toolCallID string) string {
 func cardState(res *tool.Result, a *gate.Approval, running, runActive bool) string {
 	if res != nil {
 		switch {
+		case res.Interrupted != nil:
+			return "interrupted"
 		case res.ContractViolation != nil:
 			return "violation"
 		case !res.IsError:
@@ -374,7 +388,7 @@ func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
 		Reason: a.Reason, Scope: string(a.Scope), Automatic: a.Automatic, Edited: len(a.EditedArguments) > 0,
 		RequestedBy: a.RequestedBy, ParentToolCallID: a.ParentToolCallID, ToolName: a.ToolName,
 		ToolTitle: a.ToolTitle, Hints: a.Annotations.Effective(), ArgumentsJSON: prettyJSON(a.Arguments),
-		DecideURL: decideURL,
+		DecideURL: decideURL, AskReason: a.AskReason,
 	}
 }
 
@@ -382,6 +396,10 @@ func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
 func (b *builder) resultView(name string, r tool.Result) *templates.ResultView {
 	v := &templates.ResultView{IsError: r.IsError, Text: r.TextOf(), StructuredJSON: prettyJSON(r.StructuredContent)}
 	v.Head, v.Lines = head(v.Text, collapseLines)
+	if r.Interrupted != nil {
+		v.Interrupted = interruptedText(name, *r.Interrupted)
+		return v
+	}
 	if cv := r.ContractViolation; cv != nil {
 		orig := tool.Result{Content: cv.Content}
 		images := 0
@@ -440,7 +458,7 @@ func (s *Server) toolsView(sess agent.Session, ignored []string) templates.Tools
 		}
 		groups[g].Tools = append(groups[g].Tools, templates.ToolRow{Name: t.Name, Title: t.Title, Description: t.Description,
 			Exposure: string(t.Exposure), Active: slices.Contains(active, t.Name), Hints: t.Annotations.Effective(),
-			Asks: t.AlwaysAsk || gate.NeedsApproval(t.Annotations)})
+			Asks: gate.AskReason(t) != ""})
 	}
 	v.Groups = groups
 	return v
@@ -466,6 +484,31 @@ func outcomeText(a gate.Approval) string {
 		b.WriteString(": " + a.Reason)
 	}
 	return b.String()
+}
+
+// interruptedText says what happened to a call a server restart interrupted (SPEC §8), and how
+// long it ran: from its start to the restart, as the store can tell.
+func interruptedText(name string, in tool.Interruption) string {
+	if in.StartedAt == nil {
+		return "The server restarted before " + name + "'s result was recorded; it was not run after the restart."
+	}
+	return fmt.Sprintf("The server restarted while %s was running; it was not re-run. It ran for %s (from its start to the restart).",
+		name, humanDuration(in.At.Sub(*in.StartedAt)))
+}
+
+// humanDuration is d as people read it: "850 ms", "4.2 s", "3 min 20 s", "2 h 5 min".
+func humanDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0 ms"
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%d min %d s", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%d h %d min", int(d.Hours()), int(d.Minutes())%60)
 }
 
 // collapseLines is how many lines of a long output a card shows before "show all".

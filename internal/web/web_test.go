@@ -512,7 +512,9 @@ func TestADecisionFormThatLosesShowsTheFinalState(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("the losing form = %d %s, want 200 with the final state", res.StatusCode, page)
 	}
-	for _, want := range []string{"Your decision was not applied: This approval was already resolved (approved).", "approval-outcome"} {
+	for _, want := range []string{"Your decision was not applied: already approved by owner", "approval-outcome",
+		// Beside the slot, by id, so a live update of the slot does not take it away.
+		`hx-swap-oob="afterend:#`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the answer does not contain %q:\n%s", want, page)
 		}

@@ -57,7 +57,7 @@ func Layout(p Page, body templ.Component) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, " · Countersign</title><link rel=\"icon\" href=\"/static/favicon.svg\" type=\"image/svg+xml\"><link rel=\"stylesheet\" href=\"/static/app.css\"><link rel=\"stylesheet\" href=\"/static/chroma.css\"><script src=\"/static/vendor/htmx.min.js\" defer></script><script src=\"/static/vendor/htmx-ext-ws.min.js\" defer></script><script src=\"/static/app.js\" defer></script><script src=\"/static/follow.js\" defer></script><script src=\"/static/editor.js\" defer></script><script src=\"/static/manage.js\" defer></script><script src=\"/static/localtime.js\" defer></script></head><body><header class=\"topbar\"><a class=\"brand\" href=\"/\">Countersign</a> ")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, " · Countersign</title><link rel=\"icon\" href=\"/static/favicon.svg\" type=\"image/svg+xml\"><link rel=\"stylesheet\" href=\"/static/app.css\"><link rel=\"stylesheet\" href=\"/static/chroma.css\"><script src=\"/static/vendor/htmx.min.js\" defer></script><script src=\"/static/vendor/htmx-ext-ws.min.js\" defer></script><script src=\"/static/app.js\" defer></script><script src=\"/static/follow.js\" defer></script><script src=\"/static/editor.js\" defer></script><script src=\"/static/manage.js\" defer></script><script src=\"/static/localtime.js\" defer></script><script src=\"/static/countdown.js\" defer></script><script src=\"/static/notices.js\" defer></script></head><body><header class=\"topbar\"><a class=\"brand\" href=\"/\">Countersign</a> ")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -112,7 +112,7 @@ func ErrorPage(status int, message string) templ.Component {
 		var templ_7745c5c3_Var5 string
 		templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(message)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/layout.templ`, Line: 45, Col: 15}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/layout.templ`, Line: 47, Col: 15}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var5))
 		if templ_7745c5c3_Err != nil {

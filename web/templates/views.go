@@ -33,17 +33,30 @@ type NewSessionForm struct {
 	Title, Model, Workspace string
 }
 
-// SessionRow is one session in the list.
+// SessionRow is one session in the list. State is idle, running or waiting (for approval);
+// Pending counts its pending approvals.
 type SessionRow struct {
 	ID, Title, Model, Workspace, State string
+	Pending                            int
 	CreatedAt                          time.Time
+}
+
+// RunStateWord is a session's run state as the header and the list say it.
+func RunStateWord(state string) string {
+	if state == "waiting" {
+		return "waiting for approval"
+	}
+	return state
 }
 
 // SessionView is the session page.
 type SessionView struct {
 	ID, Title, Model, Workspace string
-	Running                     bool
-	Items                       []MessageView
+	// State is the run state: idle, running, or waiting (for approval: the run is parked on a
+	// person); Running is true for the last two (Stop is offered).
+	State   string
+	Running bool
+	Items   []MessageView
 	// CanSend: the viewer may send messages and stop runs (the owner).
 	CanSend bool
 	// LiveURL is the WebSocket path of the page's live updates.
@@ -99,6 +112,9 @@ type CardView struct {
 	Nested   []CardView
 	// NestedIncomplete is set when the stored nestedCalls record was cut (SPEC §4).
 	NestedIncomplete bool
+	// Interrupted: a server restart interrupted the call; its nested calls were rebuilt from
+	// the audit, without their results.
+	Interrupted bool
 	// DurationMs is the call's duration once it ended.
 	DurationMs int64
 	// Truncated is set on a nested call whose record entry was cut (arguments or result text,
@@ -129,8 +145,12 @@ type ApprovalView struct {
 	// CanEdit, CanRemember: the decider may edit the arguments (the Edit button), approve for
 	// the session (the "Approve for session" button).
 	CanEdit, CanRemember bool
-	// Notice, when set, tells the viewer their own decision was not applied (another won).
-	Notice string
+	// AskReason says why the call waits for a person, after "asks because" (stored with the
+	// approval: "server files is not trusted").
+	AskReason string
+	// Deadline is when a pending approval times out (its createdAt plus the server's approval
+	// timeout); zero once it is resolved.
+	Deadline time.Time
 	// PreviewURL, when set, is where the Edit form posts the edited arguments to see the call
 	// as they would run it (its tool's call view: a diff, the exact command); "" for tools
 	// shown as plain JSON.
@@ -153,6 +173,10 @@ type ResultView struct {
 	Lines          int
 	StructuredJSON string
 	Violation      *ViolationView
+	// Interrupted, when set, is what the page says of a call a server restart interrupted
+	// ("The server restarted while run_command was running; it was not re-run …"), shown
+	// instead of Text, which is what the model was told.
+	Interrupted string
 }
 
 // ViolationView is a contract violation (SPEC §1 rule 3): the violations and what the tool
@@ -232,7 +256,9 @@ type AuditRow struct {
 	Status, StatusWord, DecidedBy     string
 	Automatic, Edited                 bool
 	Scope, Reason                     string
-	Arguments, EditedArguments        string
+	// AskReason is why the call waited for a person ("server files is not trusted").
+	AskReason                  string
+	Arguments, EditedArguments string
 	// Outcome is what became of the call: ok, error, not run, violation, pending, running or
 	// unknown; OutcomeDetail the first line of its error text, if any.
 	Outcome, OutcomeDetail string

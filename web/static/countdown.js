@@ -1,0 +1,37 @@
+// Countdowns of pending approvals (issue 16, item 3): each <time data-countdown> says "times out
+// in 14:52" and ticks down. The server renders it with data-remaining-ms, measured on its own
+// clock, so the deadline is anchored to this page's monotonic clock when the element first
+// appears (a browser with a wrong clock still counts right). At 0 it says "timing out…" until the
+// server's approval_resolved replaces the prompt. No rendering happens here: only the text of a
+// server-rendered element changes.
+(function () {
+  "use strict";
+
+  function text(ms) {
+    if (ms <= 0) return "timing out…";
+    var secs = Math.ceil(ms / 1000);
+    var h = Math.floor(secs / 3600), m = Math.floor(secs / 60) % 60, s = secs % 60;
+    var ss = (s < 10 ? "0" : "") + s;
+    if (h > 0) return "times out in " + h + ":" + (m < 10 ? "0" : "") + m + ":" + ss;
+    return "times out in " + m + ":" + ss;
+  }
+
+  function tick() {
+    var now = performance.now();
+    document.querySelectorAll("time[data-countdown]").forEach(function (el) {
+      if (el._deadline === undefined) {
+        var left = Number(el.getAttribute("data-remaining-ms"));
+        if (!isFinite(left)) left = Date.parse(el.getAttribute("datetime")) - Date.now();
+        el._deadline = now + left;
+      }
+      var t = text(el._deadline - now);
+      if (el.textContent !== t) el.textContent = t;
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", tick);
+  // Prompts arrive live and with responses: start them at once, not at the next second.
+  document.addEventListener("htmx:wsAfterMessage", tick);
+  document.addEventListener("htmx:afterSettle", tick);
+  setInterval(tick, 1000);
+})();

@@ -100,6 +100,13 @@ func startProc(t *testing.T, args ...string) (*proc, *bufio.Reader) {
 	t.Helper()
 	cmd := exec.Command(serverBinary(t), args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	return startCmd(t, cmd)
+}
+
+// startCmd starts cmd, a server command with its environment and attributes set, as startProc
+// does.
+func startCmd(t *testing.T, cmd *exec.Cmd) (*proc, *bufio.Reader) {
+	t.Helper()
 	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
@@ -132,6 +139,12 @@ func startProc(t *testing.T, args ...string) (*proc, *bufio.Reader) {
 func startServing(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p, out := startProc(t, args...)
+	return awaitLogin(t, p, out)
+}
+
+// awaitLogin waits for a started server's login line on out and notes its address.
+func awaitLogin(t *testing.T, p *proc, out *bufio.Reader) *proc {
+	t.Helper()
 	line, err := out.ReadString('\n')
 	go io.Copy(io.Discard, out)
 	if err != nil {

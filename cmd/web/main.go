@@ -37,6 +37,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == tools.CodemodeWorkerArg {
 		os.Exit(tools.ServeCodemodeWorker(os.Stdin, os.Stdout))
 	}
+	// Before anything else: processes of this user (tool commands, MCP servers) must not read
+	// the owner token and API keys from /proc/<pid>/environ (harden_linux.go).
+	if err := dropDumpable(); err != nil {
+		fmt.Fprintln(os.Stderr, "countersign: warning: cannot mark the process non-dumpable; processes of this user can read its environment:", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {

@@ -163,6 +163,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer unlock()
+	// Files an earlier version left readable by others become owner-only before SQLite opens the
+	// database, so the -wal and -shm it makes follow the database's mode.
+	if err := tightenPermissions(log, cfg.db); err != nil {
+		return err
+	}
 	// Listen before serving, so a busy port fails at once.
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

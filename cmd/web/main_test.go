@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -18,12 +19,18 @@ import (
 // server starts run() on a free port and returns the login URL it printed.
 func startServer(t *testing.T, args []string, env map[string]string) (loginURL string) {
 	t.Helper()
+	return startServerLogging(t, args, env, io.Discard)
+}
+
+// startServerLogging is startServer with the server's log written to stderr.
+func startServerLogging(t *testing.T, args []string, env map[string]string, stderr io.Writer) (loginURL string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	base := []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "db", "cs.db"), "-workspace", t.TempDir()}
 	go func() {
-		done <- run(ctx, append(base, args...), func(k string) string { return env[k] }, pw, io.Discard)
+		done <- run(ctx, append(base, args...), func(k string) string { return env[k] }, pw, stderr)
 		pw.Close()
 	}()
 	t.Cleanup(func() {
@@ -189,6 +196,64 @@ func TestDatabaseFilesAreCreatedOwnerOnly(t *testing.T) {
 		if got := fi.Mode().Perm(); got != 0o600 {
 			t.Errorf("%s has mode %v, want -rw-------", filepath.Base(f), got)
 		}
+	}
+}
+
+// Files an earlier version left readable by others (0644) are made owner-only at start, one
+// warning line each, before SQLite opens the database: the -wal and -shm it makes then are 0600
+// too (issue 15).
+func TestStartTightensDatabaseFilesLeftReadable(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		existing []string // suffixes of the database's path made 0644 before the start
+	}{
+		{"all of them", []string{"", "-wal", "-shm", ".share-key", ".lock"}},
+		{"the database only", []string{""}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, err := filepath.EvalSymlinks(t.TempDir()) // the log names real paths
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := filepath.Join(dir, "data", "cs.db")
+			if err := os.MkdirAll(filepath.Dir(db), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, suffix := range tt.existing {
+				var b []byte
+				if suffix == ".share-key" {
+					b = []byte(strings.Repeat("k", 32))
+				}
+				if err := os.WriteFile(db+suffix, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(db+suffix, 0o644); err != nil { // whatever the umask
+					t.Fatal(err)
+				}
+			}
+			var log syncBuffer
+			startServerLogging(t, []string{"-db", db, "-token", testToken}, nil, &log)
+			// While it serves, so the -wal and -shm are there.
+			for _, suffix := range []string{"", "-wal", "-shm", ".share-key", ".lock"} {
+				fi, err := os.Stat(db + suffix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := fi.Mode().Perm(); got != 0o600 {
+					t.Errorf("%s has mode %v, want -rw-------", filepath.Base(db+suffix), got)
+				}
+			}
+			logged := log.String()
+			for _, suffix := range tt.existing {
+				want := fmt.Sprintf("tightened permissions of %s from 0644 to 0600", db+suffix)
+				if n := strings.Count(logged, want); n != 1 {
+					t.Errorf("the log says %q %d times, want once:\n%s", want, n, logged)
+				}
+			}
+			if n, want := strings.Count(logged, "tightened permissions"), len(tt.existing); n != want {
+				t.Errorf("%d lines say they tightened permissions, want %d:\n%s", n, want, logged)
+			}
+		})
 	}
 }
 

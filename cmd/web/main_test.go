@@ -57,7 +57,7 @@ func startServerLogging(t *testing.T, args []string, env map[string]string, stde
 }
 
 func TestLoginLineHealthzAndOwnerOnly(t *testing.T) {
-	const s3cret = "s3cret-s3cret-s3cret-s3cret-s3cret"
+	const s3cret = "s3cret-owner-token-s3cret-s3cret-x"
 	login := startServer(t, []string{"-token", s3cret}, nil)
 	base := strings.SplitN(login, "/login", 2)[0]
 	if !strings.HasSuffix(login, "/login?token="+s3cret) {
@@ -130,8 +130,8 @@ func TestScriptsFolderAppearsInNewSessionForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Set by environment variable; the flag would win.
-	login := startServer(t, nil, map[string]string{"COUNTERSIGN_SCRIPTS": dir, "COUNTERSIGN_TOKEN": "envtoken-envtoken-envtoken-envtoken"})
-	if !strings.HasSuffix(login, "token=envtoken-envtoken-envtoken-envtoken") {
+	login := startServer(t, nil, map[string]string{"COUNTERSIGN_SCRIPTS": dir, "COUNTERSIGN_TOKEN": "envtoken-from-the-environment-0123"})
+	if !strings.HasSuffix(login, "token=envtoken-from-the-environment-0123") {
 		t.Fatalf("COUNTERSIGN_TOKEN ignored: %s", login)
 	}
 	jar, _ := cookiejar.New(nil)
@@ -181,6 +181,57 @@ func TestFlagsWinOverEnvironment(t *testing.T) {
 		if _, err := parseConfig(bad, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("parseConfig(%q) accepted bad input", bad)
 		}
+	}
+}
+
+// An owner token must be hard to guess and print as it is: at least 32 characters, at least 8
+// distinct ones, no whitespace, control or invisible characters. The refusal names the rule.
+func TestWeakOwnerTokensAreRefused(t *testing.T) {
+	for _, tt := range []struct{ name, token, want string }{
+		{"40 spaces", strings.Repeat(" ", 40), "holds whitespace or an invisible or control character (U+0020 at character 1)"},
+		{"a space inside", "an-owner-token-of-forty characters-xyzw", "(U+0020 at character 24)"},
+		{"a tab at the end", "an-owner-token-of-forty-characters-xyzw\t", "(U+0009 at character 40)"},
+		{"a newline", "an-owner-token-of-forty\ncharacters-xyzw", "(U+000A at character 24)"},
+		{"a NUL", "an-owner-token-of-forty\x00characters-xyzw", "(U+0000 at character 24)"},
+		{"a zero-width space", "an-owner-token-of-forty\u200bcharacters-xyzw", "(U+200B at character 24)"},
+		{"one character repeated", strings.Repeat("a", 40), "uses only 1 distinct characters; an owner token needs at least 8"},
+		{"seven distinct characters", strings.Repeat("abcdefg", 6), "uses only 7 distinct characters; an owner token needs at least 8"},
+		{"31 characters", "short-token-of-31-characters-xx", "is 31 characters; an owner token needs at least 32"},
+		{"32 bytes, 16 characters", strings.Repeat("éà", 8), "is 16 characters; an owner token needs at least 32"},
+		{"not UTF-8", "an-owner-token-of-forty-characters-\xff\xfe\xfd\xfc", "is not valid UTF-8"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, from := range []struct {
+				args []string
+				env  map[string]string
+			}{{[]string{"-token", tt.token}, nil}, {nil, map[string]string{"COUNTERSIGN_TOKEN": tt.token}}} {
+				_, err := parseConfig(from.args, func(k string) string { return from.env[k] }, io.Discard)
+				if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "-token (COUNTERSIGN_TOKEN)") ||
+					!strings.Contains(err.Error(), "leave it unset for a random one") {
+					t.Errorf("%q (args %q): err %v, want one that names -token and says %q", tt.token, from.args, err, tt.want)
+				}
+			}
+		})
+	}
+	for _, ok := range []string{testToken, "eight-distinct-abcdefgh" + strings.Repeat("h", 9), "Ünïcödé-owner-tökén-of-32-chars!"} {
+		if _, err := parseConfig([]string{"-token", ok}, func(string) string { return "" }, io.Discard); err != nil {
+			t.Errorf("-token %q refused: %v", ok, err)
+		}
+	}
+}
+
+// A -token flag is visible to every user in ps: the server says so at start, and not when the
+// token comes from COUNTERSIGN_TOKEN.
+func TestTokenFlagIsWarnedAbout(t *testing.T) {
+	const warning = "prefer the COUNTERSIGN_TOKEN environment variable"
+	var flagged, env syncBuffer
+	startServerLogging(t, []string{"-token", testToken}, nil, &flagged)
+	startServerLogging(t, nil, map[string]string{"COUNTERSIGN_TOKEN": testToken}, &env)
+	if !strings.Contains(flagged.String(), warning) {
+		t.Errorf("with -token the log lacks %q:\n%s", warning, flagged.String())
+	}
+	if strings.Contains(env.String(), warning) {
+		t.Errorf("with COUNTERSIGN_TOKEN the log warns about -token:\n%s", env.String())
 	}
 }
 

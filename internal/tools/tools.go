@@ -10,6 +10,7 @@ package tools
 import (
 	"encoding/json"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"countersign/internal/tool"
@@ -94,6 +95,11 @@ type CodemodeConfig struct {
 	// script starts (RLIMIT_AS); the script's heap may grow by half of it before the script is
 	// stopped. Default DefaultCodemodeMemoryLimit.
 	MemoryLimit int64
+	// MaxWorkers caps the workers alive at once across every codemode call of the tools Builtin
+	// returns (the server's), since MemoryLimit bounds each one: a call beyond the cap waits for
+	// a slot before its worker starts (ctx still ends it; the wait does not count against the
+	// time limit) and says so in a progress update. Default max(2, runtime.NumCPU()).
+	MaxWorkers int
 }
 
 // withDefaults fills the zero fields of c with the defaults.
@@ -121,6 +127,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Codemode.MemoryLimit <= 0 {
 		c.Codemode.MemoryLimit = DefaultCodemodeMemoryLimit
+	}
+	if c.Codemode.MaxWorkers <= 0 {
+		c.Codemode.MaxWorkers = max(2, runtime.NumCPU())
 	}
 	return c
 }

@@ -100,6 +100,13 @@ func startProc(t *testing.T, args ...string) (*proc, *bufio.Reader) {
 	t.Helper()
 	cmd := exec.Command(serverBinary(t), args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	return startCmd(t, cmd)
+}
+
+// startCmd starts cmd, a server command with its environment and attributes set, as startProc
+// does.
+func startCmd(t *testing.T, cmd *exec.Cmd) (*proc, *bufio.Reader) {
+	t.Helper()
 	p := &proc{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
@@ -132,6 +139,12 @@ func startProc(t *testing.T, args ...string) (*proc, *bufio.Reader) {
 func startServing(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p, out := startProc(t, args...)
+	return awaitLogin(t, p, out)
+}
+
+// awaitLogin waits for a started server's login line on out and notes its address.
+func awaitLogin(t *testing.T, p *proc, out *bufio.Reader) *proc {
+	t.Helper()
 	line, err := out.ReadString('\n')
 	go io.Copy(io.Discard, out)
 	if err != nil {
@@ -282,7 +295,11 @@ func TestSecondServerOnOneDatabaseExitsAndChangesNothing(t *testing.T) {
 		t.Errorf("the second start exited 0; stderr:\n%s", second.stderr.String())
 	}
 	msg := second.stderr.String()
-	want := fmt.Sprintf("another Countersign server is using %s (lock %s.lock held by pid %d)", f.db, f.db, first.cmd.Process.Pid)
+	real, err := filepath.EvalSymlinks(f.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("another Countersign server is using %s (lock %s.lock held by pid %d)", f.db, real, first.cmd.Process.Pid)
 	if !strings.Contains(msg, want) {
 		t.Errorf("the second start said %q, want it to contain %q", msg, want)
 	}
@@ -295,6 +312,76 @@ func TestSecondServerOnOneDatabaseExitsAndChangesNothing(t *testing.T) {
 	}
 
 	// The first server still works: the call finishes and the run ends with its result.
+	if err := os.WriteFile(filepath.Join(f.workspace, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the run to end with the command's output", func() bool {
+		b := first.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id, nil, nil)
+		return bytes.Contains(b, []byte("All done: ran-after-release")) && bytes.Contains(b, []byte(`"state": "idle"`))
+	})
+	if b := first.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id, nil, nil); bytes.Contains(b, []byte("Interrupted by server restart")) {
+		t.Errorf("the transcript has an interruption: %s", b)
+	}
+}
+
+// The lock holds whatever name the database is given (issue 15 item 4): a second start through
+// a symlink to the database, or through a hard link to it, exits non-zero with the clear message
+// having changed nothing: the first server's transcript and approvals are unchanged (no
+// "Interrupted by server restart" in its live run), and the links' folder holds only the link.
+func TestSecondServerThroughALinkExitsAndChangesNothing(t *testing.T) {
+	f := newServerFiles(t)
+	first := startServing(t, f.args("127.0.0.1:0")...)
+	id := startExecutingCall(t, first, f)
+	transcript := first.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id, nil, nil)
+	approvals := first.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id+"/approvals", nil, nil)
+	real, err := filepath.EvalSymlinks(f.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, link := range []struct {
+		name string
+		make func(oldname, newname string) error
+		want string // in the second start's message, after "another Countersign server is using LINK"
+	}{
+		{"a symlink", os.Symlink, fmt.Sprintf(" (lock %s.lock held by pid %d)", real, first.cmd.Process.Pid)},
+		{"a hard link", os.Link, " (its database file is locked by another process"},
+	} {
+		t.Run(link.name, func(t *testing.T) {
+			other := t.TempDir()
+			name := filepath.Join(other, "x.db")
+			if err := link.make(f.db, name); err != nil {
+				t.Fatal(err)
+			}
+			// A free port, so only the lock can stop it; the last -db wins.
+			second, _ := startProc(t, append(f.args("127.0.0.1:0"), "-db", name)...)
+			if code := second.waitExit(t); code == 0 {
+				t.Errorf("the second start exited 0; stderr:\n%s", second.stderr.String())
+			}
+			if msg, want := second.stderr.String(), "another Countersign server is using "+name+link.want; !strings.Contains(msg, want) {
+				t.Errorf("the second start said %q, want it to contain %q", msg, want)
+			}
+			entries, err := os.ReadDir(other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(entries) != 1 {
+				var names []string
+				for _, e := range entries {
+					names = append(names, e.Name())
+				}
+				t.Errorf("the links' folder holds %q, want only x.db", names)
+			}
+			if got := first.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id, nil, nil); !bytes.Equal(got, transcript) {
+				t.Errorf("the first server's session changed:\nbefore %s\nafter  %s", transcript, got)
+			}
+			if got := first.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id+"/approvals", nil, nil); !bytes.Equal(got, approvals) {
+				t.Errorf("the first server's approvals changed:\nbefore %s\nafter  %s", approvals, got)
+			}
+		})
+	}
+
+	// The first server carries on: the call finishes with its own result, and only that one.
 	if err := os.WriteFile(filepath.Join(f.workspace, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"countersign/internal/agent"
@@ -38,6 +39,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == tools.CodemodeWorkerArg {
 		os.Exit(tools.ServeCodemodeWorker(os.Stdin, os.Stdout))
 	}
+	// Before anything else: processes of this user (tool commands, MCP servers) must not read
+	// the owner token and API keys from /proc/<pid>/environ (harden_linux.go).
+	if err := dropDumpable(); err != nil {
+		fmt.Fprintln(os.Stderr, "countersign: warning: cannot mark the process non-dumpable; processes of this user can read its environment:", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
@@ -56,6 +62,7 @@ type config struct {
 	workspace       string
 	scripts         string
 	token           string
+	tokenFlag       bool // the token came from -token, which every user sees in ps
 	approvalTimeout time.Duration
 	mcpConfig       string
 	fauxDelay       time.Duration
@@ -66,9 +73,38 @@ type config struct {
 	passEnv []string
 }
 
-// minTokenLen is the shortest owner token the server accepts: the token is the only secret
-// between the network and a shell in the workspace, so it must not be guessable.
-const minTokenLen = 32
+// Owner tokens the server accepts: the token is the only secret between the network and a shell
+// in the workspace, so it must not be guessable. minTokenLen is the fewest characters, and
+// minTokenDistinct the fewest distinct characters (32 times "a" is 32 characters long).
+const (
+	minTokenLen      = 32
+	minTokenDistinct = 8
+)
+
+// checkToken refuses an owner token that is weak or cannot be typed and printed as it is: fewer
+// than minTokenLen characters, fewer than minTokenDistinct distinct ones, not UTF-8, or holding
+// whitespace, a control character or an invisible formatting character (Unicode Cf: zero-width
+// and bidi marks). The error names the rule and how to get a random token.
+func checkToken(token string) error {
+	const flag, random = "-token (COUNTERSIGN_TOKEN)", "(leave it unset for a random one)"
+	if !utf8.ValidString(token) {
+		return fmt.Errorf("%s is not valid UTF-8 %s", flag, random)
+	}
+	distinct := map[rune]bool{}
+	for i, r := range []rune(token) {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return fmt.Errorf("%s holds whitespace or an invisible or control character (%U at character %d); an owner token is printable characters only %s", flag, r, i+1, random)
+		}
+		distinct[r] = true
+	}
+	if n := utf8.RuneCountInString(token); n < minTokenLen {
+		return fmt.Errorf("%s is %d characters; an owner token needs at least %d %s", flag, n, minTokenLen, random)
+	}
+	if len(distinct) < minTokenDistinct {
+		return fmt.Errorf("%s uses only %d distinct characters; an owner token needs at least %d %s", flag, len(distinct), minTokenDistinct, random)
+	}
+	return nil
+}
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	var c config
@@ -106,6 +142,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	fs.Visit(func(f *flag.Flag) { c.tokenFlag = c.tokenFlag || f.Name == "token" })
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
@@ -131,8 +168,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	case c.token == "":
 		// Two rand.Text() are 52 base32 characters, 260 random bits (one is only 26).
 		c.token = rand.Text() + rand.Text()
-	case utf8.RuneCountInString(c.token) < minTokenLen:
-		return c, fmt.Errorf("-token (COUNTERSIGN_TOKEN) is %d characters; an owner token needs at least %d (leave it unset for a random one)", utf8.RuneCountInString(c.token), minTokenLen)
+	default:
+		if err := checkToken(c.token); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
 }
@@ -152,6 +191,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if cfg.tokenFlag {
+		log.Warn("the owner token was given with -token, which every user of this machine can read in the process list (ps); prefer the COUNTERSIGN_TOKEN environment variable")
+	}
 
 	// One server per database: the lock comes before anything touches the database, the
 	// listener before recovery, so a second start (same database, or a busy port) fails having
@@ -161,6 +203,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer unlock()
+	// Files an earlier version left readable by others become owner-only before SQLite opens the
+	// database, so the -wal and -shm it makes follow the database's mode.
+	if err := tightenPermissions(log, cfg.db); err != nil {
+		return err
+	}
 	// Listen before serving, so a busy port fails at once.
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {

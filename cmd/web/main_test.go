@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -18,12 +19,18 @@ import (
 // server starts run() on a free port and returns the login URL it printed.
 func startServer(t *testing.T, args []string, env map[string]string) (loginURL string) {
 	t.Helper()
+	return startServerLogging(t, args, env, io.Discard)
+}
+
+// startServerLogging is startServer with the server's log written to stderr.
+func startServerLogging(t *testing.T, args []string, env map[string]string, stderr io.Writer) (loginURL string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	base := []string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "db", "cs.db"), "-workspace", t.TempDir()}
 	go func() {
-		done <- run(ctx, append(base, args...), func(k string) string { return env[k] }, pw, io.Discard)
+		done <- run(ctx, append(base, args...), func(k string) string { return env[k] }, pw, stderr)
 		pw.Close()
 	}()
 	t.Cleanup(func() {
@@ -50,7 +57,7 @@ func startServer(t *testing.T, args []string, env map[string]string) (loginURL s
 }
 
 func TestLoginLineHealthzAndOwnerOnly(t *testing.T) {
-	const s3cret = "s3cret-s3cret-s3cret-s3cret-s3cret"
+	const s3cret = "s3cret-owner-token-s3cret-s3cret-x"
 	login := startServer(t, []string{"-token", s3cret}, nil)
 	base := strings.SplitN(login, "/login", 2)[0]
 	if !strings.HasSuffix(login, "/login?token="+s3cret) {
@@ -123,8 +130,8 @@ func TestScriptsFolderAppearsInNewSessionForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Set by environment variable; the flag would win.
-	login := startServer(t, nil, map[string]string{"COUNTERSIGN_SCRIPTS": dir, "COUNTERSIGN_TOKEN": "envtoken-envtoken-envtoken-envtoken"})
-	if !strings.HasSuffix(login, "token=envtoken-envtoken-envtoken-envtoken") {
+	login := startServer(t, nil, map[string]string{"COUNTERSIGN_SCRIPTS": dir, "COUNTERSIGN_TOKEN": "envtoken-from-the-environment-0123"})
+	if !strings.HasSuffix(login, "token=envtoken-from-the-environment-0123") {
 		t.Fatalf("COUNTERSIGN_TOKEN ignored: %s", login)
 	}
 	jar, _ := cookiejar.New(nil)
@@ -177,6 +184,57 @@ func TestFlagsWinOverEnvironment(t *testing.T) {
 	}
 }
 
+// An owner token must be hard to guess and print as it is: at least 32 characters, at least 8
+// distinct ones, no whitespace, control or invisible characters. The refusal names the rule.
+func TestWeakOwnerTokensAreRefused(t *testing.T) {
+	for _, tt := range []struct{ name, token, want string }{
+		{"40 spaces", strings.Repeat(" ", 40), "holds whitespace or an invisible or control character (U+0020 at character 1)"},
+		{"a space inside", "an-owner-token-of-forty characters-xyzw", "(U+0020 at character 24)"},
+		{"a tab at the end", "an-owner-token-of-forty-characters-xyzw\t", "(U+0009 at character 40)"},
+		{"a newline", "an-owner-token-of-forty\ncharacters-xyzw", "(U+000A at character 24)"},
+		{"a NUL", "an-owner-token-of-forty\x00characters-xyzw", "(U+0000 at character 24)"},
+		{"a zero-width space", "an-owner-token-of-forty\u200bcharacters-xyzw", "(U+200B at character 24)"},
+		{"one character repeated", strings.Repeat("a", 40), "uses only 1 distinct characters; an owner token needs at least 8"},
+		{"seven distinct characters", strings.Repeat("abcdefg", 6), "uses only 7 distinct characters; an owner token needs at least 8"},
+		{"31 characters", "short-token-of-31-characters-xx", "is 31 characters; an owner token needs at least 32"},
+		{"32 bytes, 16 characters", strings.Repeat("éà", 8), "is 16 characters; an owner token needs at least 32"},
+		{"not UTF-8", "an-owner-token-of-forty-characters-\xff\xfe\xfd\xfc", "is not valid UTF-8"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, from := range []struct {
+				args []string
+				env  map[string]string
+			}{{[]string{"-token", tt.token}, nil}, {nil, map[string]string{"COUNTERSIGN_TOKEN": tt.token}}} {
+				_, err := parseConfig(from.args, func(k string) string { return from.env[k] }, io.Discard)
+				if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "-token (COUNTERSIGN_TOKEN)") ||
+					!strings.Contains(err.Error(), "leave it unset for a random one") {
+					t.Errorf("%q (args %q): err %v, want one that names -token and says %q", tt.token, from.args, err, tt.want)
+				}
+			}
+		})
+	}
+	for _, ok := range []string{testToken, "eight-distinct-abcdefgh" + strings.Repeat("h", 9), "Ünïcödé-owner-tökén-of-32-chars!"} {
+		if _, err := parseConfig([]string{"-token", ok}, func(string) string { return "" }, io.Discard); err != nil {
+			t.Errorf("-token %q refused: %v", ok, err)
+		}
+	}
+}
+
+// A -token flag is visible to every user in ps: the server says so at start, and not when the
+// token comes from COUNTERSIGN_TOKEN.
+func TestTokenFlagIsWarnedAbout(t *testing.T) {
+	const warning = "prefer the COUNTERSIGN_TOKEN environment variable"
+	var flagged, env syncBuffer
+	startServerLogging(t, []string{"-token", testToken}, nil, &flagged)
+	startServerLogging(t, nil, map[string]string{"COUNTERSIGN_TOKEN": testToken}, &env)
+	if !strings.Contains(flagged.String(), warning) {
+		t.Errorf("with -token the log lacks %q:\n%s", warning, flagged.String())
+	}
+	if strings.Contains(env.String(), warning) {
+		t.Errorf("with COUNTERSIGN_TOKEN the log warns about -token:\n%s", env.String())
+	}
+}
+
 // The database, its share key and its lock file are created owner-only (issue 15).
 func TestDatabaseFilesAreCreatedOwnerOnly(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "data", "cs.db")
@@ -189,6 +247,64 @@ func TestDatabaseFilesAreCreatedOwnerOnly(t *testing.T) {
 		if got := fi.Mode().Perm(); got != 0o600 {
 			t.Errorf("%s has mode %v, want -rw-------", filepath.Base(f), got)
 		}
+	}
+}
+
+// Files an earlier version left readable by others (0644) are made owner-only at start, one
+// warning line each, before SQLite opens the database: the -wal and -shm it makes then are 0600
+// too (issue 15).
+func TestStartTightensDatabaseFilesLeftReadable(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		existing []string // suffixes of the database's path made 0644 before the start
+	}{
+		{"all of them", []string{"", "-wal", "-shm", ".share-key", ".lock"}},
+		{"the database only", []string{""}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, err := filepath.EvalSymlinks(t.TempDir()) // the log names real paths
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := filepath.Join(dir, "data", "cs.db")
+			if err := os.MkdirAll(filepath.Dir(db), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, suffix := range tt.existing {
+				var b []byte
+				if suffix == ".share-key" {
+					b = []byte(strings.Repeat("k", 32))
+				}
+				if err := os.WriteFile(db+suffix, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(db+suffix, 0o644); err != nil { // whatever the umask
+					t.Fatal(err)
+				}
+			}
+			var log syncBuffer
+			startServerLogging(t, []string{"-db", db, "-token", testToken}, nil, &log)
+			// While it serves, so the -wal and -shm are there.
+			for _, suffix := range []string{"", "-wal", "-shm", ".share-key", ".lock"} {
+				fi, err := os.Stat(db + suffix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := fi.Mode().Perm(); got != 0o600 {
+					t.Errorf("%s has mode %v, want -rw-------", filepath.Base(db+suffix), got)
+				}
+			}
+			logged := log.String()
+			for _, suffix := range tt.existing {
+				want := fmt.Sprintf("tightened permissions of %s from 0644 to 0600", db+suffix)
+				if n := strings.Count(logged, want); n != 1 {
+					t.Errorf("the log says %q %d times, want once:\n%s", want, n, logged)
+				}
+			}
+			if n, want := strings.Count(logged, "tightened permissions"), len(tt.existing); n != want {
+				t.Errorf("%d lines say they tightened permissions, want %d:\n%s", n, want, logged)
+			}
+		})
 	}
 }
 

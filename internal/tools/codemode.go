@@ -127,6 +127,8 @@ const codemodeOutput = `{
 // readOnly and closed world because the sandbox itself touches nothing: every call it makes goes
 // through ExecuteTool, so the gate sees, and may prompt for, each one.
 func codemodeTool(cfg Config) *tool.Tool {
+	// One slot per worker that may be alive, shared by every call of this tool (the server's).
+	slots := make(chan struct{}, cfg.Codemode.MaxWorkers)
 	return &tool.Tool{
 		Name:  "codemode",
 		Title: "Code mode",
@@ -154,7 +156,7 @@ func codemodeTool(cfg Config) *tool.Tool {
 			if err := decode(arguments, &in); err != nil {
 				return tool.Result{}, err
 			}
-			return runCodemode(ctx, cfg, in.Code, emitter(onUpdate), tc), nil
+			return runCodemode(ctx, cfg, slots, in.Code, emitter(onUpdate), tc), nil
 		},
 	}
 }
@@ -169,6 +171,7 @@ func codemodeTool(cfg Config) *tool.Tool {
 type codemodeRun struct {
 	ctx        context.Context
 	cfg        Config
+	slots      chan struct{} // CodemodeConfig.MaxWorkers: one held while this run's worker lives
 	tc         tool.Context
 	onUpdate   func(tool.Update)
 	maxMessage int // protocol line cap
@@ -207,12 +210,13 @@ const (
 // runCodemode runs code as the body of an async function in a fresh worker (SPEC §4 "Codemode")
 // and returns codemode's result: success with the return value, or isError with the same
 // structuredContent when the script threw, was stopped by the time limit, the memory limit or
-// ctx, awaited something that can never happen, or the worker failed. It returns only after the
-// worker is reaped and every nested call it started has ended.
-func runCodemode(ctx context.Context, cfg Config, code string, onUpdate func(tool.Update), tc tool.Context) tool.Result {
+// ctx (also while it waited for one of slots), awaited something that can never happen, or the
+// worker failed. It returns only after the worker is reaped and every nested call it started has
+// ended.
+func runCodemode(ctx context.Context, cfg Config, slots chan struct{}, code string, onUpdate func(tool.Update), tc tool.Context) tool.Result {
 	start := time.Now()
 	r := &codemodeRun{
-		ctx: ctx, cfg: cfg, tc: tc, onUpdate: onUpdate, maxMessage: codemodeMessageCap(cfg.OutputCap),
+		ctx: ctx, cfg: cfg, slots: slots, tc: tc, onUpdate: onUpdate, maxMessage: codemodeMessageCap(cfg.OutputCap),
 		outbox: make(chan []byte), sent: make(chan struct{}), done: make(chan struct{}),
 	}
 	r.callCtx, r.cancelCalls = context.WithCancelCause(ctx)
@@ -272,6 +276,11 @@ func (r *codemodeRun) run(code string) (result json.RawMessage, resultHead strin
 	if err != nil {
 		return nil, "", fmt.Errorf("Script failed: %v", err)
 	}
+	release, err := r.acquireSlot()
+	if err != nil {
+		return nil, "", err
+	}
+	defer release() // after w.stop (deferred below) has reaped the worker
 	w, err := startWorker(r.cfg.Codemode.Command, r.maxMessage)
 	if err != nil {
 		return nil, "", fmt.Errorf("Script failed: the interpreter cannot start: %v", err)
@@ -361,6 +370,27 @@ func (r *codemodeRun) run(code string) (result json.RawMessage, resultHead strin
 			running, since = true, time.Now()
 			timer.Reset(max(budget-used, 0))
 		}
+	}
+}
+
+// acquireSlot takes one of the server's worker slots (CodemodeConfig.MaxWorkers), waiting for
+// one when all are taken: it says so first through onUpdate ("waiting for a codemode slot
+// (N running)"), and gives up when ctx ends, with the same error as a stop while running. The
+// wait comes before the worker starts, so it does not count against the time limit. release
+// gives the slot back.
+func (r *codemodeRun) acquireSlot() (release func(), err error) {
+	release = func() { <-r.slots }
+	select {
+	case r.slots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	r.onUpdate(tool.Update{Message: fmt.Sprintf("waiting for a codemode slot (%d running)", len(r.slots))})
+	select {
+	case r.slots <- struct{}{}:
+		return release, nil
+	case <-r.ctx.Done():
+		return nil, errors.New("Script stopped: " + context.Cause(r.ctx).Error())
 	}
 }
 

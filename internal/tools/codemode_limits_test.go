@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -178,5 +180,197 @@ func TestCodemodeMemoryIsBounded(t *testing.T) {
 			}
 			assertNoWorkers(t)
 		})
+	}
+}
+
+// TestCodemodeWorkersAreCappedServerWide: with a cap of 2, four codemode calls of one server
+// (one tool) at once never have more than 2 workers alive: two run, two wait for a slot and say
+// so, and all four finish once the first ones do. A fifth call stopped while it waits for a slot
+// ends at once, having started no worker.
+func TestCodemodeWorkersAreCappedServerWide(t *testing.T) {
+	const workers = 2
+	cm := mustTools(t, Config{CodemodeTimeout: time.Minute, Codemode: CodemodeConfig{MaxWorkers: workers}})["codemode"]
+
+	var (
+		mu   sync.Mutex
+		peak int // the most workers seen alive, by the sampler and by each nested call
+	)
+	see := func() {
+		n := len(CodemodeWorkers(t))
+		mu.Lock()
+		peak = max(peak, n)
+		mu.Unlock()
+	}
+	release := make(chan struct{})
+	fake := &nestedFake{handle: func(ctx context.Context, name string, args json.RawMessage) tool.Result {
+		see() // this call's worker is alive, waiting for this outcome
+		select {
+		case <-release:
+			return tool.Result{Content: []tool.Content{tool.Text("released")}}
+		case <-ctx.Done():
+			return tool.ErrorResult("%s", context.Cause(ctx))
+		}
+	}}
+
+	// waiting records which calls said they wait for a slot.
+	var waiting sync.Map
+	type answer struct {
+		n   int
+		res tool.Result
+		err error
+	}
+	answers := make(chan answer, 5)
+	start := func(ctx context.Context, n int) {
+		raw, _ := json.Marshal(map[string]string{"code": fmt.Sprintf("await tools.hold({}); return %d", n)})
+		onUpdate := func(u tool.Update) {
+			if strings.HasPrefix(u.Message, "waiting for a codemode slot") {
+				waiting.Store(n, u.Message)
+			}
+		}
+		go func() {
+			res, err := cm.Execute(ctx, raw, onUpdate, fake)
+			answers <- answer{n, res, err}
+		}()
+	}
+	waiters := func() map[int]string {
+		out := map[int]string{}
+		waiting.Range(func(k, v any) bool { out[k.(int)] = v.(string); return true })
+		return out
+	}
+	awaitCond := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (nested calls %d, waiting %v, workers %v)", what, len(fake.calls()), waiters(), CodemodeWorkers(t))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	for n := 1; n <= 4; n++ {
+		start(context.Background(), n)
+	}
+	awaitCond("two scripts running and two waiting for a slot", func() bool { return len(fake.calls()) == workers && len(waiters()) == 4-workers })
+	for n, msg := range waiters() {
+		if want := "waiting for a codemode slot (2 running)"; msg != want {
+			t.Errorf("call %d said %q, want %q", n, msg, want)
+		}
+	}
+	see()
+
+	// Stop ends a call that waits for a slot at once.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	start(ctx, 5)
+	awaitCond("the fifth call to wait for a slot", func() bool { _, ok := waiting.Load(5); return ok })
+	stopped := time.Now()
+	cancel(errors.New("Run stopped by owner"))
+	select {
+	case a := <-answers:
+		if d := time.Since(stopped); d > time.Second {
+			t.Errorf("Stop took %s to end a call waiting for a slot", d)
+		}
+		var out CodemodeOutput
+		if a.err != nil || json.Unmarshal(a.res.StructuredContent, &out) != nil {
+			t.Fatalf("call %d: %v, structuredContent %s", a.n, a.err, a.res.StructuredContent)
+		}
+		if a.n != 5 || !a.res.IsError || out.Error != "Script stopped: Run stopped by owner" || len(out.Calls) != 0 {
+			t.Errorf("call %d answered isError %v, error %q, calls %+v; want call 5 stopped, with no calls", a.n, a.res.IsError, out.Error, out.Calls)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not end the call waiting for a slot")
+	}
+
+	// A sampler watches the workers while the four finish.
+	sampled := make(chan struct{})
+	quit := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(2 * time.Millisecond):
+				see()
+			}
+		}
+	}()
+	close(release)
+	got := map[int]bool{}
+	for range 4 {
+		select {
+		case a := <-answers:
+			if a.err != nil || a.res.IsError {
+				t.Errorf("call %d: %v, isError %v: %s", a.n, a.err, a.res.IsError, a.res.TextOf())
+			}
+			var out CodemodeOutput
+			if err := json.Unmarshal(a.res.StructuredContent, &out); err != nil || string(out.Result) != fmt.Sprint(a.n) {
+				t.Errorf("call %d returned %s (%v), want %d", a.n, out.Result, err, a.n)
+			}
+			got[a.n] = true
+		case <-time.After(time.Minute):
+			t.Fatalf("only calls %v finished", got)
+		}
+	}
+	close(quit)
+	<-sampled
+	if peak > workers {
+		t.Errorf("%d workers were alive at once, want at most %d", peak, workers)
+	}
+	if len(fake.calls()) != 4 {
+		t.Errorf("%d nested calls, want 4 (one per script that ran)", len(fake.calls()))
+	}
+	assertNoWorkers(t)
+}
+
+// TestCodemodeWaitForASlotIsNotScriptTime: a call that waits for a slot longer than its time
+// limit still runs its script once it gets one: the wait is not script time.
+func TestCodemodeWaitForASlotIsNotScriptTime(t *testing.T) {
+	const limit = 300 * time.Millisecond
+	cm := mustTools(t, Config{CodemodeTimeout: limit, Codemode: CodemodeConfig{MaxWorkers: 1}})["codemode"]
+	release := make(chan struct{})
+	fake := &nestedFake{handle: func(ctx context.Context, name string, args json.RawMessage) tool.Result {
+		<-release // the holder waits here, which is not script time either
+		return tool.Result{Content: []tool.Content{tool.Text("released")}}
+	}}
+	run := func(code string, onUpdate func(tool.Update)) <-chan tool.Result {
+		raw, _ := json.Marshal(map[string]string{"code": code})
+		c := make(chan tool.Result, 1)
+		go func() {
+			res, err := cm.Execute(context.Background(), raw, onUpdate, fake)
+			if err != nil {
+				res = tool.ErrorResult("Go error: %v", err)
+			}
+			c <- res
+		}()
+		return c
+	}
+	holder := run("await tools.hold({}); return 'holder'", nil)
+	for len(fake.calls()) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	waits := make(chan struct{}, 1)
+	waiter := run("return 'waiter'", func(u tool.Update) {
+		if strings.HasPrefix(u.Message, "waiting for a codemode slot") {
+			waits <- struct{}{}
+		}
+	})
+	select {
+	case <-waits:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second call did not wait for the slot")
+	}
+	time.Sleep(2 * limit) // the wait outlasts the time limit
+	close(release)
+	for name, c := range map[string]<-chan tool.Result{"holder": holder, "waiter": waiter} {
+		select {
+		case res := <-c:
+			if res.IsError || !strings.HasPrefix(res.TextOf(), "Result: \""+name+"\"") {
+				t.Errorf("%s: isError %v: %s", name, res.IsError, res.TextOf())
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%s did not finish", name)
+		}
 	}
 }

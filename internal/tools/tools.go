@@ -94,7 +94,18 @@ type CodemodeConfig struct {
 	// script starts (RLIMIT_AS); the script's heap may grow by half of it before the script is
 	// stopped. Default DefaultCodemodeMemoryLimit.
 	MemoryLimit int64
+	// MaxWorkers caps the workers alive at once across every codemode call of the tools Builtin
+	// returns (the server's), since MemoryLimit bounds each one: a call beyond the cap waits for
+	// a slot before its worker starts (ctx still ends it; the wait does not count against the
+	// time limit) and says so in a progress update. Default DefaultCodemodeWorkers.
+	MaxWorkers int
 }
+
+// DefaultCodemodeWorkers is the default cap on live codemode workers: 8, so at most about 4 GiB
+// of scripts' address space (8 × DefaultCodemodeMemoryLimit). Not the number of CPUs: a worker
+// whose script waits for a person's approval holds its slot, and two such waits on a 2-CPU
+// machine would hold up every other session's codemode (found in review).
+const DefaultCodemodeWorkers = 8
 
 // withDefaults fills the zero fields of c with the defaults.
 func (c Config) withDefaults() Config {
@@ -121,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Codemode.MemoryLimit <= 0 {
 		c.Codemode.MemoryLimit = DefaultCodemodeMemoryLimit
+	}
+	if c.Codemode.MaxWorkers <= 0 {
+		c.Codemode.MaxWorkers = DefaultCodemodeWorkers
 	}
 	return c
 }

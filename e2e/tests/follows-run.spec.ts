@@ -119,7 +119,8 @@ test('item 2, the page follows the run: at 390 px opening Edit keeps Approve vis
   await expect.poll(() => uncovered(approve)).toBe(true);
 
   await group.getByRole('button', { name: 'Edit', exact: true }).click();
-  await expect(group.getByRole('textbox', { name: 'Arguments', exact: true }).or(group.getByRole('textbox', { name: 'Content', exact: true }))).toBeVisible();
+  await expect(group.getByRole('textbox', { name: 'Content', exact: true })).toBeVisible();
+  await expect(group.getByRole('textbox', { name: 'Arguments', exact: true })).toBeVisible();
   await expect(approve).toBeInViewport();
   await expect.poll(() => uncovered(approve)).toBe(true);
   // Opening Edit is not activity of the run.

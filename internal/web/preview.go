@@ -9,7 +9,6 @@ import (
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
-	"countersign/internal/share"
 	"countersign/web/templates"
 )
 
@@ -30,18 +29,11 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request) error {
 
 // reviewerPreview is an approver's preview, for a link with the right to edit (403 otherwise).
 func (s *Server) reviewerPreview(w http.ResponseWriter, r *http.Request) error {
-	l, err := s.link(r)
+	sessionID, by, err := s.approver(r)
 	if err != nil {
 		return err
 	}
-	who := s.reviewerOf(r, l)
-	if l.Role != share.Approver {
-		return apperr.Errorf(apperr.NotFound, "Not found")
-	}
-	if who.decider.Name == "" {
-		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
-	}
-	return s.previewAs(w, r, l.SessionID, who.decider)
+	return s.previewAs(w, r, sessionID, by)
 }
 
 // previewAs answers the approval's call view for the edited arguments, checked as an approval

@@ -221,18 +221,29 @@ func (s *Server) reviewerLive(w http.ResponseWriter, r *http.Request) error {
 // reviewerDecide is an approver's decision, recorded with their name and the link, within the
 // link's rights (403 for an edit or "Approve for session" the link was not created with).
 func (s *Server) reviewerDecide(w http.ResponseWriter, r *http.Request) error {
-	l, err := s.link(r)
+	sessionID, by, err := s.approver(r)
 	if err != nil {
 		return err
 	}
-	who := s.reviewerOf(r, l)
+	return s.decideAs(w, r, sessionID, by)
+}
+
+// approver is the approver behind the request's share link, as a decider (their name, the
+// link, its rights), and the link's session. Errors: apperr.NotFound for an unknown, revoked,
+// expired or viewer link; apperr.Unauthorized before the reviewer gave a name.
+func (s *Server) approver(r *http.Request) (sessionID string, by gate.Decider, err error) {
+	l, err := s.link(r)
+	if err != nil {
+		return "", gate.Decider{}, err
+	}
 	if l.Role != share.Approver {
-		return apperr.Errorf(apperr.NotFound, "Not found")
+		return "", gate.Decider{}, apperr.Errorf(apperr.NotFound, "Not found")
 	}
+	who := s.reviewerOf(r, l)
 	if who.decider.Name == "" {
-		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
+		return "", gate.Decider{}, apperr.Errorf(apperr.Unauthorized, "Give your name first")
 	}
-	return s.decideAs(w, r, l.SessionID, who.decider)
+	return l.SessionID, who.decider, nil
 }
 
 // sharesView is the owner's share panel for a session; formErr, when set, is the create form's

@@ -1,0 +1,113 @@
+package gate
+
+import (
+	"encoding/json"
+	"time"
+
+	"countersign/internal/tool"
+)
+
+// Rules and modes (SPEC §14): the shared vocabulary of the rules engine (which compiles rules and
+// matches calls against them) and of the call pipeline (which asks the engine once per call,
+// after the tool_call handlers and before the session's mode and the annotation default).
+
+// Effect is what a rule does to a call it matches.
+type Effect string
+
+// The effects, from the most restrictive: when several rules match, deny beats ask beats allow,
+// whatever their scopes.
+const (
+	Deny  Effect = "deny"
+	Ask   Effect = "ask"
+	Allow Effect = "allow"
+)
+
+// RuleScope is how far a rule reaches.
+type RuleScope string
+
+// The scopes.
+const (
+	ScopeSession   RuleScope = "session"   // one session (RuleCall.SessionID)
+	ScopeWorkspace RuleScope = "workspace" // every session on one workspace folder
+	ScopeServer    RuleScope = "server"    // every session of the server
+)
+
+// RuleSource is where a rule came from.
+type RuleSource string
+
+// The sources.
+const (
+	SourcePrompt     RuleSource = "prompt"      // "Always allow…" or "Approve for session" on a prompt
+	SourceAPI        RuleSource = "api"         // POST /api/rules
+	SourcePolicyFile RuleSource = "policy-file" // the -policy file: read-only, kept in memory
+)
+
+// Mode is a session's mode (SPEC §14).
+type Mode string
+
+// The modes. There is no mode that skips every prompt.
+const (
+	ModeDefault     Mode = "default"      // rules, then the annotation default
+	ModePlan        Mode = "plan"         // read-only: a call not marked readOnlyHint is denied
+	ModeAcceptEdits Mode = "accept-edits" // file tools writing inside the workspace are allowed
+)
+
+// Rule is a rule as stored and listed: its text form is Tool with Specifier in parentheses
+// ("run_command(git diff:*)", "write_file(docs/**)", "github__create_issue(repo=acme/*)",
+// "read_file", "files__*"), plus an optional CEL condition When over args, tool, annotations,
+// parent and session.
+type Rule struct {
+	ID        string     `json:"id"`
+	Effect    Effect     `json:"effect"`
+	Tool      string     `json:"tool"`                // a tool name or a glob of names ("files__*", "*")
+	Specifier string     `json:"specifier,omitempty"` // what stands in the parentheses, "" for none
+	When      string     `json:"when,omitempty"`      // a CEL expression, "" for none
+	Scope     RuleScope  `json:"scope"`
+	SessionID string     `json:"sessionId,omitempty"` // ScopeSession: the session
+	Workspace string     `json:"workspace,omitempty"` // ScopeWorkspace: the workspace folder
+	Source    RuleSource `json:"source"`
+	CreatedBy string     `json:"createdBy"` // the owner, a reviewer's name, or the policy file
+	// CreatedVia is the share link a reviewer made it through (canRemember); nil otherwise.
+	CreatedVia *LinkRef   `json:"createdVia,omitempty"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
+	Note       string     `json:"note,omitempty"`
+	Hits       int64      `json:"hits"`
+	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	// Pos is where a policy file's rule stands ("file:line:col"), for its errors; "" otherwise.
+	Pos string `json:"-"`
+}
+
+// ReadOnly reports whether r cannot be deleted from the Rules page or the API (the policy
+// file's rules).
+func (r Rule) ReadOnly() bool { return r.Source == SourcePolicyFile }
+
+// RuleCall is what rules see of a call (SPEC §14 `when` variables): the tool's name, its
+// validated arguments, its effective annotations, the parent tool's name for a nested call ("" for
+// a model-issued one), and the session.
+type RuleCall struct {
+	Tool        string
+	Arguments   json.RawMessage
+	Annotations tool.Annotations
+	Parent      string
+	SessionID   string
+	Workspace   string
+	Mode        Mode
+}
+
+// RuleDecision is what the rules decided for a call: the zero value when no rule matched (the
+// mode and the annotation default decide then). Rule is the rule that decided (for a command
+// allowed by several allow rules, the first); Reason says why in words, e.g. "rule
+// run_command(rm:*) denies rm -rf /" or "the `when` of rule X exceeded its cost limit, so the
+// call asks".
+type RuleDecision struct {
+	Effect Effect
+	Rule   *Rule
+	Reason string
+}
+
+// RuleEvaluator decides calls by rules. Implementations are safe for concurrent use; Evaluate
+// never fails: a rule it cannot evaluate makes the call ask (fail closed), with the reason.
+type RuleEvaluator interface {
+	Evaluate(c RuleCall) RuleDecision
+}

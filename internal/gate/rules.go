@@ -111,3 +111,16 @@ type RuleDecision struct {
 type RuleEvaluator interface {
 	Evaluate(c RuleCall) RuleDecision
 }
+
+// RuleCompiler compiles rules (the policy file's and the stored ones) into one evaluator, once,
+// when they are loaded or change; package internal/rules provides the real one (rules.Compile).
+// An error names the first rule that does not compile ("rule <text>: <reason>"); a stored rule
+// that no longer compiles must not stop the others from applying, so implementations skip it
+// and report it in the error while still returning a usable evaluator.
+type RuleCompiler func(rules []Rule) (RuleEvaluator, error)
+
+// RuleSuggester proposes the narrowest rule that covers a call, for "Always allow…" (SPEC §14:
+// run_command(<first words of the first simple command>:*), write_file(<folder>/**), or the tool
+// with its exact arguments as key=value). Effect is Allow; Scope, Source and CreatedBy are left
+// for the caller.
+type RuleSuggester func(c RuleCall) Rule

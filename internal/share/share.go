@@ -249,8 +249,10 @@ const MaxName = 60
 //   - it holds a character other than letters, combining marks, digits, spaces and . - ' _ @
 //     (so a name cannot carry text the pages use around names, such as "(link: …)");
 //   - it is, or looks like, one of the names the audit uses for the owner and for automatic
-//     decisions (gate.ReservedNames): compared by lookAlike, so "OWNER", "оwner" (Cyrillic о),
-//     "0wner", "öwner" and "ᴏᴡɴᴇʀ" are all refused and no reviewer can pass as the owner or a rule.
+//     decisions (gate.ReservedNames): compared by reservedKey, so "OWNER", "оwner" (Cyrillic о),
+//     "0wner", "öwner", "ᴏᴡɴᴇʀ", "owner." and "o w n e r" are all refused and no reviewer can pass
+//     as the owner or a rule ("the owner" and "Owner 2" are names of their own: the audit shows
+//     every reviewer with their link).
 func NormalizeName(raw string) (string, error) {
 	s := stripInvisible(strings.ToValidUTF8(raw, "\uFFFD"))
 	// Again after NFKC: a compatibility form may decompose to an ignorable code point (U+3164
@@ -265,9 +267,9 @@ func NormalizeName(raw string) (string, error) {
 			return "", apperr.Errorf(apperr.Invalid, "A name may hold letters, digits, spaces and . - ' _ @ only, not %q.", r)
 		}
 	}
-	key := lookAlike(s)
+	key := reservedKey(s)
 	for _, reserved := range gate.ReservedNames() {
-		if key == lookAlike(reserved) {
+		if key == reservedKey(reserved) {
 			return "", apperr.Errorf(apperr.Invalid, "%q is or looks like %q, a name the audit uses for the owner or for automatic decisions; give your own name.", s, reserved)
 		}
 	}
@@ -289,6 +291,21 @@ func lookAlike(s string) string {
 		return unicode.ToLower(r)
 	}, norm.NFD.String(s))
 	return strings.ToLower(confusables.Skeleton(s))
+}
+
+// reservedKey is what a name is compared by against the reserved names: its lookAlike with only
+// letters and digits kept ("owner.", "o w n e r" and "owner_" are "owner") and l taken for i
+// ("pol1cy" and "policy" meet: the skeleton already takes 1 and I for l).
+func reservedKey(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == 'l':
+			return 'i'
+		case unicode.IsLetter(r), unicode.IsDigit(r):
+			return r
+		}
+		return -1
+	}, lookAlike(s))
 }
 
 // smallCapitals maps the Latin small capital letters (IPA and Phonetic Extensions, Latin

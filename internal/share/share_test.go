@@ -20,6 +20,8 @@ func TestNormalizeNameRefusesLookAlikesOfReservedNames(t *testing.T) {
 		// Look-alikes (found by a reviewer): Cyrillic о, small capitals, a zero, an accent, a
 		// Cyrillic а and і in other reserved names.
 		"\u043ewner", "ᴏᴡɴᴇʀ", "0wner", "öwner", "ÓWNER", "p\u043elicy", "session gr\u0430nt", "t\u0456meout",
+		// Punctuation and spaces around or inside, and a digit for a letter (a second review).
+		"owner.", "owner_", "owner-", "o w n e r", "pol1cy", "-owner-", "sys.tem", "time-out",
 	}
 	for _, reserved := range gate.ReservedNames() {
 		refused = append(refused, reserved, strings.ToUpper(reserved), "\u202a"+reserved+"\u202c")

@@ -510,3 +510,24 @@ func BenchmarkCodemodeNestedCall(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/call")
 }
+
+// TestCodemodeErrorsNameNoGoInternals: an error thrown by a tool function and left uncaught shows
+// the script's own frames, and native frames without the server's Go symbols (a second review
+// saw "at countersign/internal/tools.(*toolsObject).Get.(*jsRun).toolFunc.func1 (native)").
+func TestCodemodeErrorsNameNoGoInternals(t *testing.T) {
+	fake := &nestedFake{handle: cannedTools}
+	res, _ := runJS(t, context.Background(), Config{}, fake, `
+	  for (let i = 0; i < `+fmt.Sprint(MaxCodemodeCalls+1)+`; i++) { await tools.plain() }`, nil)
+	text := res.TextOf()
+	if !res.IsError || !strings.Contains(text, "Call limit reached") {
+		t.Fatalf("want the call limit's error, got isError=%v:\n%.500s", res.IsError, text)
+	}
+	for _, internal := range []string{"countersign/", "(*", "func1", "internal/tools"} {
+		if strings.Contains(text, internal) {
+			t.Errorf("the error shows Go internals (%q):\n%.800s", internal, text)
+		}
+	}
+	if !strings.Contains(text, "(native)") {
+		t.Errorf("the native frame is gone altogether, want it named without Go symbols:\n%.800s", text)
+	}
+}

@@ -422,6 +422,11 @@ func (r *jsRun) describeException(ex *goja.Exception) string {
 	return text
 }
 
+// goFrames matches a stack frame of a Go function goja names by its Go symbol
+// ("at countersign/internal/tools.(*toolsObject).Get.(*jsRun).toolFunc.func1 (native)"): a
+// script's reader gets "at tools function (native)" instead of the server's internals.
+var goFrames = regexp.MustCompile(`at [^\s()]*[/*][^\s]* \(native\)`)
+
 // describe is a thrown or rejected value as text: an Error's stack ("Error: boom\n\tat …"), else
 // its string form. It may run script code (a toString), so it runs under the time limit; a
 // toString that throws gives a stand-in text, an interrupt the error.
@@ -431,7 +436,7 @@ func (r *jsRun) describe(v goja.Value) (string, error) {
 		return r.protect(func() {
 			if o, ok := v.(*goja.Object); ok && r.vm.InstanceOf(o, r.errorCtor) {
 				if st := o.Get("stack"); st != nil && !goja.IsUndefined(st) {
-					text = strings.TrimRight(st.String(), "\n")
+					text = goFrames.ReplaceAllString(strings.TrimRight(st.String(), "\n"), "at tools function (native)")
 					return
 				}
 			}

@@ -211,11 +211,15 @@ test('item 7, sessions and account: the Tools panel filter hides tools by name a
   await expect(page.getByRole('group', { name: 'Tools', exact: true }).getByRole('checkbox', { name: 'run_command', exact: true })).toBeVisible();
 });
 
-test('item 9, small ones: the share form keeps what was typed after a validation error', async ({ page }) => {
+test('item 9, small ones: the share form keeps what was typed after a validation error, offers rights to approver links only, and shows link ids', async ({ page }) => {
   await login(page);
   await newSession(page, unique('share form'), 'faux:demo');
   const panel = page.locator('#shares-panel');
+  // Rights belong to approver links: off for a viewer link, on once the role is approver.
+  await expect(panel.getByRole('checkbox', { name: 'Can edit arguments', exact: true })).toBeDisabled();
+  await expect(panel.getByRole('checkbox', { name: 'Can remember', exact: true })).toBeDisabled();
   await panel.getByRole('combobox', { name: 'Role', exact: true }).selectOption('approver');
+  await expect(panel.getByRole('checkbox', { name: 'Can remember', exact: true })).toBeEnabled();
   await panel.getByRole('textbox', { name: 'Label', exact: true }).fill('Design review for Ada');
   await panel.getByRole('textbox', { name: 'Expires in', exact: true }).fill('tomorrow');
   await panel.getByRole('checkbox', { name: 'Can edit arguments', exact: true }).check();
@@ -230,6 +234,9 @@ test('item 9, small ones: the share form keeps what was typed after a validation
   await panel.getByRole('textbox', { name: 'Expires in', exact: true }).fill('24h');
   await panel.getByRole('button', { name: 'Create share link', exact: true }).click();
   await expect(panel.getByRole('listitem').filter({ hasText: 'Design review for Ada' })).toContainText('can edit arguments');
+  // The row shows the link's id, which the audit names decisions by.
+  await expect(panel.getByRole('listitem').filter({ hasText: 'Design review for Ada' })).toContainText(/id [a-z0-9]{8,}/);
+  await expect(panel.getByRole('checkbox', { name: 'Can edit arguments', exact: true })).toBeDisabled();
   await expect(panel.getByRole('textbox', { name: 'Label', exact: true })).toHaveValue('');
 });
 

@@ -130,6 +130,16 @@
     rememberGroup(group.dataset.toolGroup, group.open);
   }, true);
 
+  // --- Share form: approver rights only for approver links ---------------------------------
+  // The server renders the fieldset disabled unless the role is approver (a viewer link with
+  // rights is refused); choosing the role turns it on or off without a round trip.
+  document.addEventListener("change", function (e) {
+    var select = e.target;
+    if (!select.matches || !select.matches("form.share-form select[name=role]")) return;
+    var rights = select.form.querySelector("fieldset.share-rights");
+    if (rights) rights.disabled = select.value !== "approver";
+  });
+
   // --- The tab's title follows a rename ---------------------------------------------------
   function syncTitle() {
     var h = document.getElementById("session-title");

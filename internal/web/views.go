@@ -205,7 +205,9 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 		for _, n := range res.NestedCalls.Calls {
 			nc := b.nestedCard(messageID, toolCallID, n)
 			if c.Interrupted && n.Status == "unfinished" {
-				nc.State = "interrupted"
+				// Rebuilt from the audit after a restart: it may have finished or been cut short,
+				// and how long it ran is not known.
+				nc.State = "unknown"
 			}
 			c.Nested = append(c.Nested, nc)
 			truncated = truncated || n.Truncated

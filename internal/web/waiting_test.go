@@ -76,6 +76,8 @@ func TestAnInterruptedCallSaysWhatHappenedAndHowLongItRan(t *testing.T) {
 	res := tool.ErrorResult("%s", agent.InterruptedText)
 	res.Interrupted = &tool.Interruption{StartedAt: &started, At: started.Add(4200 * time.Millisecond)}
 	res.DurationMs = 4200
+	// A nested call rebuilt from the audit by recovery: whether it finished is not known.
+	res.NestedCalls = &tool.NestedCalls{Calls: []tool.NestedCall{{ID: "c1/1", Name: "git_diff", Arguments: json.RawMessage(`{}`), Status: "unfinished"}}}
 	for _, m := range []agent.Message{
 		{ID: "u", Role: agent.User, Content: []agent.Block{{Type: "text", Text: "go"}}},
 		{ID: "a", Role: agent.Assistant, StopReason: agent.ToolUse, Content: []agent.Block{
@@ -94,9 +96,14 @@ func TestAnInterruptedCallSaysWhatHappenedAndHowLongItRan(t *testing.T) {
 		"The server restarted while shell was running; it was not re-run. It ran for 4.2 s (from its start to the restart).",
 		"The model was told: " + agent.InterruptedText,
 		"⚠ interrupted",
+		"⚠ outcome unknown: the server restarted while its parent ran",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
 		}
+	}
+	// A second review saw such a nested call as "⚠ interrupted 0 ms": it claimed a run time.
+	if strings.Contains(page, ">0 ms<") {
+		t.Errorf("a nested call whose run time is unknown shows 0 ms")
 	}
 }

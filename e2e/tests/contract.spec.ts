@@ -46,7 +46,11 @@ test('the Tools panel changes the active set, and it survives a reload', async (
   const panel = page.getByRole('group', { name: 'Tools', exact: true });
   const box = panel.getByRole('checkbox', { name: 'list_files', exact: true });
   await expect(box).toBeChecked();
+  // The change is saved by the panel's POST: reload only once the server has answered it (a
+  // reload racing the POST was a flake, not a lost change).
+  const saved = page.waitForResponse((r) => r.request().method() === 'POST' && /\/sessions\/[^/]+\/tools$/.test(new URL(r.url()).pathname));
   await box.uncheck();
+  expect((await saved).ok()).toBeTruthy();
   await expect(panel.getByRole('checkbox', { name: 'list_files', exact: true })).not.toBeChecked();
   await page.reload();
   await expect(page.getByRole('group', { name: 'Tools', exact: true }).getByRole('checkbox', { name: 'list_files', exact: true })).not.toBeChecked();

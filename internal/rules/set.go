@@ -1,0 +1,455 @@
+package rules
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+
+	"countersign/internal/gate"
+)
+
+// CommandTool is the tool whose specifiers are shell commands (its argument `command`).
+const CommandTool = "run_command"
+
+// specKind is how a rule's specifier is matched.
+type specKind uint8
+
+const (
+	kindNone specKind = iota // no specifier: every call of the tool
+	kindCmd                  // run_command: shell words, exact or "…:*"
+	kindPath                 // a glob on the workspace-relative `path` argument
+	kindKV                   // key=glob[,key=glob…] on top-level arguments
+)
+
+// kindOf decides the specifier kind of a rule (SPEC §14): run_command's specifier is always a
+// command (an "=" in it is part of a word); for other tools a specifier with an unescaped "="
+// is key=glob, one without is a path glob.
+func kindOf(toolPattern, spec string) specKind {
+	switch {
+	case spec == "":
+		return kindNone
+	case toolPattern == CommandTool:
+		return kindCmd
+	case hasUnescaped(spec, '='):
+		return kindKV
+	default:
+		return kindPath
+	}
+}
+
+// compiled is one rule ready to match.
+type compiled struct {
+	ord       int
+	rule      gate.Rule
+	text      string
+	kind      specKind
+	cmd       *cmdSpec
+	path      *pathSpec
+	kv        *kvSpec
+	when      cel.Program
+	workspace string // cleaned, for ScopeWorkspace
+}
+
+// compile checks and compiles one rule.
+func compile(r gate.Rule) (*compiled, error) {
+	r, err := normalize(r)
+	if err != nil {
+		return nil, err
+	}
+	c := &compiled{rule: r, text: Text(r), kind: kindOf(r.Tool, r.Specifier)}
+	switch c.kind {
+	case kindCmd:
+		c.cmd, err = compileCmdSpec(r.Specifier, r.Effect == gate.Allow)
+	case kindPath:
+		c.path, err = compilePathSpec(r.Specifier)
+	case kindKV:
+		c.kv, err = compileKVSpec(r.Specifier)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.When != "" {
+		if c.when, err = compileWhen(r.When); err != nil {
+			return nil, err
+		}
+	}
+	if r.Scope == gate.ScopeWorkspace {
+		c.workspace = filepath.Clean(r.Workspace)
+	}
+	return c, nil
+}
+
+// normalize validates the fields of a rule that need no compiling and puts them in their
+// canonical form: a Tool given in text form ("write_file(docs/**)") is split into Tool and
+// Specifier; spaces are trimmed; a workspace is cleaned.
+func normalize(r gate.Rule) (gate.Rule, error) {
+	switch r.Effect {
+	case gate.Allow, gate.Ask, gate.Deny:
+	default:
+		return r, fmt.Errorf("unknown effect %q (want allow, ask or deny)", r.Effect)
+	}
+	r.Tool = strings.TrimSpace(r.Tool)
+	r.Specifier = strings.TrimSpace(r.Specifier)
+	if strings.Contains(r.Tool, "(") {
+		if r.Specifier != "" {
+			return r, fmt.Errorf("tool %q carries a specifier and the rule has another (%q)", r.Tool, r.Specifier)
+		}
+		tp, spec, err := Parse(r.Tool)
+		if err != nil {
+			return r, fmt.Errorf("rule %q: %w", r.Tool, err)
+		}
+		r.Tool, r.Specifier = tp, strings.TrimSpace(spec)
+	} else if err := checkToolPattern(r.Tool); err != nil {
+		return r, fmt.Errorf("tool %q: %w", r.Tool, err)
+	}
+	switch r.Scope {
+	case gate.ScopeSession:
+		if r.SessionID == "" {
+			return r, errors.New("a session rule needs its session")
+		}
+		r.Workspace = ""
+	case gate.ScopeWorkspace:
+		if strings.TrimSpace(r.Workspace) == "" {
+			return r, errors.New("a workspace rule needs its workspace folder")
+		}
+		r.Workspace = filepath.Clean(r.Workspace)
+		r.SessionID = ""
+	case gate.ScopeServer:
+		r.SessionID, r.Workspace = "", ""
+	default:
+		return r, fmt.Errorf("unknown scope %q (want session, workspace or server)", r.Scope)
+	}
+	switch r.Source {
+	case "", gate.SourcePrompt, gate.SourceAPI, gate.SourcePolicyFile:
+	default:
+		return r, fmt.Errorf("unknown source %q", r.Source)
+	}
+	return r, nil
+}
+
+// Check validates and normalizes one rule before it is saved (SPEC §14): a known effect and
+// scope (a session rule names its session, a workspace rule its folder, which is cleaned), a
+// tool pattern in path.Match syntax, a specifier that compiles for the tool's kind (shell words
+// for run_command, key=glob with an "=", else a path glob) and a `when` that compiles with CEL
+// to a boolean. A Tool in text form ("write_file(docs/**)") is split into Tool and Specifier.
+// The error says what is wrong; for `when` it is the CEL compiler's message.
+func Check(r gate.Rule) (gate.Rule, error) {
+	c, err := compile(r)
+	if err != nil {
+		return r, err
+	}
+	return c.rule, nil
+}
+
+// Set is a compiled set of rules (SPEC §14), indexed by exact tool name with a short list of
+// glob tool patterns, so Evaluate only looks at rules that can match the call. It is immutable
+// and safe for concurrent use; compile a new Set when the rules change.
+type Set struct {
+	exact map[string][]*compiled
+	globs []*compiled
+	n     int
+}
+
+// Len is the number of rules that compiled.
+func (s *Set) Len() int { return s.n }
+
+// Compile compiles every rule once (specifier → matcher, `when` → CEL program with a cost
+// limit). A rule that does not compile is skipped, and the error names each one ("rule
+// <text>: <reason>", joined, in input order); the returned Set is usable either way.
+func Compile(rs []gate.Rule) (*Set, error) {
+	s := &Set{exact: map[string][]*compiled{}}
+	var errs []error
+	for i, r := range rs {
+		c, err := compile(r)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rule %s: %w", ruleLabel(r), err))
+			continue
+		}
+		c.ord = i
+		s.n++
+		if strings.ContainsAny(c.rule.Tool, `*?[\`) {
+			s.globs = append(s.globs, c)
+		} else {
+			s.exact[c.rule.Tool] = append(s.exact[c.rule.Tool], c)
+		}
+	}
+	return s, errors.Join(errs...)
+}
+
+func ruleLabel(r gate.Rule) string {
+	t := Text(r)
+	if r.Pos != "" {
+		t += " (" + r.Pos + ")"
+	}
+	if r.ID != "" {
+		t += " [" + r.ID + "]"
+	}
+	return t
+}
+
+// Compiler is Compile as a gate.RuleCompiler.
+var Compiler gate.RuleCompiler = func(rs []gate.Rule) (gate.RuleEvaluator, error) {
+	return Compile(rs)
+}
+
+// Evaluate decides a call by the rules (SPEC §14): rules out of scope (another session, another
+// workspace, compared as cleaned paths) or expired (ExpiresAt before now) are ignored; then a
+// matching deny beats a matching ask beats allow, whatever their scopes. For run_command, every
+// simple command must be matched by some allow rule (see the package's shell notes). A `when`
+// that fails or exceeds its cost makes the call ask, saying so. The zero RuleDecision means no
+// rule matched.
+func (s *Set) Evaluate(c gate.RuleCall) gate.RuleDecision {
+	if s == nil {
+		return gate.RuleDecision{}
+	}
+	ev := evaluation{call: &c, now: time.Now()}
+	for _, r := range s.exact[c.Tool] {
+		ev.consider(r)
+	}
+	for _, r := range s.globs {
+		if ok, _ := path.Match(r.rule.Tool, c.Tool); ok {
+			ev.consider(r)
+		}
+	}
+	return ev.decide()
+}
+
+// hit is a rule that matched, with what it matched.
+type hit struct {
+	r    *compiled
+	what string
+}
+
+// evaluation is the state of one Evaluate call; what it needs of the call is computed lazily.
+type evaluation struct {
+	call *gate.RuleCall
+	now  time.Time
+
+	argsDone bool
+	args     map[string]json.RawMessage
+
+	shellDone bool
+	shell     *shellView
+	covered   []*compiled // per shell.cmds: the first allow rule that covers it
+
+	act map[string]any
+
+	deny, ask, fail, allow hit
+	failWhy                string
+}
+
+func (ev *evaluation) arguments() map[string]json.RawMessage {
+	if !ev.argsDone {
+		ev.argsDone = true
+		_ = json.Unmarshal(ev.call.Arguments, &ev.args)
+	}
+	return ev.args
+}
+
+func (ev *evaluation) stringArg(k string) (string, bool) {
+	raw, ok := ev.arguments()[k]
+	if !ok || len(raw) == 0 || raw[0] != '"' {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+func (ev *evaluation) view() *shellView {
+	if !ev.shellDone {
+		ev.shellDone = true
+		if cmd, ok := ev.stringArg("command"); ok {
+			ev.shell = viewShell(cmd, ev.call.Workspace)
+			ev.covered = make([]*compiled, len(ev.shell.cmds))
+		}
+	}
+	return ev.shell
+}
+
+func inScope(r *compiled, c *gate.RuleCall) bool {
+	switch r.rule.Scope {
+	case gate.ScopeSession:
+		return r.rule.SessionID == c.SessionID
+	case gate.ScopeWorkspace:
+		return c.Workspace != "" && r.workspace == filepath.Clean(c.Workspace)
+	default:
+		return true
+	}
+}
+
+func better(cur hit, r *compiled) bool { return cur.r == nil || r.ord < cur.r.ord }
+
+func (ev *evaluation) consider(r *compiled) {
+	if !inScope(r, ev.call) || (r.rule.ExpiresAt != nil && r.rule.ExpiresAt.Before(ev.now)) {
+		return
+	}
+	eff := r.rule.Effect
+	// skip work that cannot change the outcome
+	switch eff {
+	case gate.Deny:
+		if ev.deny.r != nil && ev.deny.r.ord < r.ord {
+			return
+		}
+	case gate.Ask:
+		if ev.deny.r != nil || (ev.ask.r != nil && ev.ask.r.ord < r.ord) {
+			return
+		}
+	}
+	what := ev.call.Tool
+	var covers []int
+	switch r.kind {
+	case kindPath:
+		p, ok := ev.stringArg("path")
+		if !ok || !r.path.match(p, ev.call.Workspace, eff == gate.Allow) {
+			return
+		}
+		what = ev.call.Tool + " " + p
+	case kindKV:
+		if !r.kv.match(ev.arguments()) {
+			return
+		}
+	case kindCmd:
+		v := ev.view()
+		if v == nil {
+			return
+		}
+		if eff == gate.Allow {
+			for i := range v.cmds {
+				if r.cmd.allows(&v.cmds[i]) {
+					covers = append(covers, i)
+				}
+			}
+			if len(covers) == 0 {
+				return
+			}
+		} else {
+			found := false
+			for _, list := range [][]simpleCmd{v.cmds, v.hidden} {
+				for i := range list {
+					if r.cmd.denies(&list[i]) {
+						what, found = list[i].text, true
+						break
+					}
+				}
+				if found {
+					break
+				}
+			}
+			if !found {
+				return
+			}
+		}
+	case kindNone:
+		if cmd, ok := ev.stringArg("command"); ok && ev.call.Tool == CommandTool {
+			what = cmd
+		}
+	}
+	if r.when != nil {
+		if ev.act == nil {
+			ev.act = activation(ev.call)
+		}
+		out, _, err := r.when.Eval(ev.act)
+		if err != nil {
+			if ev.fail.r == nil || r.ord < ev.fail.r.ord {
+				ev.fail = hit{r: r}
+				if strings.Contains(err.Error(), "cost limit exceeded") {
+					ev.failWhy = fmt.Sprintf("the `when` of rule %s exceeded its cost limit, so the call asks", r.text)
+				} else {
+					ev.failWhy = fmt.Sprintf("the `when` of rule %s failed (%v), so the call asks", r.text, err)
+				}
+			}
+			return
+		}
+		if out != types.True {
+			if _, isBool := out.(types.Bool); !isBool && (ev.fail.r == nil || r.ord < ev.fail.r.ord) {
+				ev.fail = hit{r: r}
+				ev.failWhy = fmt.Sprintf("the `when` of rule %s gave %v, not a bool, so the call asks", r.text, out)
+			}
+			return
+		}
+	}
+	switch eff {
+	case gate.Deny:
+		if better(ev.deny, r) {
+			ev.deny = hit{r, what}
+		}
+	case gate.Ask:
+		if better(ev.ask, r) {
+			ev.ask = hit{r, what}
+		}
+	case gate.Allow:
+		if covers != nil {
+			for _, i := range covers {
+				if ev.covered[i] == nil || r.ord < ev.covered[i].ord {
+					ev.covered[i] = r
+				}
+			}
+			return
+		}
+		if better(ev.allow, r) {
+			ev.allow = hit{r, what}
+		}
+	}
+}
+
+func decision(e gate.Effect, h hit, verb string) gate.RuleDecision {
+	r := h.r.rule
+	return gate.RuleDecision{Effect: e, Rule: &r, Reason: fmt.Sprintf("rule %s %s %s", h.r.text, verb, h.what)}
+}
+
+func (ev *evaluation) decide() gate.RuleDecision {
+	switch {
+	case ev.deny.r != nil:
+		return decision(gate.Deny, ev.deny, "denies")
+	case ev.ask.r != nil:
+		return decision(gate.Ask, ev.ask, "asks for")
+	case ev.fail.r != nil:
+		r := ev.fail.r.rule
+		return gate.RuleDecision{Effect: gate.Ask, Rule: &r, Reason: ev.failWhy}
+	case ev.allow.r != nil:
+		return decision(gate.Allow, ev.allow, "allows")
+	}
+	v := ev.shell
+	if v == nil || v.opaque != "" || len(v.cmds) == 0 {
+		return gate.RuleDecision{}
+	}
+	var first *compiled
+	var texts []string
+	for _, r := range ev.covered {
+		if r == nil {
+			return gate.RuleDecision{}
+		}
+		if first == nil || r.ord < first.ord {
+			first = r
+		}
+		if !contains(texts, r.text) {
+			texts = append(texts, r.text)
+		}
+	}
+	cmd, _ := ev.stringArg("command")
+	r := first.rule
+	label := "rule " + texts[0] + " allows"
+	if len(texts) > 1 {
+		label = "rules " + strings.Join(texts, ", ") + " allow"
+	}
+	return gate.RuleDecision{Effect: gate.Allow, Rule: &r, Reason: label + " " + cmd}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

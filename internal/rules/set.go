@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -423,33 +424,25 @@ func (ev *evaluation) decide() gate.RuleDecision {
 	if v == nil || v.opaque != "" || len(v.cmds) == 0 {
 		return gate.RuleDecision{}
 	}
-	var first *compiled
-	var texts []string
+	var used []*compiled
 	for _, r := range ev.covered {
 		if r == nil {
 			return gate.RuleDecision{}
 		}
-		if first == nil || r.ord < first.ord {
-			first = r
-		}
-		if !contains(texts, r.text) {
-			texts = append(texts, r.text)
+		if !slices.Contains(used, r) {
+			used = append(used, r)
 		}
 	}
+	slices.SortFunc(used, func(a, b *compiled) int { return a.ord - b.ord })
+	texts := make([]string, len(used))
+	for i, r := range used {
+		texts[i] = r.text
+	}
 	cmd, _ := ev.stringArg("command")
-	r := first.rule
+	r := used[0].rule
 	label := "rule " + texts[0] + " allows"
 	if len(texts) > 1 {
 		label = "rules " + strings.Join(texts, ", ") + " allow"
 	}
 	return gate.RuleDecision{Effect: gate.Allow, Rule: &r, Reason: label + " " + cmd}
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

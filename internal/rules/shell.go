@@ -239,6 +239,7 @@ func (v *shellView) collect(f *syntax.File, src, workspace string, depth int) {
 	}
 	syntax.Walk(f, func(n syntax.Node) bool {
 		switch n := n.(type) {
+		case nil: // Walk's end of a node's children
 		case *syntax.File, *syntax.Word, *syntax.Lit, *syntax.Comment, *syntax.BinaryCmd,
 			*syntax.Block, *syntax.Subshell, *syntax.IfClause, *syntax.WhileClause,
 			*syntax.ForClause, *syntax.WordIter, *syntax.CaseClause, *syntax.CaseItem:

@@ -95,7 +95,8 @@ func (ps *pathSpec) match(p, workspace string, allow bool) bool {
 
 // kvSpec is a compiled key=glob[,key=glob…] specifier: every key must be a top-level argument
 // whose value (a string as it is, anything else as compact JSON) matches its glob (doublestar
-// syntax: `*` does not cross "/", `**` does; `\` escapes).
+// syntax: `*` does not cross "/", `**` does, {a,b} are alternatives (write the comma `\,`), a
+// backslash escapes; so a literal "{" or "*" is written `\{`, `\*`; EscapeValue does it).
 type kvSpec struct {
 	keys  []string
 	globs []string

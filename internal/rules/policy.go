@@ -97,7 +97,10 @@ func (p *policyParser) token() (json.Token, int64, error) {
 	if err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			i := int(se.Offset) - 1
+			i := int(se.Offset) // the offending byte, 0-based
+			if i >= len(p.data) {
+				i = len(p.data) - 1
+			}
 			if i < 0 {
 				i = 0
 			}

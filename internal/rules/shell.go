@@ -141,7 +141,7 @@ func compileCmdSpec(spec string, allow bool) (*cmdSpec, error) {
 	for _, w := range call.Args {
 		rw := resolveWord(w)
 		if !rw.exact {
-			return nil, fmt.Errorf("run_command specifier %q: word %q is not literal (quote glob characters, ~ and $)", spec, rw.val)
+			return nil, fmt.Errorf("run_command specifier %q: word %s is not literal (quote glob characters, ~ and $)", spec, nodeText(s, w))
 		}
 		cs.words = append(cs.words, rw.val)
 	}

@@ -82,14 +82,19 @@ func compilePathSpec(spec string) (*pathSpec, error) {
 // escaping path never matches then).
 func (ps *pathSpec) match(p, workspace string, allow bool) bool {
 	rel, inside := workspacePath(p, workspace)
+	return ps.matchRel(rel, inside, allow)
+}
+
+// matchRel is match on a path already made workspace-relative.
+func (ps *pathSpec) matchRel(rel string, inside, allow bool) bool {
 	if !inside {
 		if allow || !ps.floating {
 			return false
 		}
-		ok, _ := doublestar.Match(ps.glob, strings.TrimLeft(rel, "/"))
+		ok := doublestar.MatchUnvalidated(ps.glob, strings.TrimLeft(rel, "/"))
 		return ok
 	}
-	ok, _ := doublestar.Match(ps.glob, rel)
+	ok := doublestar.MatchUnvalidated(ps.glob, rel)
 	return ok
 }
 
@@ -160,14 +165,22 @@ func hasUnescaped(s string, c byte) bool {
 	return false
 }
 
-func (ks *kvSpec) match(args map[string]json.RawMessage) bool {
+// match: every key must match; for an allow rule each key must be unambiguous (args.go), for
+// deny and ask any of its values may match.
+func (ks *kvSpec) match(fs []field, allow bool) bool {
 	for i, k := range ks.keys {
-		raw, ok := args[k]
-		if !ok {
+		vals, unamb := lookup(fs, k)
+		if len(vals) == 0 || (allow && !unamb) {
 			return false
 		}
-		ok, _ = doublestar.Match(ks.globs[i], argString(raw))
-		if !ok {
+		any := false
+		for _, raw := range vals {
+			if doublestar.MatchUnvalidated(ks.globs[i], argString(raw)) {
+				any = true
+				break
+			}
+		}
+		if !any {
 			return false
 		}
 	}
@@ -177,9 +190,8 @@ func (ks *kvSpec) match(args map[string]json.RawMessage) bool {
 // argString is a top-level argument as key=glob sees it: a string as it is, anything else as
 // compact JSON.
 func argString(raw json.RawMessage) string {
-	var s string
-	if len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
-		return s
+	if len(raw) > 0 && raw[0] == '"' {
+		return decodeJSONString(raw)
 	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err != nil {

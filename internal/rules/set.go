@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -233,12 +232,17 @@ type evaluation struct {
 	call *gate.RuleCall
 	now  time.Time
 
-	argsDone bool
-	args     map[string]json.RawMessage
+	fieldsDone bool
+	fields     []field
+	strs       [2]strArgs // "path" and "command", decoded once
+
+	relDone   bool // the unambiguous path, workspace-relative
+	rel       string
+	relInside bool
 
 	shellDone bool
-	shell     *shellView
-	covered   []*compiled // per shell.cmds: the first allow rule that covers it
+	shells    []*shellView // one per value of "command" (several only when ambiguous)
+	covered   []*compiled  // per shells[0].cmds when "command" is unambiguous: the first allow rule that covers it
 
 	act map[string]any
 
@@ -246,35 +250,63 @@ type evaluation struct {
 	failWhy                string
 }
 
-func (ev *evaluation) arguments() map[string]json.RawMessage {
-	if !ev.argsDone {
-		ev.argsDone = true
-		_ = json.Unmarshal(ev.call.Arguments, &ev.args)
-	}
-	return ev.args
+// strArgs are the string values of one argument name (see args.go on ambiguity).
+type strArgs struct {
+	done        bool
+	vals        []string
+	unambiguous bool
 }
 
-func (ev *evaluation) stringArg(k string) (string, bool) {
-	raw, ok := ev.arguments()[k]
-	if !ok || len(raw) == 0 || raw[0] != '"' {
-		return "", false
+func (ev *evaluation) args() []field {
+	if !ev.fieldsDone {
+		ev.fieldsDone = true
+		ev.fields = topLevel(ev.call.Arguments)
 	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
+	return ev.fields
 }
 
-func (ev *evaluation) view() *shellView {
+// stringArgs returns the string values of argument k and whether k is unambiguous.
+func (ev *evaluation) stringArgs(k string) ([]string, bool) {
+	slot := &ev.strs[0]
+	if k == "command" {
+		slot = &ev.strs[1]
+	}
+	if !slot.done {
+		slot.done = true
+		raws, unamb := lookup(ev.args(), k)
+		for _, raw := range raws {
+			if len(raw) > 0 && raw[0] == '"' {
+				slot.vals = append(slot.vals, decodeJSONString(raw))
+			} else {
+				unamb = false
+			}
+		}
+		slot.unambiguous = unamb && len(slot.vals) == 1
+	}
+	return slot.vals, slot.unambiguous
+}
+
+// single is the one unambiguous string value of k.
+func (ev *evaluation) single(k string) (string, bool) {
+	vals, ok := ev.stringArgs(k)
+	if !ok {
+		return "", false
+	}
+	return vals[0], true
+}
+
+func (ev *evaluation) views() []*shellView {
 	if !ev.shellDone {
 		ev.shellDone = true
-		if cmd, ok := ev.stringArg("command"); ok {
-			ev.shell = viewShell(cmd, ev.call.Workspace)
-			ev.covered = make([]*compiled, len(ev.shell.cmds))
+		cmds, unamb := ev.stringArgs("command")
+		for _, c := range cmds {
+			ev.shells = append(ev.shells, viewShell(c, ev.call.Workspace))
+		}
+		if unamb {
+			ev.covered = make([]*compiled, len(ev.shells[0].cmds))
 		}
 	}
-	return ev.shell
+	return ev.shells
 }
 
 func inScope(r *compiled, c *gate.RuleCall) bool {
@@ -289,6 +321,67 @@ func inScope(r *compiled, c *gate.RuleCall) bool {
 }
 
 func better(cur hit, r *compiled) bool { return cur.r == nil || r.ord < cur.r.ord }
+
+// matchSpec reports whether r's specifier matches the call and what it matched; for an allow
+// rule on run_command, covers lists the simple commands it covers.
+func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int) {
+	allow := r.rule.Effect == gate.Allow
+	switch r.kind {
+	case kindPath:
+		if allow {
+			p, ok := ev.single("path")
+			if !ok {
+				return false, "", nil
+			}
+			if !ev.relDone {
+				ev.relDone = true
+				ev.rel, ev.relInside = workspacePath(p, ev.call.Workspace)
+			}
+			if r.path.matchRel(ev.rel, ev.relInside, true) {
+				return true, ev.call.Tool + " " + p, nil
+			}
+			return false, "", nil
+		}
+		vals, _ := ev.stringArgs("path")
+		for _, p := range vals {
+			if r.path.match(p, ev.call.Workspace, false) {
+				return true, ev.call.Tool + " " + p, nil
+			}
+		}
+		return false, "", nil
+	case kindKV:
+		return r.kv.match(ev.args(), allow), ev.call.Tool, nil
+	case kindCmd:
+		vs := ev.views()
+		if allow {
+			if ev.covered == nil {
+				return false, "", nil
+			}
+			for i := range vs[0].cmds {
+				if r.cmd.allows(&vs[0].cmds[i]) {
+					covers = append(covers, i)
+				}
+			}
+			return len(covers) > 0, "", covers
+		}
+		for _, v := range vs {
+			for _, list := range [][]simpleCmd{v.cmds, v.hidden} {
+				for i := range list {
+					if r.cmd.denies(&list[i]) {
+						return true, list[i].text, nil
+					}
+				}
+			}
+		}
+		return false, "", nil
+	}
+	if ev.call.Tool == CommandTool {
+		if cmd, ok := ev.single("command"); ok {
+			return true, cmd, nil
+		}
+	}
+	return true, ev.call.Tool, nil
+}
 
 func (ev *evaluation) consider(r *compiled) {
 	if !inScope(r, ev.call) || (r.rule.ExpiresAt != nil && r.rule.ExpiresAt.Before(ev.now)) {
@@ -306,54 +399,9 @@ func (ev *evaluation) consider(r *compiled) {
 			return
 		}
 	}
-	what := ev.call.Tool
-	var covers []int
-	switch r.kind {
-	case kindPath:
-		p, ok := ev.stringArg("path")
-		if !ok || !r.path.match(p, ev.call.Workspace, eff == gate.Allow) {
-			return
-		}
-		what = ev.call.Tool + " " + p
-	case kindKV:
-		if !r.kv.match(ev.arguments()) {
-			return
-		}
-	case kindCmd:
-		v := ev.view()
-		if v == nil {
-			return
-		}
-		if eff == gate.Allow {
-			for i := range v.cmds {
-				if r.cmd.allows(&v.cmds[i]) {
-					covers = append(covers, i)
-				}
-			}
-			if len(covers) == 0 {
-				return
-			}
-		} else {
-			found := false
-			for _, list := range [][]simpleCmd{v.cmds, v.hidden} {
-				for i := range list {
-					if r.cmd.denies(&list[i]) {
-						what, found = list[i].text, true
-						break
-					}
-				}
-				if found {
-					break
-				}
-			}
-			if !found {
-				return
-			}
-		}
-	case kindNone:
-		if cmd, ok := ev.stringArg("command"); ok && ev.call.Tool == CommandTool {
-			what = cmd
-		}
+	ok, what, covers := ev.matchSpec(r)
+	if !ok {
+		return
 	}
 	if r.when != nil {
 		if ev.act == nil {
@@ -405,7 +453,7 @@ func (ev *evaluation) consider(r *compiled) {
 
 func decision(e gate.Effect, h hit, verb string) gate.RuleDecision {
 	r := h.r.rule
-	return gate.RuleDecision{Effect: e, Rule: &r, Reason: fmt.Sprintf("rule %s %s %s", h.r.text, verb, h.what)}
+	return gate.RuleDecision{Effect: e, Rule: &r, Reason: "rule " + h.r.text + " " + verb + " " + h.what}
 }
 
 func (ev *evaluation) decide() gate.RuleDecision {
@@ -420,8 +468,7 @@ func (ev *evaluation) decide() gate.RuleDecision {
 	case ev.allow.r != nil:
 		return decision(gate.Allow, ev.allow, "allows")
 	}
-	v := ev.shell
-	if v == nil || v.opaque != "" || len(v.cmds) == 0 {
+	if ev.covered == nil || ev.shells[0].opaque != "" || len(ev.covered) == 0 {
 		return gate.RuleDecision{}
 	}
 	var used []*compiled
@@ -438,7 +485,7 @@ func (ev *evaluation) decide() gate.RuleDecision {
 	for i, r := range used {
 		texts[i] = r.text
 	}
-	cmd, _ := ev.stringArg("command")
+	cmd, _ := ev.single("command")
 	r := used[0].rule
 	label := "rule " + texts[0] + " allows"
 	if len(texts) > 1 {

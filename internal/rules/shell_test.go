@@ -220,11 +220,17 @@ func FuzzShellAllow(f *testing.F) {
 	}
 	set := mustCompile(f, shellRules())
 	f.Fuzz(func(t *testing.T, cmd string) {
-		d := set.Evaluate(commandCall(cmd))
+		c := commandCall(cmd)
+		d := set.Evaluate(c)
 		if d.Effect != gate.Allow {
 			return
 		}
-		if why := oracleAllows(cmd); why != "" {
+		// the command as the tool receives it (JSON turns invalid UTF-8 into U+FFFD)
+		var args struct{ Command string }
+		if err := json.Unmarshal(c.Arguments, &args); err != nil {
+			t.Fatal(err)
+		}
+		if why := oracleAllows(args.Command); why != "" {
 			t.Fatalf("%q allowed (%s) but %s", cmd, d.Reason, why)
 		}
 	})

@@ -15,8 +15,19 @@ import (
 
 // field is one top-level member of the arguments object.
 type field struct {
-	key string
-	raw json.RawMessage
+	key     string
+	raw     json.RawMessage
+	str     string // argString(raw), once strDone
+	strDone bool
+}
+
+// value is the field as key=glob sees it (argString), decoded once.
+func (f *field) value() string {
+	if !f.strDone {
+		f.strDone = true
+		f.str = argString(f.raw)
+	}
+	return f.str
 }
 
 // topLevel splits a JSON object into its members in order (nil when it is not an object).
@@ -108,19 +119,4 @@ func decodeJSONString(raw []byte) string {
 	var s string
 	_ = json.Unmarshal(raw, &s)
 	return s
-}
-
-// lookup returns the values of key k (case-insensitively) and whether k is unambiguous: once,
-// spelled exactly.
-func lookup(fs []field, k string) (vals []json.RawMessage, unambiguous bool) {
-	exact := 0
-	for _, f := range fs {
-		if strings.EqualFold(f.key, k) {
-			vals = append(vals, f.raw)
-			if f.key == k {
-				exact++
-			}
-		}
-	}
-	return vals, len(vals) == 1 && exact == 1
 }

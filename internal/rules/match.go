@@ -166,21 +166,25 @@ func hasUnescaped(s string, c byte) bool {
 }
 
 // match: every key must match; for an allow rule each key must be unambiguous (args.go), for
-// deny and ask any of its values may match.
+// deny and ask any of its values may match. It allocates nothing: values are decoded once per
+// call in fs.
 func (ks *kvSpec) match(fs []field, allow bool) bool {
 	for i, k := range ks.keys {
-		vals, unamb := lookup(fs, k)
-		if len(vals) == 0 || (allow && !unamb) {
-			return false
-		}
-		any := false
-		for _, raw := range vals {
-			if doublestar.MatchUnvalidated(ks.globs[i], argString(raw)) {
-				any = true
-				break
+		n, exact, matched := 0, 0, false
+		for j := range fs {
+			f := &fs[j]
+			if !strings.EqualFold(f.key, k) {
+				continue
+			}
+			n++
+			if f.key == k {
+				exact++
+			}
+			if !matched && doublestar.MatchUnvalidated(ks.globs[i], f.value()) {
+				matched = true
 			}
 		}
-		if !any {
+		if !matched || (allow && (n != 1 || exact != 1)) {
 			return false
 		}
 	}

@@ -408,3 +408,43 @@ func TestSuggest(t *testing.T) {
 		})
 	}
 }
+
+func TestAmbiguousArguments(t *testing.T) {
+	set := mustCompile(t, []gate.Rule{
+		{Effect: gate.Allow, Tool: "write_file", Specifier: "docs/**", Scope: gate.ScopeServer},
+		{Effect: gate.Deny, Tool: "write_file", Specifier: "secrets/**", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "run_command", Specifier: "git diff:*", Scope: gate.ScopeServer},
+		{Effect: gate.Deny, Tool: "run_command", Specifier: "rm:*", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "t", Specifier: "repo=acme/*", Scope: gate.ScopeServer},
+		{Effect: gate.Deny, Tool: "t", Specifier: "repo=evil/*", Scope: gate.ScopeServer},
+	})
+	raw := func(toolName, args string) gate.RuleCall {
+		return gate.RuleCall{Tool: toolName, Arguments: json.RawMessage(args), Workspace: testWorkspace}
+	}
+	cases := []struct {
+		name string
+		call gate.RuleCall
+		want string
+	}{
+		{"plain path", raw("write_file", `{"path": "docs/a"}`), "allow"},
+		{"escaped key is the same key", raw("write_file", `{"p\u0061th": "docs/a"}`), "allow"},
+		{"duplicate path", raw("write_file", `{"path": "docs/a", "path": "docs/b"}`), "ask"},
+		{"case variant path", raw("write_file", `{"path": "docs/a", "Path": "x/y"}`), "ask"},
+		{"case variant hides a denied path", raw("write_file", `{"path": "docs/a", "PATH": "secrets/k"}`), "deny"},
+		{"only another case", raw("write_file", `{"Path": "docs/a"}`), "ask"},
+		{"path not a string", raw("write_file", `{"path": ["docs/a"]}`), "ask"},
+		{"duplicate command", raw("run_command", `{"command": "git diff", "command": "git diff HEAD"}`), "ask"},
+		{"duplicate command hides rm", raw("run_command", `{"command": "git diff", "Command": "rm -rf /"}`), "deny"},
+		{"duplicate kv key", raw("t", `{"repo": "acme/a", "repo": "acme/b"}`), "ask"},
+		{"case variant kv hides evil", raw("t", `{"repo": "acme/a", "REPO": "evil/b"}`), "deny"},
+		{"not an object", raw("write_file", `["docs/a"]`), "ask"},
+		{"invalid json", raw("write_file", `{"path": "docs/a"`), "ask"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := outcome(set.Evaluate(tc.call)); got != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -273,15 +273,23 @@ func (ev *evaluation) stringArgs(k string) ([]string, bool) {
 	}
 	if !slot.done {
 		slot.done = true
-		raws, unamb := lookup(ev.args(), k)
-		for _, raw := range raws {
-			if len(raw) > 0 && raw[0] == '"' {
-				slot.vals = append(slot.vals, decodeJSONString(raw))
-			} else {
-				unamb = false
+		n, exact, strs := 0, 0, 0
+		fs := ev.args()
+		for j := range fs {
+			f := &fs[j]
+			if !strings.EqualFold(f.key, k) {
+				continue
+			}
+			n++
+			if f.key == k {
+				exact++
+			}
+			if len(f.raw) > 0 && f.raw[0] == '"' {
+				strs++
+				slot.vals = append(slot.vals, f.value())
 			}
 		}
-		slot.unambiguous = unamb && len(slot.vals) == 1
+		slot.unambiguous = n == 1 && exact == 1 && strs == 1
 	}
 	return slot.vals, slot.unambiguous
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"mvdan.cc/sh/v3/syntax"
 )
@@ -208,6 +209,16 @@ func (cs *cmdSpec) denyAt(ws []word, base bool) bool {
 	return true
 }
 
+// posixParsers reuses parsers (a *syntax.Parser is not safe for concurrent use, but can parse
+// again).
+var posixParsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangPOSIX)) }}
+
+func parsePOSIX(s string) (*syntax.File, error) {
+	p := posixParsers.Get().(*syntax.Parser)
+	defer posixParsers.Put(p)
+	return p.Parse(strings.NewReader(s), "")
+}
+
 // maxReparse bounds how deep sh -c / eval strings are parsed again.
 const maxReparse = 3
 
@@ -215,7 +226,7 @@ const maxReparse = 3
 // redirections must stay in.
 func viewShell(command, workspace string) *shellView {
 	v := &shellView{}
-	f, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(command), "")
+	f, err := parsePOSIX(command)
 	if err != nil {
 		v.opaque = "the command does not parse as POSIX shell: " + err.Error()
 		// best effort for deny and ask: read it as bash.

@@ -21,7 +21,8 @@ import (
 //     most 2 words: `git diff HEAD~1` → `git diff:*`, `ls -la` → `ls:*`, `go test ./...` →
 //     `go test:*`, `npm run build` → `npm run:*`. Words are shell-quoted when they need it. When
 //     the command does not parse or its first word is not literal, the whole command is the
-//     specifier, exact (the person edits it; it may not compile).
+//     specifier, exact (the person edits it; it may not compile); a first word that is a
+//     wrapper (sudo, sh, eval, …) gives a rule Check refuses for allow, for the same reason.
 //   - a call with a string `path` argument inside the workspace (write_file, read_file,
 //     edit-style tools) → <tool>(<folder>/**) for the file's workspace-relative folder, or
 //     <tool>(/<file>) for a file at the workspace root (the "/" anchors it there).

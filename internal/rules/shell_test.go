@@ -214,7 +214,7 @@ func FuzzShellAllow(f *testing.F) {
 		"git diff `rm x`", "git diff > /etc/passwd", "PATH=/tmp git diff", `eval "git diff"`,
 		"sh -c 'git diff'", "git diff\nrm x", "g''it diff", "gіt diff", "git diff (", "go test ./...",
 		"{ git diff; go test ./...; }", "git diff <<EOF\n$(rm x)\nEOF", "for f in a; do git diff $f; done",
-		"git diff 2>&1 > out", "git diff > /ws/../etc/x", `git di\ff`, "git diff ${X:=1}",
+		"git diff 2>&1 > out", "git diff > /ws/../etc/x", `git di\ff`, "git diff ${X:=1}", "git diff > {1..99999}",
 	} {
 		f.Add(seed)
 	}
@@ -260,7 +260,7 @@ func oracleAllows(cmd string) string {
 				if r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc {
 					continue
 				}
-				fields, err := expand.Fields(nil, r.Word)
+				fields, err := dashFields(r.Word)
 				if err != nil || len(fields) != 1 {
 					why = "a redirection target does not expand to one field"
 					continue
@@ -292,8 +292,8 @@ func oracleAllows(cmd string) string {
 					}
 				}
 			}
-			a, err1 := expand.Fields(nil, n.Args[0])
-			b, err2 := expand.Fields(nil, n.Args[1])
+			a, err1 := dashFields(n.Args[0])
+			b, err2 := dashFields(n.Args[1])
 			if err1 != nil || err2 != nil || len(a) != 1 || len(b) != 1 {
 				why = "a matched word does not expand to one field"
 				return false
@@ -308,6 +308,38 @@ func oracleAllows(cmd string) string {
 		why = "the parser found no simple command"
 	}
 	return why
+}
+
+// dashFields expands a word with mvdan.cc/sh/v3/expand as dash would: expand does bash's brace
+// expansion, which dash does not have, so unquoted braces are escaped first.
+func dashFields(w *syntax.Word) ([]string, error) {
+	cp := &syntax.Word{Parts: make([]syntax.WordPart, len(w.Parts))}
+	for i, p := range w.Parts {
+		lit, ok := p.(*syntax.Lit)
+		if !ok || !strings.ContainsAny(lit.Value, "{}") {
+			cp.Parts[i] = p
+			continue
+		}
+		var b strings.Builder
+		for j := 0; j < len(lit.Value); j++ {
+			c := lit.Value[j]
+			switch {
+			case c == '\\' && j+1 < len(lit.Value):
+				b.WriteByte(c)
+				j++
+				b.WriteByte(lit.Value[j])
+			case c == '{' || c == '}':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		l := *lit
+		l.Value = b.String()
+		cp.Parts[i] = &l
+	}
+	return expand.Fields(nil, cp)
 }
 
 // insideByHand cleans a relative path segment by segment and reports whether it stays inside.

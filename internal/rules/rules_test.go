@@ -169,8 +169,16 @@ func TestEvaluateOrderScopeExpiry(t *testing.T) {
 		{"other session ignored", []gate.Rule{{ID: "1", Effect: gate.Deny, Tool: "write_file", Scope: gate.ScopeSession, SessionID: "s2"}}, write, "", ""},
 		{"workspace matches cleaned", []gate.Rule{r("1", gate.Allow, "write_file", gate.ScopeWorkspace)}, func() gate.RuleCall { c := write; c.Workspace = "/ws/./"; return c }(), gate.Allow, "1"},
 		{"other workspace ignored", []gate.Rule{r("1", gate.Allow, "write_file", gate.ScopeWorkspace)}, func() gate.RuleCall { c := write; c.Workspace = "/other"; return c }(), "", ""},
-		{"expired ignored", []gate.Rule{func() gate.Rule { x := r("1", gate.Deny, "write_file", gate.ScopeServer); x.ExpiresAt = &past; return x }()}, write, "", ""},
-		{"not yet expired", []gate.Rule{func() gate.Rule { x := r("1", gate.Deny, "write_file", gate.ScopeServer); x.ExpiresAt = &future; return x }()}, write, gate.Deny, "1"},
+		{"expired ignored", []gate.Rule{func() gate.Rule {
+			x := r("1", gate.Deny, "write_file", gate.ScopeServer)
+			x.ExpiresAt = &past
+			return x
+		}()}, write, "", ""},
+		{"not yet expired", []gate.Rule{func() gate.Rule {
+			x := r("1", gate.Deny, "write_file", gate.ScopeServer)
+			x.ExpiresAt = &future
+			return x
+		}()}, write, gate.Deny, "1"},
 		{"glob tool", []gate.Rule{r("1", gate.Allow, "files__*", gate.ScopeServer)}, call("files__read", map[string]string{}), gate.Allow, "1"},
 		{"glob tool no match", []gate.Rule{r("1", gate.Allow, "files__*", gate.ScopeServer)}, call("filesx", map[string]string{}), "", ""},
 	}

@@ -1,8 +1,8 @@
 package rules
 
 import (
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 

@@ -96,6 +96,7 @@ FUZZ_TARGETS := \
 	./internal/models:FuzzLastResult \
 	./internal/mcp:FuzzToolResult \
 	./internal/tool:FuzzCompileSchema \
+	./internal/rules:FuzzShellAllow \
 	./internal/web:FuzzAPIBody \
 	./internal/web:FuzzDecisionForm \
 	./internal/web:FuzzShareForm \

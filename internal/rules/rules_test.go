@@ -1,0 +1,458 @@
+package rules
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+func TestParse(t *testing.T) {
+	cases := []struct{ name, text, tool, spec string }{
+		{"bare tool", "read_file", "read_file", ""},
+		{"tool glob", "files__*", "files__*", ""},
+		{"command prefix", "run_command(git diff:*)", "run_command", "git diff:*"},
+		{"command exact", "run_command(go test ./...)", "run_command", "go test ./..."},
+		{"path glob", "write_file(docs/**)", "write_file", "docs/**"},
+		{"key glob", "github__create_issue(repo=acme/*)", "github__create_issue", "repo=acme/*"},
+		{"paren inside", "run_command(echo ')')", "run_command", "echo ')'"},
+		{"escaped separators", `t(a=x\,y\=z\))`, "t", `a=x\,y\=z\)`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tp, spec, err := Parse(tc.text)
+			if err != nil || tp != tc.tool || spec != tc.spec {
+				t.Fatalf("Parse(%q) = %q, %q, %v; want %q, %q", tc.text, tp, spec, err, tc.tool, tc.spec)
+			}
+			if back := Text(gate.Rule{Tool: tp, Specifier: spec}); back != tc.text {
+				t.Fatalf("Text round trip: %q, want %q", back, tc.text)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct {
+		name, text string
+		col        int
+		msg        string
+	}{
+		{"empty", "", 1, "missing tool name"},
+		{"no tool", "(x)", 1, "missing tool name"},
+		{"space in tool", "read file", 5, "not allowed"},
+		{"unclosed", "run_command(git diff", 21, `missing ")"`},
+		{"trailing text", "write_file(docs/**)x", 21, `missing ")"`},
+		{"empty specifier", "write_file()", 12, "empty specifier"},
+		{"bad glob", "files__[", 1, "not a valid glob"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := Parse(tc.text)
+			var se *SyntaxError
+			if !errors.As(err, &se) || se.Col != tc.col || !strings.Contains(se.Msg, tc.msg) {
+				t.Fatalf("Parse(%q) error %v, want column %d %q", tc.text, err, tc.col, tc.msg)
+			}
+		})
+	}
+}
+
+func TestCheck(t *testing.T) {
+	ok := func(r gate.Rule) gate.Rule {
+		if r.Scope == "" {
+			r.Scope = gate.ScopeServer
+		}
+		if r.Effect == "" {
+			r.Effect = gate.Allow
+		}
+		return r
+	}
+	cases := []struct {
+		name string
+		rule gate.Rule
+		err  string // "" for valid
+	}{
+		{"bare tool", ok(gate.Rule{Tool: "read_file"}), ""},
+		{"command", ok(gate.Rule{Tool: "run_command", Specifier: "git diff:*"}), ""},
+		{"command with equals", ok(gate.Rule{Tool: "run_command", Specifier: "git log --format=%H:*"}), ""},
+		{"path", ok(gate.Rule{Tool: "write_file", Specifier: "docs/**"}), ""},
+		{"kv", ok(gate.Rule{Tool: "github__create_issue", Specifier: "repo=acme/*,title=*"}), ""},
+		{"when", ok(gate.Rule{Tool: "pay__*", When: "args.amount < 1000 && parent == null"}), ""},
+		{"when on session", ok(gate.Rule{Tool: "*", When: `session.mode == "plan" && annotations.readOnlyHint`}), ""},
+		{"unknown effect", gate.Rule{Effect: "maybe", Tool: "x", Scope: gate.ScopeServer}, `unknown effect "maybe"`},
+		{"unknown scope", gate.Rule{Effect: gate.Allow, Tool: "x", Scope: "planet"}, `unknown scope "planet"`},
+		{"session without id", ok(gate.Rule{Tool: "x", Scope: gate.ScopeSession}), "needs its session"},
+		{"workspace without folder", ok(gate.Rule{Tool: "x", Scope: gate.ScopeWorkspace}), "needs its workspace"},
+		{"bad tool glob", ok(gate.Rule{Tool: "files__["}), "not a valid glob"},
+		{"command parse error", ok(gate.Rule{Tool: "run_command", Specifier: "git diff (:*"}), "is not shell words"},
+		{"command list", ok(gate.Rule{Tool: "run_command", Specifier: "git diff; rm x"}), "one simple command"},
+		{"command substitution", ok(gate.Rule{Tool: "run_command", Specifier: "git $(x):*"}), "not literal"},
+		{"allow a wrapper", ok(gate.Rule{Tool: "run_command", Specifier: "sudo:*"}), "runs other commands"},
+		{"empty command", ok(gate.Rule{Tool: "run_command", Specifier: ":*"}), "no command words"},
+		{"bad path glob", ok(gate.Rule{Tool: "write_file", Specifier: "docs/[**"}), "not a valid glob"},
+		{"kv without value separator", ok(gate.Rule{Tool: "t", Specifier: "a=1,b"}), "must be key=glob"},
+		{"kv empty key", ok(gate.Rule{Tool: "t", Specifier: "=1"}), "argument name is missing"},
+		{"when syntax", ok(gate.Rule{Tool: "x", When: "args.amount <"}), "Syntax error"},
+		{"when unknown variable", ok(gate.Rule{Tool: "x", When: "amount < 3"}), "undeclared reference to 'amount'"},
+		{"when not bool", ok(gate.Rule{Tool: "x", When: "tool + 'x'"}), "not a bool"},
+		{"tool and specifier twice", ok(gate.Rule{Tool: "write_file(a/**)", Specifier: "b/**"}), "carries a specifier"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Check(tc.rule)
+			switch {
+			case tc.err == "" && err != nil:
+				t.Fatalf("Check: %v", err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+				t.Fatalf("Check error %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestCheckNormalizes(t *testing.T) {
+	cases := []struct {
+		name string
+		in   gate.Rule
+		want gate.Rule
+	}{
+		{"text form split", gate.Rule{Effect: gate.Deny, Tool: " write_file(secrets/**) ", Scope: gate.ScopeServer},
+			gate.Rule{Effect: gate.Deny, Tool: "write_file", Specifier: "secrets/**", Scope: gate.ScopeServer}},
+		{"workspace cleaned", gate.Rule{Effect: gate.Allow, Tool: "x", Scope: gate.ScopeWorkspace, Workspace: "/ws/a/../b/", SessionID: "s"},
+			gate.Rule{Effect: gate.Allow, Tool: "x", Scope: gate.ScopeWorkspace, Workspace: "/ws/b"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Check(tc.in)
+			if err != nil || got.Tool != tc.want.Tool || got.Specifier != tc.want.Specifier || got.Workspace != tc.want.Workspace || got.SessionID != tc.want.SessionID {
+				t.Fatalf("Check = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func call(toolName string, args any) gate.RuleCall {
+	raw, _ := json.Marshal(args)
+	return gate.RuleCall{Tool: toolName, Arguments: raw, SessionID: "s1", Workspace: testWorkspace, Mode: gate.ModeDefault}
+}
+
+func TestEvaluateOrderScopeExpiry(t *testing.T) {
+	past, future := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	r := func(id string, eff gate.Effect, text string, scope gate.RuleScope) gate.Rule {
+		rule := gate.Rule{ID: id, Effect: eff, Tool: text, Scope: scope}
+		switch scope {
+		case gate.ScopeSession:
+			rule.SessionID = "s1"
+		case gate.ScopeWorkspace:
+			rule.Workspace = testWorkspace + "/"
+		}
+		return rule
+	}
+	write := call("write_file", map[string]string{"path": "docs/a.md", "content": "x"})
+	cases := []struct {
+		name  string
+		rules []gate.Rule
+		call  gate.RuleCall
+		want  gate.Effect
+		id    string
+	}{
+		{"nothing matches", []gate.Rule{r("1", gate.Allow, "read_file", gate.ScopeServer)}, write, "", ""},
+		{"allow", []gate.Rule{r("1", gate.Allow, "write_file", gate.ScopeServer)}, write, gate.Allow, "1"},
+		{"session deny beats server allow", []gate.Rule{r("1", gate.Allow, "write_file", gate.ScopeServer), r("2", gate.Deny, "write_file(docs/**)", gate.ScopeSession)}, write, gate.Deny, "2"},
+		{"server ask beats session allow", []gate.Rule{r("1", gate.Allow, "write_file", gate.ScopeSession), r("2", gate.Ask, "write_*", gate.ScopeServer)}, write, gate.Ask, "2"},
+		{"deny beats ask", []gate.Rule{r("1", gate.Ask, "write_file", gate.ScopeServer), r("2", gate.Deny, "*", gate.ScopeWorkspace)}, write, gate.Deny, "2"},
+		{"first deny named", []gate.Rule{r("1", gate.Deny, "write_*", gate.ScopeServer), r("2", gate.Deny, "write_file", gate.ScopeServer)}, write, gate.Deny, "1"},
+		{"other session ignored", []gate.Rule{{ID: "1", Effect: gate.Deny, Tool: "write_file", Scope: gate.ScopeSession, SessionID: "s2"}}, write, "", ""},
+		{"workspace matches cleaned", []gate.Rule{r("1", gate.Allow, "write_file", gate.ScopeWorkspace)}, func() gate.RuleCall { c := write; c.Workspace = "/ws/./"; return c }(), gate.Allow, "1"},
+		{"other workspace ignored", []gate.Rule{r("1", gate.Allow, "write_file", gate.ScopeWorkspace)}, func() gate.RuleCall { c := write; c.Workspace = "/other"; return c }(), "", ""},
+		{"expired ignored", []gate.Rule{func() gate.Rule {
+			x := r("1", gate.Deny, "write_file", gate.ScopeServer)
+			x.ExpiresAt = &past
+			return x
+		}()}, write, "", ""},
+		{"not yet expired", []gate.Rule{func() gate.Rule {
+			x := r("1", gate.Deny, "write_file", gate.ScopeServer)
+			x.ExpiresAt = &future
+			return x
+		}()}, write, gate.Deny, "1"},
+		{"glob tool", []gate.Rule{r("1", gate.Allow, "files__*", gate.ScopeServer)}, call("files__read", map[string]string{}), gate.Allow, "1"},
+		{"glob tool no match", []gate.Rule{r("1", gate.Allow, "files__*", gate.ScopeServer)}, call("filesx", map[string]string{}), "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := mustCompile(t, tc.rules).Evaluate(tc.call)
+			if d.Effect != tc.want {
+				t.Fatalf("effect %q (%s), want %q", d.Effect, d.Reason, tc.want)
+			}
+			if tc.want == "" {
+				if d.Rule != nil || d.Reason != "" {
+					t.Fatalf("no match must be the zero decision: %+v", d)
+				}
+				return
+			}
+			if d.Rule == nil || d.Rule.ID != tc.id || d.Reason == "" {
+				t.Fatalf("rule %+v reason %q, want id %s", d.Rule, d.Reason, tc.id)
+			}
+		})
+	}
+}
+
+func TestEvaluateReasons(t *testing.T) {
+	set := mustCompile(t, []gate.Rule{
+		{Effect: gate.Deny, Tool: "write_file", Specifier: "secrets/**", Scope: gate.ScopeServer},
+		{Effect: gate.Ask, Tool: "github__create_issue", Specifier: "repo=acme/*", Scope: gate.ScopeServer},
+	})
+	cases := []struct {
+		name string
+		call gate.RuleCall
+		want string
+	}{
+		{"path deny", call("write_file", map[string]string{"path": "secrets/k"}), "rule write_file(secrets/**) denies write_file secrets/k"},
+		{"kv ask", call("github__create_issue", map[string]string{"repo": "acme/x"}), "rule github__create_issue(repo=acme/*) asks for github__create_issue"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := set.Evaluate(tc.call); d.Reason != tc.want {
+				t.Fatalf("reason %q, want %q", d.Reason, tc.want)
+			}
+		})
+	}
+}
+
+func TestPathSpecifier(t *testing.T) {
+	cases := []struct {
+		name, spec, path string
+		eff              gate.Effect
+		want             bool
+	}{
+		{"folder glob", "docs/**", "docs/a/b.md", gate.Allow, true},
+		{"folder glob other", "docs/**", "src/a.go", gate.Allow, false},
+		{"cleaned", "docs/**", "./src/../docs/a.md", gate.Allow, true},
+		{"absolute inside", "docs/**", "/ws/docs/a.md", gate.Allow, true},
+		{"absolute outside", "docs/**", "/other/docs/a.md", gate.Allow, false},
+		{"dotdot escaping allow", "**", "../x", gate.Allow, false},
+		{"dotdot escaping via inside", "docs/**", "docs/../../ws/docs/a", gate.Allow, false},
+		{"floating at depth", "*.go", "a/b/c.go", gate.Allow, true},
+		{"floating at root", "*.go", "c.go", gate.Allow, true},
+		{"anchored root", "/*.go", "a/c.go", gate.Allow, false},
+		{"anchored root file", "/README.md", "README.md", gate.Allow, true},
+		{"trailing slash", "secrets/", "secrets/k", gate.Allow, true},
+		{"star does not cross", "docs/*", "docs/a/b.md", gate.Allow, false},
+		{"escaping path floating deny", "*.pem", "/etc/ssl/x.pem", gate.Deny, true},
+		{"escaping path floating allow", "*.pem", "/etc/ssl/x.pem", gate.Allow, false},
+		{"escaping path anchored deny", "secrets/**", "/other/secrets/k", gate.Deny, false},
+		{"escaped paren", `a\)/**`, "a)/b", gate.Allow, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			set := mustCompile(t, []gate.Rule{{Effect: tc.eff, Tool: "write_file", Specifier: tc.spec, Scope: gate.ScopeServer}})
+			d := set.Evaluate(call("write_file", map[string]string{"path": tc.path}))
+			if got := d.Effect == tc.eff; got != tc.want {
+				t.Fatalf("%s on %q: matched %v, want %v", tc.spec, tc.path, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestKeyGlobSpecifier(t *testing.T) {
+	cases := []struct {
+		name, spec string
+		args       any
+		want       bool
+	}{
+		{"string", "repo=acme/*", map[string]any{"repo": "acme/web"}, true},
+		{"string other", "repo=acme/*", map[string]any{"repo": "evil/web"}, false},
+		{"star does not cross slash", "repo=acme/*", map[string]any{"repo": "acme/a/b"}, false},
+		{"missing key", "repo=*", map[string]any{"title": "x"}, false},
+		{"all keys must match", "repo=acme/*,title=bug*", map[string]any{"repo": "acme/x", "title": "feature"}, false},
+		{"all keys match", "repo=acme/*,title=bug*", map[string]any{"repo": "acme/x", "title": "bug: y"}, true},
+		{"number as json", "amount=1000", map[string]any{"amount": 1000}, true},
+		{"object as compact json", `opts=\{"a":1\}`, map[string]any{"opts": map[string]int{"a": 1}}, true},
+		{"braces are alternatives", `mode={fast\,slow}`, map[string]any{"mode": "slow"}, true},
+		{"bool", "force=false", map[string]any{"force": false}, true},
+		{"escaped comma", `title=a\,b`, map[string]any{"title": "a,b"}, true},
+		{"escaped equals", `expr=x\=1`, map[string]any{"expr": "x=1"}, true},
+		{"escaped star literal", `title=a\*`, map[string]any{"title": "ab"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			set := mustCompile(t, []gate.Rule{{Effect: gate.Allow, Tool: "t", Specifier: tc.spec, Scope: gate.ScopeServer}})
+			if got := set.Evaluate(call("t", tc.args)).Effect == gate.Allow; got != tc.want {
+				t.Fatalf("%s: matched %v, want %v", tc.spec, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWhen(t *testing.T) {
+	yes := true
+	bigComprehension := "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, a+b+c+d+e > 0)))))"
+	base := gate.RuleCall{Tool: "pay__send", Arguments: json.RawMessage(`{"amount": 500, "to": "bob", "rate": 0.5}`),
+		Annotations: tool.Annotations{ReadOnlyHint: &yes}, SessionID: "s1", Workspace: "/ws", Mode: gate.ModePlan}
+	nested := base
+	nested.Parent = "codemode"
+	cases := []struct {
+		name, when string
+		call       gate.RuleCall
+		want       gate.Effect
+		reason     string
+	}{
+		{"int comparison true", "args.amount < 1000", base, gate.Deny, ""},
+		{"int comparison false", "args.amount >= 1000", base, "", ""},
+		{"double", "args.rate == 0.5", base, gate.Deny, ""},
+		{"parent null", "parent == null", base, gate.Deny, ""},
+		{"parent set", "parent == 'codemode'", nested, gate.Deny, ""},
+		{"tool", "tool.startsWith('pay__')", base, gate.Deny, ""},
+		{"annotations", "annotations.readOnlyHint && annotations.destructiveHint", base, gate.Deny, ""},
+		{"session", "session.mode == 'plan' && session.id == 's1' && session.workspace == '/ws'", base, gate.Deny, ""},
+		{"runtime error asks", "args.missing > 1", base, gate.Ask, "the `when` of rule pay__* failed ("},
+		{"cost limit asks", bigComprehension, base, gate.Ask, "the `when` of rule pay__* exceeded its cost limit, so the call asks"},
+		{"dyn not bool asks", "args.to", base, gate.Ask, "not a bool, so the call asks"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			set := mustCompile(t, []gate.Rule{{Effect: gate.Deny, Tool: "pay__*", When: tc.when, Scope: gate.ScopeServer}})
+			d := set.Evaluate(tc.call)
+			if d.Effect != tc.want || !strings.Contains(d.Reason, tc.reason) {
+				t.Fatalf("got %+v, want %q with reason containing %q", d, tc.want, tc.reason)
+			}
+		})
+	}
+}
+
+func TestWhenFailureDoesNotOutrankDeny(t *testing.T) {
+	set := mustCompile(t, []gate.Rule{
+		{ID: "1", Effect: gate.Allow, Tool: "t", When: "args.missing", Scope: gate.ScopeServer},
+		{ID: "2", Effect: gate.Deny, Tool: "t", Scope: gate.ScopeServer},
+	})
+	if d := set.Evaluate(call("t", map[string]int{})); d.Effect != gate.Deny || d.Rule.ID != "2" {
+		t.Fatalf("got %+v", d)
+	}
+}
+
+func TestCompileSkipsBadRules(t *testing.T) {
+	set, err := Compile([]gate.Rule{
+		{ID: "bad", Effect: gate.Deny, Tool: "run_command", Specifier: "rm (:*", Scope: gate.ScopeServer},
+		{ID: "good", Effect: gate.Allow, Tool: "read_file", Scope: gate.ScopeServer},
+		{ID: "bad2", Effect: gate.Allow, Tool: "x", When: "nope(", Scope: gate.ScopeServer},
+	})
+	if err == nil || !strings.HasPrefix(err.Error(), "rule run_command(rm (:*) [bad]: ") || !strings.Contains(err.Error(), "rule x [bad2]: when:") {
+		t.Fatalf("error %v", err)
+	}
+	if set.Len() != 1 || set.Evaluate(call("read_file", map[string]string{"path": "a"})).Effect != gate.Allow {
+		t.Fatalf("the good rule must still apply")
+	}
+	var c gate.RuleCompiler = Compiler
+	ev, err := c([]gate.Rule{{Effect: gate.Allow, Tool: "read_file", Scope: gate.ScopeServer}})
+	if err != nil || ev.Evaluate(call("read_file", nil)).Effect != gate.Allow {
+		t.Fatalf("Compiler: %v", err)
+	}
+}
+
+func TestEvaluateConcurrent(t *testing.T) {
+	rules := append(shellRules(), gate.Rule{Effect: gate.Deny, Tool: "pay__*", When: "args.amount >= 1000", Scope: gate.ScopeServer},
+		gate.Rule{Effect: gate.Allow, Tool: "write_file", Specifier: "docs/**", Scope: gate.ScopeServer})
+	set := mustCompile(t, rules)
+	calls := []struct {
+		c    gate.RuleCall
+		want gate.Effect
+	}{
+		{commandCall("git diff && rm x"), gate.Deny},
+		{commandCall("go test ./..."), gate.Allow},
+		{call("pay__send", map[string]int{"amount": 2000}), gate.Deny},
+		{call("write_file", map[string]string{"path": "docs/x"}), gate.Allow},
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				tc := calls[(g+i)%len(calls)]
+				if d := set.Evaluate(tc.c); d.Effect != tc.want {
+					t.Errorf("got %q want %q", d.Effect, tc.want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestSuggest(t *testing.T) {
+	cases := []struct {
+		name string
+		call gate.RuleCall
+		text string
+	}{
+		{"git diff ref", commandCall("git diff HEAD~1"), "run_command(git diff:*)"},
+		{"ls flags", commandCall("ls -la"), "run_command(ls:*)"},
+		{"go test path", commandCall("go test ./..."), "run_command(go test:*)"},
+		{"npm run build", commandCall("npm run build"), "run_command(npm run:*)"},
+		{"make", commandCall("make"), "run_command(make:*)"},
+		{"quoted program", commandCall("'my tool' x"), "run_command('my tool' x:*)"},
+		{"first of a list", commandCall("git status && git diff"), "run_command(git status:*)"},
+		{"write in folder", call("write_file", map[string]string{"path": "docs/guide/a.md", "content": "x"}), "write_file(docs/guide/**)"},
+		{"write absolute inside", call("write_file", map[string]string{"path": "/ws/src/a.go", "content": "x"}), "write_file(src/**)"},
+		{"write at root", call("write_file", map[string]string{"path": "README.md", "content": "x"}), "write_file(/README.md)"},
+		{"glob chars in folder", call("write_file", map[string]string{"path": "a*b/c", "content": "x"}), `write_file(a\*b/**)`},
+		{"other tool", call("github__create_issue", map[string]any{"repo": "acme/web", "title": "a, b=c*", "n": 3}), `github__create_issue(n=3,repo=acme/web,title=a\, b\=c\*)`},
+		{"no arguments", call("ping", map[string]any{}), "ping"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Suggest(tc.call)
+			if Text(r) != tc.text || r.Effect != gate.Allow {
+				t.Fatalf("Suggest = %q (%s), want %q", Text(r), r.Effect, tc.text)
+			}
+			r.Scope = gate.ScopeServer
+			if d := mustCompile(t, []gate.Rule{r}).Evaluate(tc.call); d.Effect != gate.Allow && tc.name != "first of a list" { // several commands: the first only
+				t.Fatalf("the suggested rule %s does not allow its own call: %+v", Text(r), d)
+			}
+		})
+	}
+}
+
+func TestAmbiguousArguments(t *testing.T) {
+	set := mustCompile(t, []gate.Rule{
+		{Effect: gate.Allow, Tool: "write_file", Specifier: "docs/**", Scope: gate.ScopeServer},
+		{Effect: gate.Deny, Tool: "write_file", Specifier: "secrets/**", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "run_command", Specifier: "git diff:*", Scope: gate.ScopeServer},
+		{Effect: gate.Deny, Tool: "run_command", Specifier: "rm:*", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "t", Specifier: "repo=acme/*", Scope: gate.ScopeServer},
+		{Effect: gate.Deny, Tool: "t", Specifier: "repo=evil/*", Scope: gate.ScopeServer},
+	})
+	raw := func(toolName, args string) gate.RuleCall {
+		return gate.RuleCall{Tool: toolName, Arguments: json.RawMessage(args), Workspace: testWorkspace}
+	}
+	cases := []struct {
+		name string
+		call gate.RuleCall
+		want string
+	}{
+		{"plain path", raw("write_file", `{"path": "docs/a"}`), "allow"},
+		{"escaped key is the same key", raw("write_file", `{"p\u0061th": "docs/a"}`), "allow"},
+		{"duplicate path", raw("write_file", `{"path": "docs/a", "path": "docs/b"}`), "ask"},
+		{"case variant path", raw("write_file", `{"path": "docs/a", "Path": "x/y"}`), "ask"},
+		{"case variant hides a denied path", raw("write_file", `{"path": "docs/a", "PATH": "secrets/k"}`), "deny"},
+		{"only another case", raw("write_file", `{"Path": "docs/a"}`), "ask"},
+		{"path not a string", raw("write_file", `{"path": ["docs/a"]}`), "ask"},
+		{"duplicate command", raw("run_command", `{"command": "git diff", "command": "git diff HEAD"}`), "ask"},
+		{"duplicate command hides rm", raw("run_command", `{"command": "git diff", "Command": "rm -rf /"}`), "deny"},
+		{"duplicate kv key", raw("t", `{"repo": "acme/a", "repo": "acme/b"}`), "ask"},
+		{"case variant kv hides evil", raw("t", `{"repo": "acme/a", "REPO": "evil/b"}`), "deny"},
+		{"not an object", raw("write_file", `["docs/a"]`), "ask"},
+		{"invalid json", raw("write_file", `{"path": "docs/a"`), "ask"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := outcome(set.Evaluate(tc.call)); got != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

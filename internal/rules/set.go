@@ -1,0 +1,503 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+
+	"countersign/internal/gate"
+)
+
+// CommandTool is the tool whose specifiers are shell commands (its argument `command`).
+const CommandTool = "run_command"
+
+// specKind is how a rule's specifier is matched.
+type specKind uint8
+
+const (
+	kindNone specKind = iota // no specifier: every call of the tool
+	kindCmd                  // run_command: shell words, exact or "…:*"
+	kindPath                 // a glob on the workspace-relative `path` argument
+	kindKV                   // key=glob[,key=glob…] on top-level arguments
+)
+
+// kindOf decides the specifier kind of a rule (SPEC §14): run_command's specifier is always a
+// command (an "=" in it is part of a word); for other tools a specifier with an unescaped "="
+// is key=glob, one without is a path glob.
+func kindOf(toolPattern, spec string) specKind {
+	switch {
+	case spec == "":
+		return kindNone
+	case toolPattern == CommandTool:
+		return kindCmd
+	case hasUnescaped(spec, '='):
+		return kindKV
+	default:
+		return kindPath
+	}
+}
+
+// compiled is one rule ready to match.
+type compiled struct {
+	ord       int
+	rule      gate.Rule
+	text      string
+	kind      specKind
+	cmd       *cmdSpec
+	path      *pathSpec
+	kv        *kvSpec
+	when      cel.Program
+	workspace string // cleaned, for ScopeWorkspace
+}
+
+// compile checks and compiles one rule.
+func compile(r gate.Rule) (*compiled, error) {
+	r, err := normalize(r)
+	if err != nil {
+		return nil, err
+	}
+	c := &compiled{rule: r, text: Text(r), kind: kindOf(r.Tool, r.Specifier)}
+	switch c.kind {
+	case kindCmd:
+		c.cmd, err = compileCmdSpec(r.Specifier, r.Effect == gate.Allow)
+	case kindPath:
+		c.path, err = compilePathSpec(r.Specifier)
+	case kindKV:
+		c.kv, err = compileKVSpec(r.Specifier)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.When != "" {
+		if c.when, err = compileWhen(r.When); err != nil {
+			return nil, err
+		}
+	}
+	if r.Scope == gate.ScopeWorkspace {
+		c.workspace = filepath.Clean(r.Workspace)
+	}
+	return c, nil
+}
+
+// normalize validates the fields of a rule that need no compiling and puts them in their
+// canonical form: a Tool given in text form ("write_file(docs/**)") is split into Tool and
+// Specifier; spaces are trimmed; a workspace is cleaned.
+func normalize(r gate.Rule) (gate.Rule, error) {
+	switch r.Effect {
+	case gate.Allow, gate.Ask, gate.Deny:
+	default:
+		return r, fmt.Errorf("unknown effect %q (want allow, ask or deny)", r.Effect)
+	}
+	r.Tool = strings.TrimSpace(r.Tool)
+	r.Specifier = strings.TrimSpace(r.Specifier)
+	if strings.Contains(r.Tool, "(") {
+		if r.Specifier != "" {
+			return r, fmt.Errorf("tool %q carries a specifier and the rule has another (%q)", r.Tool, r.Specifier)
+		}
+		tp, spec, err := Parse(r.Tool)
+		if err != nil {
+			return r, fmt.Errorf("rule %q: %w", r.Tool, err)
+		}
+		r.Tool, r.Specifier = tp, strings.TrimSpace(spec)
+	} else if err := checkToolPattern(r.Tool); err != nil {
+		return r, fmt.Errorf("tool %q: %w", r.Tool, err)
+	}
+	switch r.Scope {
+	case gate.ScopeSession:
+		if r.SessionID == "" {
+			return r, errors.New("a session rule needs its session")
+		}
+		r.Workspace = ""
+	case gate.ScopeWorkspace:
+		if strings.TrimSpace(r.Workspace) == "" {
+			return r, errors.New("a workspace rule needs its workspace folder")
+		}
+		r.Workspace = filepath.Clean(r.Workspace)
+		r.SessionID = ""
+	case gate.ScopeServer:
+		r.SessionID, r.Workspace = "", ""
+	default:
+		return r, fmt.Errorf("unknown scope %q (want session, workspace or server)", r.Scope)
+	}
+	switch r.Source {
+	case "", gate.SourcePrompt, gate.SourceAPI, gate.SourcePolicyFile:
+	default:
+		return r, fmt.Errorf("unknown source %q", r.Source)
+	}
+	return r, nil
+}
+
+// Check validates and normalizes one rule before it is saved (SPEC §14): a known effect and
+// scope (a session rule names its session, a workspace rule its folder, which is cleaned), a
+// tool pattern in path.Match syntax, a specifier that compiles for the tool's kind (shell words
+// for run_command, key=glob with an "=", else a path glob) and a `when` that compiles with CEL
+// to a boolean. A Tool in text form ("write_file(docs/**)") is split into Tool and Specifier.
+// The error says what is wrong; for `when` it is the CEL compiler's message.
+func Check(r gate.Rule) (gate.Rule, error) {
+	c, err := compile(r)
+	if err != nil {
+		return r, err
+	}
+	return c.rule, nil
+}
+
+// Set is a compiled set of rules (SPEC §14), indexed by exact tool name with a short list of
+// glob tool patterns, so Evaluate only looks at rules that can match the call. It is immutable
+// and safe for concurrent use; compile a new Set when the rules change.
+type Set struct {
+	exact map[string][]*compiled
+	globs []*compiled
+	n     int
+}
+
+// Len is the number of rules that compiled.
+func (s *Set) Len() int { return s.n }
+
+// Compile compiles every rule once (specifier → matcher, `when` → CEL program with a cost
+// limit). A rule that does not compile is skipped, and the error names each one ("rule
+// <text>: <reason>", joined, in input order); the returned Set is usable either way.
+func Compile(rs []gate.Rule) (*Set, error) {
+	s := &Set{exact: map[string][]*compiled{}}
+	var errs []error
+	for i, r := range rs {
+		c, err := compile(r)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rule %s: %w", ruleLabel(r), err))
+			continue
+		}
+		c.ord = i
+		s.n++
+		if strings.ContainsAny(c.rule.Tool, `*?[\`) {
+			s.globs = append(s.globs, c)
+		} else {
+			s.exact[c.rule.Tool] = append(s.exact[c.rule.Tool], c)
+		}
+	}
+	return s, errors.Join(errs...)
+}
+
+func ruleLabel(r gate.Rule) string {
+	t := Text(r)
+	if r.Pos != "" {
+		t += " (" + r.Pos + ")"
+	}
+	if r.ID != "" {
+		t += " [" + r.ID + "]"
+	}
+	return t
+}
+
+// Compiler is Compile as a gate.RuleCompiler.
+var Compiler gate.RuleCompiler = func(rs []gate.Rule) (gate.RuleEvaluator, error) {
+	return Compile(rs)
+}
+
+// Evaluate decides a call by the rules (SPEC §14): rules out of scope (another session, another
+// workspace, compared as cleaned paths) or expired (ExpiresAt before now) are ignored; then a
+// matching deny beats a matching ask beats allow, whatever their scopes. For run_command, every
+// simple command must be matched by some allow rule (see the package's shell notes). A `when`
+// that fails or exceeds its cost makes the call ask, saying so. The zero RuleDecision means no
+// rule matched.
+func (s *Set) Evaluate(c gate.RuleCall) gate.RuleDecision {
+	if s == nil {
+		return gate.RuleDecision{}
+	}
+	ev := evaluation{call: &c, now: time.Now()}
+	for _, r := range s.exact[c.Tool] {
+		ev.consider(r)
+	}
+	for _, r := range s.globs {
+		if ok, _ := path.Match(r.rule.Tool, c.Tool); ok {
+			ev.consider(r)
+		}
+	}
+	return ev.decide()
+}
+
+// hit is a rule that matched, with what it matched.
+type hit struct {
+	r    *compiled
+	what string
+}
+
+// evaluation is the state of one Evaluate call; what it needs of the call is computed lazily.
+type evaluation struct {
+	call *gate.RuleCall
+	now  time.Time
+
+	fieldsDone bool
+	fields     []field
+	strs       [2]strArgs // "path" and "command", decoded once
+
+	relDone   bool // the unambiguous path, workspace-relative
+	rel       string
+	relInside bool
+
+	shellDone bool
+	shells    []*shellView // one per value of "command" (several only when ambiguous)
+	covered   []*compiled  // per shells[0].cmds when "command" is unambiguous: the first allow rule that covers it
+
+	act map[string]any
+
+	deny, ask, fail, allow hit
+	failWhy                string
+}
+
+// strArgs are the string values of one argument name (see args.go on ambiguity).
+type strArgs struct {
+	done        bool
+	vals        []string
+	unambiguous bool
+}
+
+func (ev *evaluation) args() []field {
+	if !ev.fieldsDone {
+		ev.fieldsDone = true
+		ev.fields = topLevel(ev.call.Arguments)
+	}
+	return ev.fields
+}
+
+// stringArgs returns the string values of argument k and whether k is unambiguous.
+func (ev *evaluation) stringArgs(k string) ([]string, bool) {
+	slot := &ev.strs[0]
+	if k == "command" {
+		slot = &ev.strs[1]
+	}
+	if !slot.done {
+		slot.done = true
+		n, exact, strs := 0, 0, 0
+		fs := ev.args()
+		for j := range fs {
+			f := &fs[j]
+			if !strings.EqualFold(f.key, k) {
+				continue
+			}
+			n++
+			if f.key == k {
+				exact++
+			}
+			if len(f.raw) > 0 && f.raw[0] == '"' {
+				strs++
+				slot.vals = append(slot.vals, f.value())
+			}
+		}
+		slot.unambiguous = n == 1 && exact == 1 && strs == 1
+	}
+	return slot.vals, slot.unambiguous
+}
+
+// single is the one unambiguous string value of k.
+func (ev *evaluation) single(k string) (string, bool) {
+	vals, ok := ev.stringArgs(k)
+	if !ok {
+		return "", false
+	}
+	return vals[0], true
+}
+
+func (ev *evaluation) views() []*shellView {
+	if !ev.shellDone {
+		ev.shellDone = true
+		cmds, unamb := ev.stringArgs("command")
+		for _, c := range cmds {
+			ev.shells = append(ev.shells, viewShell(c, ev.call.Workspace))
+		}
+		if unamb {
+			ev.covered = make([]*compiled, len(ev.shells[0].cmds))
+		}
+	}
+	return ev.shells
+}
+
+func inScope(r *compiled, c *gate.RuleCall) bool {
+	switch r.rule.Scope {
+	case gate.ScopeSession:
+		return r.rule.SessionID == c.SessionID
+	case gate.ScopeWorkspace:
+		return c.Workspace != "" && r.workspace == filepath.Clean(c.Workspace)
+	default:
+		return true
+	}
+}
+
+func better(cur hit, r *compiled) bool { return cur.r == nil || r.ord < cur.r.ord }
+
+// matchSpec reports whether r's specifier matches the call and what it matched; for an allow
+// rule on run_command, covers lists the simple commands it covers.
+func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int) {
+	allow := r.rule.Effect == gate.Allow
+	switch r.kind {
+	case kindPath:
+		if allow {
+			p, ok := ev.single("path")
+			if !ok {
+				return false, "", nil
+			}
+			if !ev.relDone {
+				ev.relDone = true
+				ev.rel, ev.relInside = workspacePath(p, ev.call.Workspace)
+			}
+			if r.path.matchRel(ev.rel, ev.relInside, true) {
+				return true, ev.call.Tool + " " + p, nil
+			}
+			return false, "", nil
+		}
+		vals, _ := ev.stringArgs("path")
+		for _, p := range vals {
+			if r.path.match(p, ev.call.Workspace, false) {
+				return true, ev.call.Tool + " " + p, nil
+			}
+		}
+		return false, "", nil
+	case kindKV:
+		return r.kv.match(ev.args(), allow), ev.call.Tool, nil
+	case kindCmd:
+		vs := ev.views()
+		if allow {
+			if ev.covered == nil {
+				return false, "", nil
+			}
+			for i := range vs[0].cmds {
+				if r.cmd.allows(&vs[0].cmds[i]) {
+					covers = append(covers, i)
+				}
+			}
+			return len(covers) > 0, "", covers
+		}
+		for _, v := range vs {
+			for _, list := range [][]simpleCmd{v.cmds, v.hidden} {
+				for i := range list {
+					if r.cmd.denies(&list[i]) {
+						return true, list[i].text, nil
+					}
+				}
+			}
+		}
+		return false, "", nil
+	}
+	if ev.call.Tool == CommandTool {
+		if cmd, ok := ev.single("command"); ok {
+			return true, cmd, nil
+		}
+	}
+	return true, ev.call.Tool, nil
+}
+
+func (ev *evaluation) consider(r *compiled) {
+	if !inScope(r, ev.call) || (r.rule.ExpiresAt != nil && r.rule.ExpiresAt.Before(ev.now)) {
+		return
+	}
+	eff := r.rule.Effect
+	// skip work that cannot change the outcome
+	switch eff {
+	case gate.Deny:
+		if ev.deny.r != nil && ev.deny.r.ord < r.ord {
+			return
+		}
+	case gate.Ask:
+		if ev.deny.r != nil || (ev.ask.r != nil && ev.ask.r.ord < r.ord) {
+			return
+		}
+	}
+	ok, what, covers := ev.matchSpec(r)
+	if !ok {
+		return
+	}
+	if r.when != nil {
+		if ev.act == nil {
+			ev.act = activation(ev.call)
+		}
+		out, _, err := r.when.Eval(ev.act)
+		if err != nil {
+			if ev.fail.r == nil || r.ord < ev.fail.r.ord {
+				ev.fail = hit{r: r}
+				if strings.Contains(err.Error(), "cost limit exceeded") {
+					ev.failWhy = fmt.Sprintf("the `when` of rule %s exceeded its cost limit, so the call asks", r.text)
+				} else {
+					ev.failWhy = fmt.Sprintf("the `when` of rule %s failed (%v), so the call asks", r.text, err)
+				}
+			}
+			return
+		}
+		if out != types.True {
+			if _, isBool := out.(types.Bool); !isBool && (ev.fail.r == nil || r.ord < ev.fail.r.ord) {
+				ev.fail = hit{r: r}
+				ev.failWhy = fmt.Sprintf("the `when` of rule %s gave %v, not a bool, so the call asks", r.text, out)
+			}
+			return
+		}
+	}
+	switch eff {
+	case gate.Deny:
+		if better(ev.deny, r) {
+			ev.deny = hit{r, what}
+		}
+	case gate.Ask:
+		if better(ev.ask, r) {
+			ev.ask = hit{r, what}
+		}
+	case gate.Allow:
+		if covers != nil {
+			for _, i := range covers {
+				if ev.covered[i] == nil || r.ord < ev.covered[i].ord {
+					ev.covered[i] = r
+				}
+			}
+			return
+		}
+		if better(ev.allow, r) {
+			ev.allow = hit{r, what}
+		}
+	}
+}
+
+func decision(e gate.Effect, h hit, verb string) gate.RuleDecision {
+	r := h.r.rule
+	return gate.RuleDecision{Effect: e, Rule: &r, Reason: "rule " + h.r.text + " " + verb + " " + h.what}
+}
+
+func (ev *evaluation) decide() gate.RuleDecision {
+	switch {
+	case ev.deny.r != nil:
+		return decision(gate.Deny, ev.deny, "denies")
+	case ev.ask.r != nil:
+		return decision(gate.Ask, ev.ask, "asks for")
+	case ev.fail.r != nil:
+		r := ev.fail.r.rule
+		return gate.RuleDecision{Effect: gate.Ask, Rule: &r, Reason: ev.failWhy}
+	case ev.allow.r != nil:
+		return decision(gate.Allow, ev.allow, "allows")
+	}
+	if ev.covered == nil || ev.shells[0].opaque != "" || len(ev.covered) == 0 {
+		return gate.RuleDecision{}
+	}
+	var used []*compiled
+	for _, r := range ev.covered {
+		if r == nil {
+			return gate.RuleDecision{}
+		}
+		if !slices.Contains(used, r) {
+			used = append(used, r)
+		}
+	}
+	slices.SortFunc(used, func(a, b *compiled) int { return a.ord - b.ord })
+	texts := make([]string, len(used))
+	for i, r := range used {
+		texts[i] = r.text
+	}
+	cmd, _ := ev.single("command")
+	r := used[0].rule
+	label := "rule " + texts[0] + " allows"
+	if len(texts) > 1 {
+		label = "rules " + strings.Join(texts, ", ") + " allow"
+	}
+	return gate.RuleDecision{Effect: gate.Allow, Rule: &r, Reason: label + " " + cmd}
+}

@@ -1,0 +1,499 @@
+package rules
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// Shell matching (SPEC §14 "Commands are parsed, not string-matched").
+//
+// run_command runs its `command` argument with /bin/sh -c in the workspace, and /bin/sh is dash
+// on Debian, so commands are parsed as POSIX shell (syntax.LangPOSIX). Bash-only syntax (process
+// substitution, [[ ]], $'…', arrays, <<<) is a parse error there, and a parse error never
+// allows: the call asks. For deny and ask rules only, a command that is not POSIX is parsed a
+// second time as bash, best effort, so that `git diff <(rm x)` is still denied by
+// `deny run_command(rm:*)`.
+//
+// A call is ALLOWED by run_command rules only when all of these hold:
+//   - the POSIX parse succeeded;
+//   - there is no command substitution ($(…), `…`), process substitution, arithmetic expansion,
+//     function definition, declaration (export/readonly/local), bash/zsh-only construct,
+//     assignment (`PATH=/tmp git diff`, `X=1`), or statement that is only a redirection
+//     (`> file`) anywhere in it;
+//   - every redirection is a here-document without substitutions, a duplication of a file
+//     descriptor (2>&1, >&-), or a file given as literal words that is /dev/null or, cleaned,
+//     inside the workspace (absolute inside RuleCall.Workspace, or relative without escaping
+//     "..");
+//   - every simple command (of lists, pipelines, &&, ||, ;, newlines, subshells, { } blocks,
+//     if/while/until/for/case bodies) is matched by some allow rule; a simple command is
+//     matched by a prefix rule (`git diff:*`) when its first words are exactly those words and
+//     the rest are arguments, by an exact rule (`go test ./...`) when its words are exactly
+//     those words;
+//   - the program is not a wrapper that runs another command or a string (eval, exec, source,
+//     ".", sh/bash/dash/zsh/… , env, command, builtin, xargs, nohup, nice, timeout, time,
+//     sudo, doas, su, chroot, setsid, stdbuf, ionice, flock, watch, busybox, strace):
+//     such a command never matches an allow rule, whatever the rule says.
+//
+// Words. Quotes are resolved as the shell resolves them: `g''it diff`, `"git" diff` and
+// `g\it diff` are the words git and diff, so they are matched as `git diff` (they are exactly
+// what /bin/sh runs; for the same reason `r''m -rf /` is denied by `rm:*`). Unicode look-alikes
+// are different bytes and simply do not match. A word compared with a rule's words (the matched
+// prefix, or every word of an exact rule) must be fully literal: no parameter expansion, no
+// unquoted glob character (* ? [) and no leading unquoted ~. The arguments after a matched
+// prefix may also contain plain parameter expansions ($X, ${X}), globs and ~: they only produce
+// more arguments to the same program; any other expansion (${X:-…}, ${#X}, …) is not seen
+// through.
+//
+// A call is DENIED (or ASKED) when any simple command anywhere, including inside substitutions,
+// here-documents and assignments, is matched by a deny (or ask) rule. For these the program is
+// compared by its base name (`/bin/rm -rf /` is `rm`), leading assignments are ignored
+// (`PATH=/tmp rm x`), the words of a wrapper are tried at every position after the wrapper
+// (`sudo rm x`, `xargs rm`, `find . -exec rm {} ;`), and the string of `sh -c '…'`, `bash -c`
+// and `eval …` is parsed again and searched the same way, to a depth of 3. That is best effort:
+// what cannot be seen at all (a variable holding a command, a script file) is not denied, but it
+// is never allowed either, so the call asks.
+
+// wrappers run another command or a string: never matched by an allow rule; deny rules look at
+// the words after them.
+var wrappers = map[string]bool{
+	"eval": true, "exec": true, "source": true, ".": true, "command": true, "builtin": true,
+	"env": true, "xargs": true, "nohup": true, "nice": true, "ionice": true, "timeout": true,
+	"time": true, "sudo": true, "doas": true, "su": true, "chroot": true, "setsid": true,
+	"stdbuf": true, "flock": true, "watch": true, "busybox": true, "strace": true, "ltrace": true,
+	"unbuffer": true, "script": true, "run-parts": true, "parallel": true,
+	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true,
+	"fish": true, "csh": true, "tcsh": true, "rbash": true,
+}
+
+// shells take a command string after -c.
+var shells = map[string]bool{
+	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true,
+	"fish": true, "csh": true, "tcsh": true, "rbash": true, "busybox": true,
+}
+
+// word is one shell word as the matcher sees it.
+type word struct {
+	val   string // the literal value, quotes and backslashes resolved (partial when !exact)
+	exact bool   // fully literal: can be compared with a rule's word
+	arg   bool   // acceptable as an argument after a matched prefix
+}
+
+// simpleCmd is one simple command found in a command line.
+type simpleCmd struct {
+	words   []word
+	assigns bool   // leading VAR=… assignments
+	text    string // its source text, for reasons
+}
+
+// program is the base name of the first word, for deny matching.
+func (c *simpleCmd) program() string {
+	if len(c.words) == 0 {
+		return ""
+	}
+	return filepath.Base(c.words[0].val)
+}
+
+// shellView is what the matcher saw of one command line.
+type shellView struct {
+	cmds []simpleCmd // every simple command that can be allowed (empty when opaque by parse error)
+	// opaque is why the line can never be allowed ("" when it can be, if every command is
+	// matched): a parse error, a substitution, an assignment, a redirection outside, …
+	opaque string
+	// hidden are simple commands that can only be denied or asked: those inside substitutions
+	// are in cmds too; these are the ones re-parsed from sh -c / eval strings and from the
+	// bash reading of a non-POSIX line.
+	hidden []simpleCmd
+}
+
+// cmdSpec is a compiled run_command specifier.
+type cmdSpec struct {
+	words  []string
+	prefix bool // "…:*"
+}
+
+// compileCmdSpec compiles a run_command specifier: shell words (parsed as POSIX, fully literal),
+// optionally followed by ":*". A specifier whose program is a wrapper (sudo, sh, eval, …) is
+// refused for allow rules, which could never match it, and accepted for deny and ask rules.
+func compileCmdSpec(spec string, allow bool) (*cmdSpec, error) {
+	s := strings.TrimSpace(spec)
+	cs := &cmdSpec{}
+	if strings.HasSuffix(s, ":*") {
+		cs.prefix = true
+		s = strings.TrimSpace(strings.TrimSuffix(s, ":*"))
+	}
+	if s == "" {
+		return nil, fmt.Errorf("run_command specifier %q has no command words", spec)
+	}
+	f, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(s), "")
+	if err != nil {
+		return nil, fmt.Errorf("run_command specifier %q is not shell words: %v", spec, err)
+	}
+	if len(f.Stmts) != 1 || len(f.Stmts[0].Redirs) > 0 || f.Stmts[0].Background || f.Stmts[0].Negated {
+		return nil, fmt.Errorf("run_command specifier %q must be one simple command (write one rule per command)", spec)
+	}
+	call, ok := f.Stmts[0].Cmd.(*syntax.CallExpr)
+	if !ok || len(call.Assigns) > 0 || len(call.Args) == 0 {
+		return nil, fmt.Errorf("run_command specifier %q must be plain words, without assignments or shell syntax", spec)
+	}
+	for _, w := range call.Args {
+		rw := resolveWord(w)
+		if !rw.exact {
+			return nil, fmt.Errorf("run_command specifier %q: word %s is not literal (quote glob characters, ~ and $)", spec, nodeText(s, w))
+		}
+		cs.words = append(cs.words, rw.val)
+	}
+	if allow && (wrappers[cs.words[0]] || wrappers[filepath.Base(cs.words[0])]) {
+		return nil, fmt.Errorf("run_command specifier %q starts with %s, which runs other commands the rules cannot see, so an allow rule could never match it (deny and ask rules may name it)", spec, cs.words[0])
+	}
+	return cs, nil
+}
+
+// allows reports whether the simple command is matched by this specifier for an allow rule.
+func (cs *cmdSpec) allows(c *simpleCmd) bool {
+	if c.assigns || len(c.words) < len(cs.words) || wrappers[c.words[0].val] {
+		return false
+	}
+	if !cs.prefix && len(c.words) != len(cs.words) {
+		return false
+	}
+	for i, w := range cs.words {
+		if !c.words[i].exact || c.words[i].val != w {
+			return false
+		}
+	}
+	for _, w := range c.words[len(cs.words):] {
+		if !w.arg {
+			return false
+		}
+	}
+	return true
+}
+
+// denies reports whether the simple command is matched by this specifier for a deny or ask rule
+// (best effort, see above): the program by base name, assignments ignored, wrappers looked
+// through.
+func (cs *cmdSpec) denies(c *simpleCmd) bool {
+	if cs.denyAt(c.words, true) {
+		return true
+	}
+	if len(c.words) == 0 {
+		return false
+	}
+	p := c.program()
+	if !wrappers[p] && p != "find" {
+		return false
+	}
+	for i := 1; i < len(c.words); i++ {
+		if cs.denyAt(c.words[i:], true) {
+			return true
+		}
+	}
+	return false
+}
+
+func (cs *cmdSpec) denyAt(ws []word, base bool) bool {
+	if len(ws) < len(cs.words) || (!cs.prefix && len(ws) != len(cs.words)) {
+		return false
+	}
+	for i, w := range cs.words {
+		v := ws[i].val
+		if v == w || (i == 0 && base && filepath.Base(v) == w) {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// posixParsers reuses parsers (a *syntax.Parser is not safe for concurrent use, but can parse
+// again).
+var posixParsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangPOSIX)) }}
+
+func parsePOSIX(s string) (*syntax.File, error) {
+	p := posixParsers.Get().(*syntax.Parser)
+	defer posixParsers.Put(p)
+	return p.Parse(strings.NewReader(s), "")
+}
+
+// maxReparse bounds how deep sh -c / eval strings are parsed again.
+const maxReparse = 3
+
+// viewShell parses a command line and collects its simple commands; workspace is the folder
+// redirections must stay in.
+func viewShell(command, workspace string) *shellView {
+	v := &shellView{}
+	f, err := parsePOSIX(command)
+	if err != nil {
+		v.opaque = "the command does not parse as POSIX shell: " + err.Error()
+		// best effort for deny and ask: read it as bash.
+		if bf, berr := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(command), ""); berr == nil {
+			bv := &shellView{}
+			bv.collect(bf, command, workspace, 0)
+			v.hidden = append(bv.cmds, bv.hidden...)
+		}
+		return v
+	}
+	v.collect(f, command, workspace, 0)
+	return v
+}
+
+// collect walks the whole AST of one parsed string.
+func (v *shellView) collect(f *syntax.File, src, workspace string, depth int) {
+	setOpaque := func(why string) {
+		if v.opaque == "" {
+			v.opaque = why
+		}
+	}
+	syntax.Walk(f, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case nil: // Walk's end of a node's children
+		case *syntax.File, *syntax.Word, *syntax.Lit, *syntax.Comment, *syntax.BinaryCmd,
+			*syntax.Block, *syntax.Subshell, *syntax.IfClause, *syntax.WhileClause,
+			*syntax.ForClause, *syntax.WordIter, *syntax.CaseClause, *syntax.CaseItem:
+		case *syntax.SglQuoted:
+			if n.Dollar {
+				setOpaque("$'…' quoting")
+			}
+		case *syntax.DblQuoted:
+			if n.Dollar {
+				setOpaque(`$"…" quoting`)
+			}
+		case *syntax.ParamExp:
+			if !simpleParam(n) {
+				setOpaque("a parameter expansion with operators")
+			}
+		case *syntax.Stmt:
+			if n.Cmd == nil {
+				setOpaque("a statement that is only a redirection")
+			}
+			for _, r := range n.Redirs {
+				if why := checkRedirect(r, workspace); why != "" {
+					setOpaque(why)
+				}
+			}
+		case *syntax.Redirect:
+		case *syntax.Assign:
+			setOpaque("a variable assignment")
+		case *syntax.CallExpr:
+			c := simpleCmd{assigns: len(n.Assigns) > 0, text: nodeText(src, n)}
+			for _, w := range n.Args {
+				c.words = append(c.words, resolveWord(w))
+			}
+			if len(n.Args) == 0 {
+				setOpaque("a variable assignment")
+				return true
+			}
+			if c.assigns {
+				setOpaque("a leading variable assignment (" + c.text + ")")
+			}
+			if wrappers[c.words[0].val] || wrappers[c.program()] {
+				setOpaque(c.program() + " runs a command the rules cannot see")
+				if depth < maxReparse {
+					v.reparse(c, workspace, depth)
+				}
+			}
+			v.cmds = append(v.cmds, c)
+		case *syntax.CmdSubst:
+			setOpaque("a command substitution")
+		case *syntax.ProcSubst:
+			setOpaque("a process substitution")
+		case *syntax.ArithmExp:
+			setOpaque("an arithmetic expansion")
+		case *syntax.FuncDecl:
+			setOpaque("a function definition")
+		default:
+			setOpaque(fmt.Sprintf("shell syntax the rules cannot see through (%T)", n))
+		}
+		return true
+	})
+}
+
+// reparse parses the string run by sh -c or eval and adds its commands as hidden ones.
+func (v *shellView) reparse(c simpleCmd, workspace string, depth int) {
+	var s string
+	p := c.program()
+	switch {
+	case p == "eval":
+		parts := make([]string, 0, len(c.words)-1)
+		for _, w := range c.words[1:] {
+			parts = append(parts, w.val)
+		}
+		s = strings.Join(parts, " ")
+	case shells[p]:
+		for i := 1; i+1 < len(c.words); i++ {
+			w := c.words[i].val
+			if strings.HasPrefix(w, "-") && !strings.HasPrefix(w, "--") && strings.Contains(w, "c") {
+				s = c.words[i+1].val
+				break
+			}
+		}
+	}
+	if s == "" {
+		return
+	}
+	for _, lang := range []syntax.LangVariant{syntax.LangPOSIX, syntax.LangBash} {
+		f, err := syntax.NewParser(syntax.Variant(lang)).Parse(strings.NewReader(s), "")
+		if err != nil {
+			continue
+		}
+		inner := &shellView{}
+		inner.collect(f, s, workspace, depth+1)
+		v.hidden = append(v.hidden, inner.cmds...)
+		v.hidden = append(v.hidden, inner.hidden...)
+		return
+	}
+}
+
+func nodeText(src string, n syntax.Node) string {
+	a, b := int(n.Pos().Offset()), int(n.End().Offset())
+	if a < 0 || b > len(src) || a > b {
+		return ""
+	}
+	return src[a:b]
+}
+
+// simpleParam is $NAME or ${NAME} with no operator.
+func simpleParam(p *syntax.ParamExp) bool {
+	return p.Param != nil && p.Flags == nil && !p.Excl && !p.Length && !p.Width && !p.IsSet &&
+		p.NestedParam == nil && p.Index == nil && len(p.Modifiers) == 0 && p.Slice == nil &&
+		p.Repl == nil && p.Names == 0 && p.Exp == nil
+}
+
+// resolveWord resolves quotes and backslashes of a word as the shell does.
+func resolveWord(w *syntax.Word) word {
+	out := word{exact: true, arg: true}
+	var b strings.Builder
+	for i, part := range w.Parts {
+		switch p := part.(type) {
+		case *syntax.Lit:
+			val, glob := unquoteLit(p.Value)
+			if glob || (i == 0 && strings.HasPrefix(p.Value, "~")) {
+				out.exact = false
+			}
+			b.WriteString(val)
+		case *syntax.SglQuoted:
+			if p.Dollar {
+				out.exact, out.arg = false, false
+			}
+			b.WriteString(p.Value)
+		case *syntax.DblQuoted:
+			if p.Dollar {
+				out.exact, out.arg = false, false
+			}
+			for _, dp := range p.Parts {
+				switch d := dp.(type) {
+				case *syntax.Lit:
+					b.WriteString(unquoteDbl(d.Value))
+				case *syntax.ParamExp:
+					out.exact = false
+					if !simpleParam(d) {
+						out.arg = false
+					}
+				default:
+					out.exact, out.arg = false, false
+				}
+			}
+		case *syntax.ParamExp:
+			out.exact = false
+			if !simpleParam(p) {
+				out.arg = false
+			}
+		default:
+			out.exact, out.arg = false, false
+		}
+	}
+	out.val = b.String()
+	return out
+}
+
+// unquoteLit removes the backslashes of an unquoted literal and reports an unescaped glob
+// character.
+func unquoteLit(s string) (string, bool) {
+	if !strings.ContainsAny(s, `\*?[`) {
+		return s, false
+	}
+	var b strings.Builder
+	glob := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '\\' && i+1 < len(s):
+			i++
+			if s[i] != '\n' {
+				b.WriteByte(s[i])
+			}
+		case c == '*' || c == '?' || c == '[':
+			glob = true
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), glob
+}
+
+// unquoteDbl removes the backslashes that escape inside double quotes ($ ` " \ newline).
+func unquoteDbl(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			switch s[i+1] {
+			case '$', '`', '"', '\\':
+				b.WriteByte(s[i+1])
+				i++
+				continue
+			case '\n':
+				i++
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// checkRedirect says why a redirection cannot be allowed ("" when it can).
+func checkRedirect(r *syntax.Redirect, workspace string) string {
+	switch r.Op {
+	case syntax.Hdoc, syntax.DashHdoc:
+		return "" // the body is walked: a substitution in it is seen there
+	case syntax.DplIn, syntax.DplOut:
+		w := resolveWord(r.Word)
+		if w.exact && (w.val == "-" || isDigits(w.val)) {
+			return ""
+		}
+	}
+	if r.N != nil && !isDigits(r.N.Value) {
+		return "a redirection to a named descriptor"
+	}
+	w := resolveWord(r.Word)
+	if !w.exact {
+		return "a redirection to a file the rules cannot name"
+	}
+	if w.val == "/dev/null" {
+		return ""
+	}
+	if _, ok := workspacePath(w.val, workspace); !ok {
+		return "a redirection outside the workspace (" + w.val + ")"
+	}
+	return ""
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

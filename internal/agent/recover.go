@@ -30,6 +30,9 @@ const RestartedText = "The server restarted before the model answered, so the ru
 //   - sessions that have nothing parked are idle again and accept new messages.
 func (r *Runner) Recover(ctx context.Context) (err error) {
 	defer apperr.Wrap(&err, "Recover")
+	if r.loadErr != nil {
+		return r.loadErr // the rules could not be read: refuse to start rather than skip a deny
+	}
 	running, err := r.cfg.Store.SessionsInState(ctx, Running)
 	if err != nil {
 		return err

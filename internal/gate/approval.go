@@ -143,6 +143,13 @@ type Resolution struct {
 	Automatic       bool
 	At              time.Time
 	DerivedFrom     string
+	// Source is what decided (FromPerson for a prompt's answer; FromRule when a rule released
+	// it; FromHandler/"" for timeouts and cancellations). RuleID, RuleText and RuleSource name
+	// the rule that released it; "" keeps what the approval had.
+	Source     DecisionSource
+	RuleID     string
+	RuleText   string
+	RuleSource RuleSource
 }
 
 // Store keeps approvals. ResolveApproval must be atomic: it changes only a pending approval

@@ -147,7 +147,7 @@ func (r *Runner) ParseRule(text string) (toolPattern, specifier string, err erro
 // Errors: apperr.Invalid (with the compiler's message), apperr.NotFound for an unknown session.
 func (r *Runner) AddRule(ctx context.Context, rl gate.Rule) (_ gate.Rule, err error) {
 	defer apperr.Wrap(&err, "AddRule")
-	if rl.Scope == gate.ScopeSession {
+	if rl.Scope == gate.ScopeSession && rl.SessionID != "" {
 		if _, err := r.cfg.Store.Session(ctx, rl.SessionID); err != nil {
 			return gate.Rule{}, err
 		}

@@ -257,7 +257,11 @@ type AuditRow struct {
 	Automatic, Edited                 bool
 	Scope, Reason                     string
 	// AskReason is why the call waited for a person ("server files is not trusted").
-	AskReason                  string
+	AskReason string
+	// DecidedFrom names, in words, what made an automatic decision (SPEC §14 audit): "rule
+	// write_file(secrets/**) (api, id r-1)", "plan mode", "annotation default", "tool_call
+	// handler"; "" for a person's decision and for records older than rules.
+	DecidedFrom                string
 	Arguments, EditedArguments string
 	// Outcome is what became of the call: ok, error, not run, violation, pending, running or
 	// unknown; OutcomeDetail the first line of its error text, if any.

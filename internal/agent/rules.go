@@ -293,4 +293,3 @@ func (r *Runner) flushRuleHits() {
 		r.log.Error("flush rule hits", "err", err)
 	}
 }
-

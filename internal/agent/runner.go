@@ -305,11 +305,11 @@ func (e *StoppedError) Error() string { return "Run stopped by " + e.By }
 
 // Decision is a person's answer to a pending approval (SPEC §3, §12 decision body).
 type Decision struct {
-	Decision  string          `json:"decision"` // approve | approve_session | remember | deny
-	Reason    string          `json:"reason,omitempty"`
+	Decision string `json:"decision"` // approve | approve_session | remember | deny
+	Reason   string `json:"reason,omitempty"`
 	// Rule is, for "remember" ("Always allow…", SPEC §14), the rule to save: its text
 	// ("run_command(git diff:*)") and scope (session or workspace). Its effect is allow.
-	Rule *RememberRule `json:"rule,omitempty"`
+	Rule      *RememberRule   `json:"rule,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"` // edited arguments, approve only
 	// By is who decides and with what rights: gate.Owner(), or a reviewer through a share link.
 	By gate.Decider `json:"-"`

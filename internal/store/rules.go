@@ -129,10 +129,10 @@ func (db *DB) queryRules(ctx context.Context, query string, args ...any) ([]gate
 
 func scanRule(sc scanner) (gate.Rule, error) {
 	var (
-		r                                gate.Rule
-		effect, scope, source, created   string
-		session, expires, last           sql.NullString
-		viaID, viaLabel                  string
+		r                              gate.Rule
+		effect, scope, source, created string
+		session, expires, last         sql.NullString
+		viaID, viaLabel                string
 	)
 	if err := sc.Scan(&r.ID, &effect, &r.Tool, &r.Specifier, &r.When, &scope, &session, &r.Workspace, &source,
 		&r.CreatedBy, &viaID, &viaLabel, &created, &expires, &r.Note, &r.FromApproval, &r.Hits, &last); err != nil {

@@ -20,9 +20,9 @@ import (
 	"github.com/coder/websocket/wsjson"
 
 	"countersign/internal/agent"
-	"countersign/internal/gate/gatetest"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/gate/gatetest"
 	"countersign/internal/models"
 	"countersign/internal/share"
 	"countersign/internal/store"

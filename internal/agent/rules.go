@@ -63,7 +63,9 @@ func (r *Runner) SetMode(ctx context.Context, sessionID string, mode gate.Mode) 
 // that still asks stays pending for a person.
 func (r *Runner) release(ctx context.Context, pending []gate.Approval) {
 	sessions := map[string]Session{}
-	check := gate.Checker{Rules: r.rules}
+	// Hits are counted below, only for the releases that win (ask and a rule change may race
+	// to release the same call).
+	check := gate.Checker{Rules: evalOnly{r.rules}}
 	for _, p := range pending {
 		if p.Status != gate.Pending {
 			continue
@@ -94,11 +96,20 @@ func (r *Runner) release(ctx context.Context, pending []gate.Approval) {
 		res := gate.Resolution{Status: gate.Approved, Automatic: true, DecidedBy: rec.DecidedBy, Reason: rec.Reason,
 			Scope: rec.Scope, DerivedFrom: rec.DerivedFrom, Source: d.Source, RuleID: rec.RuleID, RuleText: rec.RuleText,
 			RuleSource: rec.RuleSource}
-		if _, err := r.gate.Decide(ctx, p.ID, res); err != nil && apperr.CodeOf(err) != apperr.Conflict {
+		_, err := r.gate.Decide(ctx, p.ID, res)
+		switch {
+		case err == nil && d.Rule != nil:
+			r.rules.Hit(d.Rule)
+		case err != nil && apperr.CodeOf(err) != apperr.Conflict:
 			r.log.Error("release pending approval", "approval", p.ID, "err", err)
 		}
 	}
 }
+
+// evalOnly hides a Rulebook's hit counter from a Checker.
+type evalOnly struct{ e gate.RuleEvaluator }
+
+func (e evalOnly) Evaluate(c gate.RuleCall) gate.RuleDecision { return e.e.Evaluate(c) }
 
 // releaseReached releases the pending approvals of every session rule rl reaches (its session;
 // for workspace and server rules, every session with one pending).
@@ -147,6 +158,14 @@ func (r *Runner) ParseRule(text string) (toolPattern, specifier string, err erro
 // Errors: apperr.Invalid (with the compiler's message), apperr.NotFound for an unknown session.
 func (r *Runner) AddRule(ctx context.Context, rl gate.Rule) (_ gate.Rule, err error) {
 	defer apperr.Wrap(&err, "AddRule")
+	if rl, err = r.addRule(ctx, rl); err != nil {
+		return gate.Rule{}, err
+	}
+	return rl, r.releaseReached(ctx, rl)
+}
+
+// addRule is AddRule without the release.
+func (r *Runner) addRule(ctx context.Context, rl gate.Rule) (_ gate.Rule, err error) {
 	if rl.Scope == gate.ScopeSession && rl.SessionID != "" {
 		if _, err := r.cfg.Store.Session(ctx, rl.SessionID); err != nil {
 			return gate.Rule{}, err
@@ -161,7 +180,7 @@ func (r *Runner) AddRule(ctx context.Context, rl gate.Rule) (_ gate.Rule, err er
 	if rl.Scope == gate.ScopeSession {
 		r.grantsChanged(ctx, rl.SessionID)
 	}
-	return rl, r.releaseReached(ctx, rl)
+	return rl, nil
 }
 
 // DeleteRule deletes a rule for the next call (calls already decided stay decided). Errors:
@@ -218,17 +237,16 @@ func (r *Runner) rememberRule(ctx context.Context, a gate.Approval, d Decision) 
 	return rl, nil
 }
 
-// grant makes "Approve for session" on a a session allow rule for its tool (SPEC §14), unless
-// the session has one already, and releases the session's pending calls it now allows.
-func (r *Runner) grant(ctx context.Context, a gate.Approval) error {
+// sessionRule is the rule "Approve for session" on a makes (SPEC §14): a session allow rule for
+// its tool, made from the prompt by the decider; ok is false when the session has one already.
+func (r *Runner) sessionRule(a gate.Approval, by gate.Decider) (rl gate.Rule, ok bool) {
 	for _, g := range r.grants(a.SessionID) {
 		if g.ToolName == a.ToolName {
-			return r.releaseReached(ctx, gate.Rule{Scope: gate.ScopeSession, SessionID: a.SessionID})
+			return gate.Rule{}, false
 		}
 	}
-	_, err := r.AddRule(ctx, gate.Rule{Effect: gate.Allow, Tool: a.ToolName, Scope: gate.ScopeSession, SessionID: a.SessionID,
-		Source: gate.SourcePrompt, CreatedBy: a.DecidedBy, CreatedVia: a.DecidedVia, FromApproval: a.ID})
-	return err
+	return gate.Rule{Effect: gate.Allow, Tool: a.ToolName, Scope: gate.ScopeSession, SessionID: a.SessionID,
+		Source: gate.SourcePrompt, CreatedBy: by.Name, CreatedVia: by.Via, FromApproval: a.ID}, true
 }
 
 // grants are the session's grant-shaped rules as grants, oldest first.

@@ -349,11 +349,22 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 	if err := d.By.Permit(res.Scope, len(d.Arguments) > 0); err != nil {
 		return gate.Approval{}, err
 	}
-	var remember gate.Rule
-	if d.Decision == "remember" {
-		// Checked before anything changes: a rule the compiler refuses decides nothing.
-		if remember, err = r.rememberRule(ctx, a, d); err != nil {
+	// "remember" and "Approve for session" save a rule (SPEC §14). It is checked before anything
+	// changes (a rule the compiler refuses decides nothing) and stored before the decision, so
+	// the calls the run makes once this one is approved already see it; it is taken back if
+	// another decision won. Pending calls it allows are released after the decision.
+	var remember *gate.Rule
+	switch d.Decision {
+	case "remember":
+		rl, err := r.rememberRule(ctx, a, d)
+		if err != nil {
 			return gate.Approval{}, err
+		}
+		rl.FromApproval = a.ID
+		remember = &rl
+	case "approve_session":
+		if rl, ok := r.sessionRule(a, d.By); ok {
+			remember = &rl
 		}
 	}
 	if len(d.Arguments) > 0 && res.Status == gate.Approved {
@@ -363,7 +374,20 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		}
 		res.EditedArguments = edited
 	}
+	if remember != nil {
+		rl, err := r.addRule(ctx, *remember)
+		if err != nil {
+			return gate.Approval{}, err
+		}
+		remember = &rl
+	}
 	a, err = r.gate.Decide(ctx, id, res)
+	if err != nil && remember != nil {
+		if _, derr := r.rules.Delete(context.WithoutCancel(ctx), remember.ID); derr != nil {
+			r.log.Error("take back the rule of a decision that lost", "rule", remember.ID, "err", derr)
+		}
+		r.grantsChanged(ctx, sessionID)
+	}
 	if apperr.CodeOf(err) == apperr.Conflict {
 		// Another decision won between the check above and the store's atomic update: the
 		// same answer as when it had won before.
@@ -374,16 +398,12 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 	if err != nil {
 		return gate.Approval{}, err
 	}
-	switch {
-	case a.Status == gate.Approved && d.Decision == "remember":
-		remember.FromApproval = a.ID
-		if _, err := r.AddRule(ctx, remember); err != nil {
-			return a, err
-		}
-	case a.Status == gate.Approved && a.Scope == gate.Session:
-		if err := r.grant(ctx, a); err != nil {
-			return a, err
-		}
+	if remember != nil {
+		return a, r.releaseReached(ctx, *remember)
+	}
+	if a.Status == gate.Approved && a.Scope == gate.Session {
+		// The session had a grant for the tool already: release what it allows.
+		return a, r.releaseReached(ctx, gate.Rule{Scope: gate.ScopeSession, SessionID: a.SessionID})
 	}
 	return a, nil
 }

@@ -80,8 +80,14 @@ type Decision struct {
 	Reason string
 }
 
+// RuleCounter is a RuleEvaluator that counts the hits of the rules whose decisions stood
+// (Rulebook).
+type RuleCounter interface {
+	Hit(r *Rule)
+}
+
 // Checker decides calls: Handlers run first, then Rules (nil: no rules), then the mode and the
-// annotation default. It holds no state of its own; Rules is read on every call (a Rulebook
+// annotation default. When Rules is also a RuleCounter, the rule that decided a call gets a hit. It holds no state of its own; Rules is read on every call (a Rulebook
 // swaps its rules atomically, so a change applies to the next call).
 type Checker struct {
 	Handlers Handlers
@@ -100,6 +106,16 @@ type Checker struct {
 //     workspace by its InputCheck) → Allowed (FromMode), unless it always asks;
 //  6. the annotation default (NeedsApproval, AskReason): Allowed or Asked (FromAnnotations).
 func (ck Checker) Check(ctx context.Context, c CheckCall) Decision {
+	d := ck.check(ctx, c)
+	if d.Source == FromRule && d.Rule != nil {
+		if h, ok := ck.Rules.(RuleCounter); ok {
+			h.Hit(d.Rule)
+		}
+	}
+	return d
+}
+
+func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 	t := c.Tool
 	mode := c.Mode
 	if mode == "" {

@@ -116,18 +116,17 @@ type noRules struct{}
 
 func (noRules) Evaluate(RuleCall) RuleDecision { return RuleDecision{} }
 
-// Evaluate decides c by the current rules (a RuleEvaluator) and counts a hit for the rule that
-// decided, if any. No lock, no store read.
-func (b *Rulebook) Evaluate(c RuleCall) RuleDecision {
-	s := b.cur.Load()
-	d := s.eval.Evaluate(c)
-	if d.Rule != nil {
-		if ctr := s.counters[d.Rule.ID]; ctr != nil {
-			ctr.hits.Add(1)
-			ctr.last.Store(b.now().UnixNano())
-		}
+// Evaluate decides c by the current rules (a RuleEvaluator). No lock, no store read.
+func (b *Rulebook) Evaluate(c RuleCall) RuleDecision { return b.cur.Load().eval.Evaluate(c) }
+
+// Hit counts a hit for r, the rule that decided a call (Checker.Check calls it when a rule's
+// decision stood: an allow rule that plan mode overrode has no hit). In memory only; Flush
+// writes it.
+func (b *Rulebook) Hit(r *Rule) {
+	if ctr := b.cur.Load().counters[r.ID]; ctr != nil {
+		ctr.hits.Add(1)
+		ctr.last.Store(b.now().UnixNano())
 	}
-	return d
 }
 
 // Err is what the compiler refused of the current rules (nil when it took them all).

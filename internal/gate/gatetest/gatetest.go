@@ -57,19 +57,30 @@ type Set struct {
 // ask beats allow.
 func (s *Set) Evaluate(c gate.RuleCall) gate.RuleDecision {
 	var best gate.RuleDecision
-	rank := map[gate.Effect]int{gate.Allow: 1, gate.Ask: 2, gate.Deny: 3}
-	for _, list := range [][]gate.Rule{s.byTool[c.Tool], s.byTool["*"]} {
+	for _, list := range [2][]gate.Rule{s.byTool[c.Tool], s.byTool["*"]} {
 		for i := range list {
 			r := &list[i]
 			if !inScope(r, c) || !matches(r, c) {
 				continue
 			}
-			if rank[r.Effect] > rank[best.Effect] {
+			if rank(r.Effect) > rank(best.Effect) {
 				best = gate.RuleDecision{Effect: r.Effect, Rule: r, Reason: "rule " + r.Text() + " " + verbs[r.Effect]}
 			}
 		}
 	}
 	return best
+}
+
+func rank(e gate.Effect) int {
+	switch e {
+	case gate.Deny:
+		return 3
+	case gate.Ask:
+		return 2
+	case gate.Allow:
+		return 1
+	}
+	return 0
 }
 
 var verbs = map[gate.Effect]string{gate.Allow: "allows the call", gate.Ask: "asks", gate.Deny: "denies the call"}

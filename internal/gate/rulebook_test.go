@@ -162,7 +162,9 @@ func TestRulebookCountsHitsAndFlushesThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	ck := gate.Checker{Rules: b}
-	hit := func(toolName string) { ck.Check(ctx, gate.CheckCall{Tool: toolTool(toolName), Arguments: json.RawMessage(`{}`)}) }
+	hit := func(toolName string) {
+		ck.Check(ctx, gate.CheckCall{Tool: toolTool(toolName), Arguments: json.RawMessage(`{}`)})
+	}
 	hit("ls")
 	hit("ls")
 	hit("rm")

@@ -8,6 +8,7 @@ import (
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/web/templates"
 )
 
 // Rules (SPEC §14, §12): GET /api/rules lists every rule, the policy file's marked readOnly;
@@ -19,6 +20,29 @@ func (s *Server) ruleRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /api/rules", s.api(s.apiRules))
 	mux.Handle("POST /api/rules", s.api(s.apiCreateRule))
 	mux.Handle("DELETE /api/rules/{id}", s.api(s.apiDeleteRule))
+	mux.Handle("POST /sessions/{id}/mode", s.owner(s.setMode))
+}
+
+// setMode is the session page's Mode combobox (owner only): it switches the mode for the next
+// call and answers with the combobox; an unknown mode is refused in a role="alert" (400).
+func (s *Server) setMode(w http.ResponseWriter, r *http.Request) error {
+	if err := parseForm(r); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	sess, err := s.cfg.Runner.SetMode(r.Context(), id, gate.Mode(r.PostForm.Get("mode")))
+	if apperr.CodeOf(err) == apperr.Invalid {
+		if sess, err = s.cfg.Store.Session(r.Context(), id); err == nil {
+			s.render(w, r, http.StatusBadRequest, templates.ModeForm(string(sess.Mode), "/sessions/"+id+"/mode",
+				"Mode must be default, plan or accept-edits."))
+			return nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	s.render(w, r, http.StatusOK, templates.ModeForm(string(sess.Mode), "/sessions/"+id+"/mode", ""))
+	return nil
 }
 
 // apiRule is a rule as the API shows it: every gate.Rule field, its text form and whether it is

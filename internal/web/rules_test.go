@@ -246,3 +246,39 @@ func TestRememberSavesARuleThatApprovesAndReleases(t *testing.T) {
 		t.Errorf("grants = %+v", grants)
 	}
 }
+
+// TestModeComboboxOnTheSessionPage: SPEC §6 — the owner's session page has a combobox "Mode"
+// with the three modes, the current one selected; choosing one switches the session's mode; an
+// unknown one is refused in a role="alert"; a reviewer sees the mode as text and cannot post.
+func TestModeComboboxOnTheSessionPage(t *testing.T) {
+	ts := rulesServer(t, map[string]string{"x": `{"steps":[{"content":[{"type":"text","text":"hi"}],"stopReason":"stop"}]}`})
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "m", "model": "faux:x"}, &sess)
+	_, page := get(t, ts, nil, "/sessions/"+sess.ID)
+	for _, want := range []string{`aria-label="Mode"`, `<option value="default" selected>`, `<option value="plan">`, `<option value="accept-edits">`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the session page lacks %q", want)
+		}
+	}
+	st, body := ts.do(t, "POST", "/sessions/"+sess.ID+"/mode", "application/x-www-form-urlencoded", "mode=accept-edits", nil)
+	if st != 200 || !strings.Contains(body, `<option value="accept-edits" selected>`) {
+		t.Fatalf("switch = %d: %.300s", st, body)
+	}
+	st, body = ts.do(t, "POST", "/sessions/"+sess.ID+"/mode", "application/x-www-form-urlencoded", "mode=yolo", nil)
+	if st != 400 || !strings.Contains(body, `role="alert"`) || !strings.Contains(body, `<option value="accept-edits" selected>`) {
+		t.Errorf("an unknown mode = %d: %.300s", st, body)
+	}
+	l := createLink(t, ts, sess.ID, map[string]any{"role": "approver", "canRemember": true})
+	c := reviewer(t, ts, l.URL, "Rex")
+	if _, page := get(t, ts, c, l.URL); strings.Contains(page, `aria-label="Mode"`) || !strings.Contains(page, "accept-edits") {
+		t.Error("a reviewer's page: want the mode as text, no combobox")
+	}
+	if st, _ := ts.do(t, "POST", "/sessions/"+sess.ID+"/mode", "application/x-www-form-urlencoded", "mode=default", c); st == 200 {
+		t.Error("a reviewer switched the mode")
+	}
+	var got agent.Session
+	ts.call(t, "GET", "/api/sessions/"+sess.ID, nil, &got)
+	if got.Mode != gate.ModeAcceptEdits {
+		t.Errorf("mode = %q", got.Mode)
+	}
+}

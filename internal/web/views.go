@@ -53,9 +53,10 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 	v := templates.SessionView{
 		ID: sess.ID, Title: sess.Title, Model: sess.Model, Workspace: sess.Workspace,
 		State: string(sess.State), Running: sess.State.Active(), Items: items,
-		LiveURL: "/sessions/" + sess.ID + "/live",
+		LiveURL: "/sessions/" + sess.ID + "/live", Mode: string(sess.Mode),
 	}
 	if who.owner {
+		v.ModeURL = "/sessions/" + sess.ID + "/mode"
 		v.CanSend, v.AuditURL = true, "/sessions/"+sess.ID+"/audit"
 		v.SendURL, v.StopURL = "/sessions/"+sess.ID+"/messages", "/sessions/"+sess.ID+"/stop"
 		v.RenameURL, v.DeleteURL = "/sessions/"+sess.ID+"/title", "/sessions/"+sess.ID+"/delete"

@@ -75,7 +75,13 @@ type SessionView struct {
 	Grants *GrantsView
 	// Banner tells a reviewer how they see the session ("" for the owner).
 	Banner string
+	// Mode is the session's mode (SPEC §14); ModeURL is where the owner's Mode combobox posts
+	// ("" shows the mode as text: a reviewer).
+	Mode, ModeURL string
 }
+
+// Modes are the session modes in the Mode combobox's order (SPEC §14).
+var Modes = []string{"default", "plan", "accept-edits"}
 
 // MessageView is one transcript message: a user message, or an assistant message with its tool
 // calls rendered as cards (their results are shown in the cards, not as separate messages).

@@ -232,7 +232,7 @@ func (r *Runner) interrupted(ctx context.Context, sessionID, messageID, callID s
 		switch a.Status {
 		case gate.Denied:
 			status = "denied"
-			if a.Automatic && a.DecidedBy == gate.ByHandler {
+			if a.Automatic && (a.DecisionSource == gate.FromHandler || a.DecisionSource == "" && a.DecidedBy == gate.ByHandler) {
 				status = "blocked"
 			}
 		case gate.TimedOut:

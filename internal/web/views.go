@@ -390,6 +390,8 @@ func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
 		RequestedBy: a.RequestedBy, ParentToolCallID: a.ParentToolCallID, ToolName: a.ToolName,
 		ToolTitle: a.ToolTitle, Hints: a.Annotations.Effective(), ArgumentsJSON: prettyJSON(a.Arguments),
 		DecideURL: decideURL, AskReason: a.AskReason,
+		Quiet: a.Automatic && a.Status == gate.Approved && (a.DecisionSource == gate.FromAnnotations ||
+			a.DecisionSource == "" && a.DecidedBy == gate.ByPolicy), // "": recorded before rules existed
 	}
 }
 

@@ -1335,7 +1335,7 @@ func ApprovalOutcome(a ApprovalView) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		if !(a.Automatic && a.DecidedBy == "policy" && a.Status == "approved") {
+		if !a.Quiet {
 			{
 				templ_7745c5c3_ElementWriter := templ_7745c5c3_Buffer
 				templ_7745c5c3_Buffer := templ.GetBuffer()

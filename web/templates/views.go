@@ -131,11 +131,14 @@ type CardView struct {
 // ApprovalView is an approval as its call's card shows it.
 type ApprovalView struct {
 	// Outcome is the resolved approval in one line ("denied by Ada: not now").
-	Outcome          string
-	ID               string
-	Status           string // pending | approved | denied | timed_out | cancelled
-	StatusWord       string
-	DecidedBy        string
+	Outcome    string
+	ID         string
+	Status     string // pending | approved | denied | timed_out | cancelled
+	StatusWord string
+	DecidedBy  string
+	// Quiet: the annotation default let the call through; the card says nothing of it (the
+	// audit lists it).
+	Quiet            bool
 	Reason           string
 	Scope            string
 	Automatic        bool

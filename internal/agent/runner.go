@@ -208,6 +208,8 @@ func (r *Runner) DeleteSession(ctx context.Context, sessionID string) (err error
 	if err := r.cfg.Store.DeleteSession(ctx, sessionID); err != nil {
 		return err
 	}
+	r.rules.ForgetSession(sessionID) // their rows went with the session
+	r.modes.Delete(sessionID)
 	r.publish(Event{Type: SessionDeleted, SessionID: sessionID})
 	return nil
 }

@@ -232,6 +232,20 @@ func (b *Rulebook) Delete(ctx context.Context, id string) (Rule, error) {
 	return r, nil
 }
 
+// ForgetSession drops the session rules of a deleted session from memory (the store deletes
+// their rows with the session).
+func (b *Rulebook) ForgetSession(sessionID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	prev := b.cur.Load()
+	kept := slices.DeleteFunc(slices.Clone(prev.rules), func(r Rule) bool {
+		return r.Scope == ScopeSession && r.SessionID == sessionID
+	})
+	if len(kept) != len(prev.rules) {
+		b.publish(kept, prev)
+	}
+}
+
 // Flush writes the hits counted since the last flush of stored rules to the store (policy-file
 // rules are counted in memory only). Errors: the store's; the hits stay counted for the next.
 func (b *Rulebook) Flush(ctx context.Context) error {

@@ -67,6 +67,16 @@ func TestRulesAPIListsCreatesAndDeletesRules(t *testing.T) {
 	if len(list.Rules) != 2 {
 		t.Errorf("after delete: %+v", list.Rules)
 	}
+	// Deleting a session deletes its session rules, in the store and in the list.
+	var sr listedRule
+	ts.call(t, "POST", "/api/rules", map[string]any{"text": "shell", "effect": "ask", "scope": "session", "sessionId": sess.ID}, &sr)
+	if st := ts.call(t, "DELETE", "/api/sessions/"+sess.ID, nil, nil); st != http.StatusNoContent {
+		t.Fatalf("DELETE session = %d", st)
+	}
+	ts.call(t, "GET", "/api/rules", nil, &list)
+	if len(list.Rules) != 2 || list.Rules[1].ID != ws.ID {
+		t.Errorf("after deleting the session: %+v", list.Rules)
+	}
 }
 
 // TestRulesAPIRefusesAttackers: every new route against no token, a reviewer's link, another

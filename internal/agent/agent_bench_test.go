@@ -16,11 +16,17 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/benchkit"
 	"countersign/internal/gate"
+	"countersign/internal/gate/gatetest"
 )
 
 func newBenchEnv(b *testing.B) *benchkit.Env {
 	b.Helper()
-	e, err := benchkit.New(context.Background(), b.TempDir(), benchkit.Options{})
+	return newBenchEnvWith(b, benchkit.Options{})
+}
+
+func newBenchEnvWith(b *testing.B, opt benchkit.Options) *benchkit.Env {
+	b.Helper()
+	e, err := benchkit.New(context.Background(), b.TempDir(), opt)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,8 +57,21 @@ func drain(r *agent.Runner, sub *agent.Subscription) <-chan int {
 // calls (so it includes writing their audit records), loop-µs/call the time measured inside
 // review_diff around its loop (pi-bench.mjs's us_per_call), loop-cpu-µs/call the process's CPU
 // time during the loop (every thread) per call.
-func BenchmarkNested(b *testing.B) {
-	e := newBenchEnv(b)
+func BenchmarkNested(b *testing.B) { benchNested(b, newBenchEnv(b)) }
+
+// BenchmarkNestedRules: BenchmarkNested with no rules and with 1,000 policy rules loaded, ten of
+// them on run_checks (issue 17, acceptance 7), compiled by the gatetest stand-in (indexed by exact
+// tool name, as internal/rules indexes them); the difference of loop-µs/call is what the rules
+// add per call (the goal: under 2 µs).
+func BenchmarkNestedRules(b *testing.B) {
+	for _, n := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
+			benchNested(b, newBenchEnvWith(b, benchkit.Options{Rules: benchkit.RulesOn("run_checks", n), CompileRules: gatetest.Compile}))
+		})
+	}
+}
+
+func benchNested(b *testing.B, e *benchkit.Env) {
 	ctx := context.Background()
 	n := max(b.N/2, 1)
 	sess, err := e.NewSession(ctx, "nested", benchkit.NestedScript(n))

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"countersign/internal/gate"
 	"countersign/internal/tool"
 )
 
@@ -116,4 +117,7 @@ type Session struct {
 	PendingApprovals int `json:"pendingApprovals"`
 	// ActiveTools is the session's active tool set (SPEC §1); nil means the registry's default.
 	ActiveTools []string `json:"activeTools,omitempty"`
+	// Mode is the session's mode (SPEC §14): default, plan or accept-edits. A new session gets
+	// the server's default mode (Config.DefaultMode).
+	Mode gate.Mode `json:"mode"`
 }

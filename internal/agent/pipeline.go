@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/tool"
 )
@@ -90,44 +89,41 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, ToolTitle: t.Title,
 		Arguments: inv.args, Annotations: t.Annotations, RequestedBy: inv.requestedBy,
 	}
-	verdict := r.cfg.CallHandlers.Check(ctx, gate.CallEvent{
-		SessionID: rn.session.ID, ToolName: t.Name, ToolCallID: inv.call.ID,
-		ParentToolCallID: inv.call.ParentToolCallID, Input: inv.args, Annotations: t.Annotations,
-	})
-	if verdict.Block {
-		approval.Status, approval.DecidedBy, approval.Reason = gate.Denied, gate.ByHandler, verdict.Reason
-		inv.decision = rn.recordRule(ctx, approval, nested, records)
-		inv.stop(tool.ErrorResult("%s", verdict.Reason), "blocked")
-		return false
+	parent := ""
+	if nested {
+		parent = inv.requestedBy
 	}
-	askReason := gate.AskReason(t)
-	if askReason == "" {
-		approval.Status, approval.DecidedBy, approval.Reason = gate.Approved, gate.ByPolicy, "annotations allow it without approval"
+	// Steps 3–4 (SPEC §3, §14): the gate decides, in one place, for model-issued and nested calls.
+	d := r.checker.Check(ctx, gate.CheckCall{SessionID: rn.session.ID, ToolCallID: inv.call.ID,
+		ParentToolCallID: inv.call.ParentToolCallID, Parent: parent, Tool: t, Arguments: inv.args,
+		Workspace: rn.session.Workspace, Mode: r.sessionMode(rn.session)})
+	approval = d.Record(approval)
+	switch d.Outcome {
+	case gate.Blocked:
 		inv.decision = rn.recordRule(ctx, approval, nested, records)
-		return false
-	}
-	if g, ok := rn.grant(ctx, t.Name); ok {
-		res := grantResolution(g.ApprovalID, g.GrantedBy)
-		approval.Status, approval.DecidedBy, approval.Reason = res.Status, res.DecidedBy, res.Reason
-		approval.Scope, approval.DerivedFrom = res.Scope, res.DerivedFrom
-		if records != nil {
-			inv.decision = rn.defer1(approval, records)
-		} else {
-			inv.decision = rn.record(ctx, approval)
+		status := "blocked"
+		if d.Source != gate.FromHandler {
+			status = "denied"
 		}
+		inv.stop(tool.ErrorResult("%s", d.Reason), status)
+		return false
+	case gate.Allowed:
+		// A nested call's record goes to the background audit writer, committed before its
+		// model-issued ancestor's result (auditLog), also when a rule allowed it: a tool may
+		// make thousands of calls a person's rule lets through.
+		inv.decision = rn.recordRule(ctx, approval, nested, records)
 		return false
 	}
 	// Stamped now, in the model's order with the batch's automatic records (Gate.Automatic),
 	// though ask stores it only after the message.
 	approval.CreatedAt = time.Now().UTC()
-	approval.AskReason = askReason
 	inv.approval = &approval
 	return true
 }
 
 // ask stores and shows the approval of a call decide found needs a person.
 func (rn *run) ask(ctx context.Context, inv *invocation) {
-	r, t, approval := rn.r, inv.tool, *inv.approval
+	r, approval := rn.r, *inv.approval
 	ticket, err := r.gate.Open(context.WithoutCancel(ctx), approval)
 	if err != nil {
 		r.log.Error("open approval", "session", rn.session.ID, "call", inv.call.ID, "err", err)
@@ -135,25 +131,12 @@ func (rn *run) ask(ctx context.Context, inv *invocation) {
 		return
 	}
 	inv.ticket = ticket
-	// A grant made while this approval was being stored would have missed it: look again.
-	if g, ok := rn.grant(ctx, t.Name); ok {
-		_, _ = r.gate.Decide(context.WithoutCancel(ctx), ticket.Approval.ID, grantResolution(g.ApprovalID, g.GrantedBy))
-	}
+	// A rule made (or a mode switched) while this approval was being stored would have missed
+	// it: look again.
+	r.release(context.WithoutCancel(ctx), []gate.Approval{ticket.Approval})
 }
 
-// grant returns the session's grant for a tool, if any.
-func (rn *run) grant(ctx context.Context, toolName string) (gate.Grant, bool) {
-	g, err := rn.r.cfg.Store.Grant(context.WithoutCancel(ctx), rn.session.ID, toolName)
-	if err != nil {
-		if apperr.CodeOf(err) != apperr.NotFound {
-			rn.r.log.Error("read grant", "session", rn.session.ID, "tool", toolName, "err", err)
-		}
-		return gate.Grant{}, false
-	}
-	return g, true
-}
-
-// recordRule records a decision the policy or a tool_call handler made and returns it as
+// recordRule records a decision the gate made without a person (gate.Checker.Check) and returns it as
 // recorded (nil when it could not be). A nested call's goes to the background audit writer (see
 // auditLog for why, and what durability it has); a model-issued call's is stored before the call
 // goes on: with its assistant message when records is not nil, else at once.

@@ -71,10 +71,11 @@ type Store interface {
 	CreateApprovals(ctx context.Context, as []gate.Approval) error
 	// Approvals lists a session's approvals in creation order; status "" means every status.
 	Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error)
-	// Grants lists a session's grants, oldest first.
-	Grants(ctx context.Context, sessionID string) ([]gate.Grant, error)
-	// DeleteGrant deletes a session's grant for a tool; apperr.NotFound when there is none.
-	DeleteGrant(ctx context.Context, sessionID, toolName string) error
+	// SetSessionMode sets a session's mode (SPEC §14); apperr.NotFound for an unknown id.
+	SetSessionMode(ctx context.Context, id string, mode gate.Mode) error
+	// The rules people made (SPEC §14): the rulebook reads them at start and writes changes
+	// and hits.
+	gate.RuleStore
 	// PendingApprovals lists every session's pending approvals (used at restart).
 	PendingApprovals(ctx context.Context) ([]gate.Approval, error)
 	// SessionsInState lists the sessions in a state (used at restart).

@@ -30,6 +30,9 @@ const RestartedText = "The server restarted before the model answered, so the ru
 //   - sessions that have nothing parked are idle again and accept new messages.
 func (r *Runner) Recover(ctx context.Context) (err error) {
 	defer apperr.Wrap(&err, "Recover")
+	if r.loadErr != nil {
+		return r.loadErr // the rules could not be read: refuse to start rather than skip a deny
+	}
 	running, err := r.cfg.Store.SessionsInState(ctx, Running)
 	if err != nil {
 		return err
@@ -229,7 +232,7 @@ func (r *Runner) interrupted(ctx context.Context, sessionID, messageID, callID s
 		switch a.Status {
 		case gate.Denied:
 			status = "denied"
-			if a.Automatic && a.DecidedBy == gate.ByHandler {
+			if a.Automatic && (a.DecisionSource == gate.FromHandler || a.DecisionSource == "" && a.DecidedBy == gate.ByHandler) {
 				status = "blocked"
 			}
 		case gate.TimedOut:

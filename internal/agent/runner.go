@@ -34,6 +34,19 @@ type Config struct {
 	// ApprovalTimeout is how long an approval may wait (SPEC §3; default 15 minutes).
 	ApprovalTimeout time.Duration
 	Logger          *slog.Logger
+
+	// Rules and modes (SPEC §14). CompileRules compiles the rules (nil: gate.ExactCompiler, which
+	// takes only whole-tool rules such as "Approve for session" makes); cmd/web sets it to
+	// rules.Compiler once package internal/rules is merged. ParseRule reads a rule's text form
+	// for POST /api/rules and "Always allow…" (nil: only a bare tool name is understood; wire
+	// rules.Parse). SuggestRule proposes the rule "Always allow…" shows (nil: the tool as a
+	// whole; wire rules.Suggest). PolicyRules are the policy file's rules (read-only, in memory);
+	// DefaultMode is a new session's mode (the policy file's defaultMode; "" is default).
+	CompileRules gate.RuleCompiler
+	ParseRule    gate.RuleParser
+	SuggestRule  gate.RuleSuggester
+	PolicyRules  []gate.Rule
+	DefaultMode  gate.Mode
 }
 
 // Runner runs agent sessions: at most one run per session, each with its own cancellable
@@ -43,6 +56,11 @@ type Runner struct {
 	gate  *gate.Gate
 	log   *slog.Logger
 	audit *auditLog // nested calls' automatic decisions, written in the background
+
+	rules   *gate.Rulebook
+	checker gate.Checker
+	loadErr error    // the rulebook's first load, returned by Recover
+	modes   sync.Map // session id → gate.Mode, as switched since start (SetMode)
 
 	mu   sync.Mutex
 	runs map[string]*run // by session id
@@ -61,6 +79,22 @@ func New(cfg Config) *Runner {
 	}
 	r := &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*run{}, deleting: map[string]bool{}, audit: newAuditLog(cfg.Store, cfg.Logger)}
 	r.gate = gate.New(cfg.Store, cfg.ApprovalTimeout, r.approvalChanged)
+	switch cfg.DefaultMode {
+	case "":
+		r.cfg.DefaultMode = gate.ModeDefault
+	case gate.ModeDefault, gate.ModePlan, gate.ModeAcceptEdits:
+	default:
+		r.loadErr = apperr.Errorf(apperr.Invalid, "default mode must be default, plan or accept-edits, not %q", cfg.DefaultMode)
+		r.cfg.DefaultMode = gate.ModePlan // fail closed until Recover refuses to start
+	}
+	r.rules = gate.NewRulebook(cfg.CompileRules, cfg.Store, cfg.PolicyRules)
+	if err := r.rules.Load(context.Background()); err != nil && r.loadErr == nil {
+		r.loadErr = err
+	}
+	if err := r.rules.Err(); err != nil {
+		r.log.Warn("rules that do not compile are skipped", "err", err)
+	}
+	r.checker = gate.Checker{Handlers: cfg.CallHandlers, Rules: r.rules}
 	return r
 }
 
@@ -104,7 +138,8 @@ func (r *Runner) CreateSession(ctx context.Context, title, model, workspace stri
 	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 		return Session{}, apperr.Errorf(apperr.Invalid, "Workspace %q is not an existing folder.", abs)
 	}
-	s = Session{ID: newID(), Title: title, Model: model, Workspace: abs, State: Idle, CreatedAt: time.Now().UTC()}
+	s = Session{ID: newID(), Title: title, Model: model, Workspace: abs, State: Idle, CreatedAt: time.Now().UTC(),
+		Mode: r.cfg.DefaultMode}
 	if err := r.cfg.Store.CreateSession(ctx, s); err != nil {
 		return Session{}, err
 	}
@@ -173,6 +208,8 @@ func (r *Runner) DeleteSession(ctx context.Context, sessionID string) (err error
 	if err := r.cfg.Store.DeleteSession(ctx, sessionID); err != nil {
 		return err
 	}
+	r.rules.ForgetSession(sessionID) // their rows went with the session
+	r.modes.Delete(sessionID)
 	r.publish(Event{Type: SessionDeleted, SessionID: sessionID})
 	return nil
 }
@@ -230,6 +267,8 @@ func (r *Runner) Send(ctx context.Context, sessionID, text string) (err error) {
 	go func() {
 		defer r.wg.Done()
 		rn.loop()
+		// Off the calls' hot path: the hits the run's calls counted go to the store.
+		r.flushRuleHits()
 	}()
 	return nil
 }
@@ -268,8 +307,11 @@ func (e *StoppedError) Error() string { return "Run stopped by " + e.By }
 
 // Decision is a person's answer to a pending approval (SPEC §3, §12 decision body).
 type Decision struct {
-	Decision  string          `json:"decision"` // approve | approve_session | deny
-	Reason    string          `json:"reason,omitempty"`
+	Decision string `json:"decision"` // approve | approve_session | remember | deny
+	Reason   string `json:"reason,omitempty"`
+	// Rule is, for "remember" ("Always allow…", SPEC §14), the rule to save: its text
+	// ("run_command(git diff:*)") and scope (session or workspace). Its effect is allow.
+	Rule      *RememberRule   `json:"rule,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"` // edited arguments, approve only
 	// By is who decides and with what rights: gate.Owner(), or a reviewer through a share link.
 	By gate.Decider `json:"-"`
@@ -298,15 +340,34 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 	switch d.Decision {
 	case "approve":
 		res.Status = gate.Approved
-	case "approve_session":
+	case "approve_session", "remember":
 		res.Status, res.Scope = gate.Approved, gate.Session
 	case "deny":
 		res.Status = gate.Denied
 	default:
-		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "decision must be approve, approve_session or deny, not %q", d.Decision)
+		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "decision must be approve, approve_session, remember or deny, not %q", d.Decision)
 	}
+	res.Source = gate.FromPerson
 	if err := d.By.Permit(res.Scope, len(d.Arguments) > 0); err != nil {
 		return gate.Approval{}, err
+	}
+	// "remember" and "Approve for session" save a rule (SPEC §14). It is checked before anything
+	// changes (a rule the compiler refuses decides nothing) and stored before the decision, so
+	// the calls the run makes once this one is approved already see it; it is taken back if
+	// another decision won. Pending calls it allows are released after the decision.
+	var remember *gate.Rule
+	switch d.Decision {
+	case "remember":
+		rl, err := r.rememberRule(ctx, a, d)
+		if err != nil {
+			return gate.Approval{}, err
+		}
+		rl.FromApproval = a.ID
+		remember = &rl
+	case "approve_session":
+		if rl, ok := r.sessionRule(a, d.By); ok {
+			remember = &rl
+		}
 	}
 	if len(d.Arguments) > 0 && res.Status == gate.Approved {
 		edited, err := r.validateEdit(ctx, a, d.Arguments)
@@ -315,7 +376,20 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		}
 		res.EditedArguments = edited
 	}
+	if remember != nil {
+		rl, err := r.addRule(ctx, *remember)
+		if err != nil {
+			return gate.Approval{}, err
+		}
+		remember = &rl
+	}
 	a, err = r.gate.Decide(ctx, id, res)
+	if err != nil && remember != nil {
+		if _, derr := r.rules.Delete(context.WithoutCancel(ctx), remember.ID); derr != nil {
+			r.log.Error("take back the rule of a decision that lost", "rule", remember.ID, "err", derr)
+		}
+		r.grantsChanged(ctx, sessionID)
+	}
 	if apperr.CodeOf(err) == apperr.Conflict {
 		// Another decision won between the check above and the store's atomic update: the
 		// same answer as when it had won before.
@@ -326,10 +400,12 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 	if err != nil {
 		return gate.Approval{}, err
 	}
+	if remember != nil {
+		return a, r.releaseReached(ctx, *remember)
+	}
 	if a.Status == gate.Approved && a.Scope == gate.Session {
-		if err := r.grant(ctx, a); err != nil {
-			return a, err
-		}
+		// The session had a grant for the tool already: release what it allows.
+		return a, r.releaseReached(ctx, gate.Rule{Scope: gate.ScopeSession, SessionID: a.SessionID})
 	}
 	return a, nil
 }
@@ -364,72 +440,6 @@ func (r *Runner) CheckEdit(ctx context.Context, sessionID, id string, by gate.De
 // ended and who decided ("This approval was already resolved: approved by alice.").
 func alreadyResolved(a gate.Approval) error {
 	return apperr.Errorf(apperr.Conflict, "This approval was already resolved: %s.", a.Outcome())
-}
-
-// grant records a session grant for a's tool and releases the session's other pending calls of
-// that tool, each as an automatic decision derived from a (SPEC §3).
-func (r *Runner) grant(ctx context.Context, a gate.Approval) error {
-	err := r.cfg.Store.CreateGrant(ctx, gate.Grant{SessionID: a.SessionID, ToolName: a.ToolName,
-		ApprovalID: a.ID, GrantedBy: a.DecidedBy, GrantedVia: a.DecidedVia})
-	if err != nil {
-		return err
-	}
-	r.grantsChanged(ctx, a.SessionID)
-	pending, err := r.cfg.Store.Approvals(ctx, a.SessionID, gate.Pending)
-	if err != nil {
-		return err
-	}
-	for _, p := range pending {
-		if p.ToolName != a.ToolName {
-			continue
-		}
-		_, err := r.gate.Decide(ctx, p.ID, grantResolution(a.ID, a.DecidedBy))
-		if err != nil && apperr.CodeOf(err) != apperr.Conflict {
-			return err
-		}
-	}
-	return nil
-}
-
-// Grants lists the session's grants (SPEC §3 "approve for this session"), oldest first.
-// Errors: apperr.NotFound for an unknown session.
-func (r *Runner) Grants(ctx context.Context, sessionID string) (_ []gate.Grant, err error) {
-	defer apperr.Wrap(&err, "Grants(%s)", sessionID)
-	if _, err := r.cfg.Store.Session(ctx, sessionID); err != nil {
-		return nil, err
-	}
-	return r.cfg.Store.Grants(ctx, sessionID)
-}
-
-// RevokeGrant deletes the session's grant for toolName, so the next call of that tool asks
-// again (calls already let through stay decided). Only the owner may revoke: the web layer
-// offers it on owner routes only. Errors: apperr.NotFound for an unknown session or no grant.
-func (r *Runner) RevokeGrant(ctx context.Context, sessionID, toolName string) (err error) {
-	defer apperr.Wrap(&err, "RevokeGrant(%s, %s)", sessionID, toolName)
-	if _, err := r.cfg.Store.Session(ctx, sessionID); err != nil {
-		return err
-	}
-	if err := r.cfg.Store.DeleteGrant(ctx, sessionID, toolName); err != nil {
-		return err
-	}
-	r.grantsChanged(ctx, sessionID)
-	return nil
-}
-
-// grantsChanged tells the session's viewers that its grants changed, as a session_updated event
-// (the owner's page redraws its grants panel from the store on it).
-func (r *Runner) grantsChanged(ctx context.Context, sessionID string) {
-	s, err := r.cfg.Store.Session(ctx, sessionID)
-	if err != nil {
-		return
-	}
-	r.publish(Event{Type: SessionUpdated, SessionID: sessionID, Session: &s})
-}
-
-// grantResolution is the automatic approval a session grant gives a call.
-func grantResolution(grantApprovalID, grantedBy string) gate.Resolution {
-	return gate.Resolution{Status: gate.Approved, Automatic: true, DecidedBy: gate.ByGrant,
-		Reason: "approved for this session by " + grantedBy, Scope: gate.Session, DerivedFrom: grantApprovalID}
 }
 
 // validateEdit checks edited arguments against the tool's inputSchema, then its InputCheck (with
@@ -480,8 +490,12 @@ func (r *Runner) validateEdit(ctx context.Context, a gate.Approval, raw json.Raw
 	return compact, nil
 }
 
-// Wait blocks until every run has ended (used by graceful shutdown after Shutdown).
-func (r *Runner) Wait() { r.wg.Wait() }
+// Wait blocks until every run has ended (used by graceful shutdown after Shutdown), then writes
+// the rules' hits counted since the last run ended.
+func (r *Runner) Wait() {
+	r.wg.Wait()
+	r.flushRuleHits()
+}
 
 // Shutdown stops every run for a graceful exit. Calls that were executing end with the error
 // result "Run stopped by <who>"; a model-issued call waiting for a person stays parked, its

@@ -107,6 +107,26 @@ type Options struct {
 	ApprovalTimeout time.Duration
 	// Logger; default discards everything.
 	Logger *slog.Logger
+	// Rules are policy-file rules the runner evaluates on every call, compiled by CompileRules
+	// (nil: gate.ExactCompiler) — the "rules" case (issue 17, acceptance 7).
+	Rules        []gate.Rule
+	CompileRules gate.RuleCompiler
+}
+
+// RulesOn returns n server rules of which ten are on tool (scoped to a session that does not
+// exist, so they match no call and the call goes on to the annotation default: the cost of
+// looking at them is measured, not a decision), and the rest on other tools.
+func RulesOn(tool string, n int) []gate.Rule {
+	rules := make([]gate.Rule, 0, n)
+	for i := range n {
+		r := gate.Rule{ID: fmt.Sprintf("policy:%d", i), Effect: gate.Ask, Tool: fmt.Sprintf("other_%d", i),
+			Scope: gate.ScopeServer, Source: gate.SourcePolicyFile, CreatedBy: "bench"}
+		if i < 10 {
+			r.Tool, r.Scope, r.SessionID = tool, gate.ScopeSession, "no-such-session"
+		}
+		rules = append(rules, r)
+	}
+	return rules
 }
 
 // New opens a store at dir/bench.db and wires a Runner with the benchmark tools.
@@ -136,7 +156,8 @@ func New(ctx context.Context, dir string, opt Options) (*Env, error) {
 		return gate.Verdict{}, nil
 	}
 	e.Runner = agent.New(agent.Config{Store: stampedStore{db, e}, Models: e.Models, Tools: e.Tools, Broker: e.Broker,
-		CallHandlers: gate.Handlers{handler}, ApprovalTimeout: opt.ApprovalTimeout, Logger: opt.Logger})
+		CallHandlers: gate.Handlers{handler}, ApprovalTimeout: opt.ApprovalTimeout, Logger: opt.Logger,
+		PolicyRules: opt.Rules, CompileRules: opt.CompileRules})
 	return e, nil
 }
 

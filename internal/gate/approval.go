@@ -45,6 +45,10 @@ func (a Approval) Outcome() string {
 		return a.Status.Word()
 	case a.Automatic && a.DecidedBy == ByGrant && a.Reason != "":
 		return a.Reason
+	case a.Automatic && a.DecidedBy == ByRule && a.RuleText != "":
+		return a.Status.Word() + " automatically (rule " + a.RuleText + ")"
+	case a.Automatic && a.DecidedBy == ByMode && a.Mode != "":
+		return a.Status.Word() + " automatically (" + string(a.Mode) + " mode)"
 	case a.Automatic:
 		return a.Status.Word() + " automatically (" + a.DecidedBy + ")"
 	}
@@ -90,10 +94,21 @@ type Approval struct {
 	// DerivedFrom is, on an automatic decision that a session grant made, the id of the human
 	// approval that granted it.
 	DerivedFrom string `json:"derivedFrom,omitempty"`
+	// DecisionSource says what decided (SPEC §14 audit): a handler, a rule, the mode, the
+	// annotation default, or a person; "" on approvals stored before rules existed.
+	DecisionSource DecisionSource `json:"decisionSource,omitempty"`
+	// RuleID, RuleText and RuleSource name the rule that decided (DecisionSource FromRule, or
+	// the ask rule that made the call wait); "" otherwise.
+	RuleID     string     `json:"ruleId,omitempty"`
+	RuleText   string     `json:"ruleText,omitempty"`
+	RuleSource RuleSource `json:"ruleSource,omitempty"`
+	// Mode is the session's mode when the gate decided the call ("" before modes existed).
+	Mode Mode `json:"mode,omitempty"`
 }
 
 // Grant is a session grant (SPEC §3 "approve for this session"): later calls of ToolName in the
-// session skip the prompt. ApprovalID is the human decision that made it.
+// session skip the prompt. ApprovalID is the human decision that made it. Since SPEC §14 a grant
+// is a view of a grant-shaped rule (Rule.GrantShaped; GrantOf), kept for the issue-15 grants API.
 type Grant struct {
 	SessionID  string    `json:"sessionId"`
 	ToolName   string    `json:"toolName"`
@@ -101,6 +116,12 @@ type Grant struct {
 	GrantedBy  string    `json:"grantedBy"`
 	GrantedVia *LinkRef  `json:"grantedVia,omitempty"` // the share link it was granted through; nil for the owner
 	CreatedAt  time.Time `json:"createdAt"`
+}
+
+// GrantOf is the grant view of a grant-shaped rule (Rule.GrantShaped).
+func GrantOf(r Rule) Grant {
+	return Grant{SessionID: r.SessionID, ToolName: r.Tool, ApprovalID: r.FromApproval, GrantedBy: r.CreatedBy,
+		GrantedVia: r.CreatedVia, CreatedAt: r.CreatedAt}
 }
 
 // EffectiveArguments are the arguments the call runs with: the edit when there is one.
@@ -122,6 +143,13 @@ type Resolution struct {
 	Automatic       bool
 	At              time.Time
 	DerivedFrom     string
+	// Source is what decided (FromPerson for a prompt's answer; FromRule when a rule released
+	// it; FromHandler/"" for timeouts and cancellations). RuleID, RuleText and RuleSource name
+	// the rule that released it; "" keeps what the approval had.
+	Source     DecisionSource
+	RuleID     string
+	RuleText   string
+	RuleSource RuleSource
 }
 
 // Store keeps approvals. ResolveApproval must be atomic: it changes only a pending approval
@@ -131,10 +159,6 @@ type Store interface {
 	CreateApproval(ctx context.Context, a Approval) error
 	ResolveApproval(ctx context.Context, id string, r Resolution) (Approval, error)
 	Approval(ctx context.Context, id string) (Approval, error)
-	// CreateGrant stores a session grant; a second grant of the same tool keeps the first.
-	CreateGrant(ctx context.Context, g Grant) error
-	// Grant returns the session's grant for a tool, or apperr.NotFound.
-	Grant(ctx context.Context, sessionID, toolName string) (Grant, error)
 }
 
 // Gate stores approvals, shows them (through notify) and makes calls wait for their decision.

@@ -20,7 +20,7 @@ const (
 // ReservedNames lists every DecidedBy value above, for the check that keeps reviewers from
 // taking one: a new automatic decider belongs in the constants and in this list.
 func ReservedNames() []string {
-	return []string{ByOwner, ByPolicy, ByGrant, ByHandler, ByTimeout, BySystem}
+	return []string{ByOwner, ByPolicy, ByGrant, ByHandler, ByTimeout, BySystem, ByRule, ByMode}
 }
 
 // LinkRef names the share link a decision was made through (SPEC §7): its id and its label as

@@ -74,6 +74,9 @@ type Rule struct {
 	Note       string     `json:"note,omitempty"`
 	Hits       int64      `json:"hits"`
 	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	// FromApproval is, for a rule made from a prompt, the approval whose decision made it
+	// ("Approve for session", "Always allow…"); "" otherwise.
+	FromApproval string `json:"fromApproval,omitempty"`
 	// Pos is where a policy file's rule stands ("file:line:col"), for its errors; "" otherwise.
 	Pos string `json:"-"`
 }

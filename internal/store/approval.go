@@ -16,7 +16,7 @@ import (
 const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_call_id, tool_name,
 	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
 	decided_by, reason, scope, created_at, decided_at, derived_from, decided_via_link_id, decided_via_link_label,
-	ask_reason`
+	ask_reason, decision_source, rule_id, rule_text, rule_source, mode`
 
 // CreateApproval stores a, pending or already decided (automatic approvals are stored decided),
 // every field as given; a zero CreatedAt is stored as db.Now(). Arguments and EditedArguments are
@@ -113,7 +113,7 @@ func (db *DB) approvalsError(w *writeTx, chunk []gate.Approval, cause error) err
 	return cause
 }
 
-const approvalColumnCount = 22
+const approvalColumnCount = 27
 
 // insertApprovalsJSON inserts the rows of its one parameter, a JSON array with one array per row
 // holding the approvalColumnCount column values in approvalColumns order (appendApprovalsJSON).
@@ -129,7 +129,7 @@ var insertApprovalsJSON = func() string {
 }()
 
 const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // approvalRow is a's column values in approvalColumns order.
 func (db *DB) approvalRow(a gate.Approval) ([]any, error) {
@@ -152,7 +152,8 @@ func (db *DB) appendApprovalRow(args []any, a gate.Approval) ([]any, error) {
 	return append(args, a.ID, a.SessionID, a.MessageID, a.ToolCallID, a.ParentToolCallID, a.ToolName,
 		a.ToolTitle, nullJSON(a.Arguments), nullJSON(a.EditedArguments), string(annotations),
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
-		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel, a.AskReason), nil
+		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel, a.AskReason,
+		string(a.DecisionSource), a.RuleID, a.RuleText, string(a.RuleSource), string(a.Mode)), nil
 }
 
 // approvalError turns a driver error of an approval insert into its apperr code.
@@ -191,7 +192,8 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 		viaID, viaLabel := linkColumns(r.DecidedVia)
 		a, err = scanApproval(w.stmt(resolveApproval).QueryRowContext(w.ctx,
 			string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
-			formatTime(r.At), r.DerivedFrom, viaID, viaLabel, id))
+			formatTime(r.At), r.DerivedFrom, viaID, viaLabel, string(r.Source), string(r.Source), r.RuleID, r.RuleID,
+			r.RuleText, r.RuleText, string(r.RuleSource), string(r.RuleSource), id))
 		if errors.Is(err, sql.ErrNoRows) {
 			var n int
 			if err := w.tx.QueryRowContext(w.ctx, `SELECT COUNT(*) FROM approvals WHERE id = ?`, id).Scan(&n); err != nil {
@@ -216,7 +218,9 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 
 const resolveApproval = `UPDATE approvals
 	SET status = ?, decided_by = ?, reason = ?, scope = ?, edited_arguments = ?, automatic = ?, decided_at = ?, derived_from = ?,
-		decided_via_link_id = ?, decided_via_link_label = ?
+		decided_via_link_id = ?, decided_via_link_label = ?,
+		decision_source = CASE WHEN ? = '' THEN decision_source ELSE ? END, rule_id = CASE WHEN ? = '' THEN rule_id ELSE ? END,
+		rule_text = CASE WHEN ? = '' THEN rule_text ELSE ? END, rule_source = CASE WHEN ? = '' THEN rule_source ELSE ? END
 	WHERE id = ? AND status = 'pending'
 	RETURNING ` + approvalColumns
 
@@ -281,13 +285,16 @@ func scanApproval(r scanner) (gate.Approval, error) {
 		annotations, status     string
 		scope, createdAt        string
 		viaID, viaLabel         string
+		source, ruleSrc, mode   string
 	)
 	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
 		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
-		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel, &a.AskReason); err != nil {
+		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel, &a.AskReason,
+		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode); err != nil {
 		return gate.Approval{}, err
 	}
 	a.DecidedVia = linkRef(viaID, viaLabel)
+	a.DecisionSource, a.RuleSource, a.Mode = gate.DecisionSource(source), gate.RuleSource(ruleSrc), gate.Mode(mode)
 	a.Arguments, a.EditedArguments = rawJSON(args), rawJSON(edited)
 	a.Status, a.Scope = gate.Status(status), gate.Scope(scope)
 	if err := json.Unmarshal([]byte(annotations), &a.Annotations); err != nil {
@@ -305,93 +312,6 @@ func scanApproval(r scanner) (gate.Approval, error) {
 		a.DecidedAt = &t
 	}
 	return a, nil
-}
-
-// CreateGrant stores a session grant: later calls of g.ToolName in g.SessionID need no prompt.
-// Granting a tool that already has a grant keeps the first one (no error). Errors:
-// apperr.NotFound for an unknown session.
-func (db *DB) CreateGrant(ctx context.Context, g gate.Grant) (err error) {
-	defer apperr.Wrap(&err, "store.CreateGrant(%s, %s)", g.SessionID, g.ToolName)
-	if g.CreatedAt.IsZero() {
-		g.CreatedAt = db.Now()
-	}
-	viaID, viaLabel := linkColumns(g.GrantedVia)
-	err = db.commitDurable(ctx, false, func(w *writeTx) error {
-		_, err := w.stmt(insertGrant).ExecContext(w.ctx, g.SessionID, g.ToolName, g.ApprovalID, g.GrantedBy,
-			formatTime(g.CreatedAt), viaID, viaLabel)
-		return err
-	}, insertGrant)
-	if isForeignKey(err) {
-		return apperr.Errorf(apperr.NotFound, "session %s not found", g.SessionID)
-	}
-	return err
-}
-
-const grantColumns = `session_id, tool_name, approval_id, granted_by, created_at, granted_via_link_id, granted_via_link_label`
-
-const insertGrant = `INSERT INTO grants (` + grantColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, tool_name) DO NOTHING`
-
-// Grant returns the session's grant for toolName, or apperr.NotFound when there is none.
-func (db *DB) Grant(ctx context.Context, sessionID, toolName string) (g gate.Grant, err error) {
-	defer apperr.Wrap(&err, "store.Grant(%s, %s)", sessionID, toolName)
-	g, err = scanGrant(db.reads.QueryRowContext(ctx, `SELECT `+grantColumns+`
-		FROM grants WHERE session_id = ? AND tool_name = ?`, sessionID, toolName))
-	if errors.Is(err, sql.ErrNoRows) {
-		return gate.Grant{}, apperr.Errorf(apperr.NotFound, "no grant for %s", toolName)
-	}
-	return g, err
-}
-
-// Grants lists a session's grants, oldest first (then by tool name). Empty for an unknown
-// session.
-func (db *DB) Grants(ctx context.Context, sessionID string) (_ []gate.Grant, err error) {
-	defer apperr.Wrap(&err, "store.Grants(%s)", sessionID)
-	rows, err := db.read.QueryContext(ctx, `SELECT `+grantColumns+`
-		FROM grants WHERE session_id = ? ORDER BY created_at, tool_name`, sessionID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []gate.Grant
-	for rows.Next() {
-		g, err := scanGrant(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, g)
-	}
-	return out, rows.Err()
-}
-
-// DeleteGrant deletes the session's grant for toolName: the next call of that tool asks again.
-// Errors: apperr.NotFound when there is no such grant.
-func (db *DB) DeleteGrant(ctx context.Context, sessionID, toolName string) (err error) {
-	defer apperr.Wrap(&err, "store.DeleteGrant(%s, %s)", sessionID, toolName)
-	res, err := db.write.ExecContext(ctx, `DELETE FROM grants WHERE session_id = ? AND tool_name = ?`, sessionID, toolName)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 0 {
-		return apperr.Errorf(apperr.NotFound, "There is no session grant for %s.", toolName)
-	}
-	return nil
-}
-
-func scanGrant(r scanner) (gate.Grant, error) {
-	var (
-		g                        gate.Grant
-		created, viaID, viaLabel string
-	)
-	if err := r.Scan(&g.SessionID, &g.ToolName, &g.ApprovalID, &g.GrantedBy, &created, &viaID, &viaLabel); err != nil {
-		return gate.Grant{}, err
-	}
-	g.GrantedVia = linkRef(viaID, viaLabel)
-	var err error
-	g.CreatedAt, err = parseTime(created)
-	return g, err
 }
 
 // linkColumns are a link reference's two columns: id and label, "" for none.

@@ -84,6 +84,11 @@ func (db *DB) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok 
 		text(viaID)
 		text(viaLabel)
 		text(a.AskReason)
+		text(string(a.DecisionSource))
+		text(a.RuleID)
+		text(a.RuleText)
+		text(string(a.RuleSource))
+		text(string(a.Mode))
 		buf[len(buf)-1] = ']' // the last value's comma
 	}
 	return append(buf, ']'), ok, nil

@@ -65,7 +65,7 @@ func TestApprovalWritesCommitAtSynchronousFull(t *testing.T) {
 					INSERT INTO sync_log (what, level) SELECT 'approval ' || NEW.status, synchronous FROM pragma_synchronous; END`,
 				`CREATE TRIGGER log_decision AFTER UPDATE ON approvals BEGIN
 					INSERT INTO sync_log (what, level) SELECT 'decision ' || NEW.status, synchronous FROM pragma_synchronous; END`,
-				`CREATE TRIGGER log_grant AFTER INSERT ON grants BEGIN
+				`CREATE TRIGGER log_grant AFTER INSERT ON rules BEGIN
 					INSERT INTO sync_log (what, level) SELECT 'grant', synchronous FROM pragma_synchronous; END`,
 			} {
 				if _, err := db.write.ExecContext(ctx, q); err != nil {

@@ -12,7 +12,7 @@ import (
 	"countersign/internal/gate"
 )
 
-const sessionColumns = `id, title, model, workspace, state, active_tools, created_at`
+const sessionColumns = `id, title, model, workspace, state, active_tools, created_at, mode`
 
 // selectSession reads sessionColumns and the session's pending approvals (through the partial
 // index approvals_pending: the literal 'pending' lets SQLite use it).
@@ -34,15 +34,21 @@ func (db *DB) CreateSession(ctx context.Context, s agent.Session) (err error) {
 	if s.State == "" {
 		s.State = agent.Idle
 	}
+	if s.Mode == "" {
+		s.Mode = gate.ModeDefault
+	}
 	tools, err := activeToolsJSON(s.ActiveTools)
 	if err != nil {
 		return err
 	}
 	_, err = db.write.ExecContext(ctx,
-		`INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		s.ID, s.Title, s.Model, s.Workspace, string(s.State), tools, formatTime(s.CreatedAt))
-	if isUnique(err) {
+		`INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		s.ID, s.Title, s.Model, s.Workspace, string(s.State), tools, formatTime(s.CreatedAt), string(s.Mode))
+	switch {
+	case isUnique(err):
 		return apperr.Errorf(apperr.Conflict, "session %s already exists", s.ID)
+	case isCheck(err):
+		return apperr.Errorf(apperr.Invalid, "mode must be default, plan or accept-edits, not %q", s.Mode)
 	}
 	return err
 }
@@ -121,6 +127,18 @@ func (db *DB) DeleteSession(ctx context.Context, id string) (err error) {
 }
 
 const deleteSession = `DELETE FROM sessions WHERE id = ?`
+
+// SetSessionMode sets a session's mode (SPEC §14). Errors: apperr.Invalid for a mode that is not
+// default, plan or accept-edits; apperr.NotFound for an unknown id.
+func (db *DB) SetSessionMode(ctx context.Context, id string, mode gate.Mode) (err error) {
+	defer apperr.Wrap(&err, "store.SetSessionMode(%s)", id)
+	switch mode {
+	case gate.ModeDefault, gate.ModePlan, gate.ModeAcceptEdits:
+	default:
+		return apperr.Errorf(apperr.Invalid, "mode must be default, plan or accept-edits, not %q", mode)
+	}
+	return db.updateSession(ctx, id, `UPDATE sessions SET mode = ? WHERE id = ?`, string(mode), id)
+}
 
 // SetActiveTools sets a session's active tool names, kept in the given order. nil means the
 // registry's default (stored as NULL); an empty, non-nil slice means no tools. apperr.NotFound
@@ -246,11 +264,12 @@ func scanSession(r scanner) (agent.Session, error) {
 		s         agent.Session
 		state, at string
 		tools     sql.NullString
+		mode      string
 	)
-	if err := r.Scan(&s.ID, &s.Title, &s.Model, &s.Workspace, &state, &tools, &at, &s.PendingApprovals); err != nil {
+	if err := r.Scan(&s.ID, &s.Title, &s.Model, &s.Workspace, &state, &tools, &at, &mode, &s.PendingApprovals); err != nil {
 		return agent.Session{}, err
 	}
-	s.State = agent.State(state)
+	s.State, s.Mode = agent.State(state), gate.Mode(mode)
 	if s.State == agent.Running && s.PendingApprovals > 0 {
 		s.State = agent.Waiting
 	}

@@ -85,7 +85,7 @@ func mustCreateSession(t *testing.T, db *DB, s agent.Session) {
 
 func session(id string, at time.Time) agent.Session {
 	return agent.Session{ID: id, Title: "Title " + id, Model: "faux:demo", Workspace: "/work/" + id,
-		State: agent.Idle, CreatedAt: at}
+		State: agent.Idle, CreatedAt: at, Mode: gate.ModeDefault}
 }
 
 func TestSessions(t *testing.T) {
@@ -93,11 +93,11 @@ func TestSessions(t *testing.T) {
 	db := MustOpenDB(t)
 	sessions := []agent.Session{
 		{ID: "s1", Title: "First", Model: "faux:demo", Workspace: "/tmp/w1", State: agent.Idle,
-			CreatedAt: t0},
+			CreatedAt: t0, Mode: gate.ModeDefault},
 		{ID: "s2", Title: "Empty tool set", Model: "openai:gpt-4o", Workspace: "/tmp/w2", State: agent.Running,
-			CreatedAt: t0.Add(time.Millisecond), ActiveTools: []string{}},
+			CreatedAt: t0.Add(time.Millisecond), ActiveTools: []string{}, Mode: gate.ModePlan},
 		{ID: "s3", Title: "Some tools", Model: "faux:demo", Workspace: "/tmp/w3", State: agent.Idle,
-			CreatedAt: t0.Add(time.Nanosecond), ActiveTools: []string{"write_file", "read_file"}},
+			CreatedAt: t0.Add(time.Nanosecond), ActiveTools: []string{"write_file", "read_file"}, Mode: gate.ModeAcceptEdits},
 	}
 	for _, s := range sessions {
 		mustCreateSession(t, db, s)

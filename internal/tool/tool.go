@@ -131,6 +131,9 @@ type Tool struct {
 	// AskReason says why AlwaysAsk is set, as the prompt shows it after "asks because", e.g.
 	// "server files is not trusted".
 	AskReason string `json:"-"`
+	// WritesFiles marks a file tool that writes only the file its "path" argument names, a path
+	// its InputCheck keeps inside the workspace: accept-edits mode allows it (SPEC §14).
+	WritesFiles bool `json:"-"`
 	// InputCheck, when set, checks the arguments right after inputSchema (see InputCheckFunc).
 	InputCheck InputCheckFunc `json:"-"`
 	Execute    ExecuteFunc    `json:"-"`

@@ -428,6 +428,7 @@ func writeFileTool(Config) *tool.Tool {
 		InputSchema:  json.RawMessage(writeFileInput),
 		OutputSchema: json.RawMessage(writeFileOutput),
 		InputCheck:   checkPath("path", "", true),
+		WritesFiles:  true, // accept-edits mode (SPEC §14): the path is checked inside the workspace
 		Annotations:  tool.Annotations{DestructiveHint: tool.Bool(true), OpenWorldHint: tool.Bool(false)},
 		Execute: func(ctx context.Context, arguments json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {

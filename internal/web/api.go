@@ -286,18 +286,41 @@ func (s *Server) apiSession(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// apiRenameSession renames a session: {title} → 200 the session; 400 for an empty or too long
-// title; 404 unknown.
+// apiRenameSession changes a session: {title?, mode?} → 200 the session. title renames it (400
+// for an empty or too long one); mode switches its mode for the next call (SPEC §14: default,
+// plan or accept-edits, else 400; pending calls the new mode allows are released, none is
+// denied). 400 for a body with neither; 404 unknown. Owner only, like every /api route.
 func (s *Server) apiRenameSession(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
-		Title string `json:"title"`
+		Title *string    `json:"title"`
+		Mode  *gate.Mode `json:"mode"`
 	}
 	if err := decodeJSON(r, &in); err != nil {
 		return err
 	}
-	sess, err := s.cfg.Runner.RenameSession(r.Context(), r.PathValue("id"), in.Title)
-	if err != nil {
-		return err
+	if in.Title == nil && in.Mode == nil {
+		return apperr.Errorf(apperr.Invalid, "Send a title or a mode to change.")
+	}
+	id := r.PathValue("id")
+	var sess agent.Session
+	var err error
+	if in.Mode != nil {
+		// Checked before the title changes: a refused body changes nothing.
+		switch *in.Mode {
+		case gate.ModeDefault, gate.ModePlan, gate.ModeAcceptEdits:
+		default:
+			return apperr.Errorf(apperr.Invalid, "mode must be default, plan or accept-edits, not %q", *in.Mode)
+		}
+	}
+	if in.Title != nil {
+		if sess, err = s.cfg.Runner.RenameSession(r.Context(), id, *in.Title); err != nil {
+			return err
+		}
+	}
+	if in.Mode != nil {
+		if sess, err = s.cfg.Runner.SetMode(r.Context(), id, *in.Mode); err != nil {
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, sess)
 	return nil

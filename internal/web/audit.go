@@ -43,6 +43,23 @@ var auditDecisions = []templates.Option{
 // auditDeciders are the "decided by" filter's values: a rule (automatic) or a person.
 var auditDeciders = []templates.Option{{Value: "automatic", Label: "automatic"}, {Value: "person", Label: "a person"}}
 
+// decidedFrom says in words what made an automatic decision (SPEC §14: the rule with its text,
+// source and id, the mode, or the annotation default); "" for a person's and for older records.
+func decidedFrom(a gate.Approval) string {
+	if !a.Automatic {
+		return ""
+	}
+	switch a.DecisionSource {
+	case gate.FromRule:
+		return fmt.Sprintf("rule %s (%s, id %s)", a.RuleText, a.RuleSource, a.RuleID)
+	case gate.FromMode:
+		return string(a.Mode) + " mode"
+	case gate.FromAnnotations, gate.FromHandler:
+		return a.DecisionSource.Words()
+	}
+	return ""
+}
+
 // auditPage lists every gated call of a session with its decision (SPEC §3, §6) and its
 // outcome, narrowed by the filters of its GET form (query decision, by, tool, outcome), so a
 // filtered view is a link one can share. A filter value it does not know is refused (400) with
@@ -98,7 +115,7 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 			RequestedBy: a.RequestedBy, Status: string(a.Status), StatusWord: a.Status.Word(), DecidedBy: a.DecidedBy,
 			Automatic: a.Automatic, Edited: len(a.EditedArguments) > 0, Scope: string(a.Scope), Reason: a.Reason,
 			AskReason: a.AskReason, Arguments: prettyJSON(a.Arguments), EditedArguments: prettyJSON(a.EditedArguments),
-			Outcome: outcome, OutcomeDetail: detail}
+			Outcome: outcome, OutcomeDetail: detail, DecidedFrom: decidedFrom(a)}
 		if row.RequestedBy != "model" && a.ParentToolCallID != "" {
 			row.RequestedBy += " · call " + a.ParentToolCallID
 		}

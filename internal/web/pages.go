@@ -167,6 +167,9 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID stri
 		return err
 	}
 	d := agent.Decision{Decision: r.PostForm.Get("decision"), Reason: r.PostForm.Get("reason"), By: by}
+	if d.Decision == "remember" { // "Always allow…" (SPEC §14): the rule's text and scope
+		d.Rule = &agent.RememberRule{Text: r.PostForm.Get("rule"), Scope: gate.RuleScope(r.PostForm.Get("scope"))}
+	}
 	// Edited arguments matter only to an approval: a denial never depends on them, so their JSON
 	// is not checked then. They still go to the runner, which refuses arguments of any kind
 	// from a decider without the right to edit (403).

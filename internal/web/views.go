@@ -53,9 +53,10 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 	v := templates.SessionView{
 		ID: sess.ID, Title: sess.Title, Model: sess.Model, Workspace: sess.Workspace,
 		State: string(sess.State), Running: sess.State.Active(), Items: items,
-		LiveURL: "/sessions/" + sess.ID + "/live",
+		LiveURL: "/sessions/" + sess.ID + "/live", Mode: string(sess.Mode),
 	}
 	if who.owner {
+		v.ModeURL = "/sessions/" + sess.ID + "/mode"
 		v.CanSend, v.AuditURL = true, "/sessions/"+sess.ID+"/audit"
 		v.SendURL, v.StopURL = "/sessions/"+sess.ID+"/messages", "/sessions/"+sess.ID+"/stop"
 		v.RenameURL, v.DeleteURL = "/sessions/"+sess.ID+"/title", "/sessions/"+sess.ID+"/delete"
@@ -391,6 +392,8 @@ func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
 		RequestedBy: a.RequestedBy, ParentToolCallID: a.ParentToolCallID, ToolName: a.ToolName,
 		ToolTitle: a.ToolTitle, Hints: a.Annotations.Effective(), ArgumentsJSON: prettyJSON(a.Arguments),
 		DecideURL: decideURL, AskReason: a.AskReason,
+		Quiet: a.Automatic && a.Status == gate.Approved && (a.DecisionSource == gate.FromAnnotations ||
+			a.DecisionSource == "" && a.DecidedBy == gate.ByPolicy), // "": recorded before rules existed
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/gate/gatetest"
 	"countersign/internal/models"
 	"countersign/internal/share"
 	"countersign/internal/store"
@@ -73,6 +74,15 @@ func newTestServerWith(t testing.TB, scripts map[string]string, renderers map[st
 // changed by configure.
 func newTestServerConfig(t testing.TB, scripts map[string]string, configure func(*web.Config, *http.Server), extra ...*tool.Tool) *testServer {
 	t.Helper()
+	return newTestServerAgent(t, scripts, configure, nil, extra...)
+}
+
+// newTestServerAgent is newTestServerConfig with the agent.Config changed by agentCfg too. Every
+// test server compiles rules with gatetest.Compile and reads their text with gatetest.Parse, the
+// stand-ins for package internal/rules.
+func newTestServerAgent(t testing.TB, scripts map[string]string, configure func(*web.Config, *http.Server),
+	agentCfg func(*agent.Config), extra ...*tool.Tool) *testServer {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
 	if err != nil {
@@ -101,7 +111,12 @@ func newTestServerConfig(t testing.TB, scripts map[string]string, configure func
 	}
 	broker := agent.NewBroker()
 	ts.broker = broker
-	ts.runner = agent.New(agent.Config{Store: db, Models: ms, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
+	acfg := agent.Config{Store: db, Models: ms, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute,
+		CompileRules: gatetest.Compile, ParseRule: gatetest.Parse}
+	if agentCfg != nil {
+		agentCfg(&acfg)
+	}
+	ts.runner = agent.New(acfg)
 	key := make([]byte, 32)
 	for i := range key {
 		key[i] = byte(i)

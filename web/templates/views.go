@@ -75,7 +75,13 @@ type SessionView struct {
 	Grants *GrantsView
 	// Banner tells a reviewer how they see the session ("" for the owner).
 	Banner string
+	// Mode is the session's mode (SPEC §14); ModeURL is where the owner's Mode combobox posts
+	// ("" shows the mode as text: a reviewer).
+	Mode, ModeURL string
 }
+
+// Modes are the session modes in the Mode combobox's order (SPEC §14).
+var Modes = []string{"default", "plan", "accept-edits"}
 
 // MessageView is one transcript message: a user message, or an assistant message with its tool
 // calls rendered as cards (their results are shown in the cards, not as separate messages).
@@ -125,11 +131,14 @@ type CardView struct {
 // ApprovalView is an approval as its call's card shows it.
 type ApprovalView struct {
 	// Outcome is the resolved approval in one line ("denied by Ada: not now").
-	Outcome          string
-	ID               string
-	Status           string // pending | approved | denied | timed_out | cancelled
-	StatusWord       string
-	DecidedBy        string
+	Outcome    string
+	ID         string
+	Status     string // pending | approved | denied | timed_out | cancelled
+	StatusWord string
+	DecidedBy  string
+	// Quiet: the annotation default let the call through; the card says nothing of it (the
+	// audit lists it).
+	Quiet            bool
 	Reason           string
 	Scope            string
 	Automatic        bool
@@ -257,7 +266,11 @@ type AuditRow struct {
 	Automatic, Edited                 bool
 	Scope, Reason                     string
 	// AskReason is why the call waited for a person ("server files is not trusted").
-	AskReason                  string
+	AskReason string
+	// DecidedFrom names, in words, what made an automatic decision (SPEC §14 audit): "rule
+	// write_file(secrets/**) (api, id r-1)", "plan mode", "annotation default", "tool_call
+	// handler"; "" for a person's decision and for records older than rules.
+	DecidedFrom                string
 	Arguments, EditedArguments string
 	// Outcome is what became of the call: ok, error, not run, violation, pending, running or
 	// unknown; OutcomeDetail the first line of its error text, if any.

@@ -27,6 +27,7 @@ import (
 	"countersign/internal/mcp"
 	"countersign/internal/models"
 	"countersign/internal/procenv"
+	"countersign/internal/rules"
 	"countersign/internal/share"
 	"countersign/internal/store"
 	"countersign/internal/tool"
@@ -269,7 +270,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log.Info("models offered", "models", strings.Join(mods.Names(), ", "))
 	broker := agent.NewBroker()
 	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker,
-		ApprovalTimeout: cfg.approvalTimeout, Logger: log})
+		ApprovalTimeout: cfg.approvalTimeout, Logger: log,
+		// Rules (SPEC §14): compiled, parsed and suggested by internal/rules.
+		CompileRules: rules.Compiler, ParseRule: rules.Parse, SuggestRule: rules.Suggest})
 	// What the last process left behind is settled before anything is served (SPEC §8).
 	if err := runner.Recover(ctx); err != nil {
 		return err

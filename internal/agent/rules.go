@@ -219,13 +219,18 @@ func (r *Runner) rememberRule(ctx context.Context, a gate.Approval, d Decision) 
 	}
 	rl := gate.Rule{Effect: gate.Allow, Tool: toolPattern, Specifier: spec, Scope: d.Rule.Scope, Source: gate.SourcePrompt,
 		CreatedBy: d.By.Name, CreatedVia: d.By.Via}
+	s, err := r.cfg.Store.Session(ctx, a.SessionID)
+	if err != nil {
+		return gate.Rule{}, err
+	}
 	switch rl.Scope {
 	case gate.ScopeSession:
 		rl.SessionID = a.SessionID
 	case gate.ScopeWorkspace:
-		s, err := r.cfg.Store.Session(ctx, a.SessionID)
-		if err != nil {
-			return gate.Rule{}, err
+		// A share link reaches one session: its reviewer cannot loosen the owner's other
+		// sessions on the same folder.
+		if d.By.Via != nil {
+			return gate.Rule{}, apperr.Errorf(apperr.Forbidden, "A share link remembers rules for its own session only: choose the scope session.")
 		}
 		rl.Workspace = s.Workspace
 	default:
@@ -233,6 +238,11 @@ func (r *Runner) rememberRule(ctx context.Context, a gate.Approval, d Decision) 
 	}
 	if err := r.rules.Check(rl); err != nil {
 		return gate.Rule{}, err
+	}
+	call := gate.RuleCall{Tool: a.ToolName, Arguments: a.Arguments, Annotations: a.Annotations, SessionID: a.SessionID,
+		Workspace: s.Workspace, Mode: s.Mode}
+	if !r.rules.Covers(rl, call) {
+		return gate.Rule{}, apperr.Errorf(apperr.Invalid, "The rule %s does not cover this %s call, so saving it would not approve it: widen it or use Approve.", rl.Text(), a.ToolName)
 	}
 	return rl, nil
 }

@@ -221,6 +221,17 @@ func TestRememberSavesARuleThatApprovesAndReleases(t *testing.T) {
 		"rule": map[string]string{"text": "shell", "scope": "server"}}, &e); st != 400 {
 		t.Errorf("a server-scope remember = %d %+v", st, e)
 	}
+	// A link reaches one session: it cannot make a workspace rule that loosens the owner's other
+	// sessions on the folder.
+	if st, body := reviewerDecision(t, ts, cRem, remember.URL, id, url.Values{"decision": {"remember"}, "rule": {"shell"}, "scope": {"workspace"}}); st != http.StatusForbidden {
+		t.Errorf("a workspace rule through a link = %d: %.200s", st, body)
+	}
+	// Saving approves the call in front of it: a rule that does not cover that call is refused
+	// (approving shell by saving a rule for another tool).
+	if st := ts.call(t, "POST", "/api/approvals/"+id+"/decision", map[string]any{"decision": "remember",
+		"rule": map[string]string{"text": "other_tool", "scope": "session"}}, &e); st != 400 || !strings.Contains(e.Error.Message, "does not cover this shell call") {
+		t.Errorf("a rule that does not cover the call = %d %+v", st, e)
+	}
 	if st, body := reviewerDecision(t, ts, cRem, remember.URL, id, form); st != 200 {
 		t.Fatalf("remember through a canRemember link = %d: %.300s", st, body)
 	}

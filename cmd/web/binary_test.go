@@ -441,3 +441,45 @@ func TestBusyPortFailsBeforeRecovery(t *testing.T) {
 		t.Errorf("after a start that serves, the transcript has %d interruptions, want 1: %s", n, b)
 	}
 }
+
+// TestFileToolsCannotReachTheServersOwnFiles: with the database inside the workspace (as `make
+// run` keeps it), read_file and write_file are refused on the database, its companions and the
+// share key before any prompt (SPEC §14: the agent can never write its own rules), and the
+// database is unchanged for it.
+func TestFileToolsCannotReachTheServersOwnFiles(t *testing.T) {
+	f := newServerFiles(t)
+	f.db = filepath.Join(f.workspace, "cs.db") // as `make run` does: the database in the workspace
+	script := `{"steps":[
+	 {"content":[{"type":"toolCall","id":"r","name":"read_file","arguments":{"path":"cs.db"}},
+	   {"type":"toolCall","id":"w","name":"write_file","arguments":{"path":"cs.db.share-key","content":"mine"}},
+	   {"type":"toolCall","id":"x","name":"write_file","arguments":{"path":"./cs.db-wal","content":"x"}}],
+	  "stopReason":"toolUse"},
+	 {"content":[{"type":"text","text":"done"}],"stopReason":"stop"}]}`
+	if err := os.WriteFile(filepath.Join(f.scripts, "reach.json"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startServing(t, f.args("127.0.0.1:0")...)
+	key, err := os.ReadFile(f.db + ".share-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sess struct{ ID string }
+	p.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "reach", "model": "faux:reach"}, &sess)
+	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
+	var body []byte
+	eventually(t, "the run to end", func() bool {
+		body = p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID, nil, nil)
+		return bytes.Contains(body, []byte(`"state": "idle"`)) && bytes.Contains(body, []byte(`"done"`))
+	})
+	if n := bytes.Count(body, []byte("one of the server's own files")); n < 3 {
+		t.Errorf("%d refusals naming the server's own files in the transcript, want 3:\n%s", n, body)
+	}
+	var pending struct{ Approvals []json.RawMessage }
+	p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &pending)
+	if len(pending.Approvals) != 0 {
+		t.Errorf("a refused call still asked: %s", pending.Approvals)
+	}
+	if got, _ := os.ReadFile(f.db + ".share-key"); !bytes.Equal(got, key) {
+		t.Errorf("the share key changed")
+	}
+}

@@ -223,7 +223,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer db.Close()
 
 	reg := tool.NewRegistry()
-	all := tools.Builtin(tools.Config{PassEnv: cfg.passEnv})
+	all := tools.Builtin(tools.Config{PassEnv: cfg.passEnv, Protected: ownFiles(cfg)})
 	if cfg.fixtureTools {
 		all = append(all, fixtures.Tools()...)
 	}
@@ -314,4 +314,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case <-shutdownCtx.Done():
 	}
 	return nil
+}
+
+// ownFiles are the files of the server that the file tools must never read or write (SPEC
+// §14: the agent can never write its own rules): the database with its -wal, -shm and -journal
+// files and its lock, and the share key.
+func ownFiles(cfg config) tools.Protected {
+	var files tools.Protected
+	for _, suffix := range []string{"", "-wal", "-shm", "-journal", ".lock", ".share-key"} {
+		files = append(files, cfg.db+suffix)
+	}
+	return files
 }

@@ -70,7 +70,7 @@ func readFileTool(cfg Config) *tool.Tool {
 			"through long files. Paths outside the workspace are refused.",
 		InputSchema:  json.RawMessage(readFileInput),
 		OutputSchema: json.RawMessage(readFileOutput),
-		InputCheck:   checkPath("path", "", true),
+		InputCheck:   checkPath("path", "", true, cfg.Protected),
 		Annotations:  readOnly(),
 		Execute: func(ctx context.Context, arguments json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {
@@ -81,20 +81,20 @@ func readFileTool(cfg Config) *tool.Tool {
 			if err := decode(arguments, &in); err != nil {
 				return tool.Result{}, err
 			}
-			return readFile(tc.Workspace(), in.Path, in.Offset, in.Limit, cfg.OutputCap)
+			return readFile(tc.Workspace(), in.Path, in.Offset, in.Limit, cfg.OutputCap, cfg.Protected)
 		},
 	}
 }
 
 // readFile implements read_file: lines [offset, offset+limit) of the file, at most budget bytes.
-func readFile(workspace, p string, offset, limit, budget int) (tool.Result, error) {
+func readFile(workspace, p string, offset, limit, budget int, protected Protected) (tool.Result, error) {
 	if offset <= 0 {
 		offset = 1
 	}
 	if limit <= 0 {
 		limit = DefaultReadLimit
 	}
-	j, err := openJail(workspace)
+	j, err := openJail(workspace, protected)
 	if err != nil {
 		return tool.Result{}, err
 	}
@@ -289,7 +289,7 @@ const listFilesOutput = `{
   "additionalProperties": false
 }`
 
-func listFilesTool(Config) *tool.Tool {
+func listFilesTool(cfg Config) *tool.Tool {
 	return &tool.Tool{
 		Name:  "list_files",
 		Title: "List files",
@@ -297,7 +297,7 @@ func listFilesTool(Config) *tool.Tool {
 			"An optional glob pattern filters entries by base name. Stops after 1000 entries.",
 		InputSchema:  json.RawMessage(listFilesInput),
 		OutputSchema: json.RawMessage(listFilesOutput),
-		InputCheck:   checkPath("path", ".", false),
+		InputCheck:   checkPath("path", ".", false, cfg.Protected),
 		Annotations:  readOnly(),
 		Execute: func(ctx context.Context, arguments json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {
@@ -322,7 +322,7 @@ func listFiles(ctx context.Context, workspace, p, pattern string) (tool.Result, 
 			return tool.Result{}, fmt.Errorf("pattern %q: %w", pattern, err)
 		}
 	}
-	j, err := openJail(workspace)
+	j, err := openJail(workspace, nil)
 	if err != nil {
 		return tool.Result{}, err
 	}
@@ -419,7 +419,7 @@ const writeFileOutput = `{
   "additionalProperties": false
 }`
 
-func writeFileTool(Config) *tool.Tool {
+func writeFileTool(cfg Config) *tool.Tool {
 	return &tool.Tool{
 		Name:  "write_file",
 		Title: "Write file",
@@ -427,7 +427,7 @@ func writeFileTool(Config) *tool.Tool {
 			"missing parent folders. Paths outside the workspace are refused.",
 		InputSchema:  json.RawMessage(writeFileInput),
 		OutputSchema: json.RawMessage(writeFileOutput),
-		InputCheck:   checkPath("path", "", true),
+		InputCheck:   checkPath("path", "", true, cfg.Protected),
 		WritesFiles:  true, // accept-edits mode (SPEC §14): the path is checked inside the workspace
 		Annotations:  tool.Annotations{DestructiveHint: tool.Bool(true), OpenWorldHint: tool.Bool(false)},
 		Execute: func(ctx context.Context, arguments json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
@@ -438,14 +438,14 @@ func writeFileTool(Config) *tool.Tool {
 			if err := decode(arguments, &in); err != nil {
 				return tool.Result{}, err
 			}
-			return writeFile(tc.Workspace(), in.Path, in.Content)
+			return writeFile(tc.Workspace(), in.Path, in.Content, cfg.Protected)
 		},
 	}
 }
 
 // writeFile implements write_file.
-func writeFile(workspace, p, content string) (tool.Result, error) {
-	j, err := openJail(workspace)
+func writeFile(workspace, p, content string, protected Protected) (tool.Result, error) {
+	j, err := openJail(workspace, protected)
 	if err != nil {
 		return tool.Result{}, err
 	}

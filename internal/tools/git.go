@@ -440,7 +440,7 @@ func untrackedFiles(workspace string, paths []string, patchLimit int) ([]DiffFil
 	if len(paths) == 0 {
 		return nil, nil
 	}
-	j, err := openJail(workspace)
+	j, err := openJail(workspace, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -24,13 +24,15 @@ var ErrOutsideWorkspace = errors.New("outside the workspace")
 // write then goes through root (an os.Root), which refuses to leave the folder even if a symlink
 // is swapped in between the check and the access.
 type jail struct {
-	dir  string   // the workspace as given, cleaned
-	real string   // dir with symlinks resolved
-	root *os.Root // dir opened as a traversal-resistant root
+	dir       string   // the workspace as given, cleaned
+	real      string   // dir with symlinks resolved
+	root      *os.Root // dir opened as a traversal-resistant root
+	protected Protected
 }
 
-// openJail opens the workspace folder dir, which must be an absolute path to a folder.
-func openJail(dir string) (*jail, error) {
+// openJail opens the workspace folder dir, which must be an absolute path to a folder; resolve
+// refuses the protected files in it.
+func openJail(dir string, protected Protected) (*jail, error) {
 	if dir == "" || !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("the workspace %q is not an absolute path", dir)
 	}
@@ -43,7 +45,7 @@ func openJail(dir string) (*jail, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the workspace %s cannot be opened: %w", dir, err)
 	}
-	return &jail{dir: dir, real: real, root: root}, nil
+	return &jail{dir: dir, real: real, root: root, protected: protected}, nil
 }
 
 // Close releases the workspace's root.
@@ -52,7 +54,7 @@ func (j *jail) Close() error { return j.root.Close() }
 // resolve maps a tool's path argument (relative to the workspace, or absolute) to a path
 // relative to the workspace's real folder ("." for the folder itself) with every symlink of the
 // existing part resolved. A path that resolves outside the workspace is an error wrapping
-// ErrOutsideWorkspace.
+// ErrOutsideWorkspace; one that reaches a protected file (the server's own) wraps ErrProtected.
 func (j *jail) resolve(p string) (string, error) {
 	if p == "" {
 		return "", errors.New("the path is empty")
@@ -72,6 +74,9 @@ func (j *jail) resolve(p string) (string, error) {
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return "", fmt.Errorf("path %q is %w", p, ErrOutsideWorkspace)
 	}
+	if err := j.protected.check(real, p); err != nil {
+		return "", err
+	}
 	return rel, nil
 }
 
@@ -83,7 +88,7 @@ func (j *jail) resolve(p string) (string, error) {
 // system may have changed in between. With file set (read_file, write_file) a path that exists
 // must also be a regular file: a named pipe, socket, device or folder is refused here, before
 // anyone is asked to approve a call that could only fail (found by a new-user review).
-func checkPath(field, def string, file bool) tool.InputCheckFunc {
+func checkPath(field, def string, file bool, protected Protected) tool.InputCheckFunc {
 	return func(arguments json.RawMessage, workspace string) []tool.Violation {
 		var in map[string]any
 		if err := json.Unmarshal(arguments, &in); err != nil {
@@ -93,7 +98,7 @@ func checkPath(field, def string, file bool) tool.InputCheckFunc {
 		if !ok {
 			p = def
 		}
-		j, err := openJail(workspace)
+		j, err := openJail(workspace, protected)
 		if err != nil {
 			return nil
 		}

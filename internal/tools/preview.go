@@ -12,7 +12,7 @@ import (
 // the content (at most max bytes; longer files are an error), and whether the file exists. A
 // path outside the workspace is an error wrapping ErrOutsideWorkspace; nothing is read then.
 func ReadForPreview(workspace, p string, max int64) (content string, exists bool, err error) {
-	j, err := openJail(workspace)
+	j, err := openJail(workspace, nil)
 	if err != nil {
 		return "", false, err
 	}

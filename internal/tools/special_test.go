@@ -159,7 +159,7 @@ func TestSpecialFilesAreNotOpened(t *testing.T) {
 func TestOpenRegularRefusesASwappedPipe(t *testing.T) {
 	ws, _ := specialWorkspace(t)
 	fifo := filepath.Join(ws, "fifo")
-	j, err := openJail(ws)
+	j, err := openJail(ws, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,9 @@ type Config struct {
 	CommandTimeout time.Duration
 	// CheckTimeout bounds each check and each test run; default DefaultCheckTimeout.
 	CheckTimeout time.Duration
+	// Protected are the server's own files (the database and its companions, the share key, the
+	// policy file), which read_file and write_file refuse whatever path reaches them.
+	Protected Protected
 	// CodemodeTimeout is codemode's time limit: how long a script may run (SPEC §4 "Codemode"),
 	// not counting the time it waits for its tool calls; default DefaultCodemodeTimeout.
 	CodemodeTimeout time.Duration

@@ -1,0 +1,49 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// ErrProtected is wrapped by the error a file tool returns for a path that reaches one of the
+// server's own files (Config.Protected).
+var ErrProtected = errors.New("one of the server's own files")
+
+// Protected names files the file tools never read or write, whatever path reaches them (SPEC §14:
+// "The agent can never write its own rules: the policy file and the database are outside what
+// file tools may touch"): the database and its -wal, -shm and -journal files, its lock, the share
+// key, the policy file. `make run` keeps the database in the folder it serves as the workspace,
+// so this matters by default. Entries are paths (absolute, or relative to the server's working
+// folder); a file that exists is compared by identity (os.SameFile), so a symlink or a hard link
+// inside the workspace does not reach it either, and one that does not exist yet by its cleaned
+// real path.
+type Protected []string
+
+// check returns an error wrapping ErrProtected when target (an absolute path with its symlinks
+// resolved, existing or not) is one of p's files; display is the path as the call gave it.
+func (p Protected) check(target, display string) error {
+	if len(p) == 0 {
+		return nil
+	}
+	fi, statErr := os.Stat(target)
+	for _, name := range p {
+		abs, err := filepath.Abs(name)
+		if err != nil {
+			continue
+		}
+		if real, err := realPath(filepath.Clean(abs)); err == nil {
+			abs = real
+		}
+		if abs == target {
+			return fmt.Errorf("path %q is %w", display, ErrProtected)
+		}
+		if statErr == nil {
+			if pfi, err := os.Stat(abs); err == nil && os.SameFile(fi, pfi) {
+				return fmt.Errorf("path %q is %w (a link to %s)", display, ErrProtected, filepath.Base(abs))
+			}
+		}
+	}
+	return nil
+}

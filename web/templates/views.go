@@ -321,3 +321,38 @@ type ShareRow struct {
 type NamePage struct {
 	Action, Title, Role, Error string
 }
+
+// RulesView is the Rules page (SPEC §14): every rule, the policy file's first, and the form that
+// adds one.
+type RulesView struct {
+	Rows []RuleRow
+	// CompileError names the rules the compiler refused (they are skipped); "" when none.
+	CompileError string
+	// Scopes are the add form's scope choices: every session, each known workspace folder, each
+	// session by title.
+	Scopes []Option
+	Form   RuleForm
+	// Error is the add form's refusal (the parser's or compiler's message); "" when none.
+	Error string
+}
+
+// RuleForm is what the add-rule form holds: the rule's text, effect, scope choice and note.
+type RuleForm struct {
+	Text, Effect, Scope, Note string
+}
+
+// RuleRow is one rule on the Rules page. Text is gate.Rule.Text ("run_command(git diff:*)", with
+// " when …" when it has a condition). Scope is session, workspace or server; ScopeDetail the
+// session's title (ScopeURL its page) or the workspace folder. CreatedBy is the owner, a
+// reviewer (LinkID, LinkLabel: the link they made it through) or the policy file. ReadOnly rows
+// (the policy file's) have no DeleteURL.
+type RuleRow struct {
+	ID, Text, Effect, Note           string
+	Scope, ScopeDetail, ScopeURL     string
+	Source, CreatedBy                string
+	LinkID, LinkLabel                string
+	Hits                             int64
+	CreatedAt, LastUsedAt, ExpiresAt *time.Time
+	ReadOnly                         bool
+	DeleteURL                        string
+}

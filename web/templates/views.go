@@ -78,6 +78,9 @@ type SessionView struct {
 	// Mode is the session's mode (SPEC §14); ModeURL is where the owner's Mode combobox posts
 	// ("" shows the mode as text: a reviewer).
 	Mode, ModeURL string
+	// AllowAll are the allow rules for every tool ("*") that reach this session, as text; the
+	// page says every call runs without a prompt while there is one.
+	AllowAll []string
 }
 
 // Modes are the session modes in the Mode combobox's order (SPEC §14).
@@ -152,8 +155,11 @@ type ApprovalView struct {
 	// DecideURL is where the decision form posts; "" when the viewer may not decide.
 	DecideURL string
 	// CanEdit, CanRemember: the decider may edit the arguments (the Edit button), approve for
-	// the session (the "Approve for session" button).
+	// the session and make rules (the "Approve for session" and "Always allow…" buttons).
 	CanEdit, CanRemember bool
+	// SuggestedRule pre-fills "Always allow…" (CanRemember only): the narrowest rule that covers
+	// the call, as text ("run_command(git diff:*)").
+	SuggestedRule string
 	// AskReason says why the call waits for a person, after "asks because" (stored with the
 	// approval: "server files is not trusted").
 	AskReason string
@@ -270,8 +276,12 @@ type AuditRow struct {
 	// DecidedFrom names, in words, what made an automatic decision (SPEC §14 audit): "rule
 	// write_file(secrets/**) (api, id r-1)", "plan mode", "annotation default", "tool_call
 	// handler"; "" for a person's decision and for records older than rules.
-	DecidedFrom                string
-	Arguments, EditedArguments string
+	DecidedFrom string
+	// RuleText, RuleID, RuleSource name the rule that made an automatic decision, or that a
+	// person's decision saved ("Always allow…"); RuleURL is its row on the Rules page. "" when
+	// no rule is involved.
+	RuleText, RuleID, RuleSource, RuleURL string
+	Arguments, EditedArguments            string
 	// Outcome is what became of the call: ok, error, not run, violation, pending, running or
 	// unknown; OutcomeDetail the first line of its error text, if any.
 	Outcome, OutcomeDetail string

@@ -115,7 +115,7 @@ func TestRulesPageListsAddsAndDeletesRules(t *testing.T) {
 		t.Fatalf("rows %v, want the policy file's and three", ids)
 	}
 	for _, want := range []string{
-		`<code class="rule-scope-detail">` + sess.Workspace + `</code>`,                                  // a workspace rule names its folder
+		`<code class="rule-scope-detail">` + sess.Workspace + `</code>`,                                 // a workspace rule names its folder
 		`<a class="rule-scope-detail" href="/sessions/` + sess.ID + `">Fix &lt;b&gt;bugs&lt;/b&gt;</a>`, // a session rule its session
 		`<td data-label="Source">api</td>`, `<td data-label="Created by">owner`,
 		`<td data-label="Hits" class="rule-hits">0</td>`, `<span class="note">never</span>`,
@@ -334,7 +334,10 @@ func TestSessionPageSaysWhenEveryCallRunsWithoutAPrompt(t *testing.T) {
 	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "a", "model": "faux:x"}, &a)
 	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "b", "model": "faux:x", "workspace": t.TempDir()}, &b)
 	const says = "Every call in this session runs without a prompt"
-	says1 := func(s agent.Session) bool { _, p := get(t, ts, nil, "/sessions/"+s.ID); return strings.Contains(p, says) }
+	says1 := func(s agent.Session) bool {
+		_, p := get(t, ts, nil, "/sessions/"+s.ID)
+		return strings.Contains(p, says)
+	}
 	ts.call(t, "POST", "/api/rules", map[string]any{"text": "shell", "effect": "allow", "scope": "server"}, nil)
 	if says1(a) || says1(b) {
 		t.Fatal("a rule for one tool made the page say every call runs")

@@ -13,6 +13,9 @@
 GO       ?= go
 BIN      := bin/countersign
 RUN_ARGS ?=
+# The policy file `make run` starts with (SPEC §14): a few harmless allow rules and one deny, so
+# the Rules page has something to show. RUN_POLICY= starts without one.
+RUN_POLICY ?= demo/policy.json
 E2E_ARGS ?=
 NPM_CI   := npm ci --no-audit --no-fund
 
@@ -38,7 +41,7 @@ build: generate
 	$(BUILD_ENV) $(GO) build $(BUILD_FLAGS) -o $(BIN) ./cmd/web
 
 run: build
-	./$(BIN) $(RUN_ARGS)
+	./$(BIN) $(if $(RUN_POLICY),-policy $(RUN_POLICY)) $(RUN_ARGS)
 
 # gofmt on the Go files git knows about (tracked, plus new files that are not ignored).
 fmt:

@@ -66,9 +66,11 @@ type config struct {
 	tokenFlag       bool // the token came from -token, which every user sees in ps
 	approvalTimeout time.Duration
 	mcpConfig       string
-	fauxDelay       time.Duration
-	fixtureTools    bool
-	sessionTTL      time.Duration
+	// policy is the policy file (SPEC §14): read-only rules and the sessions' default mode.
+	policy       string
+	fauxDelay    time.Duration
+	fixtureTools bool
+	sessionTTL   time.Duration
 	// passEnv names the server's environment variables that tool commands and MCP stdio servers
 	// get besides the allowlist (procenv).
 	passEnv []string
@@ -126,6 +128,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	timeout := env("COUNTERSIGN_APPROVAL_TIMEOUT", "15m")
 	fs.StringVar(&timeout, "approval-timeout", timeout, "how long an approval may wait, a Go duration (COUNTERSIGN_APPROVAL_TIMEOUT)")
 	fs.StringVar(&c.mcpConfig, "mcp-config", env("COUNTERSIGN_MCP_CONFIG", ""), "MCP servers config file (COUNTERSIGN_MCP_CONFIG)")
+	fs.StringVar(&c.policy, "policy", env("COUNTERSIGN_POLICY", ""), "policy file: read-only rules and the sessions' default mode, SPEC §14 (COUNTERSIGN_POLICY)")
 	delay := env("COUNTERSIGN_FAUX_DELAY", "15ms")
 	fs.StringVar(&delay, "faux-delay", delay, "pause between the faux model's text chunks (COUNTERSIGN_FAUX_DELAY)")
 	ttl := env("COUNTERSIGN_SESSION_TTL", "720h")
@@ -177,6 +180,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	return c, nil
 }
 
+// ruleHitsEvery is how often the rules' hits and last use reach the store (the Rules page reads
+// the counts in memory, so it is current anyway; this bounds what a crash loses).
+const ruleHitsEvery = 10 * time.Second
+
 // newHTTPServer is the HTTP server for h, whose requests' contexts derive from base, with the
 // header, read, write and idle limits of web.DefaultTimeouts (WebSockets are not bound by them).
 func newHTTPServer(h http.Handler, base context.Context) *http.Server {
@@ -194,6 +201,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if cfg.tokenFlag {
 		log.Warn("the owner token was given with -token, which every user of this machine can read in the process list (ps); prefer the COUNTERSIGN_TOKEN environment variable")
+	}
+
+	// The policy file is read before anything touches the database: a bad one refuses to start
+	// with "file:line:col: reason" (SPEC §14) having changed nothing.
+	var policy rules.Policy
+	if cfg.policy != "" {
+		if policy, err = rules.LoadPolicyFile(cfg.policy); err != nil {
+			return err
+		}
+		log.Info("policy file", "file", cfg.policy, "rules", len(policy.Rules), "defaultMode", policy.DefaultMode)
 	}
 
 	// One server per database: the lock comes before anything touches the database, the
@@ -272,7 +289,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker,
 		ApprovalTimeout: cfg.approvalTimeout, Logger: log,
 		// Rules (SPEC §14): compiled, parsed and suggested by internal/rules.
-		CompileRules: rules.Compiler, ParseRule: rules.Parse, SuggestRule: rules.Suggest})
+		CompileRules: rules.Compiler, ParseRule: rules.Parse, SuggestRule: rules.Suggest,
+		PolicyRules: policy.Rules, DefaultMode: policy.DefaultMode})
 	// What the last process left behind is settled before anything is served (SPEC §8).
 	if err := runner.Recover(ctx); err != nil {
 		return err
@@ -282,6 +300,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	// Rules' hits are counted in memory on the calls' path and written to the store off it:
+	// every ruleHitsEvery, and once more when the server stops (before the database closes).
+	flushCtx, stopFlush := context.WithCancel(ctx)
+	flushed := make(chan struct{})
+	go func() { defer close(flushed); runner.FlushRuleHitsEvery(flushCtx, ruleHitsEvery) }()
+	defer func() { stopFlush(); <-flushed }()
 	srv := web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL})

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"strings"
+	"time"
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
@@ -312,6 +313,13 @@ func (r *Runner) grantsChanged(ctx context.Context, sessionID string) {
 		return
 	}
 	r.publish(Event{Type: SessionUpdated, SessionID: sessionID, Session: &s})
+}
+
+// FlushRuleHitsEvery writes the rules' hits and last use, counted in memory on the calls' path,
+// to the store every interval until ctx ends, then once more (gate.Rulebook.Run). A failed
+// write is logged; its hits stay counted for the next. cmd/web runs it for the server's life.
+func (r *Runner) FlushRuleHitsEvery(ctx context.Context, every time.Duration) {
+	r.rules.Run(ctx, every, func(err error) { r.log.Error("flush rule hits", "err", err) })
 }
 
 // flushRuleHits writes the hits counted in memory to the store; a failure is logged and the

@@ -382,6 +382,9 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 			return gate.Approval{}, err
 		}
 		remember = &rl
+		// The decision names the rule it saved and says how far it reaches (a workspace rule
+		// reaches further than "this session").
+		res.RuleID, res.RuleText, res.RuleSource, res.RuleScope = rl.ID, rl.Text(), rl.Source, rl.Scope
 	}
 	a, err = r.gate.Decide(ctx, id, res)
 	if err != nil && remember != nil {

@@ -104,6 +104,10 @@ type Approval struct {
 	RuleSource RuleSource `json:"ruleSource,omitempty"`
 	// Mode is the session's mode when the gate decided the call ("" before modes existed).
 	Mode Mode `json:"mode,omitempty"`
+	// RuleScope is, on a person's decision that saved a rule ("Always allow…", "Approve for
+	// session"), that rule's scope: how far the decision reaches (Scope stays Session, "more
+	// than this call"); RuleID, RuleText and RuleSource name the rule then. "" otherwise.
+	RuleScope RuleScope `json:"ruleScope,omitempty"`
 }
 
 // Grant is a session grant (SPEC §3 "approve for this session"): later calls of ToolName in the
@@ -150,6 +154,9 @@ type Resolution struct {
 	RuleID     string
 	RuleText   string
 	RuleSource RuleSource
+	// RuleScope is the scope of the rule a person's decision saved (Approval.RuleScope); ""
+	// keeps what the approval had.
+	RuleScope RuleScope
 }
 
 // Store keeps approvals. ResolveApproval must be atomic: it changes only a pending approval

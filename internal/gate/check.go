@@ -163,18 +163,24 @@ func ruleReason(rd RuleDecision, verb string) string {
 	return "rule " + rd.Rule.Text() + " " + verb
 }
 
-// Text is the rule's text form as SPEC §14 writes it: Tool, then Specifier in parentheses when
-// there is one ("run_command(git diff:*)"), then " when <When>" when there is a condition. It is
-// for display (the audit, logs); package internal/rules owns the parser and its escaping.
+// Pattern is the rule's text form as a prompt's "Rule" box and rules.Parse read it (SPEC §14):
+// Tool, then Specifier in parentheses when there is one ("run_command(git diff:*)",
+// "read_file"). The specifier is kept as stored (its escapes are part of it), so
+// rules.Parse(r.Pattern()) gives back Tool and Specifier; rules.Text is this.
+func (r Rule) Pattern() string {
+	if r.Specifier == "" {
+		return r.Tool
+	}
+	return r.Tool + "(" + r.Specifier + ")"
+}
+
+// Text is the rule as pages, the audit and logs show it: Pattern, then " when <When>" when there
+// is a condition ("pay__*(…) when args.amount >= 1000").
 func (r Rule) Text() string {
-	s := r.Tool
-	if r.Specifier != "" {
-		s += "(" + r.Specifier + ")"
-	}
 	if r.When != "" {
-		s += " when " + r.When
+		return r.Pattern() + " when " + r.When
 	}
-	return s
+	return r.Pattern()
 }
 
 // GrantShaped reports whether r is what "Approve for session" makes (SPEC §3, §14): a session

@@ -89,13 +89,8 @@ func checkToolPattern(p string) error {
 
 // Text is the inverse of Parse: the rule's text form, Tool followed by "(Specifier)" when there
 // is one (the effect, scope and `when` are not part of it). Parse(Text(r)) gives back r.Tool
-// and r.Specifier.
-func Text(r gate.Rule) string {
-	if r.Specifier == "" {
-		return r.Tool
-	}
-	return r.Tool + "(" + r.Specifier + ")"
-}
+// and r.Specifier. It is gate.Rule.Pattern, the one place the text form is written.
+func Text(r gate.Rule) string { return r.Pattern() }
 
 // EscapeValue escapes s for use as a literal glob inside a key=glob or path specifier: the
 // separators ",", "=" and ")" get `\` in front, and so do the glob characters `*?[]{}\`.

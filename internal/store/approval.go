@@ -16,7 +16,7 @@ import (
 const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_call_id, tool_name,
 	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
 	decided_by, reason, scope, created_at, decided_at, derived_from, decided_via_link_id, decided_via_link_label,
-	ask_reason, decision_source, rule_id, rule_text, rule_source, mode`
+	ask_reason, decision_source, rule_id, rule_text, rule_source, mode, rule_scope`
 
 // CreateApproval stores a, pending or already decided (automatic approvals are stored decided),
 // every field as given; a zero CreatedAt is stored as db.Now(). Arguments and EditedArguments are
@@ -113,7 +113,7 @@ func (db *DB) approvalsError(w *writeTx, chunk []gate.Approval, cause error) err
 	return cause
 }
 
-const approvalColumnCount = 27
+const approvalColumnCount = 28
 
 // insertApprovalsJSON inserts the rows of its one parameter, a JSON array with one array per row
 // holding the approvalColumnCount column values in approvalColumns order (appendApprovalsJSON).
@@ -129,7 +129,7 @@ var insertApprovalsJSON = func() string {
 }()
 
 const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // approvalRow is a's column values in approvalColumns order.
 func (db *DB) approvalRow(a gate.Approval) ([]any, error) {
@@ -153,7 +153,7 @@ func (db *DB) appendApprovalRow(args []any, a gate.Approval) ([]any, error) {
 		a.ToolTitle, nullJSON(a.Arguments), nullJSON(a.EditedArguments), string(annotations),
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
 		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel, a.AskReason,
-		string(a.DecisionSource), a.RuleID, a.RuleText, string(a.RuleSource), string(a.Mode)), nil
+		string(a.DecisionSource), a.RuleID, a.RuleText, string(a.RuleSource), string(a.Mode), string(a.RuleScope)), nil
 }
 
 // approvalError turns a driver error of an approval insert into its apperr code.
@@ -193,7 +193,7 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 		a, err = scanApproval(w.stmt(resolveApproval).QueryRowContext(w.ctx,
 			string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
 			formatTime(r.At), r.DerivedFrom, viaID, viaLabel, string(r.Source), string(r.Source), r.RuleID, r.RuleID,
-			r.RuleText, r.RuleText, string(r.RuleSource), string(r.RuleSource), id))
+			r.RuleText, r.RuleText, string(r.RuleSource), string(r.RuleSource), string(r.RuleScope), string(r.RuleScope), id))
 		if errors.Is(err, sql.ErrNoRows) {
 			var n int
 			if err := w.tx.QueryRowContext(w.ctx, `SELECT COUNT(*) FROM approvals WHERE id = ?`, id).Scan(&n); err != nil {
@@ -220,7 +220,8 @@ const resolveApproval = `UPDATE approvals
 	SET status = ?, decided_by = ?, reason = ?, scope = ?, edited_arguments = ?, automatic = ?, decided_at = ?, derived_from = ?,
 		decided_via_link_id = ?, decided_via_link_label = ?,
 		decision_source = CASE WHEN ? = '' THEN decision_source ELSE ? END, rule_id = CASE WHEN ? = '' THEN rule_id ELSE ? END,
-		rule_text = CASE WHEN ? = '' THEN rule_text ELSE ? END, rule_source = CASE WHEN ? = '' THEN rule_source ELSE ? END
+		rule_text = CASE WHEN ? = '' THEN rule_text ELSE ? END, rule_source = CASE WHEN ? = '' THEN rule_source ELSE ? END,
+		rule_scope = CASE WHEN ? = '' THEN rule_scope ELSE ? END
 	WHERE id = ? AND status = 'pending'
 	RETURNING ` + approvalColumns
 
@@ -286,14 +287,16 @@ func scanApproval(r scanner) (gate.Approval, error) {
 		scope, createdAt        string
 		viaID, viaLabel         string
 		source, ruleSrc, mode   string
+		ruleScope               string
 	)
 	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
 		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
 		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel, &a.AskReason,
-		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode); err != nil {
+		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode, &ruleScope); err != nil {
 		return gate.Approval{}, err
 	}
 	a.DecidedVia = linkRef(viaID, viaLabel)
+	a.RuleScope = gate.RuleScope(ruleScope)
 	a.DecisionSource, a.RuleSource, a.Mode = gate.DecisionSource(source), gate.RuleSource(ruleSrc), gate.Mode(mode)
 	a.Arguments, a.EditedArguments = rawJSON(args), rawJSON(edited)
 	a.Status, a.Scope = gate.Status(status), gate.Scope(scope)

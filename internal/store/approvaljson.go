@@ -89,6 +89,7 @@ func (db *DB) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok 
 		text(a.RuleText)
 		text(string(a.RuleSource))
 		text(string(a.Mode))
+		text(string(a.RuleScope))
 		buf[len(buf)-1] = ']' // the last value's comma
 	}
 	return append(buf, ']'), ok, nil

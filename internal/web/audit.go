@@ -119,6 +119,14 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 		if row.RequestedBy != "model" && a.ParentToolCallID != "" {
 			row.RequestedBy += " · call " + a.ParentToolCallID
 		}
+		if a.RuleText != "" && (a.DecisionSource == gate.FromRule || !a.Automatic && a.RuleScope != "") {
+			row.RuleText, row.RuleID, row.RuleSource = a.RuleText, a.RuleID, string(a.RuleSource)
+			row.RuleURL = "/rules#rule-" + a.RuleID
+		}
+		if a.RuleScope != "" {
+			// A person's decision that saved a rule reaches as far as the rule: say its scope.
+			row.Scope = string(a.RuleScope)
+		}
 		if via := a.DecidedVia; via != nil {
 			row.LinkID, row.LinkLabel = via.LinkID, via.Label
 		}

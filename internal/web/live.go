@@ -275,10 +275,17 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		if err != nil {
 			return nil
 		}
-		var title, tools, grants templ.Component
+		var title, tools, grants, mode, allowAll templ.Component
 		if ev.Session != nil {
-			// A rename reaches every page of the session, reviewers' too.
+			// A rename, a mode switched and a rule for every tool reach every page of the
+			// session, reviewers' too (a reviewer sees the mode as text).
 			title = templates.SessionTitle(ev.Session.Title)
+			modeURL := ""
+			if who.owner {
+				modeURL = "/sessions/" + ev.SessionID + "/mode"
+			}
+			mode = templates.ModeForm(string(ev.Session.Mode), modeURL, "")
+			allowAll = templates.AllowAllNotice(s.allowAllRules(*ev.Session))
 		}
 		if ev.Session != nil && who.owner {
 			tools = templates.ToolsPanel(s.toolsView(*ev.Session, nil))
@@ -287,7 +294,7 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 				grants = templates.GrantsPanel(gv)
 			}
 		}
-		return fragments(runState(sess, who), title, tools, grants)
+		return fragments(runState(sess, who), title, mode, allowAll, tools, grants)
 	}
 	return nil
 }

@@ -24,7 +24,8 @@ func (s *Server) ruleRoutes(mux *http.ServeMux) {
 }
 
 // setMode is the session page's Mode combobox (owner only): it switches the mode for the next
-// call and answers with the combobox; an unknown mode is refused in a role="alert" (400).
+// call and answers with the combobox (htmx), or redirects to the session page (303, a plain form
+// post without JavaScript); an unknown mode is refused in a role="alert" (400).
 func (s *Server) setMode(w http.ResponseWriter, r *http.Request) error {
 	if err := parseForm(r); err != nil {
 		return err
@@ -40,6 +41,11 @@ func (s *Server) setMode(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err != nil {
 		return err
+	}
+	if r.Header.Get("HX-Request") != "true" {
+		// A plain form post (no JavaScript): back to the session page, which shows the mode.
+		http.Redirect(w, r, "/sessions/"+id, http.StatusSeeOther)
+		return nil
 	}
 	s.render(w, r, http.StatusOK, templates.ModeForm(string(sess.Mode), "/sessions/"+id+"/mode", ""))
 	return nil

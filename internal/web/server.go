@@ -165,6 +165,7 @@ func (s *Server) Handler() http.Handler {
 	s.shareRoutes(mux)
 	s.grantRoutes(mux)
 	s.ruleRoutes(mux)
+	s.rulesPageRoutes(mux)
 	s.previewRoutes(mux)
 	// Everything else: 401 without the owner's cookie, 405 or 404 with it.
 	mux.Handle("/", s.owner(noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -55,6 +56,7 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 		State: string(sess.State), Running: sess.State.Active(), Items: items,
 		LiveURL: "/sessions/" + sess.ID + "/live", Mode: string(sess.Mode),
 	}
+	v.AllowAll = s.allowAllRules(sess)
 	if who.owner {
 		v.ModeURL = "/sessions/" + sess.ID + "/mode"
 		v.CanSend, v.AuditURL = true, "/sessions/"+sess.ID+"/audit"
@@ -277,6 +279,9 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	}
 	av.DecideURL = b.who.decidePrefix + a.ID + "/decision"
 	av.CanEdit, av.CanRemember = b.who.decider.Rights.Edit, b.who.decider.Rights.Remember
+	if av.CanRemember {
+		av.SuggestedRule = b.s.cfg.Runner.SuggestRule(a).Pattern()
+	}
 	if av.CanEdit {
 		if r, ok := b.s.renderers[a.ToolName]; ok && r.Call != nil {
 			av.PreviewURL = b.who.decidePrefix + a.ID + "/preview"
@@ -479,7 +484,13 @@ func outcomeText(a gate.Approval) string {
 	} else if a.DecidedBy != "" {
 		b.WriteString(" by " + a.DecidedBy)
 	}
-	if a.Scope == gate.Session {
+	switch {
+	case a.RuleScope == gate.ScopeWorkspace:
+		// "Always allow…" with scope workspace reaches every session on the folder.
+		b.WriteString(" and always allowed " + a.RuleText + " on this workspace")
+	case a.Scope == gate.Session && a.RuleText != "" && a.RuleText != a.ToolName:
+		b.WriteString(" and always allowed " + a.RuleText + " for this session")
+	case a.Scope == gate.Session:
 		b.WriteString(" for this session")
 	}
 	if len(a.EditedArguments) > 0 {
@@ -532,4 +543,21 @@ func head(text string, n int) (string, int) {
 		seen++
 	}
 	return strings.TrimSuffix(text[:i], "\n"), lines
+}
+
+// allowAllRules are the texts of the allow rules for every tool ("*", no specifier, no `when`)
+// that reach sess: its own session rules, its workspace's and the server's (SPEC §14: such a
+// rule lets every call run without a prompt on purpose, and the page says so).
+func (s *Server) allowAllRules(sess agent.Session) []string {
+	var out []string
+	for _, rl := range s.cfg.Runner.Rules() {
+		if rl.Effect != gate.Allow || rl.Tool != "*" || rl.Specifier != "" || rl.When != "" {
+			continue
+		}
+		if rl.Scope == gate.ScopeServer || rl.Scope == gate.ScopeSession && rl.SessionID == sess.ID ||
+			rl.Scope == gate.ScopeWorkspace && filepath.Clean(rl.Workspace) == filepath.Clean(sess.Workspace) {
+			out = append(out, rl.Text()+" ("+string(rl.Scope)+")")
+		}
+	}
+	return out
 }

@@ -43,7 +43,7 @@
       // The server says why (a revoked link, a logout, a deleted session).
       var reason = e.detail.event.reason;
       banner(reason || "This share link was revoked or has expired. The page no longer updates.", "ended");
-      document.querySelectorAll(".approval-form button, .approval-form input, .approval-form textarea")
+      document.querySelectorAll(".approval-form button, .approval-form input, .approval-form textarea, .remember-form button, .remember-form input, .remember-form select")
         .forEach(function (b) { b.disabled = true; });
       var sock = e.detail.socketWrapper;
       var elt = e.target;
@@ -77,6 +77,25 @@
     if (form) {
       e.preventDefault();
       form.requestSubmit();
+    }
+  });
+
+  // "Always allow…" (SPEC §14) opens and closes its prompt's rule form (RememberForm), and puts
+  // the cursor at the end of the suggested rule, ready to edit.
+  document.addEventListener("click", function (e) {
+    var btn = e.target.closest && e.target.closest("[data-action=remember]");
+    if (!btn) return;
+    var form = document.getElementById(btn.getAttribute("aria-controls"));
+    if (!form) return;
+    var open = form.hidden;
+    form.hidden = !open;
+    btn.setAttribute("aria-expanded", open ? "true" : "false");
+    if (open) {
+      var input = form.querySelector("input[name=rule]");
+      if (input) {
+        input.focus();
+        input.setSelectionRange(input.value.length, input.value.length);
+      }
     }
   });
 

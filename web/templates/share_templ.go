@@ -116,7 +116,7 @@ func SharesPanel(v SharesView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, " aria-describedby=\"share-right-remember\"> Can remember</label><p class=\"note\" id=\"share-right-remember\">approve a tool for the whole session (\"Approve for session\")</p></fieldset><div class=\"form-errors\">")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, " aria-describedby=\"share-right-remember\"> Can remember</label><p class=\"note\" id=\"share-right-remember\">make rules from a prompt: \"Approve for session\" and \"Always allow…\"</p></fieldset><div class=\"form-errors\">")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -78,6 +78,9 @@ type SessionView struct {
 	// Mode is the session's mode (SPEC §14); ModeURL is where the owner's Mode combobox posts
 	// ("" shows the mode as text: a reviewer).
 	Mode, ModeURL string
+	// AllowAll are the allow rules for every tool ("*") that reach this session, as text; the
+	// page says every call runs without a prompt while there is one.
+	AllowAll []string
 }
 
 // Modes are the session modes in the Mode combobox's order (SPEC §14).
@@ -152,8 +155,11 @@ type ApprovalView struct {
 	// DecideURL is where the decision form posts; "" when the viewer may not decide.
 	DecideURL string
 	// CanEdit, CanRemember: the decider may edit the arguments (the Edit button), approve for
-	// the session (the "Approve for session" button).
+	// the session and make rules (the "Approve for session" and "Always allow…" buttons).
 	CanEdit, CanRemember bool
+	// SuggestedRule pre-fills "Always allow…" (CanRemember only): the narrowest rule that covers
+	// the call, as text ("run_command(git diff:*)").
+	SuggestedRule string
 	// AskReason says why the call waits for a person, after "asks because" (stored with the
 	// approval: "server files is not trusted").
 	AskReason string
@@ -270,8 +276,12 @@ type AuditRow struct {
 	// DecidedFrom names, in words, what made an automatic decision (SPEC §14 audit): "rule
 	// write_file(secrets/**) (api, id r-1)", "plan mode", "annotation default", "tool_call
 	// handler"; "" for a person's decision and for records older than rules.
-	DecidedFrom                string
-	Arguments, EditedArguments string
+	DecidedFrom string
+	// RuleText, RuleID, RuleSource name the rule that made an automatic decision, or that a
+	// person's decision saved ("Always allow…"); RuleURL is its row on the Rules page. "" when
+	// no rule is involved.
+	RuleText, RuleID, RuleSource, RuleURL string
+	Arguments, EditedArguments            string
 	// Outcome is what became of the call: ok, error, not run, violation, pending, running or
 	// unknown; OutcomeDetail the first line of its error text, if any.
 	Outcome, OutcomeDetail string
@@ -320,4 +330,39 @@ type ShareRow struct {
 // NamePage asks a reviewer for the display name recorded with their decisions.
 type NamePage struct {
 	Action, Title, Role, Error string
+}
+
+// RulesView is the Rules page (SPEC §14): every rule, the policy file's first, and the form that
+// adds one.
+type RulesView struct {
+	Rows []RuleRow
+	// CompileError names the rules the compiler refused (they are skipped); "" when none.
+	CompileError string
+	// Scopes are the add form's scope choices: every session, each known workspace folder, each
+	// session by title.
+	Scopes []Option
+	Form   RuleForm
+	// Error is the add form's refusal (the parser's or compiler's message); "" when none.
+	Error string
+}
+
+// RuleForm is what the add-rule form holds: the rule's text, effect, scope choice and note.
+type RuleForm struct {
+	Text, Effect, Scope, Note string
+}
+
+// RuleRow is one rule on the Rules page. Text is gate.Rule.Text ("run_command(git diff:*)", with
+// " when …" when it has a condition). Scope is session, workspace or server; ScopeDetail the
+// session's title (ScopeURL its page) or the workspace folder. CreatedBy is the owner, a
+// reviewer (LinkID, LinkLabel: the link they made it through) or the policy file. ReadOnly rows
+// (the policy file's) have no DeleteURL.
+type RuleRow struct {
+	ID, Text, Effect, Note           string
+	Scope, ScopeDetail, ScopeURL     string
+	Source, CreatedBy                string
+	LinkID, LinkLabel                string
+	Hits                             int64
+	CreatedAt, LastUsedAt, ExpiresAt *time.Time
+	ReadOnly                         bool
+	DeleteURL                        string
 }

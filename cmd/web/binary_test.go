@@ -444,7 +444,7 @@ func TestBusyPortFailsBeforeRecovery(t *testing.T) {
 
 // TestFileToolsCannotReachTheServersOwnFiles: with the database inside the workspace (as `make
 // run` keeps it), read_file and write_file are refused on the database, its companions and the
-// share key before any prompt (SPEC §14: the agent can never write its own rules), and the
+// share key and the policy file before any prompt (SPEC §14: the agent can never write its own rules), and the
 // database is unchanged for it.
 func TestFileToolsCannotReachTheServersOwnFiles(t *testing.T) {
 	f := newServerFiles(t)
@@ -452,13 +452,18 @@ func TestFileToolsCannotReachTheServersOwnFiles(t *testing.T) {
 	script := `{"steps":[
 	 {"content":[{"type":"toolCall","id":"r","name":"read_file","arguments":{"path":"cs.db"}},
 	   {"type":"toolCall","id":"w","name":"write_file","arguments":{"path":"cs.db.share-key","content":"mine"}},
-	   {"type":"toolCall","id":"x","name":"write_file","arguments":{"path":"./cs.db-wal","content":"x"}}],
+	   {"type":"toolCall","id":"x","name":"write_file","arguments":{"path":"./cs.db-wal","content":"x"}},
+	   {"type":"toolCall","id":"p","name":"write_file","arguments":{"path":"policy.json","content":"{}"}}],
 	  "stopReason":"toolUse"},
 	 {"content":[{"type":"text","text":"done"}],"stopReason":"stop"}]}`
 	if err := os.WriteFile(filepath.Join(f.scripts, "reach.json"), []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startServing(t, f.args("127.0.0.1:0")...)
+	policy := filepath.Join(f.workspace, "policy.json") // the policy file in the workspace too
+	if err := os.WriteFile(policy, []byte(`{"permissions": {"allow": ["read_file"]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startServing(t, append(f.args("127.0.0.1:0"), "-policy", policy)...)
 	key, err := os.ReadFile(f.db + ".share-key")
 	if err != nil {
 		t.Fatal(err)
@@ -471,8 +476,8 @@ func TestFileToolsCannotReachTheServersOwnFiles(t *testing.T) {
 		body = p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID, nil, nil)
 		return bytes.Contains(body, []byte(`"state": "idle"`)) && bytes.Contains(body, []byte(`"done"`))
 	})
-	if n := bytes.Count(body, []byte("one of the server's own files")); n < 3 {
-		t.Errorf("%d refusals naming the server's own files in the transcript, want 3:\n%s", n, body)
+	if n := bytes.Count(body, []byte("one of the server's own files")); n < 4 {
+		t.Errorf("%d refusals naming the server's own files in the transcript, want 4:\n%s", n, body)
 	}
 	var pending struct{ Approvals []json.RawMessage }
 	p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &pending)
@@ -481,5 +486,8 @@ func TestFileToolsCannotReachTheServersOwnFiles(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(f.db + ".share-key"); !bytes.Equal(got, key) {
 		t.Errorf("the share key changed")
+	}
+	if got, _ := os.ReadFile(policy); string(got) != `{"permissions": {"allow": ["read_file"]}}` {
+		t.Errorf("the policy file changed: %s", got)
 	}
 }

@@ -342,11 +342,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // ownFiles are the files of the server that the file tools must never read or write (SPEC
 // §14: the agent can never write its own rules): the database with its -wal, -shm and -journal
-// files and its lock, and the share key.
+// files and its lock, the share key, and the policy file.
 func ownFiles(cfg config) tools.Protected {
 	var files tools.Protected
 	for _, suffix := range []string{"", "-wal", "-shm", "-journal", ".lock", ".share-key"} {
 		files = append(files, cfg.db+suffix)
+	}
+	if cfg.policy != "" {
+		files = append(files, cfg.policy)
 	}
 	return files
 }

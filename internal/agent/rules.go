@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"path"
 	"strings"
 	"time"
 
@@ -240,10 +241,12 @@ func (r *Runner) rememberRule(ctx context.Context, a gate.Approval, d Decision) 
 	if err := r.rules.Check(rl); err != nil {
 		return gate.Rule{}, err
 	}
-	call := gate.RuleCall{Tool: a.ToolName, Arguments: a.Arguments, Annotations: a.Annotations, SessionID: a.SessionID,
-		Workspace: s.Workspace, Mode: s.Mode}
-	if !r.rules.Covers(rl, call) {
-		return gate.Rule{}, apperr.Errorf(apperr.Invalid, "The rule %s does not cover this %s call, so saving it would not approve it: widen it or use Approve.", rl.Text(), a.ToolName)
+	// Saving approves this call (SPEC §14), so the rule must at least name its tool: a rule for
+	// another tool would approve a call it says nothing about. Its specifier may be narrower
+	// than this call (the first command of "a && b"): the person approves this one call and the
+	// rule covers what it says.
+	if ok, _ := path.Match(rl.Tool, a.ToolName); !ok {
+		return gate.Rule{}, apperr.Errorf(apperr.Invalid, "The rule %s does not name %s, so saving it cannot approve this call.", rl.Text(), a.ToolName)
 	}
 	return rl, nil
 }

@@ -194,16 +194,6 @@ func (b *Rulebook) Check(r Rule) error {
 	return nil
 }
 
-// Covers reports whether r alone allows c: a rule saved from a prompt ("Always allow…") must
-// approve the call in front of it, or saving it would approve a call the rule does not name.
-func (b *Rulebook) Covers(r Rule, c RuleCall) bool {
-	ev, err := b.compile([]Rule{r})
-	if err != nil || ev == nil {
-		return false
-	}
-	return ev.Evaluate(c).Effect == Allow
-}
-
 // Add checks r (Check), stores it with a new id and its creation time, and makes it apply to
 // the next call. It returns the rule as stored. Errors: Check's, the store's.
 func (b *Rulebook) Add(ctx context.Context, r Rule) (Rule, error) {

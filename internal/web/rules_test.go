@@ -229,7 +229,7 @@ func TestRememberSavesARuleThatApprovesAndReleases(t *testing.T) {
 	// Saving approves the call in front of it: a rule that does not cover that call is refused
 	// (approving shell by saving a rule for another tool).
 	if st := ts.call(t, "POST", "/api/approvals/"+id+"/decision", map[string]any{"decision": "remember",
-		"rule": map[string]string{"text": "other_tool", "scope": "session"}}, &e); st != 400 || !strings.Contains(e.Error.Message, "does not cover this shell call") {
+		"rule": map[string]string{"text": "other_tool", "scope": "session"}}, &e); st != 400 || !strings.Contains(e.Error.Message, "does not name shell") {
 		t.Errorf("a rule that does not cover the call = %d %+v", st, e)
 	}
 	if st, body := reviewerDecision(t, ts, cRem, remember.URL, id, form); st != 200 {

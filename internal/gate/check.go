@@ -103,7 +103,8 @@ type Checker struct {
 //  4. an allow rule → Allowed (FromRule). It also releases a tool that always asks (an untrusted
 //     MCP server's, tool.AlwaysAsk): a person made the rule, naming the tool;
 //  5. accept-edits mode: a tool marked tool.WritesFiles (its path was already checked inside the
-//     workspace by its InputCheck) → Allowed (FromMode), unless it always asks;
+//     workspace by its InputCheck) → Allowed (FromMode), unless it always asks; a write to the
+//     repository's configuration (.git/…, .gitattributes, .gitmodules) → Asked (FromMode);
 //  6. the annotation default (NeedsApproval, AskReason): Allowed or Asked (FromAnnotations).
 func (ck Checker) Check(ctx context.Context, c CheckCall) Decision {
 	d := ck.check(ctx, c)
@@ -144,7 +145,11 @@ func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 		return Decision{Outcome: Allowed, Source: FromRule, Rule: rd.Rule, Mode: mode, Reason: ruleReason(rd, "allows the call")}
 	}
 	if mode == ModeAcceptEdits && t.WritesFiles && !t.AlwaysAsk {
-		return Decision{Outcome: Allowed, Source: FromMode, Mode: mode, Reason: "accept-edits mode allows writing files in the workspace"}
+		why := acceptEditsExcluded(c.Arguments, c.Workspace)
+		if why == "" {
+			return Decision{Outcome: Allowed, Source: FromMode, Mode: mode, Reason: "accept-edits mode allows writing files in the workspace"}
+		}
+		return Decision{Outcome: Asked, Source: FromMode, Mode: mode, Reason: why}
 	}
 	if why := AskReason(t); why != "" {
 		return Decision{Outcome: Asked, Source: FromAnnotations, Mode: mode, Reason: why}

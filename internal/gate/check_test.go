@@ -191,6 +191,12 @@ func TestCheckOrder(t *testing.T) {
 		{"accept-edits allows a file write", nil, nil, write, `{"path":"a"}`, gate.ModeAcceptEdits, gate.Allowed, gate.FromMode, gate.ByMode, "accept-edits mode allows writing files in the workspace"},
 		{"accept-edits does not beat a deny rule", nil, denySecrets, write, `{"path":"secrets/k"}`, gate.ModeAcceptEdits, gate.Blocked, gate.FromRule, gate.ByRule, "rule write_file(secrets/**) denies the call"},
 		{"accept-edits outside the rule's path", nil, denySecrets, write, `{"path":"docs/k"}`, gate.ModeAcceptEdits, gate.Allowed, gate.FromMode, gate.ByMode, "accept-edits mode allows writing files in the workspace"},
+		// A review ran code without a prompt: accept-edits wrote .git/config (core.fsmonitor),
+		// then an allowed `git status` ran it. The repository's configuration asks.
+		{"accept-edits asks for .git/config", nil, nil, write, `{"path":".git/config"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", "accept-edits mode does not cover .git: a repository's configuration can make git run programs"},
+		{"accept-edits asks for a hook", nil, nil, write, `{"path":"sub/../.git/hooks/pre-commit"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", "accept-edits mode does not cover .git: a repository's configuration can make git run programs"},
+		{"accept-edits asks for .gitattributes, whatever its case", nil, nil, write, `{"path":"lib/.GitAttributes"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", "accept-edits mode does not cover .GitAttributes: a repository's configuration can make git run programs"},
+		{"accept-edits reads the path as the tool does (last key wins)", nil, nil, write, `{"path":"a","Path":".git/config"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", "accept-edits mode does not cover .git: a repository's configuration can make git run programs"},
 		{"default mode asks for a file write", nil, nil, write, `{}`, gate.ModeDefault, gate.Asked, gate.FromAnnotations, "", "destructiveHint is true"},
 		{"accept-edits never releases an untrusted server's tool", nil, nil, untrustedWriter, `{}`, gate.ModeAcceptEdits, gate.Asked, gate.FromAnnotations, "", "server files is not trusted"},
 		{"an untrusted server's tool asks", nil, nil, untrusted, `{}`, gate.ModeDefault, gate.Asked, gate.FromAnnotations, "", "server files is not trusted"},
@@ -224,5 +230,31 @@ func TestCheckOrder(t *testing.T) {
 				t.Error("the decision names no mode")
 			}
 		})
+	}
+}
+
+// TestAcceptEditsSeesThroughSymlinksToTheRepositoryConfiguration: a link in the workspace to
+// .git/config (or a folder linking into .git) is a write to the repository's configuration, so
+// accept-edits asks; a plain file beside it is allowed.
+func TestAcceptEditsSeesThroughSymlinksToTheRepositoryConfiguration(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".git", "config"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"cfg": ".git/config", "h": ".git/hooks"} {
+		if err := os.Symlink(filepath.Join(ws, target), filepath.Join(ws, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := &tool.Tool{Name: "write_file", WritesFiles: true, Annotations: tool.Annotations{DestructiveHint: tool.Bool(true)}}
+	for path, want := range map[string]gate.Outcome{"cfg": gate.Asked, "h/pre-commit": gate.Asked, "notes.txt": gate.Allowed, filepath.Join(ws, "h", "x"): gate.Asked} {
+		args, _ := json.Marshal(map[string]string{"path": path, "content": "x"})
+		d := gate.Checker{}.Check(context.Background(), gate.CheckCall{SessionID: "s", Tool: write, Arguments: args, Workspace: ws, Mode: gate.ModeAcceptEdits})
+		if d.Outcome != want {
+			t.Errorf("accept-edits write of %s: %s (%s), want %s", path, d.Outcome, d.Reason, want)
+		}
 	}
 }

@@ -245,6 +245,11 @@ func (r *Runner) rememberRule(ctx context.Context, a gate.Approval, d Decision) 
 	// another tool would approve a call it says nothing about. Its specifier may be narrower
 	// than this call (the first command of "a && b"): the person approves this one call and the
 	// rule covers what it says.
+	// A share link decides the calls in front of it: what it remembers names this call's tool
+	// exactly, never a glob such as "*" that would let every call of the session through.
+	if d.By.Via != nil && rl.Tool != a.ToolName {
+		return gate.Rule{}, apperr.Errorf(apperr.Forbidden, "A share link remembers rules for this call's tool only (%s), not %s.", a.ToolName, rl.Tool)
+	}
 	if ok, _ := path.Match(rl.Tool, a.ToolName); !ok {
 		return gate.Rule{}, apperr.Errorf(apperr.Invalid, "The rule %s does not name %s, so saving it cannot approve this call.", rl.Text(), a.ToolName)
 	}

@@ -226,6 +226,12 @@ func TestRememberSavesARuleThatApprovesAndReleases(t *testing.T) {
 	if st, body := reviewerDecision(t, ts, cRem, remember.URL, id, url.Values{"decision": {"remember"}, "rule": {"shell"}, "scope": {"workspace"}}); st != http.StatusForbidden {
 		t.Errorf("a workspace rule through a link = %d: %.200s", st, body)
 	}
+	// Nor a glob: "*" through a link would let every call of the session run unasked.
+	for _, glob := range []string{"*", "sh*", "s?ell"} {
+		if st, body := reviewerDecision(t, ts, cRem, remember.URL, id, url.Values{"decision": {"remember"}, "rule": {glob}, "scope": {"session"}}); st != http.StatusForbidden {
+			t.Errorf("a %q rule through a link = %d: %.200s", glob, st, body)
+		}
+	}
 	// Saving approves the call in front of it: a rule that does not cover that call is refused
 	// (approving shell by saving a rule for another tool).
 	if st := ts.call(t, "POST", "/api/approvals/"+id+"/decision", map[string]any{"decision": "remember",

@@ -368,6 +368,9 @@ func TestModeFollowsOtherViewersLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.CloseNow()
+	// The socket subscribes after the handshake and first sends its resync: switch only after
+	// that, or the switch may land before the subscription (a flake under -race).
+	readMessage(t, c)
 	if st, _ := ts.do(t, "POST", "/sessions/"+sess.ID+"/mode", formType, "mode=plan", nil); st != 200 {
 		t.Fatalf("switch = %d", st)
 	}

@@ -55,7 +55,7 @@ func (s *Server) renderRules(w http.ResponseWriter, r *http.Request, st int, for
 func ruleRow(rl gate.Rule, titles map[string]string) templates.RuleRow {
 	row := templates.RuleRow{ID: rl.ID, Text: rl.Text(), Effect: string(rl.Effect), Note: rl.Note, Scope: string(rl.Scope),
 		Source: string(rl.Source), CreatedBy: rl.CreatedBy, Hits: rl.Hits, LastUsedAt: rl.LastUsedAt, ExpiresAt: rl.ExpiresAt,
-		ReadOnly: rl.ReadOnly()}
+		ReadOnly: rl.ReadOnly(), AllowsEverything: rl.Effect == gate.Allow && rl.Tool == "*" && rl.Specifier == "" && rl.When == ""}
 	if !rl.CreatedAt.IsZero() {
 		t := rl.CreatedAt
 		row.CreatedAt = &t

@@ -352,6 +352,14 @@ func TestSessionPageSaysWhenEveryCallRunsWithoutAPrompt(t *testing.T) {
 	if says1(a) || !says1(b) {
 		t.Errorf("a workspace rule *: session a says %v, b says %v; want b only", says1(a), says1(b))
 	}
+	// The Rules page says it on the rule's row too (a review missed it there), and only there.
+	_, rules := get(t, ts, nil, "/rules")
+	if n := strings.Count(rules, "every call it reaches runs without a prompt"); n != 1 {
+		t.Errorf("the Rules page warns %d times, want once (the * row):\n%s", n, rules)
+	}
+	if row := rules[strings.Index(rules, `id="rule-`+r.ID+`"`):]; !strings.Contains(row[:strings.Index(row, "</tr>")], "every call it reaches runs without a prompt") {
+		t.Errorf("the warning is not on the * row")
+	}
 }
 
 // TestModeFollowsOtherViewersLive: a mode switched on one page reaches the other pages of the

@@ -365,4 +365,7 @@ type RuleRow struct {
 	CreatedAt, LastUsedAt, ExpiresAt *time.Time
 	ReadOnly                         bool
 	DeleteURL                        string
+	// AllowsEverything: an allow rule for every tool with no specifier or condition — every
+	// call it reaches runs without a prompt (SPEC §14 "the page says so").
+	AllowsEverything bool
 }

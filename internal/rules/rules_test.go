@@ -456,3 +456,43 @@ func TestAmbiguousArguments(t *testing.T) {
 		})
 	}
 }
+
+// TestWhenDecodesArgumentsOnlyWhenRead: a `when` over parent does not decode the call's
+// arguments (the activation's args are lazy), so its cost does not grow with them; a `when`
+// that reads args still sees them, as do annotations and session.
+func TestWhenDecodesArgumentsOnlyWhenRead(t *testing.T) {
+	big := map[string]any{}
+	for i := range 40 {
+		big[strings.Repeat("k", i+1)] = []any{i, "value", map[string]any{"n": i}}
+	}
+	c := call("t", big)
+	c.Parent = "review_diff"
+	eval := func(when string) (gate.Effect, float64) {
+		s := mustCompile(t, []gate.Rule{{ID: "1", Effect: gate.Deny, Tool: "t", When: when, Scope: gate.ScopeServer}})
+		eff := s.Evaluate(c).Effect
+		return eff, testing.AllocsPerRun(50, func() { s.Evaluate(c) })
+	}
+	cases := []struct {
+		name, when string
+		want       gate.Effect
+	}{
+		{"parent", `parent == "review_diff"`, gate.Deny},
+		{"args", `size(args) == 40 && args.kkk[0] == 2`, gate.Deny},
+		{"annotations", `annotations.readOnlyHint == false`, gate.Deny},
+		{"session", `session.id == "s1" && session.mode == "default"`, gate.Deny},
+	}
+	allocs := map[string]float64{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eff, n := eval(tc.when)
+			if eff != tc.want {
+				t.Fatalf("when %s: effect %q, want %q", tc.when, eff, tc.want)
+			}
+			allocs[tc.name] = n
+		})
+	}
+	// Decoding 40 arguments with nested values takes hundreds of allocations.
+	if allocs["parent"]+100 > allocs["args"] {
+		t.Errorf("a when over parent allocates %v per call, one over args %v: the arguments were decoded for parent", allocs["parent"], allocs["args"])
+	}
+}

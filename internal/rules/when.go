@@ -9,6 +9,7 @@ import (
 	"cel.dev/cel-go/cel"
 
 	"countersign/internal/gate"
+	"countersign/internal/tool"
 )
 
 // `when` conditions (SPEC §14) are CEL expressions (cel.dev/cel-go) over:
@@ -63,34 +64,50 @@ func compileWhen(expr string) (cel.Program, error) {
 	return env.Program(ast, cel.CostLimit(WhenCostLimit), cel.InterruptCheckFrequency(100))
 }
 
-// activation builds the `when` variables of a call.
+// activation builds the `when` variables of a call. args, annotations and session are built
+// only when an expression reads them (cel-go resolves a func() any binding on first use and
+// keeps the value), so a `when` over parent or tool decodes no arguments: the Set evaluates a
+// call's `when` conditions against one activation.
 func activation(c *gate.RuleCall) map[string]any {
+	var parent any
+	if c.Parent != "" {
+		parent = c.Parent
+	}
+	return map[string]any{
+		"args":        func() any { return whenArgs(c.Arguments) },
+		"tool":        c.Tool,
+		"annotations": func() any { return whenAnnotations(c.Annotations) },
+		"parent":      parent,
+		"session": func() any {
+			return map[string]any{"id": c.SessionID, "workspace": c.Workspace, "mode": string(c.Mode)}
+		},
+	}
+}
+
+// whenArgs is the `args` variable: the arguments as JSON values, whole numbers as int64; an
+// empty map when they are not a JSON object.
+func whenArgs(raw json.RawMessage) map[string]any {
 	var args map[string]any
-	if len(c.Arguments) > 0 {
-		d := json.NewDecoder(bytes.NewReader(c.Arguments))
+	if len(raw) > 0 {
+		d := json.NewDecoder(bytes.NewReader(raw))
 		d.UseNumber()
-		if d.Decode(&args) == nil {
+		if d.Decode(&args) == nil && args != nil {
 			args = numbers(args).(map[string]any)
 		}
 	}
 	if args == nil {
 		args = map[string]any{}
 	}
+	return args
+}
+
+// whenAnnotations is the `annotations` variable: the effective hints, MCP defaults filled in.
+func whenAnnotations(a tool.Annotations) map[string]bool {
 	ann := map[string]bool{}
-	for _, h := range c.Annotations.Effective() {
+	for _, h := range a.Effective() {
 		ann[h.Name] = h.Value
 	}
-	var parent any
-	if c.Parent != "" {
-		parent = c.Parent
-	}
-	return map[string]any{
-		"args":        args,
-		"tool":        c.Tool,
-		"annotations": ann,
-		"parent":      parent,
-		"session":     map[string]any{"id": c.SessionID, "workspace": c.Workspace, "mode": string(c.Mode)},
-	}
+	return ann
 }
 
 // numbers turns json.Number into int64 (whole numbers) or float64.

@@ -496,3 +496,68 @@ func TestWhenDecodesArgumentsOnlyWhenRead(t *testing.T) {
 		t.Errorf("a when over parent allocates %v per call, one over args %v: the arguments were decoded for parent", allocs["parent"], allocs["args"])
 	}
 }
+
+// TestWhenBounded: a `when` whose static cost (every size unknown) stays within WhenCostLimit
+// runs without the runtime cost tracker; one that can grow with the call's arguments keeps it,
+// so it still fails closed past the limit (TestWhen, "cost limit asks").
+func TestWhenBounded(t *testing.T) {
+	env, err := whenEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, expr string
+		bounded    bool
+	}{
+		{"parent", `parent == "codemode"`, true},
+		{"size of args", `size(args) > 8`, true},
+		{"amount and parent", `args.amount < 1000 && parent == null`, true},
+		{"session mode", `session.mode == "plan" || tool == "x"`, true},
+		{"comprehension over args", `args.exists(k, k.startsWith("a"))`, false},
+		{"regular expression on an argument", `args.name.matches("a+")`, false},
+		{"nested comprehensions", "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, a+b+c+d+e > 0)))))", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ast, iss := env.Compile(tc.expr)
+			if iss != nil && iss.Err() != nil {
+				t.Fatal(iss.Err())
+			}
+			if got := whenBounded(env, ast); got != tc.bounded {
+				t.Errorf("whenBounded(%s) = %v, want %v", tc.expr, got, tc.bounded)
+			}
+		})
+	}
+}
+
+// TestGlobToolPatterns: a glob tool pattern's literal start (globPrefix) only skips the names
+// that cannot match it; every name the glob matches still matches.
+func TestGlobToolPatterns(t *testing.T) {
+	cases := []struct {
+		pattern, prefix string
+		match, miss     []string
+	}{
+		{"files__*", "files__", []string{"files__read", "files__"}, []string{"file__read", "xfiles__read", "read_file"}},
+		{"*__create", "", []string{"github__create", "a__create"}, []string{"github__create_issue"}},
+		{"mcp?__*", "mcp", []string{"mcp1__x", "mcpa__y"}, []string{"mcp__x", "mcp12__x", "m__x"}},
+		{"[ab]*", "", []string{"alpha", "beta"}, []string{"gamma"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.pattern, func(t *testing.T) {
+			if got := globPrefix(tc.pattern); got != tc.prefix {
+				t.Errorf("globPrefix(%q) = %q, want %q", tc.pattern, got, tc.prefix)
+			}
+			s := mustCompile(t, []gate.Rule{{ID: "g", Effect: gate.Deny, Tool: tc.pattern, Scope: gate.ScopeServer}})
+			for _, name := range tc.match {
+				if d := s.Evaluate(call(name, map[string]string{})); d.Effect != gate.Deny {
+					t.Errorf("%s does not match %s: %+v", name, tc.pattern, d)
+				}
+			}
+			for _, name := range tc.miss {
+				if d := s.Evaluate(call(name, map[string]string{})); d.Effect != "" {
+					t.Errorf("%s matches %s: %+v", name, tc.pattern, d)
+				}
+			}
+		})
+	}
+}

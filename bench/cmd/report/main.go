@@ -269,8 +269,10 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 	}
 	if c, ok := find(cs, "countersign", "rules", nil); ok {
 		target("rules (issue 17): 1,000 rules loaded, 10 on the called tool: < 2 µs added per nested call",
-			fmt.Sprintf("+%s µs (%s vs %s µs per call, median of %s alternating pairs)", f(num(c, "us_added_per_call")),
-				f(num(c, "us_per_call_rules")), f(num(c, "us_per_call_no_rules")), c.str("pairs")), num(c, "us_added_per_call") < 2, true)
+			fmt.Sprintf("+%s µs wall (%s vs %s µs per call), +%s µs CPU (%s vs %s), medians of %s alternating pairs",
+				f(num(c, "us_added_per_call")), f(num(c, "us_per_call_rules")), f(num(c, "us_per_call_no_rules")),
+				f(num(c, "cpu_us_added_per_call")), f(num(c, "cpu_us_per_call_rules")), f(num(c, "cpu_us_per_call_no_rules")), c.str("pairs")),
+			num(c, "us_added_per_call") < 2, true)
 	}
 	for _, mode := range []string{"one_at_a_time", "burst"} {
 		if c, ok := find(cs, "countersign", "approval_round_trip", map[string]string{"mode": mode}); ok {

@@ -112,12 +112,14 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $(FUZZ_FLAGS) $$pkg; \
 	done
 
-# Countersign's benchmark cases (issue 9; bench/cmd/load): nested calls, direct turns, peak RSS of
-# the server binary, approval round trips and WebSocket fan-out. BENCH_RUNS=3 for medians.
+# Countersign's benchmark cases (issue 9; bench/cmd/load): nested calls, the same under 1,000 rules
+# (rules, issue 17), direct turns, peak RSS of the server binary, approval round trips and
+# WebSocket fan-out. BENCH_RUNS=3 for medians; BENCH_CASES=rules for one case.
 # Profiling: go test -run '^$$' -bench . -cpuprofile cpu.out ./internal/agent (see bench/RESULTS.md).
-BENCH_RUNS ?= 1
+BENCH_RUNS  ?= 1
+BENCH_CASES ?= nested,rules,direct,rss,approval,fanout
 bench:
-	$(GO) run ./bench/cmd/load -runs $(BENCH_RUNS)
+	$(GO) run ./bench/cmd/load -runs $(BENCH_RUNS) -cases $(BENCH_CASES)
 
 # The same cases side by side with the peers (pi and the Vercel AI SDK, copied from ../shared/peers
 # to a temporary folder) in one run, medians of BENCH_PEERS_RUNS runs; writes bench/RESULTS.md and

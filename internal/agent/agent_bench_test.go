@@ -17,6 +17,8 @@ import (
 	"countersign/internal/benchkit"
 	"countersign/internal/gate"
 	"countersign/internal/gate/gatetest"
+	"countersign/internal/rules"
+	"countersign/internal/tool"
 )
 
 func newBenchEnv(b *testing.B) *benchkit.Env {
@@ -69,6 +71,11 @@ func BenchmarkNestedRules(b *testing.B) {
 			benchNested(b, newBenchEnvWith(b, benchkit.Options{Rules: benchkit.RulesOn("run_checks", n), CompileRules: gatetest.Compile}))
 		})
 	}
+	// The real compiler (internal/rules) with benchkit.RealRulesOn: ten rules of every kind on
+	// run_checks, one of which allows it (the `make bench` rules case measures the same).
+	b.Run("real-rules=1000", func(b *testing.B) {
+		benchNested(b, newBenchEnvWith(b, benchkit.Options{Rules: benchkit.RealRulesOn("run_checks", 1000), CompileRules: rules.Compiler}))
+	})
 }
 
 func benchNested(b *testing.B, e *benchkit.Env) {
@@ -173,4 +180,27 @@ func BenchmarkApproval(b *testing.B) {
 		total += started.(time.Time).Sub(asked.Approval.CreatedAt)
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "stored-to-start-µs")
+}
+
+// BenchmarkCheckRealRules: gate.Checker.Check alone for the nested loop's two tools, with no rules
+// and with benchkit.RealRulesOn's 1,000 rules compiled by internal/rules in a Rulebook — where
+// the rules case of `make bench` spends its added time (run_checks has ten rules, failing_tests
+// none; both pass the glob patterns).
+func BenchmarkCheckRealRules(b *testing.B) {
+	ro := tool.Annotations{ReadOnlyHint: tool.Bool(true)}
+	for _, n := range []int{0, 1000} {
+		for _, name := range []string{"run_checks", "failing_tests"} {
+			b.Run(fmt.Sprintf("rules=%d/%s", n, name), func(b *testing.B) {
+				ck := gate.Checker{Rules: gate.NewRulebook(rules.Compiler, nil, benchkit.RealRulesOn("run_checks", n))}
+				c := gate.CheckCall{SessionID: "s", ToolCallID: "rd/1", ParentToolCallID: "rd", Parent: "review_diff",
+					Tool: &tool.Tool{Name: name, Annotations: ro}, Arguments: json.RawMessage(`{}`), Workspace: "/w"}
+				b.ReportAllocs()
+				for b.Loop() {
+					if d := ck.Check(context.Background(), c); d.Outcome != gate.Allowed {
+						b.Fatal(d)
+					}
+				}
+			})
+		}
+	}
 }

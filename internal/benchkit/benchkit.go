@@ -129,6 +129,47 @@ func RulesOn(tool string, n int) []gate.Rule {
 	return rules
 }
 
+// RealRulesOn returns n policy-file rules for the real compiler (rules.Compiler) of which ten
+// are on tool and every kind of them is looked at on each call of it — the "rules" case of
+// `make bench` (issue 17, acceptance 7): a deny and an ask whose key=glob specifier does not
+// match the call's arguments, a deny whose CEL `when` is false, an ask for another session, an
+// allow for another workspace, an expired deny, an ask on a path and a deny on a command that
+// cannot match, an ask that applies only under another parent, and one server allow for the
+// whole tool, which decides the call (a rule decision, a hit, an audit row naming the rule). Of
+// the rest, five are glob tool patterns (matched against every call's tool name) and the others
+// are on other tools. The calls of tool must take no arguments ({}).
+func RealRulesOn(tool string, n int) []gate.Rule {
+	expired := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	rules := []gate.Rule{
+		{Effect: gate.Deny, Tool: tool, Specifier: "target=prod*"},
+		{Effect: gate.Ask, Tool: tool, Specifier: "suite=release/*"},
+		{Effect: gate.Deny, Tool: tool, When: `size(args) > 8`},
+		{Effect: gate.Ask, Tool: tool, Scope: gate.ScopeSession, SessionID: "no-such-session"},
+		{Effect: gate.Allow, Tool: tool, Scope: gate.ScopeWorkspace, Workspace: "/no/such/workspace"},
+		{Effect: gate.Deny, Tool: tool, ExpiresAt: &expired},
+		{Effect: gate.Ask, Tool: tool, Specifier: "config=ci/**"},
+		{Effect: gate.Deny, Tool: tool, Specifier: "flags=--force*"},
+		{Effect: gate.Ask, Tool: tool, When: `parent == "codemode"`},
+		{Effect: gate.Allow, Tool: tool},
+	}
+	for i := 0; len(rules) < n; i++ {
+		r := gate.Rule{Effect: gate.Allow, Tool: fmt.Sprintf("other_%d", i)}
+		if i < 5 {
+			r.Tool = fmt.Sprintf("mcp%d__*", i)
+		}
+		rules = append(rules, r)
+	}
+	rules = rules[:n]
+	for i := range rules {
+		rules[i].ID = fmt.Sprintf("policy:%d", i)
+		rules[i].Source, rules[i].CreatedBy = gate.SourcePolicyFile, "bench"
+		if rules[i].Scope == "" {
+			rules[i].Scope = gate.ScopeServer
+		}
+	}
+	return rules
+}
+
 // New opens a store at dir/bench.db and wires a Runner with the benchmark tools.
 func New(ctx context.Context, dir string, opt Options) (*Env, error) {
 	db, err := store.Open(ctx, filepath.Join(dir, "bench.db"))

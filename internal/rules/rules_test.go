@@ -456,3 +456,108 @@ func TestAmbiguousArguments(t *testing.T) {
 		})
 	}
 }
+
+// TestWhenDecodesArgumentsOnlyWhenRead: a `when` over parent does not decode the call's
+// arguments (the activation's args are lazy), so its cost does not grow with them; a `when`
+// that reads args still sees them, as do annotations and session.
+func TestWhenDecodesArgumentsOnlyWhenRead(t *testing.T) {
+	big := map[string]any{}
+	for i := range 40 {
+		big[strings.Repeat("k", i+1)] = []any{i, "value", map[string]any{"n": i}}
+	}
+	c := call("t", big)
+	c.Parent = "review_diff"
+	eval := func(when string) (gate.Effect, float64) {
+		s := mustCompile(t, []gate.Rule{{ID: "1", Effect: gate.Deny, Tool: "t", When: when, Scope: gate.ScopeServer}})
+		eff := s.Evaluate(c).Effect
+		return eff, testing.AllocsPerRun(50, func() { s.Evaluate(c) })
+	}
+	cases := []struct {
+		name, when string
+		want       gate.Effect
+	}{
+		{"parent", `parent == "review_diff"`, gate.Deny},
+		{"args", `size(args) == 40 && args.kkk[0] == 2`, gate.Deny},
+		{"annotations", `annotations.readOnlyHint == false`, gate.Deny},
+		{"session", `session.id == "s1" && session.mode == "default"`, gate.Deny},
+	}
+	allocs := map[string]float64{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eff, n := eval(tc.when)
+			if eff != tc.want {
+				t.Fatalf("when %s: effect %q, want %q", tc.when, eff, tc.want)
+			}
+			allocs[tc.name] = n
+		})
+	}
+	// Decoding 40 arguments with nested values takes hundreds of allocations.
+	if allocs["parent"]+100 > allocs["args"] {
+		t.Errorf("a when over parent allocates %v per call, one over args %v: the arguments were decoded for parent", allocs["parent"], allocs["args"])
+	}
+}
+
+// TestWhenBounded: a `when` whose static cost (every size unknown) stays within WhenCostLimit
+// runs without the runtime cost tracker; one that can grow with the call's arguments keeps it,
+// so it still fails closed past the limit (TestWhen, "cost limit asks").
+func TestWhenBounded(t *testing.T) {
+	env, err := whenEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, expr string
+		bounded    bool
+	}{
+		{"parent", `parent == "codemode"`, true},
+		{"size of args", `size(args) > 8`, true},
+		{"amount and parent", `args.amount < 1000 && parent == null`, true},
+		{"session mode", `session.mode == "plan" || tool == "x"`, true},
+		{"comprehension over args", `args.exists(k, k.startsWith("a"))`, false},
+		{"regular expression on an argument", `args.name.matches("a+")`, false},
+		{"nested comprehensions", "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, a+b+c+d+e > 0)))))", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ast, iss := env.Compile(tc.expr)
+			if iss != nil && iss.Err() != nil {
+				t.Fatal(iss.Err())
+			}
+			if got := whenBounded(env, ast); got != tc.bounded {
+				t.Errorf("whenBounded(%s) = %v, want %v", tc.expr, got, tc.bounded)
+			}
+		})
+	}
+}
+
+// TestGlobToolPatterns: a glob tool pattern's literal start (globPrefix) only skips the names
+// that cannot match it; every name the glob matches still matches.
+func TestGlobToolPatterns(t *testing.T) {
+	cases := []struct {
+		pattern, prefix string
+		match, miss     []string
+	}{
+		{"files__*", "files__", []string{"files__read", "files__"}, []string{"file__read", "xfiles__read", "read_file"}},
+		{"*__create", "", []string{"github__create", "a__create"}, []string{"github__create_issue"}},
+		{"mcp?__*", "mcp", []string{"mcp1__x", "mcpa__y"}, []string{"mcp__x", "mcp12__x", "m__x"}},
+		{"[ab]*", "", []string{"alpha", "beta"}, []string{"gamma"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.pattern, func(t *testing.T) {
+			if got := globPrefix(tc.pattern); got != tc.prefix {
+				t.Errorf("globPrefix(%q) = %q, want %q", tc.pattern, got, tc.prefix)
+			}
+			s := mustCompile(t, []gate.Rule{{ID: "g", Effect: gate.Deny, Tool: tc.pattern, Scope: gate.ScopeServer}})
+			for _, name := range tc.match {
+				if d := s.Evaluate(call(name, map[string]string{})); d.Effect != gate.Deny {
+					t.Errorf("%s does not match %s: %+v", name, tc.pattern, d)
+				}
+			}
+			for _, name := range tc.miss {
+				if d := s.Evaluate(call(name, map[string]string{})); d.Effect != "" {
+					t.Errorf("%s matches %s: %+v", name, tc.pattern, d)
+				}
+			}
+		})
+	}
+}

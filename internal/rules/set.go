@@ -55,6 +55,8 @@ type compiled struct {
 	kv        *kvSpec
 	when      cel.Program
 	workspace string // cleaned, for ScopeWorkspace
+	// toolPrefix is, for a glob tool pattern, its literal start (globPrefix).
+	toolPrefix string
 }
 
 // compile checks and compiles one rule.
@@ -175,12 +177,22 @@ func Compile(rs []gate.Rule) (*Set, error) {
 		c.ord = i
 		s.n++
 		if strings.ContainsAny(c.rule.Tool, `*?[\`) {
+			c.toolPrefix = globPrefix(c.rule.Tool)
 			s.globs = append(s.globs, c)
 		} else {
 			s.exact[c.rule.Tool] = append(s.exact[c.rule.Tool], c)
 		}
 	}
 	return s, errors.Join(errs...)
+}
+
+// globPrefix is the literal text a tool glob starts with (before its first *, ?, [ or \): a
+// tool name that does not start with it cannot match, so Evaluate skips path.Match for it.
+func globPrefix(pattern string) string {
+	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
+		return pattern[:i]
+	}
+	return pattern
 }
 
 func ruleLabel(r gate.Rule) string {
@@ -214,6 +226,9 @@ func (s *Set) Evaluate(c gate.RuleCall) gate.RuleDecision {
 		ev.consider(r)
 	}
 	for _, r := range s.globs {
+		if !strings.HasPrefix(c.Tool, r.toolPrefix) {
+			continue
+		}
 		if ok, _ := path.Match(r.rule.Tool, c.Tool); ok {
 			ev.consider(r)
 		}
@@ -244,7 +259,7 @@ type evaluation struct {
 	shells    []*shellView // one per value of "command" (several only when ambiguous)
 	covered   []*compiled  // per shells[0].cmds when "command" is unambiguous: the first allow rule that covers it
 
-	act map[string]any
+	act *whenVars // built on the first `when`
 
 	deny, ask, fail, allow hit
 	failWhy                string
@@ -413,7 +428,7 @@ func (ev *evaluation) consider(r *compiled) {
 	}
 	if r.when != nil {
 		if ev.act == nil {
-			ev.act = activation(ev.call)
+			ev.act = &whenVars{call: ev.call}
 		}
 		out, _, err := r.when.Eval(ev.act)
 		if err != nil {

@@ -7,8 +7,11 @@ import (
 	"sync"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/cost"
+	"cel.dev/cel-go/interpreter"
 
 	"countersign/internal/gate"
+	"countersign/internal/tool"
 )
 
 // `when` conditions (SPEC §14) are CEL expressions (cel.dev/cel-go) over:
@@ -60,37 +63,102 @@ func compileWhen(expr string) (cel.Program, error) {
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
 		return nil, fmt.Errorf("when: the expression is %s, not a bool", t)
 	}
+	if whenBounded(env, ast) {
+		// It can never exceed the limit: run it without the runtime cost tracker (about half of
+		// a simple when's time per call).
+		return env.Program(ast)
+	}
 	return env.Program(ast, cel.CostLimit(WhenCostLimit), cel.InterruptCheckFrequency(100))
 }
 
-// activation builds the `when` variables of a call.
-func activation(c *gate.RuleCall) map[string]any {
+// whenBounded reports whether CEL's static cost estimate of ast, with every size unknown (so
+// the largest), stays within WhenCostLimit: then no call's arguments can make it cost more at
+// run time, which measures cost by the same model. Comprehensions over args and functions
+// whose cost grows with a string's length are unbounded.
+func whenBounded(env *cel.Env, ast *cel.Ast) bool {
+	est, err := env.EstimateCost(ast, unknownSizes{})
+	return err == nil && est.Max <= WhenCostLimit
+}
+
+// unknownSizes is a cost estimator that knows no sizes: CEL then assumes the largest.
+type unknownSizes struct{}
+
+func (unknownSizes) EstimateCallCost(string, string, *cost.AstNode, []cost.AstNode) *cost.CallEstimate {
+	return nil
+}
+func (unknownSizes) EstimateSize(cost.AstNode) *cost.SizeEstimate { return nil }
+
+// whenVars are the `when` variables of one call, as a CEL activation that builds args,
+// annotations and session only when an expression reads them, once per call (the Set evaluates
+// all of a call's `when` conditions against one whenVars), so a `when` over parent or tool
+// decodes no arguments and nothing is allocated for the variables no expression reads.
+type whenVars struct {
+	call *gate.RuleCall
+	args map[string]any
+	ann  map[string]bool
+	sess map[string]any
+}
+
+// ResolveName implements interpreter.Activation.
+func (v *whenVars) ResolveName(name string) (any, bool) {
+	c := v.call
+	switch name {
+	case "args":
+		if v.args == nil {
+			v.args = whenArgs(c.Arguments)
+		}
+		return v.args, true
+	case "tool":
+		return c.Tool, true
+	case "annotations":
+		if v.ann == nil {
+			v.ann = whenAnnotations(c.Annotations)
+		}
+		return v.ann, true
+	case "parent":
+		if c.Parent == "" {
+			return nil, true // null
+		}
+		return c.Parent, true
+	case "session":
+		if v.sess == nil {
+			v.sess = map[string]any{"id": c.SessionID, "workspace": c.Workspace, "mode": string(c.Mode)}
+		}
+		return v.sess, true
+	}
+	return nil, false
+}
+
+// Parent implements interpreter.Activation: there is none.
+func (v *whenVars) Parent() interpreter.Activation { return nil }
+
+// whenArgs is the `args` variable: the arguments as JSON values, whole numbers as int64; an
+// empty map when they are not a JSON object.
+func whenArgs(raw json.RawMessage) map[string]any {
 	var args map[string]any
-	if len(c.Arguments) > 0 {
-		d := json.NewDecoder(bytes.NewReader(c.Arguments))
+	if t := bytes.TrimSpace(raw); len(t) == 2 && t[0] == '{' && t[1] == '}' {
+		return map[string]any{} // no arguments: nothing to decode
+	}
+	if len(raw) > 0 {
+		d := json.NewDecoder(bytes.NewReader(raw))
 		d.UseNumber()
-		if d.Decode(&args) == nil {
+		if d.Decode(&args) == nil && args != nil {
 			args = numbers(args).(map[string]any)
 		}
 	}
 	if args == nil {
 		args = map[string]any{}
 	}
+	return args
+}
+
+// whenAnnotations is the `annotations` variable: the effective hints, MCP defaults filled in.
+func whenAnnotations(a tool.Annotations) map[string]bool {
 	ann := map[string]bool{}
-	for _, h := range c.Annotations.Effective() {
+	for _, h := range a.Effective() {
 		ann[h.Name] = h.Value
 	}
-	var parent any
-	if c.Parent != "" {
-		parent = c.Parent
-	}
-	return map[string]any{
-		"args":        args,
-		"tool":        c.Tool,
-		"annotations": ann,
-		"parent":      parent,
-		"session":     map[string]any{"id": c.SessionID, "workspace": c.Workspace, "mode": string(c.Mode)},
-	}
+	return ann
 }
 
 // numbers turns json.Number into int64 (whole numbers) or float64.

@@ -14,6 +14,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/benchkit"
 	"countersign/internal/gate"
+	"countersign/internal/rules"
 )
 
 // newEnv is a benchkit environment in a fresh temporary folder; cleanup closes and removes it.
@@ -33,25 +34,33 @@ func newEnv(ctx context.Context, opt benchkit.Options) (*benchkit.Env, func(), e
 // nested: one model call to review_diff, which runs run_checks and failing_tests n times each
 // through ExecuteTool. No viewer is connected (pi-bench.mjs has none either).
 func nested(ctx context.Context, n int) (line, error) {
-	e, cleanup, err := newEnv(ctx, benchkit.Options{})
+	l, _, err := nestedRun(ctx, n, benchkit.Options{})
+	return l, err
+}
+
+// nestedRun is the nested case with opt (the rules case loads rules through it). Besides the
+// line it returns the loop's time per call and how many nested calls' audit rows name a rule
+// as what decided them.
+func nestedRun(ctx context.Context, n int, opt benchkit.Options) (line, nestedStats, error) {
+	e, cleanup, err := newEnv(ctx, opt)
 	if err != nil {
-		return nil, err
+		return nil, nestedStats{}, err
 	}
 	defer cleanup()
 	sess, err := e.NewSession(ctx, "nested", benchkit.NestedScript(n))
 	if err != nil {
-		return nil, err
+		return nil, nestedStats{}, err
 	}
 	c0, t0 := benchkit.CPU(), time.Now()
 	if err := e.Runner.Send(ctx, sess.ID, "go"); err != nil {
-		return nil, err
+		return nil, nestedStats{}, err
 	}
 	e.Runner.Wait()
 	total, cpu := time.Since(t0), benchkit.CPU()-c0
 
 	entries, err := e.DB.Entries(ctx, sess.ID)
 	if err != nil {
-		return nil, err
+		return nil, nestedStats{}, err
 	}
 	var rd *agent.Message
 	toolResults, nestedEntries := 0, 0
@@ -74,21 +83,24 @@ func nested(ctx context.Context, n int) (line, error) {
 		}
 	}
 	if rd == nil || rd.Result == nil {
-		return nil, fmt.Errorf("no review_diff result in the transcript")
+		return nil, nestedStats{}, fmt.Errorf("no review_diff result in the transcript")
 	}
 	var d benchkit.NestedDetails
 	if err := json.Unmarshal(rd.Result.Details, &d); err != nil {
-		return nil, fmt.Errorf("review_diff details: %v (result %s)", err, rd.Result.TextOf())
+		return nil, nestedStats{}, fmt.Errorf("review_diff details: %v (result %s)", err, rd.Result.TextOf())
 	}
 	// Every nested call is audited (SPEC §3), committed before the parent's result.
 	approvals, err := e.DB.Approvals(ctx, sess.ID, "")
 	if err != nil {
-		return nil, err
+		return nil, nestedStats{}, err
 	}
-	audited := 0
+	audited, byRule := 0, 0
 	for _, a := range approvals {
 		if a.ParentToolCallID == "rd" && a.Automatic && a.Status == gate.Approved {
 			audited++
+			if a.DecisionSource == gate.FromRule && a.RuleText != "" {
+				byRule++
+			}
 		}
 	}
 	calls := 2 * n
@@ -97,21 +109,76 @@ func nested(ctx context.Context, n int) (line, error) {
 		kept, complete = len(nc.Calls), nc.Complete
 	}
 	if e.GateNested.Load() != int64(calls) || d.OK != calls || nestedEntries != 0 || toolResults != 1 || audited != calls {
-		return nil, fmt.Errorf("nested n=%d: gate saw %d, ok %d, nested entries %d, tool results %d, audited %d",
+		return nil, nestedStats{}, fmt.Errorf("nested n=%d: gate saw %d, ok %d, nested entries %d, tool results %d, audited %d",
 			n, e.GateNested.Load(), d.OK, nestedEntries, toolResults, audited)
 	}
 	loop := time.Duration(d.LoopNs)
 	return line{}.add("peer", "countersign").add("case", "nested").add("n", n).add("calls", calls).
-		add("us_per_call", round2(float64(loop.Nanoseconds())/1e3/float64(calls))).
-		add("loop_ms", ms(loop)).add("loop_cpu_ms", ms(time.Duration(d.LoopCPUNs))).
-		add("total_ms", ms(total)).add("cpu_ms", ms(cpu)).
-		add("us_per_call_total", round2(float64(total.Nanoseconds())/1e3/float64(calls))).
-		add("gate_saw", e.GateNested.Load()).
-		add("handler_saw_all_nested", e.GateNested.Load() == int64(calls)).
-		add("all_nested_ok", d.OK == calls).
-		add("transcript_nested_entries", nestedEntries).add("transcript_tool_results", toolResults).
-		add("nested_calls_record_kept", kept).add("nested_calls_record_complete", complete).
-		add("audit_rows", audited), nil
+			add("us_per_call", round2(float64(loop.Nanoseconds())/1e3/float64(calls))).
+			add("loop_ms", ms(loop)).add("loop_cpu_ms", ms(time.Duration(d.LoopCPUNs))).
+			add("total_ms", ms(total)).add("cpu_ms", ms(cpu)).
+			add("us_per_call_total", round2(float64(total.Nanoseconds())/1e3/float64(calls))).
+			add("gate_saw", e.GateNested.Load()).
+			add("handler_saw_all_nested", e.GateNested.Load() == int64(calls)).
+			add("all_nested_ok", d.OK == calls).
+			add("transcript_nested_entries", nestedEntries).add("transcript_tool_results", toolResults).
+			add("nested_calls_record_kept", kept).add("nested_calls_record_complete", complete).
+			add("audit_rows", audited), nestedStats{perCall: loop / time.Duration(calls),
+			cpuPerCall: time.Duration(d.LoopCPUNs) / time.Duration(calls), byRule: byRule}, nil
+}
+
+// nestedStats is what the rules case needs of a nested run besides its line.
+type nestedStats struct {
+	perCall    time.Duration // the loop's time per nested call
+	cpuPerCall time.Duration // the process's CPU time during the loop, per nested call
+	byRule     int           // nested calls whose audit row names the rule that allowed them
+}
+
+// rulesCase (issue 17, acceptance 7): the nested loop (n run_checks and n failing_tests calls)
+// with 1,000 policy rules loaded through the real compiler (benchkit.RealRulesOn: ten on
+// run_checks, one of which allows it), against the same loop with no rules. The runs alternate,
+// pairs times, to spread a shared machine's noise over both; the medians are compared, of the
+// loop's wall time per call and of the process's CPU time per call (every thread: the audit
+// writer too), which other tenants of a shared machine disturb less. The goal is under 2 µs
+// added per call.
+func rulesCase(ctx context.Context, n, pairs int) (line, error) {
+	const ruleCount, goalUs = 1000, 2.0
+	opt := benchkit.Options{Rules: benchkit.RealRulesOn("run_checks", ruleCount), CompileRules: rules.Compiler}
+	var none, with, cpuNone, cpuWith []float64
+	byRule := 0
+	for range pairs {
+		runtime.GC()
+		_, s0, err := nestedRun(ctx, n, benchkit.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("no rules: %w", err)
+		}
+		if s0.byRule != 0 {
+			return nil, fmt.Errorf("no rules: %d calls decided by a rule", s0.byRule)
+		}
+		runtime.GC()
+		_, s1, err := nestedRun(ctx, n, opt)
+		if err != nil {
+			return nil, fmt.Errorf("%d rules: %w", ruleCount, err)
+		}
+		// The allow rule on run_checks decides each of its calls; failing_tests has no rule.
+		if s1.byRule != n {
+			return nil, fmt.Errorf("%d rules: %d calls decided by a rule, want the %d run_checks calls", ruleCount, s1.byRule, n)
+		}
+		byRule = s1.byRule
+		none = append(none, float64(s0.perCall.Nanoseconds())/1e3)
+		with = append(with, float64(s1.perCall.Nanoseconds())/1e3)
+		cpuNone = append(cpuNone, float64(s0.cpuPerCall.Nanoseconds())/1e3)
+		cpuWith = append(cpuWith, float64(s1.cpuPerCall.Nanoseconds())/1e3)
+	}
+	m0, m1 := median(none), median(with)
+	c0, c1 := median(cpuNone), median(cpuWith)
+	return line{}.add("peer", "countersign").add("case", "rules").add("n", n).add("calls", 2*n).
+		add("rules", ruleCount).add("rules_on_tool", 10).add("pairs", pairs).
+		add("us_per_call_no_rules", round2(m0)).add("us_per_call_rules", round2(m1)).
+		add("us_added_per_call", round2(m1-m0)).
+		add("cpu_us_per_call_no_rules", round2(c0)).add("cpu_us_per_call_rules", round2(c1)).
+		add("cpu_us_added_per_call", round2(c1-c0)).add("goal_us_added", goalUs).
+		add("under_goal", m1-m0 < goalUs).add("calls_decided_by_rule", byRule), nil
 }
 
 // direct: K model turns of one echo call each, then text, through the JSON API with one events

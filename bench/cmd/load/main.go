@@ -4,12 +4,17 @@
 // the same case names and field names as the peer benchmark (../shared/peers: pi-bench.mjs,
 // ai-bench.mjs), so bench/cmd/report can put them side by side.
 //
-//	go run ./bench/cmd/load [-runs 3] [-cases nested,direct,rss,approval,fanout]
+//	go run ./bench/cmd/load [-runs 3] [-cases nested,rules,direct,rss,approval,fanout]
 //
 // Cases:
 //   - nested: one model call to review_diff, which calls run_checks and failing_tests n times
 //     each through ExecuteTool (2n calls through the whole pipeline, one allowing tool_call
 //     handler); us_per_call is measured inside review_diff around the loop, as pi's is.
+//   - rules: the nested loop (n = 5,000: 10,000 calls) with 1,000 policy rules compiled by
+//     internal/rules, ten of them on run_checks (benchkit.RealRulesOn), against the same loop
+//     with no rules, alternating five times; us_added_per_call is the difference of the medians
+//     of the loop's time per call, cpu_us_added_per_call of the process's CPU time per call
+//     (issue 17: under 2 µs).
 //   - direct: K model turns of one read-only echo call each, then a text turn, driven through the
 //     JSON API with one events WebSocket connected; us_per_call is the whole run (POST message
 //     to agent_end on the socket) divided by K; turn_us_first50/last50 are the mean gaps between
@@ -75,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	runs := fs.Int("runs", 1, "how many times to run every case (medians are printed when more than 1)")
-	cases := fs.String("cases", "nested,direct,rss,approval,fanout", "comma-separated cases to run")
+	cases := fs.String("cases", "nested,rules,direct,rss,approval,fanout", "comma-separated cases to run")
 	bin := fs.String("bin", "", "server binary for the rss case (default: go build ./cmd/web into a temporary folder)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured runs (not the warm-up) to this file")
 	if err := fs.Parse(args); err != nil {
@@ -101,7 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	// Warm-up, unreported, as the peers do (module init, first SQLite file, first sockets).
-	if opt.cases["nested"] {
+	if opt.cases["nested"] || opt.cases["rules"] {
 		if _, err := nested(ctx, 1000); err != nil {
 			return err
 		}
@@ -133,6 +138,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			for _, n := range []int{1000, 10000} {
 				steps = append(steps, step{fmt.Sprintf("nested n=%d", n), func() (line, error) { return nested(ctx, n) }})
 			}
+		}
+		if opt.cases["rules"] {
+			steps = append(steps, step{"rules n=5000", func() (line, error) { return rulesCase(ctx, 5000, 5) }})
 		}
 		if opt.cases["direct"] {
 			for _, k := range []int{200, 1000} {

@@ -267,6 +267,13 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 		target("rss after K=1000: ≤ 40 MB (peak, whole process)", fmt.Sprintf("%s MB peak; %s MB anonymous, %s MB file-backed (mostly the binary) at the end",
 			f(num(c, "max_rss_mb")), f(num(c, "rss_anon_mb")), f(num(c, "rss_file_mb"))), num(c, "max_rss_mb") <= 40, true)
 	}
+	if c, ok := find(cs, "countersign", "rules", nil); ok {
+		target("rules (issue 17): 1,000 rules loaded, 10 on the called tool: < 2 µs added per nested call",
+			fmt.Sprintf("+%s µs wall (%s vs %s µs per call), +%s µs CPU (%s vs %s), medians of %s alternating pairs",
+				f(num(c, "us_added_per_call")), f(num(c, "us_per_call_rules")), f(num(c, "us_per_call_no_rules")),
+				f(num(c, "cpu_us_added_per_call")), f(num(c, "cpu_us_per_call_rules")), f(num(c, "cpu_us_per_call_no_rules")), c.str("pairs")),
+			num(c, "us_added_per_call") < 2, true)
+	}
 	for _, mode := range []string{"one_at_a_time", "burst"} {
 		if c, ok := find(cs, "countersign", "approval_round_trip", map[string]string{"mode": mode}); ok {
 			target("approval round trip p99 ≤ 2 ms ("+mode+")", fmt.Sprintf("p50 %s µs, p99 %s µs", f(num(c, "p50_us")), f(num(c, "p99_us"))), num(c, "p99_us") <= 2000, true)

@@ -241,6 +241,14 @@ func TestAlwaysAllowOnAPrompt(t *testing.T) {
 	if _, rp := get(t, ts, cPlain, ts.URL+u.Path); strings.Contains(rp, "Always allow") || strings.Contains(rp, "remember-form") {
 		t.Error("a link without canRemember is offered Always allow…")
 	}
+	// A canRemember link is offered the session scope only (a workspace rule is refused it).
+	trusted := createLink(t, ts, sess.ID, map[string]any{"role": "approver", "canRemember": true})
+	cTrusted := reviewer(t, ts, trusted.URL, "Tess")
+	tu, _ := url.Parse(trusted.URL)
+	if _, rp := get(t, ts, cTrusted, ts.URL+tu.Path); !strings.Contains(rp, "Always allow") || !strings.Contains(rp, `<option value="session" selected>session</option>`) ||
+		strings.Contains(rp, `<option value="workspace">`) {
+		t.Error("a canRemember link's Always allow… does not offer the session scope alone")
+	}
 	form := url.Values{"decision": {"remember"}, "rule": {"shell"}, "scope": {"workspace"}}
 	if st, _ := reviewerDecision(t, ts, cPlain, plain.URL, id, form); st != http.StatusForbidden {
 		t.Errorf("remember without canRemember = %d, want 403", st)

@@ -281,6 +281,7 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	av.CanEdit, av.CanRemember = b.who.decider.Rights.Edit, b.who.decider.Rights.Remember
 	if av.CanRemember {
 		av.SuggestedRule = b.s.cfg.Runner.SuggestRule(a).Pattern()
+		av.SessionScopeOnly = b.who.decider.Via != nil
 	}
 	if av.CanEdit {
 		if r, ok := b.s.renderers[a.ToolName]; ok && r.Call != nil {

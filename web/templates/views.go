@@ -157,6 +157,9 @@ type ApprovalView struct {
 	// CanEdit, CanRemember: the decider may edit the arguments (the Edit button), approve for
 	// the session and make rules (the "Approve for session" and "Always allow…" buttons).
 	CanEdit, CanRemember bool
+	// SessionScopeOnly: the decider is a share link, which remembers for its own session only
+	// ("Always allow…" offers no workspace scope).
+	SessionScopeOnly bool
 	// SuggestedRule pre-fills "Always allow…" (CanRemember only): the narrowest rule that covers
 	// the call, as text ("run_command(git diff:*)").
 	SuggestedRule string

@@ -27,7 +27,13 @@ import (
 //   - every redirection is a here-document without substitutions, a duplication of a file
 //     descriptor (2>&1, >&-), or a file given as literal words that is /dev/null or, cleaned,
 //     inside the workspace (absolute inside RuleCall.Workspace, or relative without escaping
-//     "..");
+//     ".."), and that is still inside the workspace's real path once symlinks are resolved as
+//     the kernel resolves them (`docs/out/x` with `docs/out -> /tmp/o` is /tmp/o/x; a dangling
+//     symlink is followed to the file a write would create), and is none of the server's own
+//     files (NewCompiler: the database and its companions, the policy file; SPEC §14 "The agent
+//     can never write its own rules"), compared by real path and by identity. Symlinks are read
+//     when the call is decided: one created later (by an earlier command of the same line, say
+//     `ln -s /etc d && ls > d/x`, allowed only if `ln` is) is not seen;
 //   - every simple command (of lists, pipelines, &&, ||, ;, newlines, subshells, { } blocks,
 //     if/while/until/for/case bodies) is matched by some allow rule; a simple command is
 //     matched by a prefix rule (`git diff:*`) when its first words are exactly those words and
@@ -222,9 +228,16 @@ func parsePOSIX(s string) (*syntax.File, error) {
 // maxReparse bounds how deep sh -c / eval strings are parsed again.
 const maxReparse = 3
 
-// viewShell parses a command line and collects its simple commands; workspace is the folder
-// redirections must stay in.
-func viewShell(command, workspace string) *shellView {
+// redirScope is what redirection targets are checked against: the workspace they must stay in
+// (by cleaned path and by real path) and the server's own files they must never reach.
+type redirScope struct {
+	workspace string
+	protected []string
+}
+
+// viewShell parses a command line and collects its simple commands; rs says where redirections
+// may go.
+func viewShell(command string, rs redirScope) *shellView {
 	v := &shellView{}
 	f, err := parsePOSIX(command)
 	if err != nil {
@@ -232,17 +245,17 @@ func viewShell(command, workspace string) *shellView {
 		// best effort for deny and ask: read it as bash.
 		if bf, berr := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(command), ""); berr == nil {
 			bv := &shellView{}
-			bv.collect(bf, command, workspace, 0)
+			bv.collect(bf, command, rs, 0)
 			v.hidden = append(bv.cmds, bv.hidden...)
 		}
 		return v
 	}
-	v.collect(f, command, workspace, 0)
+	v.collect(f, command, rs, 0)
 	return v
 }
 
 // collect walks the whole AST of one parsed string.
-func (v *shellView) collect(f *syntax.File, src, workspace string, depth int) {
+func (v *shellView) collect(f *syntax.File, src string, rs redirScope, depth int) {
 	setOpaque := func(why string) {
 		if v.opaque == "" {
 			v.opaque = why
@@ -271,7 +284,7 @@ func (v *shellView) collect(f *syntax.File, src, workspace string, depth int) {
 				setOpaque("a statement that is only a redirection")
 			}
 			for _, r := range n.Redirs {
-				if why := checkRedirect(r, workspace); why != "" {
+				if why := checkRedirect(r, rs); why != "" {
 					setOpaque(why)
 				}
 			}
@@ -293,7 +306,7 @@ func (v *shellView) collect(f *syntax.File, src, workspace string, depth int) {
 			if wrappers[c.words[0].val] || wrappers[c.program()] {
 				setOpaque(c.program() + " runs a command the rules cannot see")
 				if depth < maxReparse {
-					v.reparse(c, workspace, depth)
+					v.reparse(c, rs, depth)
 				}
 			}
 			v.cmds = append(v.cmds, c)
@@ -313,7 +326,7 @@ func (v *shellView) collect(f *syntax.File, src, workspace string, depth int) {
 }
 
 // reparse parses the string run by sh -c or eval and adds its commands as hidden ones.
-func (v *shellView) reparse(c simpleCmd, workspace string, depth int) {
+func (v *shellView) reparse(c simpleCmd, rs redirScope, depth int) {
 	var s string
 	p := c.program()
 	switch {
@@ -341,7 +354,7 @@ func (v *shellView) reparse(c simpleCmd, workspace string, depth int) {
 			continue
 		}
 		inner := &shellView{}
-		inner.collect(f, s, workspace, depth+1)
+		inner.collect(f, s, rs, depth+1)
 		v.hidden = append(v.hidden, inner.cmds...)
 		v.hidden = append(v.hidden, inner.hidden...)
 		return
@@ -460,7 +473,7 @@ func unquoteDbl(s string) string {
 }
 
 // checkRedirect says why a redirection cannot be allowed ("" when it can).
-func checkRedirect(r *syntax.Redirect, workspace string) string {
+func checkRedirect(r *syntax.Redirect, rs redirScope) string {
 	switch r.Op {
 	case syntax.Hdoc, syntax.DashHdoc:
 		return "" // the body is walked: a substitution in it is seen there
@@ -480,8 +493,27 @@ func checkRedirect(r *syntax.Redirect, workspace string) string {
 	if w.val == "/dev/null" {
 		return ""
 	}
-	if _, ok := workspacePath(w.val, workspace); !ok {
+	if _, ok := workspacePath(w.val, rs.workspace); !ok {
 		return "a redirection outside the workspace (" + w.val + ")"
+	}
+	// The shell opens the target from the workspace, following symlinks: judge where it lands.
+	base := rs.workspace
+	if base == "" {
+		base = "." // run_command then runs in the server's working folder
+	}
+	target, err := resolveReal(base, w.val)
+	if err != nil {
+		return "a redirection to a path that cannot be resolved (" + w.val + ": " + err.Error() + ")"
+	}
+	root, err := resolveReal(".", base)
+	if err != nil {
+		return "a redirection from a workspace that cannot be resolved (" + err.Error() + ")"
+	}
+	if rel, err := filepath.Rel(root, target); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "a redirection that leaves the workspace through a symbolic link (" + w.val + ")"
+	}
+	if isProtected(target, rs.protected) {
+		return "a redirection to one of the server's own files (" + w.val + ")"
 	}
 	return ""
 }

@@ -52,7 +52,9 @@ import (
 // unquoted glob character (* ? [) and no leading unquoted ~. The arguments after a matched
 // prefix may also contain plain parameter expansions ($X, ${X}), globs and ~: they only produce
 // more arguments to the same program; any other expansion (${X:-…}, ${#X}, …) is not seen
-// through.
+// through. No word may be, or may become, an option that writes files or runs programs
+// (writingOptions): so an argument that begins with an expansion or a glob (`$F`, `*.go`) is not
+// seen through either, while `./$F`, `src/*.go` and `--stat=$N` are.
 //
 // A call is DENIED (or ASKED) when any simple command anywhere, including inside substitutions,
 // here-documents and assignments, is matched by a deny (or ask) rule. For these the program is
@@ -75,6 +77,53 @@ var wrappers = map[string]bool{
 	"fish": true, "csh": true, "tcsh": true, "rbash": true,
 }
 
+// writingOptions are programs' own options that write files or run commands (SPEC §14: what the
+// matcher cannot see through never matches allow): `git log --output=/tmp/x` writes anywhere,
+// `git diff --ext-diff`, `--textconv`, `--pager`, `--upload-pack`, `--open-files-in-pager` run a
+// program, `--git-dir`, `--work-tree`, `--exec-path`, `--config` point git elsewhere, find's
+// -exec, -ok, -delete and -fprint* run, delete or write, tar's --to-command,
+// --use-compress-program and --checkpoint-action run a program. A simple command with such a
+// word anywhere (prefix included) is never matched by an allow rule, whatever the rule says, so
+// the call asks; deny and ask matching ignores this list. A word matches an entry when it starts
+// with it (`--output-directory`, `--config-env`, `-execdir`, `-fprint0`), and a long option
+// also when its name (before "=") is an abbreviation of one (`--outp=x`: git's parse-options and
+// getopt_long accept unique prefixes). A word that is not fully literal is judged by its literal
+// beginning: `--out$X`, `-$X`, and a word that begins with an expansion or a glob (`$OPT`, `*`,
+// which a file named `--output=x` would turn into that option) may become such an option.
+// Program-specific short options (`git grep -O`, `curl -o`, `sort -o`) are not in the list: a
+// prefix rule on such a program allows them.
+var writingOptions = []string{
+	"--output", "--exec", "--upload-pack", "--receive-pack", "--ext-diff", "--textconv",
+	"--git-dir", "--work-tree", "--exec-path", "--config", "--open-files-in-pager",
+	"--to-command", "--use-compress-program", "--checkpoint-action", "--pager",
+	"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls",
+}
+
+// writingOption reports whether w may be one of writingOptions: w is the word when complete,
+// else its literal beginning (the rest unknown).
+func writingOption(w string, complete bool) bool {
+	if w == "" {
+		return !complete
+	}
+	if w[0] != '-' {
+		return false
+	}
+	for _, o := range writingOptions {
+		if strings.HasPrefix(w, o) || (!complete && strings.HasPrefix(o, w)) {
+			return true
+		}
+	}
+	name, _, eq := strings.Cut(w, "=")
+	if (complete || eq) && len(name) > 2 && strings.HasPrefix(name, "--") {
+		for _, o := range writingOptions {
+			if strings.HasPrefix(o, name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // shells take a command string after -c.
 var shells = map[string]bool{
 	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true,
@@ -86,6 +135,8 @@ type word struct {
 	val   string // the literal value, quotes and backslashes resolved (partial when !exact)
 	exact bool   // fully literal: can be compared with a rule's word
 	arg   bool   // acceptable as an argument after a matched prefix
+	// writes: it is, or may expand to, one of writingOptions (never matched by allow)
+	writes bool
 }
 
 // simpleCmd is one simple command found in a command line.
@@ -155,6 +206,11 @@ func compileCmdSpec(spec string, allow bool) (*cmdSpec, error) {
 	if allow && (wrappers[cs.words[0]] || wrappers[filepath.Base(cs.words[0])]) {
 		return nil, fmt.Errorf("run_command specifier %q starts with %s, which runs other commands the rules cannot see, so an allow rule could never match it (deny and ask rules may name it)", spec, cs.words[0])
 	}
+	for _, w := range cs.words {
+		if allow && writingOption(w, true) {
+			return nil, fmt.Errorf("run_command specifier %q has %s, an option that writes files or runs programs, so an allow rule could never match it (deny and ask rules may name it)", spec, w)
+		}
+	}
 	return cs, nil
 }
 
@@ -172,7 +228,7 @@ func (cs *cmdSpec) allows(c *simpleCmd) bool {
 		}
 	}
 	for _, w := range c.words[len(cs.words):] {
-		if !w.arg {
+		if !w.arg || w.writes {
 			return false
 		}
 	}
@@ -376,26 +432,38 @@ func simpleParam(p *syntax.ParamExp) bool {
 		p.Repl == nil && p.Names == 0 && p.Exp == nil
 }
 
-// resolveWord resolves quotes and backslashes of a word as the shell does.
+// resolveWord resolves quotes and backslashes of a word as the shell does, and judges whether it
+// may be one of writingOptions by its literal beginning.
 func resolveWord(w *syntax.Word) word {
 	out := word{exact: true, arg: true}
 	var b strings.Builder
+	lead, open := 0, true // b[:lead] is the literal beginning; open while nothing unknown came
+	stop := func() {
+		if open {
+			lead, open = b.Len(), false
+		}
+	}
 	for i, part := range w.Parts {
 		switch p := part.(type) {
 		case *syntax.Lit:
-			val, glob := unquoteLit(p.Value)
-			if glob || (i == 0 && strings.HasPrefix(p.Value, "~")) {
+			val, globAt := unquoteLit(p.Value)
+			if globAt >= 0 || (i == 0 && strings.HasPrefix(p.Value, "~")) {
 				out.exact = false
+			}
+			if globAt >= 0 && open {
+				lead, open = b.Len()+globAt, false
 			}
 			b.WriteString(val)
 		case *syntax.SglQuoted:
 			if p.Dollar {
 				out.exact, out.arg = false, false
+				stop()
 			}
 			b.WriteString(p.Value)
 		case *syntax.DblQuoted:
 			if p.Dollar {
 				out.exact, out.arg = false, false
+				stop()
 			}
 			for _, dp := range p.Parts {
 				switch d := dp.(type) {
@@ -403,34 +471,42 @@ func resolveWord(w *syntax.Word) word {
 					b.WriteString(unquoteDbl(d.Value))
 				case *syntax.ParamExp:
 					out.exact = false
+					stop()
 					if !simpleParam(d) {
 						out.arg = false
 					}
 				default:
 					out.exact, out.arg = false, false
+					stop()
 				}
 			}
 		case *syntax.ParamExp:
 			out.exact = false
+			stop()
 			if !simpleParam(p) {
 				out.arg = false
 			}
 		default:
 			out.exact, out.arg = false, false
+			stop()
 		}
 	}
 	out.val = b.String()
+	if open {
+		lead = len(out.val)
+	}
+	out.writes = writingOption(out.val[:lead], open)
 	return out
 }
 
-// unquoteLit removes the backslashes of an unquoted literal and reports an unescaped glob
-// character.
-func unquoteLit(s string) (string, bool) {
+// unquoteLit removes the backslashes of an unquoted literal and returns the offset in the result
+// of its first unescaped glob character (-1 when there is none).
+func unquoteLit(s string) (string, int) {
 	if !strings.ContainsAny(s, `\*?[`) {
-		return s, false
+		return s, -1
 	}
 	var b strings.Builder
-	glob := false
+	glob := -1
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -440,7 +516,9 @@ func unquoteLit(s string) (string, bool) {
 				b.WriteByte(s[i])
 			}
 		case c == '*' || c == '?' || c == '[':
-			glob = true
+			if glob < 0 {
+				glob = b.Len()
+			}
 			b.WriteByte(c)
 		default:
 			b.WriteByte(c)

@@ -115,12 +115,17 @@ func TestShellMatchingTable(t *testing.T) {
 		{"subshell", "(git diff)", "allow"},
 		{"block", "{ git diff; go test ./...; }", "allow"},
 		{"if clause", "if git diff; then go test ./...; fi", "allow"},
-		{"for loop arg", "for f in a b; do git diff $f; done", "allow"},
+		{"for loop arg", "for f in a b; do git diff $f; done", "ask"}, // $f may begin with "--output="
+		{"for loop arg after literal", "for f in a b; do git diff ./$f; done", "allow"},
 		{"function", "f() { git diff; }; f", "ask"},
-		{"param in later arg", "git diff $HOME", "allow"},
+		{"param in later arg", "git diff $HOME", "ask"}, // may expand to an option that writes
+		{"param after literal", "git diff ./$X", "allow"},
+		{"param after option name", "git diff --stat=$N", "allow"},
 		{"param as program", "$GIT diff", "ask"},
 		{"arithmetic", "git diff $((1+1))", "ask"},
-		{"glob later arg", "git diff *.go", "allow"},
+		{"glob later arg", "git diff *.go", "ask"}, // a file named --output=x.go would be an option
+		{"glob after literal", "git diff ./*.go", "allow"},
+		{"glob after folder", "git diff internal/*.go", "allow"},
 		{"glob in prefix", "gi? diff", "ask"},
 		{"tilde program", "~/bin/git diff", "ask"},
 		{"heredoc with substitution", "git diff <<EOF\n$(rm x)\nEOF", "deny"},

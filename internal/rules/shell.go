@@ -39,6 +39,8 @@ import (
 //     matched by a prefix rule (`git diff:*`) when its first words are exactly those words and
 //     the rest are arguments, by an exact rule (`go test ./...`) when its words are exactly
 //     those words;
+//   - no word is, or may expand to, an option that writes files or runs programs
+//     (writingOptions: `git log --output=/tmp/x`, `find . -exec …`, `tar --to-command=…`);
 //   - the program is not a wrapper that runs another command or a string (eval, exec, source,
 //     ".", sh/bash/dash/zsh/… , env, command, builtin, xargs, nohup, nice, timeout, time,
 //     sudo, doas, su, chroot, setsid, stdbuf, ionice, flock, watch, busybox, strace):

@@ -337,7 +337,7 @@ func oracleAllows(cmd string) string {
 				if target == "/dev/null" {
 					continue
 				}
-				if strings.HasPrefix(target, "/") && !strings.HasPrefix(target, testWorkspace+"/") || strings.Contains("/"+target+"/", "/../") && !insideByHand(target) {
+				if strings.HasPrefix(target, "/") && !strings.HasPrefix(target+"/", testWorkspace+"/") || strings.Contains("/"+target+"/", "/../") && !insideByHand(target) {
 					why = "a redirection goes to " + target
 				}
 				abs := target

@@ -289,7 +289,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker,
 		ApprovalTimeout: cfg.approvalTimeout, Logger: log,
 		// Rules (SPEC §14): compiled, parsed and suggested by internal/rules.
-		CompileRules: rules.Compiler, ParseRule: rules.Parse, SuggestRule: rules.Suggest,
+		CompileRules: rules.NewCompiler(ownFiles(cfg)), ParseRule: rules.Parse, SuggestRule: rules.Suggest,
 		PolicyRules: policy.Rules, DefaultMode: policy.DefaultMode})
 	// What the last process left behind is settled before anything is served (SPEC §8).
 	if err := runner.Recover(ctx); err != nil {
@@ -340,9 +340,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
-// ownFiles are the files of the server that the file tools must never read or write (SPEC
-// §14: the agent can never write its own rules): the database with its -wal, -shm and -journal
-// files and its lock, the share key, and the policy file.
+// ownFiles are the files of the server that the file tools must never read or write and that
+// no command allowed by a rule may redirect to (SPEC §14: the agent can never write its own
+// rules): the database with its -wal, -shm and -journal files and its lock, the share key, and
+// the policy file.
 func ownFiles(cfg config) tools.Protected {
 	var files tools.Protected
 	for _, suffix := range []string{"", "-wal", "-shm", "-journal", ".lock", ".share-key"} {

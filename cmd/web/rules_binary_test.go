@@ -145,3 +145,66 @@ func TestNestedCallsFollowRulesAndModeInTheRealServer(t *testing.T) {
 		}
 	}
 }
+
+// redirectScript: an allowed command redirected inside the workspace, then the same program
+// redirected onto the database, the policy file and through a symlink out of the workspace.
+const redirectScript = `{"steps":[
+ {"content":[
+   {"type":"toolCall","id":"inside","name":"run_command","arguments":{"command":"ls > list.txt"}},
+   {"type":"toolCall","id":"db","name":"run_command","arguments":{"command":"ls > cs.db"}},
+   {"type":"toolCall","id":"policy","name":"run_command","arguments":{"command":"ls >> policy.json"}},
+   {"type":"toolCall","id":"link","name":"run_command","arguments":{"command":"ls > out/x"}}],
+  "stopReason":"toolUse"},
+ {"content":[{"type":"text","text":"done"}],"stopReason":"stop"}
+]}`
+
+// TestAllowedCommandsCannotRedirectToTheServersOwnFiles: the server gives the rules its own
+// files (SPEC §14: the agent can never write its own rules), so with `run_command(ls:*)` allowed
+// by the policy file and the database and the policy file in the workspace (as `make run` keeps
+// them), `ls > list.txt` runs without a prompt while `ls > cs.db`, `ls >> policy.json` and
+// `ls > out/x` (out a symlink leaving the workspace) ask; denied, nothing is written.
+func TestAllowedCommandsCannotRedirectToTheServersOwnFiles(t *testing.T) {
+	f := newServerFiles(t)
+	f.db = filepath.Join(f.workspace, "cs.db")
+	if err := os.WriteFile(filepath.Join(f.scripts, "redirect.json"), []byte(redirectScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const policyText = `{"permissions": {"allow": ["run_command(ls:*)"]}}`
+	policy := filepath.Join(f.workspace, "policy.json")
+	if err := os.WriteFile(policy, []byte(policyText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(f.workspace, "out")); err != nil {
+		t.Fatal(err)
+	}
+	p := startServing(t, append(f.args("127.0.0.1:0"), "-policy", policy)...)
+	var sess struct{ ID string }
+	p.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "redirect", "model": "faux:redirect"}, &sess)
+	p.mustAPI(t, http.StatusOK, "PUT", "/api/sessions/"+sess.ID+"/tools", map[string]any{"active": []string{"run_command"}}, nil)
+	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
+	asked := map[string]bool{}
+	var body []byte
+	eventually(t, "the run to end", func() bool {
+		var out struct{ Approvals []auditRow }
+		p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &out)
+		for _, a := range out.Approvals {
+			asked[a.ToolCallID] = true
+			p.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+a.ID+"/decision", map[string]string{"decision": "deny"}, nil)
+		}
+		body = p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID, nil, nil)
+		return bytes.Contains(body, []byte(`"done"`)) && bytes.Contains(body, []byte(`"state": "idle"`))
+	})
+	if want := map[string]bool{"db": true, "policy": true, "link": true}; len(asked) != len(want) || !asked["db"] || !asked["policy"] || !asked["link"] {
+		t.Errorf("asked for %v, want exactly %v", asked, want)
+	}
+	if _, err := os.Stat(filepath.Join(f.workspace, "list.txt")); err != nil {
+		t.Errorf("the allowed command did not run: %v", err)
+	}
+	if got, _ := os.ReadFile(policy); string(got) != policyText {
+		t.Errorf("the policy file changed: %s", got)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
+		t.Errorf("a command wrote outside the workspace through the symlink")
+	}
+}

@@ -157,6 +157,9 @@ type Set struct {
 	exact map[string][]*compiled
 	globs []*compiled
 	n     int
+	// protected are the server's own files (absolute, clean): never a redirection target of an
+	// allowed command (see NewCompiler).
+	protected []string
 }
 
 // Len is the number of rules that compiled.
@@ -206,9 +209,35 @@ func ruleLabel(r gate.Rule) string {
 	return t
 }
 
-// Compiler is Compile as a gate.RuleCompiler.
-var Compiler gate.RuleCompiler = func(rs []gate.Rule) (gate.RuleEvaluator, error) {
-	return Compile(rs)
+// Compiler is Compile as a gate.RuleCompiler, with no protected files: NewCompiler(nil). The
+// server uses NewCompiler with its own files.
+var Compiler = NewCompiler(nil)
+
+// NewCompiler returns Compile as a gate.RuleCompiler whose Sets never allow a run_command that
+// redirects to, or from, one of the protected files (SPEC §14: "The agent can never write its own
+// rules"): the server's database with its -wal, -shm, -journal, .lock and .share-key files and
+// the policy file. Entries are paths, absolute or relative to the process's working folder (made
+// absolute now); at each evaluation they are compared as internal/tools.Protected compares them
+// for the file tools: by resolved real path, and for a file that exists by identity
+// (os.SameFile), so a symlink or a hard link to them is caught too. Such a command is never
+// allowed by a rule (it asks); deny and ask rules are unchanged.
+func NewCompiler(protected []string) gate.RuleCompiler {
+	var abs []string
+	for _, p := range protected {
+		if p == "" {
+			continue
+		}
+		a, err := filepath.Abs(p)
+		if err != nil {
+			a = filepath.Clean(p)
+		}
+		abs = append(abs, a)
+	}
+	return func(rs []gate.Rule) (gate.RuleEvaluator, error) {
+		s, err := Compile(rs)
+		s.protected = abs
+		return s, err
+	}
 }
 
 // Evaluate decides a call by the rules (SPEC §14): rules out of scope (another session, another
@@ -221,7 +250,7 @@ func (s *Set) Evaluate(c gate.RuleCall) gate.RuleDecision {
 	if s == nil {
 		return gate.RuleDecision{}
 	}
-	ev := evaluation{call: &c, now: time.Now()}
+	ev := evaluation{call: &c, now: time.Now(), protected: s.protected}
 	for _, r := range s.exact[c.Tool] {
 		ev.consider(r)
 	}
@@ -244,8 +273,9 @@ type hit struct {
 
 // evaluation is the state of one Evaluate call; what it needs of the call is computed lazily.
 type evaluation struct {
-	call *gate.RuleCall
-	now  time.Time
+	call      *gate.RuleCall
+	now       time.Time
+	protected []string // Set.protected
 
 	fieldsDone bool
 	fields     []field
@@ -323,7 +353,7 @@ func (ev *evaluation) views() []*shellView {
 		ev.shellDone = true
 		cmds, unamb := ev.stringArgs("command")
 		for _, c := range cmds {
-			ev.shells = append(ev.shells, viewShell(c, ev.call.Workspace))
+			ev.shells = append(ev.shells, viewShell(c, redirScope{ev.call.Workspace, ev.protected}))
 		}
 		if unamb {
 			ev.covered = make([]*compiled, len(ev.shells[0].cmds))

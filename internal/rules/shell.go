@@ -27,12 +27,20 @@ import (
 //   - every redirection is a here-document without substitutions, a duplication of a file
 //     descriptor (2>&1, >&-), or a file given as literal words that is /dev/null or, cleaned,
 //     inside the workspace (absolute inside RuleCall.Workspace, or relative without escaping
-//     "..");
+//     ".."), and that is still inside the workspace's real path once symlinks are resolved as
+//     the kernel resolves them (`docs/out/x` with `docs/out -> /tmp/o` is /tmp/o/x; a dangling
+//     symlink is followed to the file a write would create), and is none of the server's own
+//     files (NewCompiler: the database and its companions, the policy file; SPEC §14 "The agent
+//     can never write its own rules"), compared by real path and by identity. Symlinks are read
+//     when the call is decided: one created later (by an earlier command of the same line, say
+//     `ln -s /etc d && ls > d/x`, allowed only if `ln` is) is not seen;
 //   - every simple command (of lists, pipelines, &&, ||, ;, newlines, subshells, { } blocks,
 //     if/while/until/for/case bodies) is matched by some allow rule; a simple command is
 //     matched by a prefix rule (`git diff:*`) when its first words are exactly those words and
 //     the rest are arguments, by an exact rule (`go test ./...`) when its words are exactly
 //     those words;
+//   - no word is, or may expand to, an option that writes files or runs programs
+//     (writingOptions: `git log --output=/tmp/x`, `find . -exec …`, `tar --to-command=…`);
 //   - the program is not a wrapper that runs another command or a string (eval, exec, source,
 //     ".", sh/bash/dash/zsh/… , env, command, builtin, xargs, nohup, nice, timeout, time,
 //     sudo, doas, su, chroot, setsid, stdbuf, ionice, flock, watch, busybox, strace):
@@ -46,7 +54,9 @@ import (
 // unquoted glob character (* ? [) and no leading unquoted ~. The arguments after a matched
 // prefix may also contain plain parameter expansions ($X, ${X}), globs and ~: they only produce
 // more arguments to the same program; any other expansion (${X:-…}, ${#X}, …) is not seen
-// through.
+// through. No word may be, or may become, an option that writes files or runs programs
+// (writingOptions): so an argument that begins with an expansion or a glob (`$F`, `*.go`) is not
+// seen through either, while `./$F`, `src/*.go` and `--stat=$N` are.
 //
 // A call is DENIED (or ASKED) when any simple command anywhere, including inside substitutions,
 // here-documents and assignments, is matched by a deny (or ask) rule. For these the program is
@@ -69,6 +79,53 @@ var wrappers = map[string]bool{
 	"fish": true, "csh": true, "tcsh": true, "rbash": true,
 }
 
+// writingOptions are programs' own options that write files or run commands (SPEC §14: what the
+// matcher cannot see through never matches allow): `git log --output=/tmp/x` writes anywhere,
+// `git diff --ext-diff`, `--textconv`, `--pager`, `--upload-pack`, `--open-files-in-pager` run a
+// program, `--git-dir`, `--work-tree`, `--exec-path`, `--config` point git elsewhere, find's
+// -exec, -ok, -delete and -fprint* run, delete or write, tar's --to-command,
+// --use-compress-program and --checkpoint-action run a program. A simple command with such a
+// word anywhere (prefix included) is never matched by an allow rule, whatever the rule says, so
+// the call asks; deny and ask matching ignores this list. A word matches an entry when it starts
+// with it (`--output-directory`, `--config-env`, `-execdir`, `-fprint0`), and a long option
+// also when its name (before "=") is an abbreviation of one (`--outp=x`: git's parse-options and
+// getopt_long accept unique prefixes). A word that is not fully literal is judged by its literal
+// beginning: `--out$X`, `-$X`, and a word that begins with an expansion or a glob (`$OPT`, `*`,
+// which a file named `--output=x` would turn into that option) may become such an option.
+// Program-specific short options (`git grep -O`, `curl -o`, `sort -o`) are not in the list: a
+// prefix rule on such a program allows them.
+var writingOptions = []string{
+	"--output", "--exec", "--upload-pack", "--receive-pack", "--ext-diff", "--textconv",
+	"--git-dir", "--work-tree", "--exec-path", "--config", "--open-files-in-pager",
+	"--to-command", "--use-compress-program", "--checkpoint-action", "--pager",
+	"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls",
+}
+
+// writingOption reports whether w may be one of writingOptions: w is the word when complete,
+// else its literal beginning (the rest unknown).
+func writingOption(w string, complete bool) bool {
+	if w == "" {
+		return !complete
+	}
+	if w[0] != '-' {
+		return false
+	}
+	for _, o := range writingOptions {
+		if strings.HasPrefix(w, o) || (!complete && strings.HasPrefix(o, w)) {
+			return true
+		}
+	}
+	name, _, eq := strings.Cut(w, "=")
+	if (complete || eq) && len(name) > 2 && strings.HasPrefix(name, "--") {
+		for _, o := range writingOptions {
+			if strings.HasPrefix(o, name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // shells take a command string after -c.
 var shells = map[string]bool{
 	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true,
@@ -80,6 +137,8 @@ type word struct {
 	val   string // the literal value, quotes and backslashes resolved (partial when !exact)
 	exact bool   // fully literal: can be compared with a rule's word
 	arg   bool   // acceptable as an argument after a matched prefix
+	// writes: it is, or may expand to, one of writingOptions (never matched by allow)
+	writes bool
 }
 
 // simpleCmd is one simple command found in a command line.
@@ -149,6 +208,11 @@ func compileCmdSpec(spec string, allow bool) (*cmdSpec, error) {
 	if allow && (wrappers[cs.words[0]] || wrappers[filepath.Base(cs.words[0])]) {
 		return nil, fmt.Errorf("run_command specifier %q starts with %s, which runs other commands the rules cannot see, so an allow rule could never match it (deny and ask rules may name it)", spec, cs.words[0])
 	}
+	for _, w := range cs.words {
+		if allow && writingOption(w, true) {
+			return nil, fmt.Errorf("run_command specifier %q has %s, an option that writes files or runs programs, so an allow rule could never match it (deny and ask rules may name it)", spec, w)
+		}
+	}
 	return cs, nil
 }
 
@@ -166,7 +230,7 @@ func (cs *cmdSpec) allows(c *simpleCmd) bool {
 		}
 	}
 	for _, w := range c.words[len(cs.words):] {
-		if !w.arg {
+		if !w.arg || w.writes {
 			return false
 		}
 	}
@@ -222,9 +286,16 @@ func parsePOSIX(s string) (*syntax.File, error) {
 // maxReparse bounds how deep sh -c / eval strings are parsed again.
 const maxReparse = 3
 
-// viewShell parses a command line and collects its simple commands; workspace is the folder
-// redirections must stay in.
-func viewShell(command, workspace string) *shellView {
+// redirScope is what redirection targets are checked against: the workspace they must stay in
+// (by cleaned path and by real path) and the server's own files they must never reach.
+type redirScope struct {
+	workspace string
+	protected []string
+}
+
+// viewShell parses a command line and collects its simple commands; rs says where redirections
+// may go.
+func viewShell(command string, rs redirScope) *shellView {
 	v := &shellView{}
 	f, err := parsePOSIX(command)
 	if err != nil {
@@ -232,17 +303,17 @@ func viewShell(command, workspace string) *shellView {
 		// best effort for deny and ask: read it as bash.
 		if bf, berr := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(command), ""); berr == nil {
 			bv := &shellView{}
-			bv.collect(bf, command, workspace, 0)
+			bv.collect(bf, command, rs, 0)
 			v.hidden = append(bv.cmds, bv.hidden...)
 		}
 		return v
 	}
-	v.collect(f, command, workspace, 0)
+	v.collect(f, command, rs, 0)
 	return v
 }
 
 // collect walks the whole AST of one parsed string.
-func (v *shellView) collect(f *syntax.File, src, workspace string, depth int) {
+func (v *shellView) collect(f *syntax.File, src string, rs redirScope, depth int) {
 	setOpaque := func(why string) {
 		if v.opaque == "" {
 			v.opaque = why
@@ -271,7 +342,7 @@ func (v *shellView) collect(f *syntax.File, src, workspace string, depth int) {
 				setOpaque("a statement that is only a redirection")
 			}
 			for _, r := range n.Redirs {
-				if why := checkRedirect(r, workspace); why != "" {
+				if why := checkRedirect(r, rs); why != "" {
 					setOpaque(why)
 				}
 			}
@@ -293,7 +364,7 @@ func (v *shellView) collect(f *syntax.File, src, workspace string, depth int) {
 			if wrappers[c.words[0].val] || wrappers[c.program()] {
 				setOpaque(c.program() + " runs a command the rules cannot see")
 				if depth < maxReparse {
-					v.reparse(c, workspace, depth)
+					v.reparse(c, rs, depth)
 				}
 			}
 			v.cmds = append(v.cmds, c)
@@ -313,7 +384,7 @@ func (v *shellView) collect(f *syntax.File, src, workspace string, depth int) {
 }
 
 // reparse parses the string run by sh -c or eval and adds its commands as hidden ones.
-func (v *shellView) reparse(c simpleCmd, workspace string, depth int) {
+func (v *shellView) reparse(c simpleCmd, rs redirScope, depth int) {
 	var s string
 	p := c.program()
 	switch {
@@ -341,7 +412,7 @@ func (v *shellView) reparse(c simpleCmd, workspace string, depth int) {
 			continue
 		}
 		inner := &shellView{}
-		inner.collect(f, s, workspace, depth+1)
+		inner.collect(f, s, rs, depth+1)
 		v.hidden = append(v.hidden, inner.cmds...)
 		v.hidden = append(v.hidden, inner.hidden...)
 		return
@@ -363,26 +434,38 @@ func simpleParam(p *syntax.ParamExp) bool {
 		p.Repl == nil && p.Names == 0 && p.Exp == nil
 }
 
-// resolveWord resolves quotes and backslashes of a word as the shell does.
+// resolveWord resolves quotes and backslashes of a word as the shell does, and judges whether it
+// may be one of writingOptions by its literal beginning.
 func resolveWord(w *syntax.Word) word {
 	out := word{exact: true, arg: true}
 	var b strings.Builder
+	lead, open := 0, true // b[:lead] is the literal beginning; open while nothing unknown came
+	stop := func() {
+		if open {
+			lead, open = b.Len(), false
+		}
+	}
 	for i, part := range w.Parts {
 		switch p := part.(type) {
 		case *syntax.Lit:
-			val, glob := unquoteLit(p.Value)
-			if glob || (i == 0 && strings.HasPrefix(p.Value, "~")) {
+			val, globAt := unquoteLit(p.Value)
+			if globAt >= 0 || (i == 0 && strings.HasPrefix(p.Value, "~")) {
 				out.exact = false
+			}
+			if globAt >= 0 && open {
+				lead, open = b.Len()+globAt, false
 			}
 			b.WriteString(val)
 		case *syntax.SglQuoted:
 			if p.Dollar {
 				out.exact, out.arg = false, false
+				stop()
 			}
 			b.WriteString(p.Value)
 		case *syntax.DblQuoted:
 			if p.Dollar {
 				out.exact, out.arg = false, false
+				stop()
 			}
 			for _, dp := range p.Parts {
 				switch d := dp.(type) {
@@ -390,34 +473,42 @@ func resolveWord(w *syntax.Word) word {
 					b.WriteString(unquoteDbl(d.Value))
 				case *syntax.ParamExp:
 					out.exact = false
+					stop()
 					if !simpleParam(d) {
 						out.arg = false
 					}
 				default:
 					out.exact, out.arg = false, false
+					stop()
 				}
 			}
 		case *syntax.ParamExp:
 			out.exact = false
+			stop()
 			if !simpleParam(p) {
 				out.arg = false
 			}
 		default:
 			out.exact, out.arg = false, false
+			stop()
 		}
 	}
 	out.val = b.String()
+	if open {
+		lead = len(out.val)
+	}
+	out.writes = writingOption(out.val[:lead], open)
 	return out
 }
 
-// unquoteLit removes the backslashes of an unquoted literal and reports an unescaped glob
-// character.
-func unquoteLit(s string) (string, bool) {
+// unquoteLit removes the backslashes of an unquoted literal and returns the offset in the result
+// of its first unescaped glob character (-1 when there is none).
+func unquoteLit(s string) (string, int) {
 	if !strings.ContainsAny(s, `\*?[`) {
-		return s, false
+		return s, -1
 	}
 	var b strings.Builder
-	glob := false
+	glob := -1
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -427,7 +518,9 @@ func unquoteLit(s string) (string, bool) {
 				b.WriteByte(s[i])
 			}
 		case c == '*' || c == '?' || c == '[':
-			glob = true
+			if glob < 0 {
+				glob = b.Len()
+			}
 			b.WriteByte(c)
 		default:
 			b.WriteByte(c)
@@ -460,7 +553,7 @@ func unquoteDbl(s string) string {
 }
 
 // checkRedirect says why a redirection cannot be allowed ("" when it can).
-func checkRedirect(r *syntax.Redirect, workspace string) string {
+func checkRedirect(r *syntax.Redirect, rs redirScope) string {
 	switch r.Op {
 	case syntax.Hdoc, syntax.DashHdoc:
 		return "" // the body is walked: a substitution in it is seen there
@@ -480,8 +573,27 @@ func checkRedirect(r *syntax.Redirect, workspace string) string {
 	if w.val == "/dev/null" {
 		return ""
 	}
-	if _, ok := workspacePath(w.val, workspace); !ok {
+	if _, ok := workspacePath(w.val, rs.workspace); !ok {
 		return "a redirection outside the workspace (" + w.val + ")"
+	}
+	// The shell opens the target from the workspace, following symlinks: judge where it lands.
+	base := rs.workspace
+	if base == "" {
+		base = "." // run_command then runs in the server's working folder
+	}
+	target, err := resolveReal(base, w.val)
+	if err != nil {
+		return "a redirection to a path that cannot be resolved (" + w.val + ": " + err.Error() + ")"
+	}
+	root, err := resolveReal(".", base)
+	if err != nil {
+		return "a redirection from a workspace that cannot be resolved (" + err.Error() + ")"
+	}
+	if rel, err := filepath.Rel(root, target); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "a redirection that leaves the workspace through a symbolic link (" + w.val + ")"
+	}
+	if isProtected(target, rs.protected) {
+		return "a redirection to one of the server's own files (" + w.val + ")"
 	}
 	return ""
 }

@@ -3,6 +3,9 @@ package rules
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"path"
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,12 +118,17 @@ func TestShellMatchingTable(t *testing.T) {
 		{"subshell", "(git diff)", "allow"},
 		{"block", "{ git diff; go test ./...; }", "allow"},
 		{"if clause", "if git diff; then go test ./...; fi", "allow"},
-		{"for loop arg", "for f in a b; do git diff $f; done", "allow"},
+		{"for loop arg", "for f in a b; do git diff $f; done", "ask"}, // $f may begin with "--output="
+		{"for loop arg after literal", "for f in a b; do git diff ./$f; done", "allow"},
 		{"function", "f() { git diff; }; f", "ask"},
-		{"param in later arg", "git diff $HOME", "allow"},
+		{"param in later arg", "git diff $HOME", "ask"}, // may expand to an option that writes
+		{"param after literal", "git diff ./$X", "allow"},
+		{"param after option name", "git diff --stat=$N", "allow"},
 		{"param as program", "$GIT diff", "ask"},
 		{"arithmetic", "git diff $((1+1))", "ask"},
-		{"glob later arg", "git diff *.go", "allow"},
+		{"glob later arg", "git diff *.go", "ask"}, // a file named --output=x.go would be an option
+		{"glob after literal", "git diff ./*.go", "allow"},
+		{"glob after folder", "git diff internal/*.go", "allow"},
 		{"glob in prefix", "gi? diff", "ask"},
 		{"tilde program", "~/bin/git diff", "ask"},
 		{"heredoc with substitution", "git diff <<EOF\n$(rm x)\nEOF", "deny"},
@@ -215,10 +223,16 @@ func FuzzShellAllow(f *testing.F) {
 		"sh -c 'git diff'", "git diff\nrm x", "g''it diff", "gіt diff", "git diff (", "go test ./...",
 		"{ git diff; go test ./...; }", "git diff <<EOF\n$(rm x)\nEOF", "for f in a; do git diff $f; done",
 		"git diff 2>&1 > out", "git diff > /ws/../etc/x", `git di\ff`, "git diff ${X:=1}", "git diff > {1..99999}",
+		"git diff > cs.db", "git diff >> policy.json", "git diff > a/../cs.db-wal", "go test 2> /ws/cs.db.share-key",
+		"git diff --output=/tmp/x", "git diff --outp=x", "go test -exec=sh", "git diff $X", "git diff *",
+		"git diff -$X", `git diff "--out"put=x`, "for f in *; do git diff $f; done", "git diff ./$X ./*",
 	} {
 		f.Add(seed)
 	}
-	set := mustCompile(f, shellRules())
+	set, err := NewCompiler(fuzzProtected)(shellRules())
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, cmd string) {
 		c := commandCall(cmd)
 		d := set.Evaluate(c)
@@ -235,6 +249,57 @@ func FuzzShellAllow(f *testing.F) {
 		}
 	})
 }
+
+// fuzzProtected are the server's own files given to FuzzShellAllow's rules (the workspace /ws
+// does not exist, so paths compare as cleaned text).
+var fuzzProtected = []string{
+	"/ws/cs.db", "/ws/cs.db-wal", "/ws/cs.db-shm", "/ws/cs.db-journal", "/ws/cs.db.lock",
+	"/ws/cs.db.share-key", "/ws/policy.json",
+}
+
+// oracleOptions are the options the oracle refuses in an allowed command: programs' options
+// that write files or run commands (the issue's list, written out again here).
+var oracleOptions = []string{
+	"--output", "--exec", "--upload-pack", "--receive-pack", "--ext-diff", "--textconv",
+	"--git-dir", "--work-tree", "--exec-path", "--config", "--open-files-in-pager", "-exec",
+	"-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls",
+	"--to-command", "--use-compress-program", "--checkpoint-action", "--pager",
+}
+
+// oracleWrites: the field is one of oracleOptions, or a long option abbreviating one.
+func oracleWrites(field string) bool {
+	for _, o := range oracleOptions {
+		if strings.HasPrefix(field, o) {
+			return true
+		}
+		name, _, _ := strings.Cut(field, "=")
+		if strings.HasPrefix(name, "--") && len(name) > 2 && strings.HasPrefix(o, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostile is an expansion environment chosen against the matcher: every variable but HOME holds
+// an option that writes, and every folder holds a file named like one.
+func hostile() *expand.Config {
+	return &expand.Config{
+		Env: expand.FuncEnviron(func(name string) string {
+			if name == "HOME" {
+				return "/home/u"
+			}
+			return "--output=/tmp/x"
+		}),
+		ReadDir2: func(string) ([]fs.DirEntry, error) { return []fs.DirEntry{hostileEntry{}}, nil },
+	}
+}
+
+type hostileEntry struct{}
+
+func (hostileEntry) Name() string               { return "--output=x" }
+func (hostileEntry) IsDir() bool                { return false }
+func (hostileEntry) Type() fs.FileMode          { return 0 }
+func (hostileEntry) Info() (fs.FileInfo, error) { return nil, fs.ErrNotExist }
 
 // oracleAllows says why cmd must not be allowed by `git diff:*` and `go test:*` ("" if it may).
 func oracleAllows(cmd string) string {
@@ -272,8 +337,15 @@ func oracleAllows(cmd string) string {
 				if target == "/dev/null" {
 					continue
 				}
-				if strings.HasPrefix(target, "/") && !strings.HasPrefix(target, testWorkspace+"/") || strings.Contains("/"+target+"/", "/../") && !insideByHand(target) {
+				if strings.HasPrefix(target, "/") && !strings.HasPrefix(target+"/", testWorkspace+"/") || strings.Contains("/"+target+"/", "/../") && !insideByHand(target) {
 					why = "a redirection goes to " + target
+				}
+				abs := target
+				if !strings.HasPrefix(abs, "/") {
+					abs = testWorkspace + "/" + abs
+				}
+				if slices.Contains(fuzzProtected, path.Clean(abs)) {
+					why = "a redirection goes to the server's own file " + target
 				}
 			}
 		case *syntax.CallExpr:
@@ -300,6 +372,20 @@ func oracleAllows(cmd string) string {
 			}
 			if !(a[0] == "git" && b[0] == "diff") && !(a[0] == "go" && b[0] == "test") {
 				why = "simple command " + a[0] + " " + b[0] + " is matched by no allow rule"
+				return false
+			}
+			for _, w := range n.Args[2:] {
+				fields, err := dashFieldsWith(hostile(), w)
+				if err != nil {
+					why = "an argument does not expand: " + err.Error()
+					return false
+				}
+				for _, fd := range fields {
+					if oracleWrites(fd) {
+						why = "an argument is or may become the option " + fd
+						return false
+					}
+				}
 			}
 		}
 		return true
@@ -312,7 +398,10 @@ func oracleAllows(cmd string) string {
 
 // dashFields expands a word with mvdan.cc/sh/v3/expand as dash would: expand does bash's brace
 // expansion, which dash does not have, so unquoted braces are escaped first.
-func dashFields(w *syntax.Word) ([]string, error) {
+func dashFields(w *syntax.Word) ([]string, error) { return dashFieldsWith(nil, w) }
+
+// dashFieldsWith is dashFields with an expansion environment.
+func dashFieldsWith(cfg *expand.Config, w *syntax.Word) ([]string, error) {
 	cp := &syntax.Word{Parts: make([]syntax.WordPart, len(w.Parts))}
 	for i, p := range w.Parts {
 		lit, ok := p.(*syntax.Lit)
@@ -339,7 +428,7 @@ func dashFields(w *syntax.Word) ([]string, error) {
 		l.Value = b.String()
 		cp.Parts[i] = &l
 	}
-	return expand.Fields(nil, cp)
+	return expand.Fields(cfg, cp)
 }
 
 // insideByHand cleans a relative path segment by segment and reports whether it stays inside.

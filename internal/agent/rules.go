@@ -94,6 +94,13 @@ func (r *Runner) release(ctx context.Context, pending []gate.Approval) {
 		if d.Outcome != gate.Allowed || d.Source == gate.FromAnnotations {
 			continue // still asks (or would be denied: never retroactively)
 		}
+		if d.Rule != nil && d.Rule.FromApproval == p.ID {
+			// The rule was saved by the person deciding this very approval ("Approve for session",
+			// "Always allow…"): their decision is about to land and must win. Releasing it here
+			// (ask's second look racing Decide) made their Decide fail with "already resolved";
+			// CI saw it once under -race.
+			continue
+		}
 		rec := d.Record(p)
 		res := gate.Resolution{Status: gate.Approved, Automatic: true, DecidedBy: rec.DecidedBy, Reason: rec.Reason,
 			Scope: rec.Scope, DerivedFrom: rec.DerivedFrom, Source: d.Source, RuleID: rec.RuleID, RuleText: rec.RuleText,

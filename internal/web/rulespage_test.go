@@ -232,6 +232,9 @@ func TestAlwaysAllowOnAPrompt(t *testing.T) {
 		`Rule <input type="text" name="rule" value="shell"`,
 		`<select name="scope"><option value="session" selected>session</option> <option value="workspace">workspace</option></select>`,
 		`<button type="submit" class="primary">Save rule</button>`,
+		// The form says what Save approves: the whole call, also beyond the rule (a review found
+		// "ls; rm x" saved as run_command(ls:*) read as if the rule covered it).
+		`Saving approves this whole call once, as asked (also any part of it the rule does not cover)`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the owner's prompt lacks %s", want)

@@ -78,8 +78,14 @@ func TestCheckpointsRunInTheBackground(t *testing.T) {
 }
 
 // BenchmarkCreateApprovals: automatic records of nested calls written in batches of 128, as the
-// agent's audit writer does; ns/op is one record.
+// agent's audit writer does; ns/op is one record. "rule" records name the rule that decided them
+// (SPEC §14, issue 17's rules bench case), "annotations" the annotation default.
 func BenchmarkCreateApprovals(b *testing.B) {
+	b.Run("annotations", func(b *testing.B) { benchCreateApprovals(b, false) })
+	b.Run("rule", func(b *testing.B) { benchCreateApprovals(b, true) })
+}
+
+func benchCreateApprovals(b *testing.B, byRule bool) {
 	db := MustOpenDB(b)
 	ctx := context.Background()
 	if err := db.CreateSession(ctx, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"}); err != nil {
@@ -100,7 +106,12 @@ func BenchmarkCreateApprovals(b *testing.B) {
 			ToolCallID: fmt.Sprintf("c1/%d", i), ParentToolCallID: "c1", ToolName: "run_checks", ToolTitle: "Run checks",
 			Arguments: []byte(`{}`), Annotations: tool.Annotations{ReadOnlyHint: &yes}, RequestedBy: "review_diff",
 			Status: gate.Approved, Automatic: true, DecidedBy: "policy", Reason: "annotations allow it without approval",
-			CreatedAt: now, DecidedAt: &now})
+			CreatedAt: now, DecidedAt: &now, DecisionSource: gate.FromAnnotations, Mode: gate.ModeDefault})
+		if byRule {
+			a := &batch[len(batch)-1]
+			a.DecidedBy, a.Reason, a.DecisionSource = gate.ByRule, "rule run_checks allows the call", gate.FromRule
+			a.RuleID, a.RuleText, a.RuleSource = "policy:9", "run_checks", gate.SourcePolicyFile
+		}
 		if len(batch) == cap(batch) {
 			flush()
 		}

@@ -103,6 +103,10 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 	}
 	results := resultsByCall(entries)
 	running := s.cfg.Runner.Busy(id)
+	ruleScopes := map[string]gate.RuleScope{}
+	for _, rl := range s.cfg.Runner.Rules() {
+		ruleScopes[rl.ID] = rl.Scope
+	}
 	for _, a := range approvals {
 		if !slices.Contains(v.Tools, a.ToolName) {
 			v.Tools = append(v.Tools, a.ToolName)
@@ -126,6 +130,9 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 		if a.RuleScope != "" {
 			// A person's decision that saved a rule reaches as far as the rule: say its scope.
 			row.Scope = string(a.RuleScope)
+		} else if a.Automatic && a.DecisionSource == gate.FromRule && row.Scope == "" {
+			// A rule's own decision: the rule's scope, while the rule exists.
+			row.Scope = string(ruleScopes[a.RuleID])
 		}
 		if via := a.DecidedVia; via != nil {
 			row.LinkID, row.LinkLabel = via.LinkID, via.Label

@@ -302,6 +302,11 @@ func TestAlwaysAllowOnAPrompt(t *testing.T) {
 			t.Errorf("the audit lacks %s\n%s", want, audit)
 		}
 	}
+	// The call the rule decided on its own says the rule's scope too (a review found its Scope
+	// cell empty): two workspace cells, the saving decision's and the rule's decision's.
+	if n := strings.Count(audit, `<td data-label="Scope" class="col-scope">workspace</td>`); n != 2 {
+		t.Errorf("%d workspace scope cells in the audit, want 2", n)
+	}
 	_, rulesPage := get(t, ts, nil, "/rules")
 	if !strings.Contains(rulesPage, `<tr id="rule-`+ruleID+`"`) || !strings.Contains(rulesPage, `<td data-label="Hits" class="rule-hits">1</td>`) {
 		t.Error("the Rules page lacks the remembered rule's anchor or its hit")

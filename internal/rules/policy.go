@@ -137,13 +137,27 @@ func (p *policyParser) str(what string) (string, int64, error) {
 	return s, off, nil
 }
 
+// once refuses a key an object already had: JSON readers disagree on which of two "effect"s
+// counts (the first, the last), so a file a person reads as deny must not load as allow.
+func (p *policyParser) once(seen map[string]bool, key string, off int64) error {
+	if seen[key] {
+		return p.errAt(off, "duplicate key %q", key)
+	}
+	seen[key] = true
+	return nil
+}
+
 func (p *policyParser) parse() (Policy, error) {
 	if _, err := p.delim('{', "the policy file"); err != nil {
 		return Policy{}, err
 	}
+	seen := map[string]bool{}
 	for p.d.More() {
 		key, off, err := p.str("a key")
 		if err != nil {
+			return Policy{}, err
+		}
+		if err := p.once(seen, key, off); err != nil {
 			return Policy{}, err
 		}
 		switch key {
@@ -177,9 +191,13 @@ func (p *policyParser) permissions() error {
 	if _, err := p.delim('{', `"permissions"`); err != nil {
 		return err
 	}
+	seen := map[string]bool{}
 	for p.d.More() {
 		key, off, err := p.str("a key")
 		if err != nil {
+			return err
+		}
+		if err := p.once(seen, key, off); err != nil {
 			return err
 		}
 		switch key {
@@ -272,9 +290,13 @@ func (p *policyParser) rules() error {
 		}
 		var r gate.Rule
 		var effOff, toolOff, whenOff int64 = -1, -1, -1
+		seen := map[string]bool{}
 		for p.d.More() {
 			key, off, err := p.str("a key")
 			if err != nil {
+				return err
+			}
+			if err := p.once(seen, key, off); err != nil {
 				return err
 			}
 			var v string

@@ -93,6 +93,11 @@ func TestLoadPolicyFileErrors(t *testing.T) {
 		{"rule without tool", `{"rules": [{"effect": "deny"}]}`, `1:12: a rule needs "tool"`},
 		{"allow not array", `{"permissions": {"allow": "read_file"}}`, `1:27: "allow" must be an array`},
 		{"trailing data", `{} {}`, `1:4: unexpected { after the policy object`},
+		// Duplicate keys: which one counts differs between readers (a review started a file
+		// with "permissions" twice without a word).
+		{"duplicate top key", `{"permissions": {}, "permissions": {}}`, `1:21: duplicate key "permissions"`},
+		{"duplicate permissions key", `{"permissions": {"defaultMode": "plan", "defaultMode": "default"}}`, `1:41: duplicate key "defaultMode"`},
+		{"duplicate rule key", `{"rules": [{"effect": "deny", "tool": "x", "effect": "allow"}]}`, `1:44: duplicate key "effect"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

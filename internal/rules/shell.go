@@ -90,8 +90,9 @@ var wrappers = map[string]bool{
 // with it (`--output-directory`, `--config-env`, `-execdir`, `-fprint0`), and a long option
 // also when its name (before "=") is an abbreviation of one (`--outp=x`: git's parse-options and
 // getopt_long accept unique prefixes). A word that is not fully literal is judged by its literal
-// beginning: `--out$X`, `-$X`, and a word that begins with an expansion or a glob (`$OPT`, `*`,
-// which a file named `--output=x` would turn into that option) may become such an option.
+// beginning: `--out$X`, `-$X`, and a word that begins with an expansion, a tilde or a glob
+// (`$OPT`, `~x`, `*`, which a file named `--output=x` would turn into that option) may become such
+// an option.
 // Program-specific short options (`git grep -O`, `curl -o`, `sort -o`) are not in the list: a
 // prefix rule on such a program allows them.
 var writingOptions = []string{
@@ -451,6 +452,11 @@ func resolveWord(w *syntax.Word) word {
 			val, globAt := unquoteLit(p.Value)
 			if globAt >= 0 || (i == 0 && strings.HasPrefix(p.Value, "~")) {
 				out.exact = false
+			}
+			if i == 0 && strings.HasPrefix(p.Value, "~") {
+				// Tilde expansion: a home folder the matcher cannot see (HOME, or a user's entry
+				// in the passwd database) decides what the word becomes (found by the fuzzer).
+				stop()
 			}
 			if globAt >= 0 && open {
 				lead, open = b.Len()+globAt, false

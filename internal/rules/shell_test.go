@@ -131,6 +131,8 @@ func TestShellMatchingTable(t *testing.T) {
 		{"glob after folder", "git diff internal/*.go", "allow"},
 		{"glob in prefix", "gi? diff", "ask"},
 		{"tilde program", "~/bin/git diff", "ask"},
+		{"tilde argument (a home folder decides what it becomes; found by the fuzzer)", "git diff ~0", "ask"},
+		{"tilde inside a word stays literal", "git diff HEAD~2", "allow"},
 		{"heredoc with substitution", "git diff <<EOF\n$(rm x)\nEOF", "deny"},
 		{"quoted heredoc", "git diff <<'EOF'\nhello $(x)\nEOF", "allow"},
 		{"only redirection", "> main.go", "ask"},

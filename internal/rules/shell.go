@@ -92,7 +92,8 @@ var wrappers = map[string]bool{
 // getopt_long accept unique prefixes). A word that is not fully literal is judged by its literal
 // beginning: `--out$X`, `-$X`, and a word that begins with an expansion, a tilde or a glob
 // (`$OPT`, `~x`, `*`, which a file named `--output=x` would turn into that option) may become such
-// an option.
+// an option; so may a word with an unquoted expansion anywhere (`./$X`: field splitting makes new
+// words of its value). Quoted, `"./$X"` is one word and judged by its beginning.
 // Program-specific short options (`git grep -O`, `curl -o`, `sort -o`) are not in the list: a
 // prefix rule on such a program allows them.
 var writingOptions = []string{
@@ -441,6 +442,7 @@ func resolveWord(w *syntax.Word) word {
 	out := word{exact: true, arg: true}
 	var b strings.Builder
 	lead, open := 0, true // b[:lead] is the literal beginning; open while nothing unknown came
+	split := false        // an unquoted expansion: field splitting may make new words of it
 	stop := func() {
 		if open {
 			lead, open = b.Len(), false
@@ -494,6 +496,9 @@ func resolveWord(w *syntax.Word) word {
 			if !simpleParam(p) {
 				out.arg = false
 			}
+			// Unquoted, its value is split into fields wherever it stands: "./$X" with X set
+			// to "a --output=y" is two words, the second an option (found by the fuzzer).
+			split = true
 		default:
 			out.exact, out.arg = false, false
 			stop()
@@ -503,7 +508,7 @@ func resolveWord(w *syntax.Word) word {
 	if open {
 		lead = len(out.val)
 	}
-	out.writes = writingOption(out.val[:lead], open)
+	out.writes = split || writingOption(out.val[:lead], open)
 	return out
 }
 

@@ -119,11 +119,17 @@ func TestShellMatchingTable(t *testing.T) {
 		{"block", "{ git diff; go test ./...; }", "allow"},
 		{"if clause", "if git diff; then go test ./...; fi", "allow"},
 		{"for loop arg", "for f in a b; do git diff $f; done", "ask"}, // $f may begin with "--output="
-		{"for loop arg after literal", "for f in a b; do git diff ./$f; done", "allow"},
+		// Unquoted expansions split into fields: X="a --output=y" makes "./$X" two words, the
+		// second an option that writes (found by the fuzzer). Quoted, they stay one word.
+		{"for loop arg after literal", "for f in a b; do git diff ./$f; done", "ask"},
+		{"for loop arg after literal, quoted", `for f in a b; do git diff "./$f"; done`, "allow"},
 		{"function", "f() { git diff; }; f", "ask"},
 		{"param in later arg", "git diff $HOME", "ask"}, // may expand to an option that writes
-		{"param after literal", "git diff ./$X", "allow"},
-		{"param after option name", "git diff --stat=$N", "allow"},
+		{"param after literal", "git diff ./$X", "ask"},
+		{"param after literal, quoted", `git diff "./$X"`, "allow"},
+		{"param after option name", "git diff --stat=$N", "ask"},
+		{"param after option name, quoted", `git diff "--stat=$N"`, "allow"},
+		{"param inside a word before a glob", "git diff 000$0*", "ask"},
 		{"param as program", "$GIT diff", "ask"},
 		{"arithmetic", "git diff $((1+1))", "ask"},
 		{"glob later arg", "git diff *.go", "ask"}, // a file named --output=x.go would be an option

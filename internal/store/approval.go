@@ -263,20 +263,7 @@ func (db *DB) PendingApprovals(ctx context.Context) (_ []gate.Approval, err erro
 }
 
 func (db *DB) queryApprovals(ctx context.Context, query string, args ...any) ([]gate.Approval, error) {
-	rows, err := db.read.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var approvals []gate.Approval
-	for rows.Next() {
-		a, err := scanApproval(rows)
-		if err != nil {
-			return nil, err
-		}
-		approvals = append(approvals, a)
-	}
-	return approvals, rows.Err()
+	return queryAll(ctx, db.read, scanApproval, query, args...)
 }
 
 func scanApproval(r scanner) (gate.Approval, error) {

@@ -111,20 +111,7 @@ const addRuleHits = `UPDATE rules SET hits = hits + ?,
 	last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < ? THEN ? ELSE last_used_at END WHERE id = ?`
 
 func (db *DB) queryRules(ctx context.Context, query string, args ...any) ([]gate.Rule, error) {
-	rows, err := db.read.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []gate.Rule
-	for rows.Next() {
-		r, err := scanRule(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, db.read, scanRule, query, args...)
 }
 
 func scanRule(sc scanner) (gate.Rule, error) {

@@ -240,24 +240,29 @@ func (db *DB) updateSession(ctx context.Context, id, query string, args ...any) 
 }
 
 func (db *DB) querySessions(ctx context.Context, query string, args ...any) ([]agent.Session, error) {
-	rows, err := db.read.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var sessions []agent.Session
-	for rows.Next() {
-		s, err := scanSession(rows)
-		if err != nil {
-			return nil, err
-		}
-		sessions = append(sessions, s)
-	}
-	return sessions, rows.Err()
+	return queryAll(ctx, db.read, scanSession, query, args...)
 }
 
 // scanner is a *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
+
+// queryAll runs query on conn and scans every row with scan, in order.
+func queryAll[T any](ctx context.Context, conn *sql.DB, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := conn.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
 
 func scanSession(r scanner) (agent.Session, error) {
 	var (

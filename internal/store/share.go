@@ -41,20 +41,7 @@ func (db *DB) ShareByHash(ctx context.Context, tokenHash string) (share.Link, er
 // Shares lists a session's links, newest first.
 func (db *DB) Shares(ctx context.Context, sessionID string) (_ []share.Link, err error) {
 	defer apperr.Wrap(&err, "store.Shares(%s)", sessionID)
-	rows, err := db.read.QueryContext(ctx, `SELECT `+shareColumns+` FROM shares WHERE session_id = ? ORDER BY created_at DESC, rowid DESC`, sessionID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []share.Link
-	for rows.Next() {
-		l, err := scanShare(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, db.read, scanShare, `SELECT `+shareColumns+` FROM shares WHERE session_id = ? ORDER BY created_at DESC, rowid DESC`, sessionID)
 }
 
 // RevokeShare marks link id revoked at at (once: a revoked link keeps its first time) and

@@ -3,9 +3,10 @@ package gate
 import (
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"path/filepath"
 	"strings"
+
+	"countersign/internal/realpath"
 )
 
 // acceptEditsExcluded says why accept-edits mode does not cover a file tool's write ("" when it
@@ -16,8 +17,9 @@ import (
 //
 // The path is the tool's `path` argument, decoded as the tool decodes it (encoding/json into a
 // struct: the last key matching case-insensitively), relative to workspace or absolute, with the
-// symlinks of its existing part resolved, so a link in the workspace to .git/config is seen
-// through. A path that cannot be read asks too.
+// symlinks followed as the kernel would (realpath.Resolve, a dangling one too), so a link in the
+// workspace to .git/config, or to a hook that does not exist yet, is seen through. A path that
+// cannot be resolved asks too.
 func acceptEditsExcluded(args json.RawMessage, workspace string) string {
 	var in struct {
 		Path string `json:"path"`
@@ -31,7 +33,11 @@ func acceptEditsExcluded(args json.RawMessage, workspace string) string {
 	}
 	p = filepath.Clean(p)
 	if workspace != "" {
-		real, realWS := resolveExisting(p), resolveExisting(filepath.Clean(workspace))
+		real, err := realpath.Resolve(workspace, p)
+		realWS, werr := realpath.Resolve("/", workspace)
+		if err != nil || werr != nil {
+			return "accept-edits mode cannot tell where this call writes: " + errors.Join(err, werr).Error()
+		}
 		if rel, err := filepath.Rel(realWS, real); err == nil {
 			p = rel
 		}
@@ -43,23 +49,4 @@ func acceptEditsExcluded(args json.RawMessage, workspace string) string {
 		}
 	}
 	return ""
-}
-
-// resolveExisting resolves the symlinks of the longest existing prefix of the clean absolute
-// path p and joins the rest on unchanged; p itself when nothing of it resolves.
-func resolveExisting(p string) string {
-	rest := ""
-	for dir := p; ; {
-		if real, err := filepath.EvalSymlinks(dir); err == nil {
-			return filepath.Join(real, rest)
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return p
-		}
-		rest = filepath.Join(filepath.Base(dir), rest)
-		dir = parent
-	}
 }

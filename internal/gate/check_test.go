@@ -244,13 +244,14 @@ func TestAcceptEditsSeesThroughSymlinksToTheRepositoryConfiguration(t *testing.T
 	if err := os.WriteFile(filepath.Join(ws, ".git", "config"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for link, target := range map[string]string{"cfg": ".git/config", "h": ".git/hooks"} {
+	// "hook" dangles: a write through it creates .git/hooks/pre-push.
+	for link, target := range map[string]string{"cfg": ".git/config", "h": ".git/hooks", "hook": ".git/hooks/pre-push"} {
 		if err := os.Symlink(filepath.Join(ws, target), filepath.Join(ws, link)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	write := &tool.Tool{Name: "write_file", WritesFiles: true, Annotations: tool.Annotations{DestructiveHint: tool.Bool(true)}}
-	for path, want := range map[string]gate.Outcome{"cfg": gate.Asked, "h/pre-commit": gate.Asked, "notes.txt": gate.Allowed, filepath.Join(ws, "h", "x"): gate.Asked} {
+	for path, want := range map[string]gate.Outcome{"hook": gate.Asked, "cfg": gate.Asked, "h/pre-commit": gate.Asked, "notes.txt": gate.Allowed, filepath.Join(ws, "h", "x"): gate.Asked} {
 		args, _ := json.Marshal(map[string]string{"path": path, "content": "x"})
 		d := gate.Checker{}.Check(context.Background(), gate.CheckCall{SessionID: "s", Tool: write, Arguments: args, Workspace: ws, Mode: gate.ModeAcceptEdits})
 		if d.Outcome != want {

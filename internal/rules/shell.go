@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"mvdan.cc/sh/v3/syntax"
+
+	"countersign/internal/realpath"
 )
 
 // Shell matching (SPEC §14 "Commands are parsed, not string-matched").
@@ -592,18 +594,18 @@ func checkRedirect(r *syntax.Redirect, rs redirScope) string {
 	if base == "" {
 		base = "." // run_command then runs in the server's working folder
 	}
-	target, err := resolveReal(base, w.val)
+	target, err := realpath.Resolve(base, w.val)
 	if err != nil {
 		return "a redirection to a path that cannot be resolved (" + w.val + ": " + err.Error() + ")"
 	}
-	root, err := resolveReal(".", base)
+	root, err := realpath.Resolve(".", base)
 	if err != nil {
 		return "a redirection from a workspace that cannot be resolved (" + err.Error() + ")"
 	}
 	if rel, err := filepath.Rel(root, target); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return "a redirection that leaves the workspace through a symbolic link (" + w.val + ")"
 	}
-	if isProtected(target, rs.protected) {
+	if realpath.IsOneOf(target, rs.protected) {
 		return "a redirection to one of the server's own files (" + w.val + ")"
 	}
 	return ""

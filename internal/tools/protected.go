@@ -3,8 +3,8 @@ package tools
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+
+	"countersign/internal/realpath"
 )
 
 // ErrProtected is wrapped by the error a file tool returns for a path that reaches one of the
@@ -24,26 +24,8 @@ type Protected []string
 // check returns an error wrapping ErrProtected when target (an absolute path with its symlinks
 // resolved, existing or not) is one of p's files; display is the path as the call gave it.
 func (p Protected) check(target, display string) error {
-	if len(p) == 0 {
-		return nil
-	}
-	fi, statErr := os.Stat(target)
-	for _, name := range p {
-		abs, err := filepath.Abs(name)
-		if err != nil {
-			continue
-		}
-		if real, err := realPath(filepath.Clean(abs)); err == nil {
-			abs = real
-		}
-		if abs == target {
-			return fmt.Errorf("path %q is %w", display, ErrProtected)
-		}
-		if statErr == nil {
-			if pfi, err := os.Stat(abs); err == nil && os.SameFile(fi, pfi) {
-				return fmt.Errorf("path %q is %w (a link to %s)", display, ErrProtected, filepath.Base(abs))
-			}
-		}
+	if realpath.IsOneOf(target, p) {
+		return fmt.Errorf("path %q is %w", display, ErrProtected)
 	}
 	return nil
 }

@@ -64,3 +64,20 @@ func TestServerFilesAreOutOfReach(t *testing.T) {
 		t.Errorf("read_file plain.txt = %q, %v", res.TextOf(), err)
 	}
 }
+
+// TestRelativeServerFilesAreOutOfReach: `make run` passes the database as a relative path
+// ("countersign.db", relative to the server's working folder): it is protected all the same.
+func TestRelativeServerFilesAreOutOfReach(t *testing.T) {
+	ws := t.TempDir()
+	t.Chdir(ws)
+	if err := os.WriteFile(filepath.Join(ws, "countersign.db"), []byte("SQLite format 3"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	byName := mustTools(t, Config{Protected: Protected{"countersign.db", "countersign.db-wal"}})
+	for _, path := range []string{"countersign.db", "countersign.db-wal"} {
+		raw, _ := json.Marshal(map[string]string{"path": path, "content": "x"})
+		if vs := byName["write_file"].CheckInput(raw, ws); len(vs) != 1 || !strings.Contains(vs[0].Message, "one of the server's own files") {
+			t.Errorf("write_file %s: violations %v, want the server's own files", path, vs)
+		}
+	}
+}

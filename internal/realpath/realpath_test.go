@@ -1,4 +1,4 @@
-package rules
+package realpath
 
 import (
 	"errors"
@@ -46,15 +46,15 @@ func TestResolveReal(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := resolveReal(ws, tc.p)
+			got, err := Resolve(ws, tc.p)
 			if err != nil || got != tc.want {
-				t.Fatalf("resolveReal(%q) = %q, %v; want %q", tc.p, got, err, tc.want)
+				t.Fatalf("Resolve(%q) = %q, %v; want %q", tc.p, got, err, tc.want)
 			}
 		})
 	}
 	t.Run("loop", func(t *testing.T) {
-		if _, err := resolveReal(ws, "loop/x"); !errors.Is(err, errLinkLoop) {
-			t.Fatalf("err %v, want errLinkLoop", err)
+		if _, err := Resolve(ws, "loop/x"); !errors.Is(err, ErrLinkLoop) {
+			t.Fatalf("err %v, want ErrLinkLoop", err)
 		}
 	})
 }

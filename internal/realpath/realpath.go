@@ -1,4 +1,8 @@
-package rules
+// Package realpath says where a path lands once its symlinks are followed, as the kernel would
+// follow them, including a symlink that dangles (a write through it creates its target), and
+// whether it lands on one of a set of files. The gate (accept-edits), the rules engine
+// (redirections) and the file tools (the server's own files) judge paths with it.
+package realpath
 
 import (
 	"errors"
@@ -9,28 +13,28 @@ import (
 	"syscall"
 )
 
-// maxLinks bounds the symlinks resolveReal follows, as the kernel does (ELOOP after 40).
-const maxLinks = 40
+// MaxLinks bounds the symlinks Resolve follows, as the kernel does (ELOOP after 40).
+const MaxLinks = 40
 
-// errLinkLoop is resolveReal's error for a chain of more than maxLinks symlinks.
-var errLinkLoop = errors.New("too many levels of symbolic links")
+// ErrLinkLoop is Resolve's error for a chain of more than MaxLinks symlinks.
+var ErrLinkLoop = errors.New("too many levels of symbolic links")
 
-// resolveReal returns where the kernel would land for the path p opened from the folder base
+// Resolve returns where the kernel would land for the path p opened from the folder base
 // (both absolute or relative to the process's working folder): an absolute, clean path with every
 // symlink resolved, where the last elements need not exist. Unlike filepath.Clean, a ".." is
 // applied after the symlink before it is followed (`out/../x` with `out -> /tmp/o` is /tmp/x),
 // and a symlink that dangles is followed to its target, because a write through it creates the
 // target. Once an element does not exist, the rest is joined lexically (nothing below it can be a
 // symlink yet). The error is a failure of os.Lstat or os.Readlink other than "does not exist", or
-// errLinkLoop.
-func resolveReal(base, p string) (string, error) {
+// ErrLinkLoop.
+func Resolve(base, p string) (string, error) {
 	cur := "/"
 	if !filepath.IsAbs(p) {
 		b, err := filepath.Abs(base)
 		if err != nil {
 			return "", err
 		}
-		real, err := resolveReal("/", b)
+		real, err := Resolve("/", b)
 		if err != nil {
 			return "", err
 		}
@@ -59,8 +63,8 @@ func resolveReal(base, p string) (string, error) {
 			cur = next
 			continue
 		}
-		if links++; links > maxLinks {
-			return "", errLinkLoop
+		if links++; links > MaxLinks {
+			return "", ErrLinkLoop
 		}
 		target, err := os.Readlink(next)
 		if err != nil {
@@ -75,18 +79,18 @@ func resolveReal(base, p string) (string, error) {
 	return cur, nil
 }
 
-// isProtected reports whether target (absolute, resolved by resolveReal) is one of the protected
-// files (absolute, clean paths): the same resolved path, or, for a file that exists, the same file
-// by os.Stat identity, so that a hard link or another symlink to it is caught too. Compared as
-// internal/tools.Protected compares paths for the file tools (SPEC §14: the agent can never write
-// its own rules).
-func isProtected(target string, protected []string) bool {
-	if len(protected) == 0 {
+// IsOneOf reports whether target (absolute, resolved by Resolve) is one of files (paths,
+// resolved here, a relative one from the working folder): the same resolved path, or, for a file that exists, the same file by os.Stat
+// identity, so that a hard link or another symlink to it is caught too. The rules engine and the
+// file tools use it for the server's own files (SPEC §14: the agent can never write its own
+// rules).
+func IsOneOf(target string, files []string) bool {
+	if len(files) == 0 {
 		return false
 	}
 	fi, statErr := os.Stat(target)
-	for _, p := range protected {
-		real, err := resolveReal("/", p)
+	for _, p := range files {
+		real, err := Resolve(".", p)
 		if err != nil {
 			real = p
 		}

@@ -34,7 +34,14 @@ const (
 )
 
 // Block is one content block of a message: {"type": "text", "text"}, {"type": "image", "data",
-// "mimeType"}, or, in assistant messages, {"type": "toolCall", "id", "name", "arguments"}.
+// "mimeType"}, or, in assistant messages, {"type": "toolCall", "id", "name", "arguments"} and
+// {"type": "thinking", "thinking", "thinkingSignature", "id", "redacted", "data"} (pi's names).
+//
+// A thinking block is the model's reasoning, kept so it can be sent back as the vendor requires
+// and never shown as answer text: Thinking is its readable text (may be empty or a summary);
+// Signature is what the vendor needs to accept it again (Anthropic's signature, the Responses
+// API's encrypted_content); ID the vendor's item id (Responses "rs_…"); Redacted with Data an
+// Anthropic redacted_thinking block.
 type Block struct {
 	Type      string          `json:"type"`
 	Text      string          `json:"text,omitempty"`
@@ -43,7 +50,26 @@ type Block struct {
 	ID        string          `json:"id,omitempty"`
 	Name      string          `json:"name,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	Thinking  string          `json:"thinking,omitempty"`
+	Signature string          `json:"thinkingSignature,omitempty"`
+	Redacted  bool            `json:"redacted,omitempty"`
 }
+
+// Usage is the provider's token count for one assistant message, as its stream reported it
+// (pi's usage shape; OpenAI `usage`, Anthropic `message_start`/`message_delta.usage`): Input
+// tokens sent and not read from the prompt cache, Output tokens generated (reasoning included),
+// CacheRead input tokens read from the cache, CacheWrite input tokens written to it. All counts
+// are tokens; a message whose provider reported nothing has no Usage.
+type Usage struct {
+	Input      int64 `json:"input"`
+	Output     int64 `json:"output"`
+	CacheRead  int64 `json:"cacheRead,omitempty"`
+	CacheWrite int64 `json:"cacheWrite,omitempty"`
+}
+
+// Prompt is every input token of the request (Input + CacheRead + CacheWrite): what the request
+// took of the model's context window.
+func (u Usage) Prompt() int64 { return u.Input + u.CacheRead + u.CacheWrite }
 
 // Message is one transcript message. User messages carry Content; assistant messages Content,
 // StopReason and ErrorMessage; tool results ToolCallID, ToolName and the tool.Result fields.
@@ -54,6 +80,8 @@ type Message struct {
 	StopReason   StopReason `json:"stopReason,omitempty"`
 	ErrorMessage string     `json:"errorMessage,omitempty"`
 	Model        string     `json:"model,omitempty"`
+	// Usage is an assistant message's token usage as its provider reported it (nil: none).
+	Usage *Usage `json:"usage,omitempty"`
 	// Tool results only.
 	ToolCallID string       `json:"toolCallId,omitempty"`
 	ToolName   string       `json:"toolName,omitempty"`

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"countersign/internal/gate"
 )
@@ -15,17 +16,54 @@ type ToolSpec struct {
 	InputSchema json.RawMessage `json:"inputSchema"`
 }
 
-// Request is one model request: the transcript so far and the declared tools.
+// Request is one model request: the session's instructions (the system prompt, SPEC §17), the
+// transcript as the model is to see it (possibly shortened for its context window) and the
+// declared tools.
 type Request struct {
 	SessionID string
+	System    string
 	Messages  []Message
 	Tools     []ToolSpec
 }
 
-// Delta is one streamed piece of an assistant message: text, or a tool call announced.
+// Delta is one streamed piece of an assistant message; one field is set:
+//   - Text: answer text;
+//   - Thinking: reasoning text (shown apart from the answer, never as answer text);
+//   - ToolCall: a tool call complete, with valid arguments;
+//   - Partial: a tool call whose arguments are still streaming (never gated or run);
+//   - Retry: the request failed with a retryable error and is tried again after a wait.
 type Delta struct {
 	Text     string
+	Thinking string
 	ToolCall *Block
+	Partial  *PartialCall
+	Retry    *Retry
+}
+
+// PartialCall is a tool call while its arguments stream: Index is its position among the
+// message's calls (from 0), ID and Name as far as known, Arguments the raw JSON text so far
+// (usually not valid JSON yet).
+type PartialCall struct {
+	Index     int    `json:"index"`
+	ID        string `json:"id,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// Retry says a model request failed and will be tried again (SPEC §17 "retrying (429) in 2 s"):
+// Attempt is the retry's number (from 1), Status the HTTP status (0 for a connection error),
+// Wait how long until it is sent, Reason the provider's message.
+type Retry struct {
+	Attempt int           `json:"attempt"`
+	Status  int           `json:"status,omitempty"`
+	Wait    time.Duration `json:"waitNs"`
+	Reason  string        `json:"reason,omitempty"`
+}
+
+// ContextWindow is implemented by models that know their context window: the most input tokens
+// one request may carry (the agent shortens the transcript to fit, SPEC §17).
+type ContextWindow interface {
+	ContextWindow() int
 }
 
 // Model streams one assistant message. It calls onDelta for each piece as it arrives and returns

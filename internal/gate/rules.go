@@ -105,6 +105,7 @@ type RuleCall struct {
 // call asks".
 type RuleDecision struct {
 	Effect Effect
+	// Rule is the deciding rule; it may point at the evaluator's own copy, so it is read only.
 	Rule   *Rule
 	Reason string
 }

@@ -250,7 +250,7 @@ func (s *Set) Evaluate(c gate.RuleCall) gate.RuleDecision {
 	if s == nil {
 		return gate.RuleDecision{}
 	}
-	ev := evaluation{call: &c, now: time.Now(), protected: s.protected}
+	ev := evaluation{call: c, protected: s.protected}
 	for _, r := range s.exact[c.Tool] {
 		ev.consider(r)
 	}
@@ -273,8 +273,8 @@ type hit struct {
 
 // evaluation is the state of one Evaluate call; what it needs of the call is computed lazily.
 type evaluation struct {
-	call      *gate.RuleCall
-	now       time.Time
+	call      gate.RuleCall
+	now       time.Time // read on the first rule with an expiry (the clock is slow on some VMs)
 	protected []string // Set.protected
 
 	fieldsDone bool
@@ -437,7 +437,7 @@ func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int
 }
 
 func (ev *evaluation) consider(r *compiled) {
-	if !inScope(r, ev.call) || (r.rule.ExpiresAt != nil && r.rule.ExpiresAt.Before(ev.now)) {
+	if !inScope(r, &ev.call) || (r.rule.ExpiresAt != nil && r.rule.ExpiresAt.Before(ev.clock())) {
 		return
 	}
 	eff := r.rule.Effect
@@ -504,9 +504,17 @@ func (ev *evaluation) consider(r *compiled) {
 	}
 }
 
+// decision is the RuleDecision h implies; its Rule points at the Set's own copy (read only).
 func decision(e gate.Effect, h hit, verb string) gate.RuleDecision {
-	r := h.r.rule
-	return gate.RuleDecision{Effect: e, Rule: &r, Reason: "rule " + h.r.text + " " + verb + " " + h.what}
+	return gate.RuleDecision{Effect: e, Rule: &h.r.rule, Reason: "rule " + h.r.text + " " + verb + " " + h.what}
+}
+
+// clock returns the time the evaluation compares expiries with, read once.
+func (ev *evaluation) clock() time.Time {
+	if ev.now.IsZero() {
+		ev.now = time.Now()
+	}
+	return ev.now
 }
 
 func (ev *evaluation) decide() gate.RuleDecision {
@@ -516,8 +524,7 @@ func (ev *evaluation) decide() gate.RuleDecision {
 	case ev.ask.r != nil:
 		return decision(gate.Ask, ev.ask, "asks for")
 	case ev.fail.r != nil:
-		r := ev.fail.r.rule
-		return gate.RuleDecision{Effect: gate.Ask, Rule: &r, Reason: ev.failWhy}
+		return gate.RuleDecision{Effect: gate.Ask, Rule: &ev.fail.r.rule, Reason: ev.failWhy}
 	case ev.allow.r != nil:
 		return decision(gate.Allow, ev.allow, "allows")
 	}
@@ -539,10 +546,9 @@ func (ev *evaluation) decide() gate.RuleDecision {
 		texts[i] = r.text
 	}
 	cmd, _ := ev.single("command")
-	r := used[0].rule
 	label := "rule " + texts[0] + " allows"
 	if len(texts) > 1 {
 		label = "rules " + strings.Join(texts, ", ") + " allow"
 	}
-	return gate.RuleDecision{Effect: gate.Allow, Rule: &r, Reason: label + " " + cmd}
+	return gate.RuleDecision{Effect: gate.Allow, Rule: &used[0].rule, Reason: label + " " + cmd}
 }

@@ -93,7 +93,7 @@ func (unknownSizes) EstimateSize(cost.AstNode) *cost.SizeEstimate { return nil }
 // all of a call's `when` conditions against one whenVars), so a `when` over parent or tool
 // decodes no arguments and nothing is allocated for the variables no expression reads.
 type whenVars struct {
-	call *gate.RuleCall
+	call gate.RuleCall // a copy: the evaluation's call stays on its stack
 	args map[string]any
 	ann  map[string]bool
 	sess map[string]any
@@ -101,7 +101,7 @@ type whenVars struct {
 
 // ResolveName implements interpreter.Activation.
 func (v *whenVars) ResolveName(name string) (any, bool) {
-	c := v.call
+	c := &v.call
 	switch name {
 	case "args":
 		if v.args == nil {

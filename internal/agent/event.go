@@ -47,6 +47,16 @@ type Event struct {
 	MessageID        string          `json:"messageId,omitempty"`
 	Message          *Message        `json:"message,omitempty"`
 	Delta            string          `json:"delta,omitempty"`
+	ToolCallID       string          `json:"toolCallId,omitempty"`
+	ParentToolCallID string          `json:"parentToolCallId,omitempty"`
+	ToolName         string          `json:"toolName,omitempty"`
+	Arguments        json.RawMessage `json:"arguments,omitempty"`
+	Update           *tool.Update    `json:"update,omitempty"`
+	Result           *tool.Result    `json:"result,omitempty"`
+	Approval         *gate.Approval  `json:"approval,omitempty"`
+	Session          *Session        `json:"session,omitempty"`
+	Error            string          `json:"error,omitempty"`
+
 	// Thinking is, on message_update, the reasoning text streamed since the previous
 	// message_update (the whole of it is in Message's thinking blocks): shown apart from the
 	// answer, never as answer text (SPEC §17).
@@ -60,15 +70,6 @@ type Event struct {
 	// retryable failure (a 429, a 5xx): "retrying (429) in 2 s". The next message_update without
 	// it means the wait is over (SPEC §17). Stop cancels the wait.
 	Retry *Retry `json:"retry,omitempty"`
-	ToolCallID       string          `json:"toolCallId,omitempty"`
-	ParentToolCallID string          `json:"parentToolCallId,omitempty"`
-	ToolName         string          `json:"toolName,omitempty"`
-	Arguments        json.RawMessage `json:"arguments,omitempty"`
-	Update           *tool.Update    `json:"update,omitempty"`
-	Result           *tool.Result    `json:"result,omitempty"`
-	Approval         *gate.Approval  `json:"approval,omitempty"`
-	Session          *Session        `json:"session,omitempty"`
-	Error            string          `json:"error,omitempty"`
 
 	// NestedCall is, on a nested call's tool_execution_end, the entry its parent's nestedCalls
 	// record keeps for it (SPEC §4, bounded); nil when the record was full and left it out.

@@ -198,17 +198,24 @@ func checkTitle(title string) error {
 	return nil
 }
 
+// CheckTitle checks a new title as RenameSession does: trimmed, 1 to MaxTitle characters
+// (apperr.Invalid otherwise).
+func CheckTitle(title string) error {
+	title = strings.TrimSpace(title)
+	if title == "" {
+		return apperr.Errorf(apperr.Invalid, "The title is empty; give the session a name.")
+	}
+	return checkTitle(title)
+}
+
 // RenameSession sets a session's title: trimmed, 1 to MaxTitle characters (apperr.Invalid
 // otherwise), apperr.NotFound for an unknown session. Its viewers are told (session_updated).
 func (r *Runner) RenameSession(ctx context.Context, sessionID, title string) (s Session, err error) {
 	defer apperr.Wrap(&err, "RenameSession(%s)", sessionID)
-	title = strings.TrimSpace(title)
-	if title == "" {
-		return Session{}, apperr.Errorf(apperr.Invalid, "The title is empty; give the session a name.")
-	}
-	if err := checkTitle(title); err != nil {
+	if err := CheckTitle(title); err != nil {
 		return Session{}, err
 	}
+	title = strings.TrimSpace(title)
 	if err := r.cfg.Store.SetSessionTitle(ctx, sessionID, title); err != nil {
 		return Session{}, err
 	}

@@ -90,7 +90,9 @@ func callTool(id, name, args string) step {
 
 // fail answers with err.
 func fail(err error) step {
-	return func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) { return agent.Message{}, err }
+	return func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
+		return agent.Message{}, err
+	}
 }
 
 // bigTool is a read-only tool whose result is size bytes of text, each call's its own letter

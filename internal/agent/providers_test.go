@@ -1,0 +1,210 @@
+package agent_test
+
+// The agent's context budget against the real provider code (internal/models, the vendors'
+// official SDKs) and a local stand-in for each vendor's API that refuses a request body too
+// large for its context window, as the vendors do (issue 18, acceptance 1's last item): the run
+// finishes because the agent shortened first, and the body the vendor received carries the stub.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"countersign/internal/agent"
+	"countersign/internal/models"
+)
+
+// fakeVendorAPI is a vendor API on a local server: it records every request body, refuses one
+// over maxBody bytes with the vendor's context-length error (400), and otherwise streams a call
+// of the tool "big" for the first turns answers, then a final text.
+type fakeVendorAPI struct {
+	*httptest.Server
+	maxBody, turns int
+	mu             sync.Mutex
+	bodies         []string
+	refused        int
+	answered       int
+}
+
+// vendorDialect is how one vendor API speaks: its path, its context-length error, and its
+// streamed answers (a tool call, a text).
+type vendorDialect struct {
+	path         string
+	tooLong      string
+	call, answer func(w io.Writer, n int)
+}
+
+func newFakeVendorAPI(t *testing.T, d vendorDialect, maxBody, turns int) *fakeVendorAPI {
+	t.Helper()
+	f := &fakeVendorAPI{maxBody: maxBody, turns: turns}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path != d.path {
+			http.Error(w, "no such path "+r.URL.Path, http.StatusNotFound)
+			return
+		}
+		f.mu.Lock()
+		f.bodies = append(f.bodies, string(body))
+		tooLong := len(body) > f.maxBody
+		if tooLong {
+			f.refused++
+		} else {
+			f.answered++
+		}
+		n := f.answered
+		f.mu.Unlock()
+		if tooLong {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, d.tooLong)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		if n <= f.turns {
+			d.call(w, n)
+		} else {
+			d.answer(w, n)
+		}
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeVendorAPI) received() (bodies []string, refused int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.bodies...), f.refused
+}
+
+// sse writes one server-sent event (event may be "": a data-only event).
+func sse(w io.Writer, event string, data any) {
+	b, _ := json.Marshal(data)
+	if event != "" {
+		fmt.Fprintf(w, "event: %s\n", event)
+	}
+	fmt.Fprintf(w, "data: %s\n\n", b)
+}
+
+// Shapes: OpenAI's "Streaming" chat.completion.chunk objects and its error object; Anthropic's
+// "Streaming Messages" events and its error shape ("prompt is too long").
+var (
+	chatCompletions = vendorDialect{
+		path:    "/v1/chat/completions",
+		tooLong: `{"error":{"message":"This model's maximum context length is 2000 tokens. However, your messages resulted in 3120 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`,
+		call: func(w io.Writer, n int) {
+			chunk := func(delta map[string]any, finish any) map[string]any {
+				return map[string]any{"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "fake-gpt",
+					"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
+			}
+			sse(w, "", chunk(map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"index": 0, "id": fmt.Sprintf("call_%d", n),
+				"type": "function", "function": map[string]any{"name": "big", "arguments": ""}}}}, nil))
+			sse(w, "", chunk(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": "{}"}}}}, nil))
+			sse(w, "", chunk(map[string]any{}, "tool_calls"))
+			io.WriteString(w, "data: [DONE]\n\n")
+		},
+		answer: func(w io.Writer, _ int) {
+			sse(w, "", map[string]any{"id": "chatcmpl-2", "object": "chat.completion.chunk", "created": 1, "model": "fake-gpt",
+				"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": "All read."}, "finish_reason": nil}}})
+			sse(w, "", map[string]any{"id": "chatcmpl-2", "object": "chat.completion.chunk", "created": 1, "model": "fake-gpt",
+				"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": "stop"}}})
+			io.WriteString(w, "data: [DONE]\n\n")
+		},
+	}
+	anthropicMessages = vendorDialect{
+		path:    "/v1/messages",
+		tooLong: `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 3120 tokens > 2000 maximum"}}`,
+		call: func(w io.Writer, n int) {
+			anthropicStart(w)
+			sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0,
+				"content_block": map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_%d", n), "name": "big", "input": map[string]any{}}})
+			sse(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
+				"delta": map[string]any{"type": "input_json_delta", "partial_json": "{}"}})
+			sse(w, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+			anthropicStop(w, "tool_use")
+		},
+		answer: func(w io.Writer, _ int) {
+			anthropicStart(w)
+			sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0,
+				"content_block": map[string]any{"type": "text", "text": ""}})
+			sse(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
+				"delta": map[string]any{"type": "text_delta", "text": "All read."}})
+			sse(w, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
+			anthropicStop(w, "end_turn")
+		},
+	}
+)
+
+func anthropicStart(w io.Writer) {
+	sse(w, "message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_1", "type": "message",
+		"role": "assistant", "model": "fake-claude", "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
+		"usage": map[string]any{"input_tokens": 10, "output_tokens": 1}}})
+}
+
+func anthropicStop(w io.Writer, reason string) {
+	sse(w, "message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": reason, "stop_sequence": nil},
+		"usage": map[string]any{"output_tokens": 5}})
+	sse(w, "message_stop", map[string]any{"type": "message_stop"})
+}
+
+func TestProvidersNeverReachTheirContextLengthErrorBecauseTheAgentShortensFirst(t *testing.T) {
+	const turns, size = 5, 3000 // 15,000 bytes of results; the vendor takes 9,000 bytes of body at most
+	tests := []struct {
+		name    string
+		dialect vendorDialect
+		model   func(baseURL string) agent.Model
+	}{
+		{name: "OpenAI Chat Completions", dialect: chatCompletions, model: func(u string) agent.Model {
+			return models.NewOpenAI(models.OpenAIConfig{APIKey: "test", BaseURL: u + "/v1", Model: "fake-gpt"})
+		}},
+		{name: "Anthropic Messages", dialect: anthropicMessages, model: func(u string) agent.Model {
+			return models.NewAnthropic(models.AnthropicConfig{APIKey: "test", BaseURL: u, Model: "fake-claude"})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vendor := newFakeVendorAPI(t, tt.dialect, 9000, turns)
+			h := newModelHarness(t, tt.model(vendor.URL), agent.Config{Instructions: "Read what is asked.", ContextTokens: 2000},
+				bigTool("big", size))
+			if end := h.run("read it all"); end.Error != "" {
+				t.Fatalf("the run ended with %q", end.Error)
+			}
+			bodies, refused := vendor.received()
+			if refused != 0 || len(bodies) != turns+1 {
+				t.Fatalf("the vendor refused %d of %d requests, want none of %d", refused, len(bodies), turns+1)
+			}
+			last := bodies[len(bodies)-1]
+			if !strings.Contains(last, "[result shortened for the model: 2.9 KB, see the transcript]") {
+				t.Errorf("the last request carries no shortened result:\n%.2000s", last)
+			}
+			// The first result ("bbb…", the tool's first letter run) went out whole in the second
+			// request only.
+			first := strings.Repeat("b", size)
+			if !strings.Contains(bodies[1], first) || strings.Contains(last, first) {
+				t.Errorf("the first result: whole in the second request %v, in the last %v; want whole, then shortened",
+					strings.Contains(bodies[1], first), strings.Contains(last, first))
+			}
+			// The newest result is always sent whole.
+			newest := strings.Repeat(string(rune('a'+turns%26)), size)
+			if !strings.Contains(last, newest) {
+				t.Error("the last request does not carry the newest result whole")
+			}
+			results := 0
+			for _, e := range h.entries() {
+				if e.Message.Role == agent.ToolResult {
+					results++
+					if len(e.Message.Result.TextOf()) != size {
+						t.Errorf("stored result %s shortened in the store", e.Message.ToolCallID)
+					}
+				}
+			}
+			if results != turns {
+				t.Errorf("%d results stored, want %d", results, turns)
+			}
+		})
+	}
+}

@@ -22,7 +22,10 @@ import (
 // that carries usage (its request's prompt plus the message itself, which the next request sends
 // back), plus bytes/bytesPerToken of what was added after it — and of what is sent differently
 // now (results shortened since). Without any usage, bytes/bytesPerToken of the whole request:
-// instructions, declared tools and messages.
+// instructions, declared tools and messages. With usage too, the estimate is never below that
+// byte count of the whole request: a server that reports too few tokens (some OpenAI-compatible
+// servers report none, or zeros) must not let an oversized request through. An image counts as
+// imageBytes, whatever its size: the vendors count images by their pixels, not their bytes.
 
 // bytesPerToken is how many bytes the byte-based estimate counts as one token. English prose runs
 // about 4 bytes per token with the vendors' tokenizers, code and JSON nearer 3; 4 is the usual
@@ -38,6 +41,10 @@ const messageOverhead = 16
 // minShortenBytes is the smallest tool result that is ever shortened, in bytes of the text the
 // model gets: a smaller one saves too little against its stub.
 const minShortenBytes = 256
+
+// imageBytes is what an image counts for in the byte estimate: 1,600 tokens, about what the
+// vendors charge for a large image (Anthropic: about 1,600 tokens for 1092×1092 pixels).
+const imageBytes = 1600 * bytesPerToken
 
 // maxAnswerReserve bounds the tokens kept free for the answer (the vendors' usual max_tokens:
 // Anthropic's DefaultAnthropicMaxTokens is 4,096).
@@ -177,15 +184,17 @@ func shortened(m Message, size int) Message {
 type estimator struct {
 	// candidates are the indexes of the tool results that may be shortened, oldest first.
 	candidates []int
-	// sizes are, by index, the bytes of a tool result's text for the model; savings the bytes
+	// sizes are, by index, the bytes of a tool result's content for the model (what its stub
+	// says); costs what it counts for in the estimate (images as imageBytes); savings the bytes
 	// a candidate's stub saves, in candidate order.
-	sizes   map[int]int
-	savings []int
+	sizes, costs map[int]int
+	savings      []int
 	// saved[j] is the sum of savings[:j+1].
 	saved []int
-	// base is the estimate with nothing shortened, in bytes past the anchor (or in all, with
-	// no anchor); anchorTokens the provider's count for the anchor (0: none).
-	base         int
+	// whole is the bytes of the whole request with nothing shortened; base the bytes past the
+	// anchor (what it came after it, and what its request had shortened); anchorTokens the
+	// provider's count for the anchor (0: none).
+	whole, base  int
 	anchorTokens int
 	// anchor is the index of the last assistant message with usage (-1: none); anchorShort
 	// how many candidates its request had shortened.
@@ -193,7 +202,7 @@ type estimator struct {
 }
 
 func newEstimator(system string, tools []ToolSpec, msgs []Message) *estimator {
-	e := &estimator{sizes: map[int]int{}, anchor: -1}
+	e := &estimator{sizes: map[int]int{}, costs: map[int]int{}, anchor: -1}
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if m := msgs[i]; m.Role == Assistant && m.Usage != nil {
 			e.anchor, e.anchorShort = i, m.ShortenedResults
@@ -216,12 +225,12 @@ func newEstimator(system string, tools []ToolSpec, msgs []Message) *estimator {
 		if m.Role != ToolResult {
 			continue
 		}
-		size := len(resultText(m.Result))
-		e.sizes[i] = size
+		size, cost := resultSize(m.Result)
+		e.sizes[i], e.costs[i] = size, cost
 		stub := len(ShortenedStub(size))
-		if i < newest && size >= minShortenBytes && size > stub {
+		if i < newest && size >= minShortenBytes && cost > stub {
 			e.candidates = append(e.candidates, i)
-			e.savings = append(e.savings, size-stub)
+			e.savings = append(e.savings, cost-stub)
 		}
 	}
 	total := 0
@@ -229,18 +238,18 @@ func newEstimator(system string, tools []ToolSpec, msgs []Message) *estimator {
 		total += s
 		e.saved = append(e.saved, total)
 	}
+	e.whole = len(system) + toolsBytes(tools)
+	for i, m := range msgs {
+		e.whole += messageBytes(m, e.costs[i])
+	}
 	if e.anchor < 0 {
-		e.base = len(system) + toolsBytes(tools)
-		for i, m := range msgs {
-			e.base += messageBytes(m, e.sizes[i])
-		}
 		return e
 	}
 	// Past the anchor: what came after it, plus what is sent differently before it. The
 	// anchor's request had its first anchorShort candidates shortened; with nothing shortened
 	// now they count whole again.
 	for i := e.anchor + 1; i < len(msgs); i++ {
-		e.base += messageBytes(msgs[i], e.sizes[i])
+		e.base += messageBytes(msgs[i], e.costs[i])
 	}
 	for j := 0; j < min(e.anchorShort, len(e.candidates)); j++ {
 		if e.candidates[j] < e.anchor {
@@ -250,13 +259,18 @@ func newEstimator(system string, tools []ToolSpec, msgs []Message) *estimator {
 	return e
 }
 
-// estimate is the request's size in tokens with the first k candidates shortened.
+// estimate is the request's size in tokens with the first k candidates shortened: from the
+// anchor, but never below the byte count of the whole request.
 func (e *estimator) estimate(k int) int {
-	b := e.base
+	saved := 0
 	if k > 0 {
-		b -= e.saved[k-1]
+		saved = e.saved[k-1]
 	}
-	return e.anchorTokens + ceilDiv(b, bytesPerToken)
+	whole := ceilDiv(e.whole-saved, bytesPerToken)
+	if e.anchor < 0 {
+		return whole
+	}
+	return max(e.anchorTokens+ceilDiv(e.base-saved, bytesPerToken), whole)
 }
 
 func ceilDiv(a, b int) int {
@@ -267,15 +281,20 @@ func ceilDiv(a, b int) int {
 }
 
 // messageBytes is the bytes a message counts for in the byte estimate: its text, thinking,
-// tool calls' names and arguments, images' data, a tool result's text for the model
-// (resultSize, computed by the caller) and messageOverhead.
-func messageBytes(m Message, resultSize int) int {
+// tool calls' names and arguments, images (imageBytes each), a tool result's content for the
+// model (resultCost, computed by the caller) and messageOverhead.
+func messageBytes(m Message, resultCost int) int {
 	n := messageOverhead
 	if m.Role == ToolResult {
-		return n + len(m.ToolCallID) + len(m.ToolName) + resultSize
+		return n + len(m.ToolCallID) + len(m.ToolName) + resultCost
 	}
 	for _, b := range m.Content {
-		n += len(b.Text) + len(b.Thinking) + len(b.Signature) + len(b.Data) + len(b.ID) + len(b.Name) + len(b.Arguments)
+		n += len(b.Text) + len(b.Thinking) + len(b.Signature) + len(b.ID) + len(b.Name) + len(b.Arguments)
+		if b.Type == "image" {
+			n += imageBytes
+		} else {
+			n += len(b.Data) // a redacted thinking block's data
+		}
 	}
 	return n
 }
@@ -294,18 +313,21 @@ func toolsBytes(tools []ToolSpec) int {
 	return n
 }
 
-// resultText is the text a tool result gives the model (SPEC §1 results, rule 5: ModelContent),
-// images counted by their data.
-func resultText(r *tool.Result) string {
+// resultSize is what a tool result gives the model (SPEC §1 results, rule 5: ModelContent): its
+// size, the bytes of its text and images' data, and its cost in the byte estimate, images
+// counted as imageBytes.
+func resultSize(r *tool.Result) (size, cost int) {
 	if r == nil {
-		return ""
+		return 0, 0
 	}
-	var b strings.Builder
 	for _, c := range r.ModelContent() {
-		b.WriteString(c.Text)
-		b.WriteString(c.Data)
+		size += len(c.Text) + len(c.Data)
+		cost += len(c.Text)
+		if c.Type == "image" {
+			cost += imageBytes
+		}
 	}
-	return b.String()
+	return size, cost
 }
 
 // isContextLength reports whether a model's error says the request did not fit its context

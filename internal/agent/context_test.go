@@ -141,16 +141,16 @@ func TestSmallToolResultsAreNeverShortened(t *testing.T) {
 
 func TestTheEstimateStartsFromTheProviderReportedUsage(t *testing.T) {
 	anchored := callMsg("b")
-	anchored.Usage = &Usage{Input: 900, CacheRead: 100, Output: 20}
+	anchored.Usage = &Usage{Input: 9000, CacheRead: 100, Output: 20}
 	msgs := []Message{userMsg("go"), callMsg("a"), resultMsg("a", 4000, false), anchored, resultMsg("b", 400, false)}
 	f, err := fitContext(strings.Repeat("s", 10_000), []ToolSpec{{Name: "read"}}, msgs, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 1,020 reported (prompt and output) plus the result after it, by bytes; the instructions
+	// 9,120 reported (prompt and output) plus the result after it, by bytes; the instructions
 	// and the older messages are in the reported count already.
 	after := messageOverhead + len("b") + len("read") + 400
-	want := 1020 + ceilDiv(after, bytesPerToken)
+	want := 9120 + ceilDiv(after, bytesPerToken)
 	if f.Estimate != want {
 		t.Errorf("estimate %d, want %d", f.Estimate, want)
 	}
@@ -158,13 +158,40 @@ func TestTheEstimateStartsFromTheProviderReportedUsage(t *testing.T) {
 	msgs[3].ShortenedResults = 1
 	g, _ := fitContext("", nil, msgs, 0, 0)
 	saved := 4000 - len(ShortenedStub(4000))
-	if wantWhole := 1020 + ceilDiv(after+saved, bytesPerToken); g.Estimate != wantWhole {
+	if wantWhole := 9120 + ceilDiv(after+saved, bytesPerToken); g.Estimate != wantWhole {
 		t.Errorf("estimate with the anchor's result shortened then, whole now: %d, want %d", g.Estimate, wantWhole)
 	}
-	// Shortened again now, it is back to the first estimate (within rounding).
-	h, _ := fitContext("", nil, msgs, want+1, 0)
-	if h.Shortened != 1 || h.Estimate > want+1 {
+	// Shortened again now, it is back to the first estimate.
+	h, _ := fitContext("", nil, msgs, want, 0)
+	if h.Shortened != 1 || h.Estimate != want {
 		t.Errorf("shortened %d, estimate %d; want the old result shortened and %d", h.Shortened, h.Estimate, want)
+	}
+}
+
+func TestUsageReportedTooLowDoesNotLetAnOversizedRequestThrough(t *testing.T) {
+	for _, u := range []Usage{{}, {Input: 10, Output: 5}} {
+		anchored := callMsg("b")
+		anchored.Usage = &u
+		msgs := []Message{userMsg("go"), callMsg("a"), resultMsg("a", 8000, false), anchored, resultMsg("b", 400, false)}
+		f, _ := fitContext("", nil, msgs, 0, 0)
+		if f.Estimate < 8000/bytesPerToken {
+			t.Errorf("with usage %+v reported: estimate %d, want at least the bytes of the request (%d)", u, f.Estimate, 8000/bytesPerToken)
+		}
+	}
+}
+
+func TestAnImageCountsAsAFixedNumberOfTokens(t *testing.T) {
+	img := tool.Result{Content: []tool.Content{{Type: "image", MimeType: "image/png", Data: strings.Repeat("A", 1<<20)}}}
+	msgs := []Message{userMsg("look"), callMsg("a"), {Role: ToolResult, ToolCallID: "a", ToolName: "read", Result: &img}}
+	f, err := fitContext("", nil, msgs, 2000, 0)
+	if err != nil || f.Estimate > 2000 || f.Estimate < imageBytes/bytesPerToken {
+		t.Errorf("a 1 MB image: estimate %d, %v; want about %d tokens, within a 2,000 budget", f.Estimate, err, imageBytes/bytesPerToken)
+	}
+	// Shortened, its stub says how big it was.
+	msgs = append(msgs, callMsg("b"), resultMsg("b", 10, false))
+	g, _ := fitContext("", nil, msgs, 100, 0)
+	if got := g.Messages[2].Result.TextOf(); got != "[result shortened for the model: 1024 KB, see the transcript]" {
+		t.Errorf("the image's stub %q", got)
 	}
 }
 

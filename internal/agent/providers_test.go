@@ -32,11 +32,12 @@ type fakeVendorAPI struct {
 }
 
 // vendorDialect is how one vendor API speaks: its path, its context-length error, and its
-// streamed answers (a tool call, a text).
+// streamed answers (the n-th answer, a tool call or a text), which report prompt tokens of
+// input: the fake counts a token per 4 bytes of body, as a tokenizer roughly would.
 type vendorDialect struct {
 	path         string
 	tooLong      string
-	call, answer func(w io.Writer, n int)
+	call, answer func(w io.Writer, n, prompt int)
 }
 
 func newFakeVendorAPI(t *testing.T, d vendorDialect, maxBody, turns int) *fakeVendorAPI {
@@ -66,9 +67,9 @@ func newFakeVendorAPI(t *testing.T, d vendorDialect, maxBody, turns int) *fakeVe
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		if n <= f.turns {
-			d.call(w, n)
+			d.call(w, n, len(body)/4)
 		} else {
-			d.answer(w, n)
+			d.answer(w, n, len(body)/4)
 		}
 	}))
 	t.Cleanup(f.Close)
@@ -96,7 +97,7 @@ var (
 	chatCompletions = vendorDialect{
 		path:    "/v1/chat/completions",
 		tooLong: `{"error":{"message":"This model's maximum context length is 2000 tokens. However, your messages resulted in 3120 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`,
-		call: func(w io.Writer, n int) {
+		call: func(w io.Writer, n, prompt int) {
 			chunk := func(delta map[string]any, finish any) map[string]any {
 				return map[string]any{"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "fake-gpt",
 					"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
@@ -105,21 +106,23 @@ var (
 				"type": "function", "function": map[string]any{"name": "big", "arguments": ""}}}}, nil))
 			sse(w, "", chunk(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "function": map[string]any{"arguments": "{}"}}}}, nil))
 			sse(w, "", chunk(map[string]any{}, "tool_calls"))
+			openaiUsage(w, prompt)
 			io.WriteString(w, "data: [DONE]\n\n")
 		},
-		answer: func(w io.Writer, _ int) {
+		answer: func(w io.Writer, _, prompt int) {
 			sse(w, "", map[string]any{"id": "chatcmpl-2", "object": "chat.completion.chunk", "created": 1, "model": "fake-gpt",
 				"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": "All read."}, "finish_reason": nil}}})
 			sse(w, "", map[string]any{"id": "chatcmpl-2", "object": "chat.completion.chunk", "created": 1, "model": "fake-gpt",
 				"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": "stop"}}})
+			openaiUsage(w, prompt)
 			io.WriteString(w, "data: [DONE]\n\n")
 		},
 	}
 	anthropicMessages = vendorDialect{
 		path:    "/v1/messages",
 		tooLong: `{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 3120 tokens > 2000 maximum"}}`,
-		call: func(w io.Writer, n int) {
-			anthropicStart(w)
+		call: func(w io.Writer, n, prompt int) {
+			anthropicStart(w, prompt)
 			sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0,
 				"content_block": map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_%d", n), "name": "big", "input": map[string]any{}}})
 			sse(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
@@ -127,8 +130,8 @@ var (
 			sse(w, "content_block_stop", map[string]any{"type": "content_block_stop", "index": 0})
 			anthropicStop(w, "tool_use")
 		},
-		answer: func(w io.Writer, _ int) {
-			anthropicStart(w)
+		answer: func(w io.Writer, _, prompt int) {
+			anthropicStart(w, prompt)
 			sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0,
 				"content_block": map[string]any{"type": "text", "text": ""}})
 			sse(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
@@ -139,10 +142,17 @@ var (
 	}
 )
 
-func anthropicStart(w io.Writer) {
+func anthropicStart(w io.Writer, prompt int) {
 	sse(w, "message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_1", "type": "message",
 		"role": "assistant", "model": "fake-claude", "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
-		"usage": map[string]any{"input_tokens": 10, "output_tokens": 1}}})
+		"usage": map[string]any{"input_tokens": prompt, "output_tokens": 1}}})
+}
+
+// openaiUsage is the last chunk of a stream asked for with stream_options.include_usage: no
+// choices, the usage.
+func openaiUsage(w io.Writer, prompt int) {
+	sse(w, "", map[string]any{"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "fake-gpt",
+		"choices": []any{}, "usage": map[string]any{"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5}})
 }
 
 func anthropicStop(w io.Writer, reason string) {

@@ -131,7 +131,7 @@ func TestTheBuiltinInstructionsNameTheWorkspaceAndTheRulesOfConsent(t *testing.T
 	if !strings.Contains(got, "Your workspace is the folder "+h.sess.Workspace+".") {
 		t.Errorf("the default instructions do not name the workspace %s:\n%s", h.sess.Workspace, got)
 	}
-	for _, want := range []string{"listed in this request", "wait until a person approves them", "deny the call with\na reason", "do not make the same call again"} {
+	for _, want := range []string{"listed in this request", "wait until a person approves them", "deny the call with a reason", "do not make the same call again"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the default instructions lack %q:\n%s", want, got)
 		}

@@ -302,7 +302,21 @@ func TestRetryStatusAndStreamingCardsAreShownLiveAndOnReload(t *testing.T) {
 	sess := ts.createSession(t, map[string]any{"title": "r", "model": "test:model"})
 	live := ts.ownerLive(t, sess.ID)
 	readMessage(t, live)
+	events := ts.events(t, sess.ID)
+	next(t, events, "snapshot")
 	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
+	// The JSON socket carries them too (SPEC §12): the retry's status, then the call streaming.
+	apiUpdate := func(field string) map[string]any {
+		t.Helper()
+		for {
+			if ev := next(t, events, "message_update"); ev[field] != nil {
+				return ev
+			}
+		}
+	}
+	if r := apiUpdate("retry")["retry"].(map[string]any); r["status"] != 429.0 || r["waitNs"] != 2e9 || r["attempt"] != 1.0 {
+		t.Errorf("the API's message_update retry %v", r)
+	}
 	await := func(want string) string {
 		t.Helper()
 		for {
@@ -317,6 +331,10 @@ func TestRetryStatusAndStreamingCardsAreShownLiveAndOnReload(t *testing.T) {
 		t.Error("a page reloaded during the retry's wait does not show it")
 	}
 	close(retried)
+	partial := apiUpdate("partialCalls")
+	if pc := partial["partialCalls"].([]any)[0].(map[string]any); pc["id"] != "c1" || pc["name"] != "shell" || pc["arguments"] != `{"command": "touch <b>` || partial["retry"] != nil {
+		t.Errorf("the API's message_update partialCalls %v (retry %v)", pc, partial["retry"])
+	}
 	frag := await(`data-state="streaming"`)
 	if strings.Contains(frag, "retry-status") {
 		t.Error("the retry status outlived the next delta")

@@ -282,8 +282,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	// Vendors' models are offered when their keys (or base URLs) are set (SPEC §11).
-	mods := models.NewCatalog(faux, models.Vendors(getenv))
+	// Vendors' models are offered when their keys (or base URLs) are set (SPEC §11, §17).
+	vendors, err := models.Vendors(getenv)
+	if err != nil {
+		return err
+	}
+	mods := models.NewCatalog(faux, vendors)
 	log.Info("models offered", "models", strings.Join(mods.Names(), ", "))
 	broker := agent.NewBroker()
 	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker,

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"countersign/internal/gate"
@@ -59,6 +60,11 @@ type Retry struct {
 	Wait    time.Duration `json:"waitNs"`
 	Reason  string        `json:"reason,omitempty"`
 }
+
+// ErrContextLength is what a Model's error wraps (errors.Is) when the provider refused the request
+// because it does not fit the model's context window (OpenAI context_length_exceeded, Anthropic
+// "prompt is too long"): the agent shortens harder and tries once more (SPEC §17).
+var ErrContextLength = errors.New("the request does not fit the model's context window")
 
 // ContextWindow is implemented by models that know their context window: the most input tokens
 // one request may carry (the agent shortens the transcript to fit, SPEC §17).

@@ -1,5 +1,11 @@
-// Package models holds the model providers the agent loop talks to: faux, the embedded scripted
-// model that replays JSON scripts (SPEC §5), and the registry that finds a model by name.
+// Package models holds the model providers the agent loop talks to (SPEC §5, §17): faux, the
+// embedded scripted model that replays JSON scripts, and the registry that finds it by name; the
+// vendor models, streamed with the vendors' official SDKs — OpenAI Chat Completions and any
+// OpenAI-compatible server (openai.go), OpenAI's Responses API (responses.go) and Anthropic's
+// Messages API (anthropic.go) — with what they share (vendor.go: the transcript made replayable,
+// tool names, the idle watchdog, ErrContextLength; retry.go: retries announced before their
+// wait; partial.go: streaming tool-call arguments; window.go: context windows), and the catalog
+// of the vendors configured by environment variables (vendors.go).
 package models
 
 import (

@@ -200,15 +200,16 @@ func finishCalls(msg *agent.Message) {
 	}
 }
 
-// ErrContextLength is wrapped by the error a vendor model returns when the provider refused the
-// request because it does not fit the model's context window: OpenAI's code
-// context_length_exceeded (Chat Completions and the Responses API, as an HTTP 400 or an error in
-// the stream), the "maximum context length" / "context size" errors of OpenAI-compatible servers
-// (vLLM, llama.cpp, LM Studio), and Anthropic's "prompt is too long" and "input length and
-// max_tokens exceed context limit" (HTTP 400). The error's message stays the provider's; test
-// with errors.Is(err, models.ErrContextLength). Sending the same request again fails the same
-// way: the caller shortens what it sends or ends the run saying so (SPEC §17).
-var ErrContextLength = errors.New("the request does not fit the model's context window")
+// ErrContextLength is agent.ErrContextLength (the same value), wrapped by the error a vendor
+// model returns when the provider refused the request because it does not fit the model's
+// context window: OpenAI's code context_length_exceeded (Chat Completions and the Responses API,
+// as an HTTP 400 or an error in the stream), the "maximum context length" / "context size"
+// errors of OpenAI-compatible servers (vLLM, llama.cpp, LM Studio), and Anthropic's "prompt is
+// too long" and "input length and max_tokens exceed context limit" (HTTP 400). The error's
+// message stays the provider's; test with errors.Is(err, agent.ErrContextLength). Sending the
+// same request again fails the same way: the caller shortens what it sends or ends the run
+// saying so (SPEC §17).
+var ErrContextLength = agent.ErrContextLength
 
 // contextLengthError is a provider error that is ErrContextLength.
 type contextLengthError struct{ error }

@@ -136,51 +136,69 @@ func (s *serveFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.then(w, r)
 }
 
-func TestVendorModelsRetryA429AfterTheWaitTheyAnnounce(t *testing.T) {
+func TestVendorModelsRetryAfterTheWaitTheyAnnounce(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		header map[string]string
+		wait   func(time.Duration) bool // the announced wait is right
+	}{
+		{"429 with Retry-After", http.StatusTooManyRequests, map[string]string{"Retry-After": "1"},
+			func(d time.Duration) bool { return d == time.Second }},
+		// Without Retry-After the wait is a backoff with random jitter: the SDK must wait the
+		// one announced, not a jitter of its own.
+		{"503 without Retry-After", http.StatusServiceUnavailable, nil,
+			func(d time.Duration) bool { return d >= 375*time.Millisecond && d <= 500*time.Millisecond }},
+	}
 	for _, kit := range vendorKits() {
-		t.Run(kit.name, func(t *testing.T) {
-			t.Parallel()
-			limited := recorded(t, kit.dir, "error_429.json")
-			srv := &serveFirst{
-				first: serveError(http.StatusTooManyRequests, limited, map[string]string{"Retry-After": "1"}),
-				then:  serveSSE(recorded(t, kit.dir, "text.sse")),
-			}
-			f := newFakeVendor(t, srv.ServeHTTP)
-			var d deltas
-			got, err := kit.model(f, 2).Stream(context.Background(), userSays("Hi"), d.on)
-			if err != nil {
-				t.Fatalf("Stream: %v", err)
-			}
-			if got, want := got.Text(), "Hello! The tests pass."; got != want {
-				t.Errorf("text: got %q, want %q", got, want)
-			}
-			var e struct {
-				Error struct{ Message string } `json:"error"`
-			}
-			if err := json.Unmarshal([]byte(limited), &e); err != nil || e.Error.Message == "" {
-				t.Fatalf("the recorded 429 has no message: %v", err)
-			}
-			want := []agent.Retry{{Attempt: 1, Status: 429, Wait: time.Second, Reason: e.Error.Message}}
-			if !reflect.DeepEqual(d.retries, want) {
-				t.Errorf("retry deltas:\ngot  %+v\nwant %+v", d.retries, want)
-			}
-			if len(d.order) == 0 || d.order[0] != "retry" {
-				t.Errorf("delta order %q: the retry is not announced first", d.order)
-			}
-			bodies := f.all(t)
-			if len(bodies) != 2 {
-				t.Fatalf("requests: got %d, want 2", len(bodies))
-			}
-			if !reflect.DeepEqual(bodies[0], bodies[1]) {
-				t.Errorf("the retry sent another body:\n%v\n%v", bodies[0], bodies[1])
-			}
-			srv.mu.Lock()
-			gap := srv.arrived[1].Sub(srv.arrived[0])
-			srv.mu.Unlock()
-			if gap < time.Second {
-				t.Errorf("the retry came %v after the 429, before the announced wait of 1s", gap)
-			}
-		})
+		for _, tt := range tests {
+			t.Run(kit.name+"/"+tt.name, func(t *testing.T) {
+				t.Parallel()
+				limited := recorded(t, kit.dir, "error_429.json")
+				srv := &serveFirst{
+					first: serveError(tt.status, limited, tt.header),
+					then:  serveSSE(recorded(t, kit.dir, "text.sse")),
+				}
+				f := newFakeVendor(t, srv.ServeHTTP)
+				var d deltas
+				got, err := kit.model(f, 2).Stream(context.Background(), userSays("Hi"), d.on)
+				if err != nil {
+					t.Fatalf("Stream: %v", err)
+				}
+				if got, want := got.Text(), "Hello! The tests pass."; got != want {
+					t.Errorf("text: got %q, want %q", got, want)
+				}
+				var e struct {
+					Error struct{ Message string } `json:"error"`
+				}
+				if err := json.Unmarshal([]byte(limited), &e); err != nil || e.Error.Message == "" {
+					t.Fatalf("the recorded 429 has no message: %v", err)
+				}
+				if len(d.retries) != 1 {
+					t.Fatalf("retry deltas: got %+v, want exactly one", d.retries)
+				}
+				r := d.retries[0]
+				if r.Attempt != 1 || r.Status != tt.status || r.Reason != e.Error.Message || !tt.wait(r.Wait) {
+					t.Errorf("retry: got %+v, want attempt 1, status %d, the provider's message %q and the right wait", r, tt.status, e.Error.Message)
+				}
+				if len(d.order) == 0 || d.order[0] != "retry" {
+					t.Errorf("delta order %q: the retry is not announced first", d.order)
+				}
+				bodies := f.all(t)
+				if len(bodies) != 2 {
+					t.Fatalf("requests: got %d, want 2", len(bodies))
+				}
+				if !reflect.DeepEqual(bodies[0], bodies[1]) {
+					t.Errorf("the retry sent another body:\n%v\n%v", bodies[0], bodies[1])
+				}
+				srv.mu.Lock()
+				gap := srv.arrived[1].Sub(srv.arrived[0])
+				srv.mu.Unlock()
+				if gap < r.Wait {
+					t.Errorf("the retry came %v after the first request, before the announced wait of %v", gap, r.Wait)
+				}
+			})
+		}
 	}
 }
 

@@ -22,19 +22,55 @@ import (
 	"countersign/internal/web"
 )
 
+// benchToken is the owner token of the in-process servers.
+const benchToken = "bench-owner-token-0123456789abcdefghij"
+
 // serve starts the real HTTP server (pages, JSON API, event WebSockets) for e on a free loopback
 // port and returns an API client for it and a stop function.
 func serve(e *benchkit.Env) (*api, func(), error) {
-	token := "bench-owner-token-0123456789abcdefghij"
-	srv := web.New(web.Config{Runner: e.Runner, Store: e.DB, Broker: e.Broker, Models: e.Models,
-		OwnerToken: token, Workspace: e.Dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	shards, stop, err := serveShards(e, 1)
 	if err != nil {
 		return nil, nil, err
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	return newAPI("http://"+ln.Addr().String(), token), func() { hs.Close() }, nil
+	return shards[0], stop, nil
+}
+
+// socketsPerShard is how many live sockets the load program opens on one web.Server: under the
+// owner's cap of 64 open sockets per server (maxOwnerSockets in internal/web/limits.go, issue 15),
+// with room for a socket that follows a run.
+const socketsPerShard = 60
+
+// serveShards starts enough web.Servers over e's one Runner, Store and Broker for sockets live
+// sockets (socketsPerShard each), every one on its own loopback port, and returns an API client
+// for each (same owner token) and one stop function for all.
+//
+// Why: a server closes the owner's 65th open socket (issue 15's cap, not configurable), and the
+// fan-out cases hold 1,000. A socket's work is the same whichever Server holds it (each
+// subscribes to the one Broker, reads the one Store and renders alike); only the cap's counter
+// and the listener are per Server.
+func serveShards(e *benchkit.Env, sockets int) ([]*api, func(), error) {
+	n := max(1, (sockets+socketsPerShard-1)/socketsPerShard)
+	var servers []*http.Server
+	stop := func() {
+		for _, hs := range servers {
+			hs.Close()
+		}
+	}
+	shards := make([]*api, n)
+	for i := range shards {
+		srv := web.New(web.Config{Runner: e.Runner, Store: e.DB, Broker: e.Broker, Models: e.Models,
+			OwnerToken: benchToken, Workspace: e.Dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, hs)
+		go hs.Serve(ln)
+		shards[i] = newAPI("http://"+ln.Addr().String(), benchToken)
+	}
+	return shards, stop, nil
 }
 
 // api is a JSON API client (SPEC §12) with the owner's bearer token.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -240,22 +239,8 @@ func rss(ctx context.Context, bin string, k int) (line, error) {
 	}
 	defer os.RemoveAll(dir)
 	ws, scripts := filepath.Join(dir, "workspace"), filepath.Join(dir, "scripts")
-	for _, d := range []string{ws, scripts} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.WriteFile(filepath.Join(ws, "echo.txt"), []byte("hello\n"), 0o644); err != nil {
-		return nil, err
-	}
-	var steps []string
-	for i := range k {
-		steps = append(steps, fmt.Sprintf(`{"content":[{"type":"toolCall","id":"c%d","name":"read_file","arguments":{"path":"echo.txt"}}],"stopReason":"toolUse"}`, i))
-	}
-	steps = append(steps, `{"content":[{"type":"text","text":"done"}],"stopReason":"stop"}`)
 	name := fmt.Sprintf("rss-%d", k)
-	script := `{"steps":[` + strings.Join(steps, ",\n") + `]}`
-	if err := os.WriteFile(filepath.Join(scripts, name+".json"), []byte(script), 0o644); err != nil {
+	if err := writeReadFileScript(ws, scripts, name, k); err != nil {
 		return nil, err
 	}
 	p, err := startServer(ctx, bin, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "data", "cs.db"),

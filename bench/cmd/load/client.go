@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -117,6 +118,27 @@ func (a *api) do(ctx context.Context, method, path string, body, out any, want i
 		return json.Unmarshal(b, out)
 	}
 	return nil
+}
+
+// login exchanges the owner token for a browser login (GET /login?token=…, SPEC §11) and
+// returns the Cookie header that carries it.
+func (a *api) login(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", a.base+"/login?token="+url.QueryEscape(a.token), nil)
+	if err != nil {
+		return "", err
+	}
+	// The answer is a redirect to /, which is not followed: the cookie is on the redirect.
+	resp, err := a.http.Transport.RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == "countersign_owner" && c.Value != "" {
+			return c.Name + "=" + c.Value, nil
+		}
+	}
+	return "", fmt.Errorf("GET /login: %s, no login cookie", resp.Status)
 }
 
 // createSession creates a session with model (e.g. "faux:direct-200") and returns its id.

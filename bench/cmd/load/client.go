@@ -15,11 +15,14 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"countersign/internal/agent"
 	"countersign/internal/benchkit"
+	"countersign/internal/gate"
 	"countersign/internal/web"
 )
 
@@ -50,6 +53,11 @@ const socketsPerShard = 60
 // subscribes to the one Broker, reads the one Store and renders alike); only the cap's counter
 // and the listener are per Server.
 func serveShards(e *benchkit.Env, sockets int) ([]*api, func(), error) {
+	return serveShardsOn(e, e.DB, sockets)
+}
+
+// serveShardsOn is serveShards with the servers reading store (e's store, wrapped).
+func serveShardsOn(e *benchkit.Env, store web.Reader, sockets int) ([]*api, func(), error) {
 	n := max(1, (sockets+socketsPerShard-1)/socketsPerShard)
 	var servers []*http.Server
 	stop := func() {
@@ -59,7 +67,7 @@ func serveShards(e *benchkit.Env, sockets int) ([]*api, func(), error) {
 	}
 	shards := make([]*api, n)
 	for i := range shards {
-		srv := web.New(web.Config{Runner: e.Runner, Store: e.DB, Broker: e.Broker, Models: e.Models,
+		srv := web.New(web.Config{Runner: e.Runner, Store: store, Broker: e.Broker, Models: e.Models,
 			OwnerToken: benchToken, Workspace: e.Dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -72,6 +80,37 @@ func serveShards(e *benchkit.Env, sockets int) ([]*api, func(), error) {
 		shards[i] = newAPI("http://"+ln.Addr().String(), benchToken)
 	}
 	return shards, stop, nil
+}
+
+// countingReader is a web.Reader that counts the reads the servers make through it.
+type countingReader struct {
+	web.Reader
+	reads atomic.Int64
+}
+
+func (r *countingReader) Session(ctx context.Context, id string) (agent.Session, error) {
+	r.reads.Add(1)
+	return r.Reader.Session(ctx, id)
+}
+
+func (r *countingReader) Sessions(ctx context.Context) ([]agent.Session, error) {
+	r.reads.Add(1)
+	return r.Reader.Sessions(ctx)
+}
+
+func (r *countingReader) Entries(ctx context.Context, sessionID string) ([]agent.Entry, error) {
+	r.reads.Add(1)
+	return r.Reader.Entries(ctx, sessionID)
+}
+
+func (r *countingReader) Approval(ctx context.Context, id string) (gate.Approval, error) {
+	r.reads.Add(1)
+	return r.Reader.Approval(ctx, id)
+}
+
+func (r *countingReader) Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error) {
+	r.reads.Add(1)
+	return r.Reader.Approvals(ctx, sessionID, status)
 }
 
 // api is a JSON API client (SPEC §12) with the owner's bearer token.

@@ -102,15 +102,21 @@ func sessionsCase(ctx context.Context, o sessionsOptions) (line, error) {
 	if err != nil {
 		return nil, err
 	}
+	var msStart runtime.MemStats // in process: live heap at start, after a collection
+	if o.inprocess {
+		runtime.GC()
+		runtime.ReadMemStats(&msStart)
+	}
 	c0, err := cpu()
 	if err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
-	events, err := runSessions(ctx, a, ids, name, o.parallel)
+	events, took, err := runSessions(ctx, a, ids, name, o.parallel)
 	if err != nil {
 		return nil, err
 	}
+	first, last := meanMs(took[:min(10, len(took))]), meanMs(took[max(0, len(took)-10):])
 	total := time.Since(t0)
 	c1, err := cpu()
 	if err != nil {
@@ -124,9 +130,11 @@ func sessionsCase(ctx context.Context, o sessionsOptions) (line, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ms0 runtime.MemStats
+	var ms0, msLive runtime.MemStats // in process: as rss_mb was read, and after a collection
 	if o.inprocess {
 		runtime.ReadMemStats(&ms0)
+		runtime.GC()
+		runtime.ReadMemStats(&msLive)
 	}
 	if heap != nil {
 		if err := heap(); err != nil {
@@ -173,14 +181,20 @@ func sessionsCase(ctx context.Context, o sessionsOptions) (line, error) {
 		add("db_mb", mb(db)).add("wal_mb", mb(wal)).
 		add("total_ms", ms(total)).add("cpu_ms", ms(c1-c0)).
 		add("us_per_turn", round2(float64(total.Nanoseconds())/1e3/float64(turns))).
+		add("session_ms_first10", first).add("session_ms_last10", last).
 		add("events", events).add("entries", entries)
 	if o.inprocess {
-		// Where this process's anonymous memory is, as the Go runtime counts it, when rss_mb was
-		// read: the heap's live and free spans (free ones not yet returned to the system count
-		// in RSS), goroutine stacks, and all the runtime holds from the system.
-		l = l.add("heap_inuse_mb", mb(int64(ms0.HeapInuse))).
+		// The live heap (after a collection) at start and after the sessions: what the sessions
+		// left behind. Then where this process's anonymous memory is, as the Go runtime counts
+		// it, when rss_mb was read: the heap's spans in use (live objects and garbage not yet
+		// collected), its free spans not yet returned to the system (resident too), goroutine
+		// stacks, and all the runtime holds from the system and has not returned (an upper
+		// bound of its resident part). SQLite's own memory (modernc's C heap: page caches) is
+		// outside the Go heap: roughly rss_anon_mb − go_held_mb.
+		l = l.add("heap_live_after_start_mb", mb(int64(msStart.HeapAlloc))).add("heap_live_mb", mb(int64(msLive.HeapAlloc))).
+			add("heap_inuse_mb", mb(int64(ms0.HeapInuse))).
 			add("heap_free_mb", mb(int64(ms0.HeapIdle-ms0.HeapReleased))).
-			add("stack_mb", mb(int64(ms0.StackInuse))).add("go_sys_mb", mb(int64(ms0.Sys)))
+			add("stack_mb", mb(int64(ms0.StackInuse))).add("go_held_mb", mb(int64(ms0.Sys-ms0.HeapReleased)))
 	} else {
 		l = l.add("goal_rss_mb", goalSessionsRSSMB).add("under_goal", mb(ended.rss) <= goalSessionsRSSMB)
 	}
@@ -190,8 +204,9 @@ func sessionsCase(ctx context.Context, o sessionsOptions) (line, error) {
 // runSessions runs one session per element of ids (ids[0] already created; the others are
 // created here, with model "faux:"+script), parallel at a time: each is followed to its
 // agent_end on its own events WebSocket, opened before its message is sent. It returns the
-// events all sockets received.
-func runSessions(ctx context.Context, a *api, ids []string, script string, parallel int) (int, error) {
+// events all sockets received and each run's time (from sending its message to its agent_end).
+func runSessions(ctx context.Context, a *api, ids []string, script string, parallel int) (int, []time.Duration, error) {
+	took := make([]time.Duration, len(ids))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	next := make(chan int)
@@ -223,10 +238,12 @@ func runSessions(ctx context.Context, a *api, ids []string, script string, paral
 			return err
 		}
 		defer closeEvents()
+		t0 := time.Now()
 		if err := a.send(ctx, ids[i], "go"); err != nil {
 			return err
 		}
 		r := <-done
+		took[i] = time.Since(t0)
 		mu.Lock()
 		events += r.n
 		mu.Unlock()
@@ -250,7 +267,7 @@ func runSessions(ctx context.Context, a *api, ids []string, script string, paral
 		}()
 	}
 	wg.Wait()
-	return events, first
+	return events, took, first
 }
 
 // writeReadFileScript writes a one-line workspace file, ws/echo.txt, and a faux script
@@ -345,4 +362,16 @@ func writeHeapProfile(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// meanMs is the mean of ds in milliseconds, to a tenth.
+func meanMs(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return ms(sum / time.Duration(len(ds)))
 }

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -102,6 +103,7 @@ func fanoutHTML(ctx context.Context, sessions, viewersPer int, chunkDelay time.D
 	const turns, textBytes = 10, 300
 	ids := make([]string, sessions)
 	var probes sync.WaitGroup
+	var events atomic.Int64 // every event published to the sessions
 	probeErrs := make(chan error, sessions)
 	for s := range ids {
 		name := fmt.Sprintf("stream-%d", s)
@@ -117,6 +119,7 @@ func fanoutHTML(ctx context.Context, sessions, viewersPer int, chunkDelay time.D
 			seen := map[htmlKey]int{}
 			turn := 0
 			for ev := range sub.C {
+				events.Add(1)
 				k, ok := eventKey(ev)
 				if ok {
 					n := seen[k]
@@ -227,7 +230,7 @@ func fanoutHTML(ctx context.Context, sessions, viewersPer int, chunkDelay time.D
 	return line{}.add("peer", "countersign").add("case", "fanout_html").add("mode", "paced").add("n", viewers).
 		add("chunk_delay_ms", ms(chunkDelay)).add("sessions", sessions).add("viewers", viewers).
 		add("servers", len(shards)).
-		add("events_published", len(published)).add("text_deltas", len(handed)).
+		add("events_published", events.Load()).add("events_with_fragment", len(published)).add("text_deltas", len(handed)).
 		add("frames_received", frames).add("events_matched", len(delays)).
 		add("frames_per_viewer", perViewer(frames)).add("bytes_per_viewer", perViewer(framesBytes)).
 		add("p50_ms", round2(percentile(delays, 50))).add("p99_ms", p99).

@@ -45,6 +45,85 @@ func TestCreateApprovalsIsAllOrNothing(t *testing.T) {
 	}
 }
 
+// TestGroupedRecordsMergeAcrossBatches (issue 19): a grouped record whose id is stored already is
+// merged into its row — counts add, last_at moves to the later time, created_at, decided_at and
+// every other column stay the first record's — in a batch, twice in one batch, or alone; an
+// ordinary record with an id that exists is still a conflict, and a failed batch merges nothing.
+func TestGroupedRecordsMergeAcrossBatches(t *testing.T) {
+	db := MustOpenDB(t)
+	ctx := context.Background()
+	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
+	t1 := time.Date(2026, 12, 1, 10, 0, 0, 1, time.UTC)
+	at := func(d time.Duration) *time.Time { x := t1.Add(d); return &x }
+	rec := func(id, call string, created time.Time) gate.Approval {
+		return gate.Approval{ID: id, SessionID: "s1", MessageID: "m1", ToolCallID: call, ParentToolCallID: "p",
+			ToolName: "leaf", Arguments: json.RawMessage(`{"i":1}`), RequestedBy: "parent", Status: gate.Approved,
+			Automatic: true, DecidedBy: gate.ByPolicy, DecisionSource: gate.FromAnnotations, Mode: gate.ModeDefault,
+			CreatedAt: created, DecidedAt: &created}
+	}
+	group := func(call string, created time.Time, count int, last *time.Time) gate.Approval {
+		a := rec("Ggroup", call, created)
+		a.Count, a.LastAt = count, last
+		return a
+	}
+	check := func(step string, count int, last *time.Time) {
+		t.Helper()
+		got, err := db.Approval(ctx, "Ggroup")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := group("p/1", t1, count, last)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the group's row\n got %+v\nwant %+v", step, got, want)
+		}
+	}
+
+	// The first batch: the group's first 2 calls, with an ordinary record.
+	if err := db.CreateApprovals(ctx, []gate.Approval{rec("o1", "p/9", t1), group("p/1", t1, 2, at(time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	check("first batch", 2, at(time.Second))
+	// A later batch of the same group: its first call is later (p/5), the stored row keeps p/1's.
+	if err := db.CreateApprovals(ctx, []gate.Approval{group("p/5", t1.Add(2*time.Second), 3, at(4*time.Second)), rec("o2", "p/10", t1)}); err != nil {
+		t.Fatal(err)
+	}
+	check("second batch", 5, at(4*time.Second))
+	// Twice in one batch, one of them older than the stored last_at: counts add, last_at stays
+	// the latest.
+	if err := db.CreateApprovals(ctx, []gate.Approval{group("p/6", t1, 1, at(3*time.Second)), group("p/7", t1, 1, at(5*time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	check("twice in a batch", 7, at(5*time.Second))
+	// Alone, through CreateApproval (the audit writer's retry of a failed batch).
+	if err := db.CreateApproval(ctx, group("p/8", t1, 1, at(6*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	check("alone", 8, at(6*time.Second))
+
+	// An ordinary duplicate is a conflict, alone or in a batch, and the failed batch's group
+	// record is not merged.
+	assertErr(t, db.CreateApproval(ctx, rec("o1", "p/11", t1)), apperr.Conflict, "approval o1 already exists")
+	err := db.CreateApprovals(ctx, []gate.Approval{group("p/12", t1, 10, at(9*time.Second)), rec("o3", "p/13", t1), rec("o1", "p/14", t1)})
+	assertErr(t, err, apperr.Conflict, "approval o1 already exists")
+	check("after a failed batch", 8, at(6*time.Second))
+	if _, err := db.Approval(ctx, "o3"); apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("o3 of the failed batch was stored: %v", err)
+	}
+
+	// The session lists three rows that stand for ten calls.
+	as, err := db.Approvals(ctx, "s1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for _, a := range as {
+		calls += a.Calls()
+	}
+	if len(as) != 3 || calls != 10 {
+		t.Fatalf("%d rows standing for %d calls, want 3 rows for 10 calls: %+v", len(as), calls, as)
+	}
+}
+
 // TestCheckpointsRunInTheBackground: with commits no longer paying for checkpoints, the WAL is
 // still copied into the database file, and Close stops the checkpointer.
 func TestCheckpointsRunInTheBackground(t *testing.T) {
@@ -290,12 +369,15 @@ func TestCreateApprovalsKeepsEveryTextByteForByte(t *testing.T) {
 	nul.Reason = "a\x00b"
 	invalid := mk("b2")
 	invalid.ToolTitle = "bad \xff byte"
+	grouped := mk("a5")
+	last := decided.Add(time.Hour)
+	grouped.Count, grouped.LastAt = 1000, &last
 
 	for _, tc := range []struct {
 		batch   []gate.Approval
 		viaJSON bool
 	}{
-		{[]gate.Approval{plain, bare, edited, empty}, true},
+		{[]gate.Approval{plain, bare, edited, grouped, empty}, true},
 		{[]gate.Approval{mk("c1"), nul, mk("c2")}, false},
 		{[]gate.Approval{mk("d1"), invalid}, false},
 	} {

@@ -429,6 +429,10 @@ func (tc *toolContext) ExecuteTool(ctx context.Context, name string, arguments a
 	// kept, so a live page draws the finished call from the same data a reloaded one does.
 	entry := tool.NestedCall{ID: id, Name: name, Arguments: child.args, Status: child.status,
 		DurationMs: res.DurationMs, Violation: res.ContractViolation != nil}
+	if child.decision != nil {
+		// The call's audit record: for an allowed call its group's, which names only the first.
+		entry.ApprovalID = child.decision.ID
+	}
 	text, cut := res.ModelTextPrefix(maxNestedTextBytes)
 	if res.IsError {
 		entry.Error = text

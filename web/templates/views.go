@@ -243,7 +243,7 @@ type AuditView struct {
 	// Total counts the session's gated calls before filtering, Shown the calls Rows stand for
 	// (a grouped row counts each of its calls).
 	Total, Shown int
-	Filter AuditFilter
+	Filter       AuditFilter
 	// The filters' choices: decisions (approval statuses), deciders (automatic, a person), the
 	// tools the session's gated calls name, outcomes.
 	Decisions, Deciders, Outcomes []Option

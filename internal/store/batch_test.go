@@ -157,11 +157,41 @@ func TestCheckpointsRunInTheBackground(t *testing.T) {
 }
 
 // BenchmarkCreateApprovals: automatic records of nested calls written in batches of 128, as the
-// agent's audit writer does; ns/op is one record. "rule" records name the rule that decided them
-// (SPEC §14, issue 17's rules bench case), "annotations" the annotation default.
+// agent's audit writer did before issue 19 (and still does for blocked and denied calls); ns/op
+// is one record. "rule" records name the rule that decided them (SPEC §14, issue 17's rules bench
+// case), "annotations" the annotation default. "grouped" is what the writer stores for allowed
+// calls since issue 19: per 128 calls of one parent and tool, one grouped record counting them,
+// merged into the group's row; ns/op is one call.
 func BenchmarkCreateApprovals(b *testing.B) {
 	b.Run("annotations", func(b *testing.B) { benchCreateApprovals(b, false) })
 	b.Run("rule", func(b *testing.B) { benchCreateApprovals(b, true) })
+	b.Run("grouped", benchCreateGroupedApprovals)
+}
+
+func benchCreateGroupedApprovals(b *testing.B) {
+	db := MustOpenDB(b)
+	ctx := context.Background()
+	if err := db.CreateSession(ctx, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"}); err != nil {
+		b.Fatal(err)
+	}
+	yes := true
+	now := time.Now().UTC()
+	stored := 0
+	b.ResetTimer()
+	for stored < b.N {
+		count := min(128, b.N-stored)
+		last := now.Add(time.Duration(stored+count) * time.Microsecond)
+		g := gate.Approval{ID: "G0000000000000000000000000", SessionID: "s1", MessageID: "m1",
+			ToolCallID: fmt.Sprintf("c1/%d", stored+1), ParentToolCallID: "c1", ToolName: "run_checks", ToolTitle: "Run checks",
+			Arguments: []byte(`{}`), Annotations: tool.Annotations{ReadOnlyHint: &yes}, RequestedBy: "review_diff",
+			Status: gate.Approved, Automatic: true, DecidedBy: "policy", Reason: "annotations allow it without approval",
+			CreatedAt: now, DecidedAt: &now, DecisionSource: gate.FromAnnotations, Mode: gate.ModeDefault,
+			Count: count, LastAt: &last}
+		if err := db.CreateApprovals(ctx, []gate.Approval{g}); err != nil {
+			b.Fatal(err)
+		}
+		stored += count
+	}
 }
 
 func benchCreateApprovals(b *testing.B, byRule bool) {

@@ -124,6 +124,40 @@ func TestGroupedRecordsMergeAcrossBatches(t *testing.T) {
 	}
 }
 
+// TestGroupedAuditMigrationKeepsEveryRow: a database from before 0012 keeps its approvals, each an
+// ordinary record (count 0: it stands for one call, no last_at); 0012 is applied by its name
+// whatever other migrations are recorded.
+func TestGroupedAuditMigrationKeepsEveryRow(t *testing.T) {
+	db := MustOpenDB(t)
+	ctx := context.Background()
+	mustCreateSession(t, db, session("s1", t0))
+	mustCreateSession(t, db, session("s2", t0))
+	want := approvals()
+	mustCreateApprovals(t, db, want...)
+	for _, q := range []string{
+		`ALTER TABLE approvals DROP COLUMN count`,
+		`ALTER TABLE approvals DROP COLUMN last_at`,
+		`DELETE FROM migrations WHERE name = '0012_grouped_audit.sql'`,
+	} {
+		if _, err := db.write.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		got, err := db.Approval(ctx, w.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertEqual(t, "approval "+w.ID+" after 0012", got, w)
+		if got.Calls() != 1 {
+			t.Errorf("%s stands for %d calls, want 1", w.ID, got.Calls())
+		}
+	}
+}
+
 // TestCheckpointsRunInTheBackground: with commits no longer paying for checkpoints, the WAL is
 // still copied into the database file, and Close stops the checkpointer.
 func TestCheckpointsRunInTheBackground(t *testing.T) {

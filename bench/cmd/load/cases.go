@@ -88,17 +88,19 @@ func nestedRun(ctx context.Context, n int, opt benchkit.Options) (line, nestedSt
 	if err := json.Unmarshal(rd.Result.Details, &d); err != nil {
 		return nil, nestedStats{}, fmt.Errorf("review_diff details: %v (result %s)", err, rd.Result.TextOf())
 	}
-	// Every nested call is audited (SPEC §3), committed before the parent's result.
+	// Every nested call is audited (SPEC §3), committed before the parent's result; the allowed
+	// ones are grouped (issue 19): a row counts the calls it stands for.
 	approvals, err := e.DB.Approvals(ctx, sess.ID, "")
 	if err != nil {
 		return nil, nestedStats{}, err
 	}
-	audited, byRule := 0, 0
+	audited, rows, byRule := 0, 0, 0
 	for _, a := range approvals {
 		if a.ParentToolCallID == "rd" && a.Automatic && a.Status == gate.Approved {
-			audited++
+			audited += a.Calls()
+			rows++
 			if a.DecisionSource == gate.FromRule && a.RuleText != "" {
-				byRule++
+				byRule += a.Calls()
 			}
 		}
 	}
@@ -122,7 +124,7 @@ func nestedRun(ctx context.Context, n int, opt benchkit.Options) (line, nestedSt
 			add("all_nested_ok", d.OK == calls).
 			add("transcript_nested_entries", nestedEntries).add("transcript_tool_results", toolResults).
 			add("nested_calls_record_kept", kept).add("nested_calls_record_complete", complete).
-			add("audit_rows", audited), nestedStats{perCall: loop / time.Duration(calls),
+			add("audit_rows", rows).add("audited_calls", audited), nestedStats{perCall: loop / time.Duration(calls),
 			cpuPerCall: time.Duration(d.LoopCPUNs) / time.Duration(calls), byRule: byRule}, nil
 }
 

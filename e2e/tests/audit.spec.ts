@@ -1,5 +1,5 @@
 import { test, expect, type Page } from '@playwright/test';
-import { approvalGroup, expectFinalText, login, newSession, send } from './helpers';
+import { OWNER_TOKEN, approvalGroup, expectFinalText, login, newSession, send } from './helpers';
 
 // Issue 16, item 6: an audit a reviewer can read — what became of each gated call, times in the
 // reader's time zone (UTC in the tooltip), filters by decision and tool whose URL can be shared.
@@ -91,4 +91,39 @@ test('item 6, audit a reviewer can read: outcome per call, local times with UTC 
   expect(await cellOf(shared, 'audit-denied', 'Outcome')).toBe('not run');
   await shared.getByRole('link', { name: 'Clear filters', exact: true }).click();
   await expect(rows(shared)).toHaveCount(4);
+});
+
+// Issue 19: the nested calls of one call that rules allowed the same way are audited as one row
+// that says how many calls it stands for ("×300", read "300 calls"), with the first call and the
+// first and last decision times; the JSON API's record carries count and lastAt.
+test('issue 19, grouped audit: 300 allowed nested list_files calls are one row ×300, in the page and the API', async ({ page }) => {
+  await login(page);
+  const id = await newSession(page, 'grouped audit', 'faux:grouped-audit');
+  const box = page.getByRole('group', { name: 'Tools', exact: true }).getByRole('checkbox', { name: 'codemode', exact: true });
+  await box.check();
+  await expect(box).toBeChecked();
+  await send(page, 'List the files many times.');
+  await expectFinalText(page, 'The script said: listed 300 times');
+
+  await page.getByRole('link', { name: 'Audit', exact: true }).click();
+  await expect(page).toHaveURL(new RegExp(`/sessions/${id}/audit$`));
+  // codemode's own decision and one row for its 300 list_files calls.
+  await expect(rows(page)).toHaveCount(2);
+  await expect(page.getByRole('status').filter({ hasText: '301 gated calls.' })).toBeVisible();
+  const grouped = rows(page).filter({ has: page.getByRole('cell', { name: 'list_files 300 calls', exact: true }) });
+  await expect(grouped).toHaveCount(1);
+  await expect(grouped.getByText('×300', { exact: true })).toBeVisible();
+  await expect(grouped).toContainText('gr1/1');
+  await expect(grouped).toContainText('first of 300');
+  await expect(grouped.locator('td.col-decided time')).toHaveCount(2);
+  await expect(grouped.locator('td.col-outcome')).toHaveText('ok');
+
+  const res = await page.request.get(`/api/sessions/${id}/approvals`, { headers: { Authorization: `Bearer ${OWNER_TOKEN}` } });
+  const approvals = (await res.json()).approvals as { toolName: string; toolCallId: string; count?: number; decidedAt: string; lastAt?: string }[];
+  const calls = approvals.reduce((n, a) => n + (a.count ?? 1), 0);
+  expect(calls, 'every gated call is accounted for').toBe(301);
+  const record = approvals.find((a) => a.toolName === 'list_files');
+  expect(record?.count).toBe(300);
+  expect(record?.toolCallId).toBe('gr1/1');
+  expect(Date.parse(record!.lastAt!)).toBeGreaterThanOrEqual(Date.parse(record!.decidedAt));
 });

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/binary"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -20,13 +23,28 @@ import (
 // rows, not transcript entries, and nothing waits on them: no event is broadcast for them, and
 // the call they describe never needs a person.
 //
+// Grouping (issue 19): the allowed calls are grouped. An approved record is one of a group keyed
+// by groupKey — the parent call (session, assistant message, parent tool call id), the tool, and
+// how it was decided (source, rule, mode, decider, scope, reason) — and while the group's record
+// waits in the queue, a further call of the group only adds to its Count and moves its LastAt.
+// A group's record has a fixed id (groupID), so a record of the same group in a later batch is
+// merged into the stored row (store: INSERT … ON CONFLICT(id) DO UPDATE): one audit row per
+// group, whose count is every call it stands for. Blocked and denied records keep a row each,
+// as do every record written elsewhere (model-issued calls, prompts, their decisions). Why:
+// writing a row cost the writer about 27 µs of CPU per call (most of it SQLite's JSON
+// extraction), four times a nested loop's own; a group costs a map lookup per call and one
+// upsert per batch. The per-call detail stays in the parent's nestedCalls record (SPEC §4),
+// whose entries name their record (tool.NestedCall.ApprovalID).
+//
 // Durability: a record is committed within one batch of being queued (usually well under a
 // millisecond), and always before the result of the model-issued call it descends from is
-// committed (finishBatch calls flush first), so a stored result implies its nested audit. A
-// crash can lose only the records still queued, all of calls whose model-issued ancestor had not
-// finished — which restart marks "Interrupted by server restart". Records of calls that need a
-// person (pending approvals, session grants) and of model-issued calls are still written inline,
-// before the call runs.
+// committed (finishBatch calls flush first, which waits for every call queued before it,
+// counted in calls, not records), so a stored result implies its nested audit. A crash can lose
+// only the records still queued — for a group, the calls counted since its row was last written
+// — all of calls whose model-issued ancestor had not finished, which restart marks "Interrupted
+// by server restart" (it rebuilds their nestedCalls from the audit, a group as one entry, marked
+// incomplete). Records of calls that need a person (pending approvals, session grants) and of
+// model-issued calls are still written inline, before the call runs.
 type auditLog struct {
 	store Store
 	log   *slog.Logger
@@ -35,12 +53,55 @@ type auditLog struct {
 	cond    *sync.Cond        // broadcast when records are written or the queue has room
 	queue   [][]gate.Approval // batches of at most auditBatchMax records, oldest first
 	waiting int               // records in queue
-	queued  uint64            // records ever queued
-	written uint64            // records ever taken by the writer and written (or logged as failed)
+	queued  uint64            // calls ever queued (a grouped record counts each call it stands for)
+	written uint64            // calls ever taken by the writer and written (or logged as failed)
 	writing bool              // a writer goroutine is running
+	// groups finds a group's record while it waits in queue (not yet taken by the writer). The
+	// pointer is into a batch's backing array, which never moves: a batch is made with capacity
+	// auditBatchMax and never grows past it. The writer removes a batch's groups as it takes it.
+	groups map[groupKey]*gate.Approval
 	// spare holds written batches for reuse: a record is ~400 bytes, and a tool making
 	// thousands of nested calls would otherwise allocate a new batch every 128 of them.
 	spare [][]gate.Approval
+}
+
+// groupKey is what the calls a grouped record stands for have in common: the parent call they
+// descend from (tool call ids repeat across messages, so the message too), the tool, and every
+// column that says how the call was decided. The record's other columns (call id, arguments,
+// times) are its first call's.
+type groupKey struct {
+	sessionID, messageID, parentToolCallID, toolName string
+	source                                           gate.DecisionSource
+	ruleID, ruleText                                 string
+	ruleSource                                       gate.RuleSource
+	mode                                             gate.Mode
+	decidedBy, reason, derivedFrom                   string
+	scope                                            gate.Scope
+	status                                           gate.Status
+}
+
+func keyOf(a *gate.Approval) groupKey {
+	return groupKey{sessionID: a.SessionID, messageID: a.MessageID, parentToolCallID: a.ParentToolCallID,
+		toolName: a.ToolName, source: a.DecisionSource, ruleID: a.RuleID, ruleText: a.RuleText, ruleSource: a.RuleSource,
+		mode: a.Mode, decidedBy: a.DecidedBy, reason: a.Reason, derivedFrom: a.DerivedFrom, scope: a.Scope, status: a.Status}
+}
+
+// groupID is the fixed id of a group's record: "G" and the first 125 bits of a SHA-256 of the
+// key, in base32 (26 characters, like gate.NewID's and recordID's). Fixed, so a later batch's
+// record of the group merges into the stored row; "G" never starts a recordID (base32hex of a
+// time, "1" until the 2090s), and a gate.NewID (random, 130 bits) that matched one would need
+// 125 bits to agree.
+func groupID(k groupKey) string {
+	h := sha256.New()
+	for _, f := range [...]string{k.sessionID, k.messageID, k.parentToolCallID, k.toolName, string(k.source), k.ruleID,
+		k.ruleText, string(k.ruleSource), string(k.mode), k.decidedBy, k.reason, k.derivedFrom, string(k.scope), string(k.status)} {
+		// Each field length-prefixed, so no two keys hash the same text.
+		var n [binary.MaxVarintLen64]byte
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
+		h.Write([]byte(f))
+	}
+	sum := h.Sum(nil)
+	return "G" + base32.StdEncoding.EncodeToString(sum)[:25]
 }
 
 // auditSpareBatches bounds the batches kept for reuse (~50 KiB each).
@@ -67,17 +128,38 @@ const auditQueueMax = 1 << 15
 const auditBatchMax = 128
 
 func newAuditLog(store Store, log *slog.Logger) *auditLog {
-	l := &auditLog{store: store, log: log}
+	l := &auditLog{store: store, log: log, groups: map[groupKey]*gate.Approval{}}
 	l.cond = sync.NewCond(&l.mu)
 	return l
 }
 
-// add stamps a as an automatic decision made now (as gate.Record does), queues it and returns it
-// as stamped. It blocks only while the queue is full.
+// add stamps a, the record of a nested call, as an automatic decision made now (as gate.Record
+// does), queues it and returns it as stamped. An approved record joins its group (auditLog): when
+// the group's record waits in the queue the call is counted in it, else a: queued as the group's
+// record (Count 1, LastAt its time). Either way the record returned has the group's id and this
+// call's own times, and Count 0 (the group may count further calls); it goes on the call's
+// tool_execution events. It blocks only while the queue is full.
 func (l *auditLog) add(a gate.Approval) gate.Approval {
 	now := time.Now().UTC()
-	a.ID, a.CreatedAt, a.DecidedAt, a.Automatic = recordID(now), now, &now, true
+	a.CreatedAt, a.DecidedAt, a.Automatic = now, &now, true
+	grouped := a.Status == gate.Approved && a.ParentToolCallID != ""
+	var k groupKey
+	if grouped {
+		k = keyOf(&a)
+	} else {
+		a.ID = recordID(now)
+	}
 	l.mu.Lock()
+	l.queued++
+	if grouped {
+		if g := l.groups[k]; g != nil {
+			g.Count++
+			*g.LastAt = now
+			a.ID = g.ID
+			l.mu.Unlock()
+			return a
+		}
+	}
 	for l.waiting >= auditQueueMax {
 		l.cond.Wait()
 	}
@@ -85,9 +167,25 @@ func (l *auditLog) add(a gate.Approval) gate.Approval {
 		l.queue = append(l.queue, l.newBatch())
 	}
 	last := &l.queue[len(l.queue)-1]
-	*last = append(*last, a)
+	rec := a
+	if grouped {
+		if g := l.groups[k]; g != nil { // made while this call waited for room
+			g.Count++
+			*g.LastAt = now
+			a.ID = g.ID
+			l.mu.Unlock()
+			return a
+		}
+		a.ID = groupID(k)
+		rec = a
+		lastAt := now
+		rec.Count, rec.LastAt = 1, &lastAt
+	}
+	*last = append(*last, rec)
+	if grouped {
+		l.groups[k] = &(*last)[len(*last)-1]
+	}
 	l.waiting++
-	l.queued++
 	if !l.writing {
 		l.writing = true
 		go l.write()
@@ -110,13 +208,25 @@ func (l *auditLog) write() {
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
 		l.waiting -= len(batch)
+		// Taken: its groups count no further calls (a further call starts a new record of the
+		// group, merged into the same row when stored).
+		calls := uint64(0)
+		for i := range batch {
+			if a := &batch[i]; a.Grouped() {
+				k := keyOf(a)
+				if l.groups[k] == a {
+					delete(l.groups, k)
+				}
+			}
+			calls += uint64(batch[i].Calls())
+		}
 		l.cond.Broadcast() // room in the queue
 		l.mu.Unlock()
 
 		l.store1(batch)
 
 		l.mu.Lock()
-		l.written += uint64(len(batch))
+		l.written += calls
 		if len(l.spare) < auditSpareBatches {
 			clear(batch)
 			l.spare = append(l.spare, batch[:0])
@@ -135,12 +245,12 @@ func (l *auditLog) store1(batch []gate.Approval) {
 	}
 	for _, a := range batch {
 		if err := l.store.CreateApproval(ctx, a); err != nil {
-			l.log.Error("record automatic decision", "session", a.SessionID, "call", a.ToolCallID, "err", err)
+			l.log.Error("record automatic decision", "session", a.SessionID, "call", a.ToolCallID, "calls", a.Calls(), "err", err)
 		}
 	}
 }
 
-// flush waits until every record queued before it was called has been written.
+// flush waits until every call queued before it was called has been written.
 func (l *auditLog) flush() {
 	l.mu.Lock()
 	target := l.queued

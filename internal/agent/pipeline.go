@@ -110,7 +110,7 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	case gate.Allowed:
 		// A nested call's record goes to the background audit writer, committed before its
 		// model-issued ancestor's result (auditLog), also when a rule allowed it: a tool may
-		// make thousands of calls a person's rule lets through.
+		// make thousands of calls a person's rule lets through, which the audit groups.
 		inv.decision = rn.recordRule(ctx, approval, nested, records)
 		return false
 	}
@@ -138,8 +138,9 @@ func (rn *run) ask(ctx context.Context, inv *invocation) {
 
 // recordRule records a decision the gate made without a person (gate.Checker.Check) and returns it as
 // recorded (nil when it could not be). A nested call's goes to the background audit writer (see
-// auditLog for why, and what durability it has); a model-issued call's is stored before the call
-// goes on: with its assistant message when records is not nil, else at once.
+// auditLog for why, what durability it has, and how allowed calls are grouped: the record
+// returned then has the group's id); a model-issued call's is stored before the call goes on:
+// with its assistant message when records is not nil, else at once.
 func (rn *run) recordRule(ctx context.Context, a gate.Approval, nested bool, records *[]gate.Approval) *gate.Approval {
 	switch {
 	case nested:
@@ -429,6 +430,10 @@ func (tc *toolContext) ExecuteTool(ctx context.Context, name string, arguments a
 	// kept, so a live page draws the finished call from the same data a reloaded one does.
 	entry := tool.NestedCall{ID: id, Name: name, Arguments: child.args, Status: child.status,
 		DurationMs: res.DurationMs, Violation: res.ContractViolation != nil}
+	if child.decision != nil {
+		// The call's audit record: for an allowed call its group's, which names only the first.
+		entry.ApprovalID = child.decision.ID
+	}
 	text, cut := res.ModelTextPrefix(maxNestedTextBytes)
 	if res.IsError {
 		entry.Error = text

@@ -115,9 +115,12 @@ type Store interface {
 
 	gate.Store
 	// CreateApprovals stores decided approvals in one transaction, all or none (the automatic
-	// audit records of nested calls, written in batches).
+	// audit records of nested calls, written in batches). A grouped record (Count > 0) whose id
+	// is stored already is merged into that row: its count grows by Count, its lastAt becomes
+	// the later one, the rest stays (issue 19); CreateApproval merges one the same way.
 	CreateApprovals(ctx context.Context, as []gate.Approval) error
-	// Approvals lists a session's approvals in creation order; status "" means every status.
+	// Approvals lists a session's approvals in creation order; status "" means every status. A
+	// grouped record stands for Count calls (gate.Approval.Calls).
 	Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error)
 	// SetSessionMode sets a session's mode (SPEC §14); apperr.NotFound for an unknown id.
 	SetSessionMode(ctx context.Context, id string, mode gate.Mode) error

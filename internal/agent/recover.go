@@ -201,7 +201,9 @@ func runWasCut(entries []Entry) bool {
 
 // interrupted is the error result of a call that was executing when the process died. What ran
 // beneath it is rebuilt from the audit (every nested call passed the gate and was recorded),
-// marked incomplete: its results died with the process (SPEC §4, §8). Its Interrupted record
+// marked incomplete: its results died with the process (SPEC §4, §8). The calls a grouped record
+// counts (issue 19) are one entry, its first call's, naming the record (ApprovalID) whose count
+// says how many there were; their other ids are not stored. Its Interrupted record
 // says when the call started — when its approval let it run, a person's decision or a rule's,
 // which every executed call has — and its duration runs from then to now, the restart.
 func (r *Runner) interrupted(ctx context.Context, sessionID, messageID, callID string) tool.Result {
@@ -238,7 +240,7 @@ func (r *Runner) interrupted(ctx context.Context, sessionID, messageID, callID s
 		case gate.TimedOut:
 			status = "denied"
 		}
-		nc := tool.NestedCall{ID: a.ToolCallID, Name: a.ToolName, Arguments: a.EffectiveArguments(), Status: status}
+		nc := tool.NestedCall{ID: a.ToolCallID, Name: a.ToolName, Arguments: a.EffectiveArguments(), Status: status, ApprovalID: a.ID}
 		if status != "unfinished" {
 			nc.Error = a.Reason
 		}

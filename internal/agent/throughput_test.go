@@ -14,7 +14,8 @@ import (
 
 // TestNestedAuditIsCommittedBeforeTheParentsResult: the automatic records of nested calls are
 // written in the background (in batches), yet every one of them is in the store once the parent's
-// result is: allowed ones approved by policy, blocked ones denied by the handler.
+// result is: allowed ones approved by policy, grouped (issue 19) into one row that counts them
+// all, blocked ones denied by the handler, a row each.
 func TestNestedAuditIsCommittedBeforeTheParentsResult(t *testing.T) {
 	const n = 300
 	ro := tool.Annotations{ReadOnlyHint: tool.Bool(true)}
@@ -50,25 +51,42 @@ func TestNestedAuditIsCommittedBeforeTheParentsResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	approved, denied := 0, 0
+	approved, denied, rows := 0, 0, 0
+	rowOf := map[string]gate.Approval{}
 	for _, a := range as {
 		if a.ToolName != "leaf" {
 			continue
 		}
+		rowOf[a.ID] = a
 		if !a.Automatic || a.ParentToolCallID != "p1" || a.RequestedBy != "parent" {
 			t.Errorf("nested record %+v: want automatic, parent p1, requested by parent", a)
 		}
 		switch {
 		case a.Status == gate.Approved && a.DecidedBy == "policy":
-			approved++
-		case a.Status == gate.Denied && a.DecidedBy == "tool_call handler" && a.Reason == "not seven":
+			approved += a.Calls()
+			rows++
+		case a.Status == gate.Denied && a.DecidedBy == "tool_call handler" && a.Reason == "not seven" && !a.Grouped():
 			denied++
 		default:
 			t.Errorf("unexpected record %+v", a)
 		}
 	}
 	if approved != n-1 || denied != 1 {
-		t.Fatalf("%d approved and %d denied records once the parent's result is stored, want %d and 1", approved, denied, n-1)
+		t.Fatalf("%d approved and %d denied calls recorded once the parent's result is stored, want %d and 1", approved, denied, n-1)
+	}
+	if rows != 1 {
+		t.Errorf("the %d approved calls are in %d rows, want one grouped row", approved, rows)
+	}
+	// The parent's nestedCalls record names each kept call's row: the group's, or the denial's own.
+	rs := h.toolResults()
+	if len(rs) != 1 || rs[0].Result.NestedCalls == nil {
+		t.Fatalf("tool results %+v, want the parent's with its nestedCalls", rs)
+	}
+	for _, c := range rs[0].Result.NestedCalls.Calls {
+		row, ok := rowOf[c.ApprovalID]
+		if !ok || (c.Status == "ok") != (row.Status == gate.Approved && row.Grouped()) || (c.Status == "blocked" && row.ToolCallID != c.ID) {
+			t.Fatalf("nested call %s (%s) names row %q = %+v, want its decision's row", c.ID, c.Status, c.ApprovalID, row)
+		}
 	}
 }
 

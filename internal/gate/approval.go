@@ -108,7 +108,27 @@ type Approval struct {
 	// session"), that rule's scope: how far the decision reaches (Scope stays Session, "more
 	// than this call"); RuleID, RuleText and RuleSource name the rule then. "" otherwise.
 	RuleScope RuleScope `json:"ruleScope,omitempty"`
+	// Count is, on a grouped audit record, how many calls it stands for (issue 19): the nested
+	// calls of one parent call that rules allowed the same way — same tool, decision source,
+	// rule, mode, decider and scope — are recorded as one row whose Count adds up. 0 on every
+	// other record, which stands for one call (Calls). On a grouped record ToolCallID,
+	// Arguments, CreatedAt and DecidedAt are the first counted call's; the parent's nestedCalls
+	// record keeps each call.
+	Count int `json:"count,omitempty"`
+	// LastAt is, on a grouped record, when the last call it counts was decided (UTC); nil on
+	// every other record.
+	LastAt *time.Time `json:"lastAt,omitempty"`
 }
+
+// Calls is how many gated calls a stands for: Count on a grouped record, else 1. Whatever counts
+// gated calls sums Calls over the records, not the records.
+func (a Approval) Calls() int {
+	return max(a.Count, 1)
+}
+
+// Grouped reports whether a is a grouped audit record (Count > 0), which stands for every call
+// it counts.
+func (a Approval) Grouped() bool { return a.Count > 0 }
 
 // Grant is a session grant (SPEC §3 "approve for this session"): later calls of ToolName in the
 // session skip the prompt. ApprovalID is the human decision that made it. Since SPEC §14 a grant

@@ -16,18 +16,25 @@ import (
 const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_call_id, tool_name,
 	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
 	decided_by, reason, scope, created_at, decided_at, derived_from, decided_via_link_id, decided_via_link_label,
-	ask_reason, decision_source, rule_id, rule_text, rule_source, mode, rule_scope`
+	ask_reason, decision_source, rule_id, rule_text, rule_source, mode, rule_scope, count, last_at`
 
 // CreateApproval stores a, pending or already decided (automatic approvals are stored decided),
 // every field as given; a zero CreatedAt is stored as db.Now(). Arguments and EditedArguments are
 // kept byte for byte (nil stays nil); Annotations keep the difference between an absent hint and
-// false. Errors: apperr.Invalid for a missing id, invalid JSON or an unknown status or scope;
-// apperr.Conflict for an id that exists; apperr.NotFound for an unknown session.
+// false. A grouped record (a.Count > 0, issue 19) whose id exists is merged into the stored row
+// instead: its count grows by a.Count and its last_at becomes the later of the two, every other
+// column stays the first record's (mergeGrouped). Errors: apperr.Invalid for a missing id,
+// invalid JSON or an unknown status or scope; apperr.Conflict for an id that exists (an ordinary
+// record); apperr.NotFound for an unknown session.
 func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 	defer apperr.Wrap(&err, "store.CreateApproval(%s)", a.ID)
 	args, err := db.approvalRow(a)
 	if err != nil {
 		return err
+	}
+	insert := insertApproval
+	if a.Grouped() {
+		insert = upsertApproval
 	}
 	// A decided approval (an automatic record: its call runs next) is durable; a pending one need
 	// not be, since nothing has run on it, and its decision's FULL commit syncs it too (the WAL
@@ -37,16 +44,18 @@ func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 		write = db.commitDurable
 	}
 	err = write(ctx, false, func(w *writeTx) error {
-		_, err := w.stmt(insertApproval).ExecContext(w.ctx, args...)
+		_, err := w.stmt(insert).ExecContext(w.ctx, args...)
 		return err
-	}, insertApproval)
+	}, insert)
 	return approvalError(a, err)
 }
 
 // CreateApprovals stores several approvals, as CreateApproval does, in one transaction: all of
 // them or none (the first failure, with CreateApproval's error codes, rolls the batch back). The
 // agent writes the automatic audit records of nested calls this way, in batches (SPEC §3: every
-// gated call is listed; one commit per batch instead of one per call).
+// gated call is listed; one commit per batch instead of one per call). Grouped records (Count >
+// 0) are merged into their stored row as CreateApproval merges them, also when one batch holds
+// the same group twice.
 func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err error) {
 	defer apperr.Wrap(&err, "store.CreateApprovals(%d)", len(as))
 	if len(as) == 0 {
@@ -54,15 +63,50 @@ func (db *DB) CreateApprovals(ctx context.Context, as []gate.Approval) (err erro
 	}
 	return db.commitDurable(ctx, true, func(w *writeTx) error {
 		return db.insertApprovals(w, as)
-	}, insertApproval, insertApprovalsJSON)
+	}, insertApproval, insertApprovalsJSON, upsertApproval, upsertApprovalsJSON)
 }
 
-// insertApprovals inserts as within tx (CreateApprovals' rows and errors). Two or more rows go in
-// one statement that reads them from a single JSON text parameter (insertApprovalsJSON): binding
-// 22 parameters a row through database/sql cost about 2 KB of garbage a row, which the audit
-// writer of nested calls turned into collections in the running tool's loop. A batch with a text
-// that is not valid UTF-8 (JSON cannot carry it byte for byte) goes a row at a time instead.
+// insertApprovals inserts as within tx (CreateApprovals' rows and errors): the ordinary records
+// with a plain insert (an id that exists is a conflict), then the grouped ones (Count > 0) with
+// an upsert that merges each into its row (mergeGrouped).
 func (db *DB) insertApprovals(w *writeTx, as []gate.Approval) error {
+	grouped := 0
+	for i := range as {
+		if as[i].Grouped() {
+			grouped++
+		}
+	}
+	switch grouped {
+	case 0:
+		return db.insertRows(w, as, false)
+	case len(as):
+		return db.insertRows(w, as, true)
+	}
+	ordinary, groups := make([]gate.Approval, 0, len(as)-grouped), make([]gate.Approval, 0, grouped)
+	for _, a := range as {
+		if a.Grouped() {
+			groups = append(groups, a)
+		} else {
+			ordinary = append(ordinary, a)
+		}
+	}
+	if err := db.insertRows(w, ordinary, false); err != nil {
+		return err
+	}
+	return db.insertRows(w, groups, true)
+}
+
+// insertRows inserts as within tx, each merged into its row when grouped is set (as are then
+// all grouped records). Two or more rows go in one statement that reads them from a single JSON
+// text parameter (insertApprovalsJSON): binding 22 parameters a row through database/sql cost
+// about 2 KB of garbage a row, which the audit writer of nested calls turned into collections in
+// the running tool's loop. A batch with a text that is not valid UTF-8 (JSON cannot carry it
+// byte for byte) goes a row at a time instead.
+func (db *DB) insertRows(w *writeTx, as []gate.Approval, grouped bool) error {
+	many, one := insertApprovalsJSON, insertApproval
+	if grouped {
+		many, one = upsertApprovalsJSON, upsertApproval
+	}
 	if len(as) > 1 {
 		buf := approvalJSONBuffers.Get().(*[]byte)
 		defer approvalJSONBuffers.Put(buf)
@@ -74,8 +118,8 @@ func (db *DB) insertApprovals(w *writeTx, as []gate.Approval) error {
 		if ok {
 			// The statement reads the text while ExecContext runs (the driver copies a bound text
 			// into SQLite's memory), and buf is not written to again before it returns.
-			if _, err := w.stmt(insertApprovalsJSON).ExecContext(w.ctx, unsafe.String(unsafe.SliceData(rows), len(rows))); err != nil {
-				return db.approvalsError(w, as, err)
+			if _, err := w.stmt(many).ExecContext(w.ctx, unsafe.String(unsafe.SliceData(rows), len(rows))); err != nil {
+				return db.approvalsError(w, as, one, err)
 			}
 			return nil
 		}
@@ -85,7 +129,7 @@ func (db *DB) insertApprovals(w *writeTx, as []gate.Approval) error {
 		if err != nil {
 			return err
 		}
-		if _, err := w.stmt(insertApproval).ExecContext(w.ctx, row...); err != nil {
+		if _, err := w.stmt(one).ExecContext(w.ctx, row...); err != nil {
 			return approvalError(a, err)
 		}
 	}
@@ -93,27 +137,27 @@ func (db *DB) insertApprovals(w *writeTx, as []gate.Approval) error {
 }
 
 // approvalsError finds which row of a failed multi-row insert broke a constraint, by inserting
-// them one at a time inside a savepoint that is then rolled back (the batch fails either way),
-// so the error names the approval as CreateApproval's would.
-func (db *DB) approvalsError(w *writeTx, chunk []gate.Approval, cause error) error {
+// them one at a time (with the one-row statement one) inside a savepoint that is then rolled
+// back (the batch fails either way), so the error names the approval as CreateApproval's would.
+func (db *DB) approvalsError(w *writeTx, chunk []gate.Approval, one string, cause error) error {
 	if _, err := w.tx.ExecContext(w.ctx, `SAVEPOINT find_bad_row`); err != nil {
 		return cause
 	}
 	defer w.tx.ExecContext(w.ctx, `ROLLBACK TO find_bad_row`)
-	one := w.stmt(insertApproval)
+	st := w.stmt(one)
 	for _, a := range chunk {
 		row, err := db.approvalRow(a)
 		if err != nil {
 			return err
 		}
-		if _, err := one.ExecContext(w.ctx, row...); err != nil {
+		if _, err := st.ExecContext(w.ctx, row...); err != nil {
 			return approvalError(a, err)
 		}
 	}
 	return cause
 }
 
-const approvalColumnCount = 28
+const approvalColumnCount = 30
 
 // insertApprovalsJSON inserts the rows of its one parameter, a JSON array with one array per row
 // holding the approvalColumnCount column values in approvalColumns order (appendApprovalsJSON).
@@ -128,8 +172,24 @@ var insertApprovalsJSON = func() string {
 	return `INSERT INTO approvals (` + approvalColumns + `) SELECT ` + strings.Join(cols, ", ") + ` FROM jsonb_each(?)`
 }()
 
+// upsertApprovalsJSON is insertApprovalsJSON for grouped records: a row whose id exists is merged
+// (mergeGrouped). "WHERE true": SQLite needs a WHERE before ON CONFLICT in an INSERT … SELECT, or
+// it would read ON as the start of a join constraint.
+var upsertApprovalsJSON = insertApprovalsJSON + ` WHERE true` + mergeGrouped
+
 const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// upsertApproval is insertApproval for one grouped record.
+const upsertApproval = insertApproval + mergeGrouped
+
+// mergeGrouped merges a grouped record into its stored row (issue 19): the row's count grows by
+// the record's, its last_at becomes the later of the two (times are fixed-width text, so text
+// order is time order; max() of a NULL is NULL, hence the coalesce), and every other column keeps
+// the first record's — its created_at and decided_at are the group's first call's.
+const mergeGrouped = `
+	ON CONFLICT (id) DO UPDATE SET count = approvals.count + excluded.count,
+		last_at = coalesce(max(approvals.last_at, excluded.last_at), excluded.last_at, approvals.last_at)`
 
 // approvalRow is a's column values in approvalColumns order.
 func (db *DB) approvalRow(a gate.Approval) ([]any, error) {
@@ -153,7 +213,8 @@ func (db *DB) appendApprovalRow(args []any, a gate.Approval) ([]any, error) {
 		a.ToolTitle, nullJSON(a.Arguments), nullJSON(a.EditedArguments), string(annotations),
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
 		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel, a.AskReason,
-		string(a.DecisionSource), a.RuleID, a.RuleText, string(a.RuleSource), string(a.Mode), string(a.RuleScope)), nil
+		string(a.DecisionSource), a.RuleID, a.RuleText, string(a.RuleSource), string(a.Mode), string(a.RuleScope),
+		a.Count, nullTime(a.LastAt)), nil
 }
 
 // approvalError turns a driver error of an approval insert into its apperr code.
@@ -270,6 +331,7 @@ func scanApproval(r scanner) (gate.Approval, error) {
 	var (
 		a                       gate.Approval
 		args, edited, decidedAt sql.NullString
+		lastAt                  sql.NullString
 		annotations, status     string
 		scope, createdAt        string
 		viaID, viaLabel         string
@@ -279,7 +341,7 @@ func scanApproval(r scanner) (gate.Approval, error) {
 	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
 		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
 		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel, &a.AskReason,
-		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode, &ruleScope); err != nil {
+		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode, &ruleScope, &a.Count, &lastAt); err != nil {
 		return gate.Approval{}, err
 	}
 	a.DecidedVia = linkRef(viaID, viaLabel)
@@ -300,6 +362,13 @@ func scanApproval(r scanner) (gate.Approval, error) {
 			return gate.Approval{}, err
 		}
 		a.DecidedAt = &t
+	}
+	if lastAt.Valid {
+		t, err := parseTime(lastAt.String)
+		if err != nil {
+			return gate.Approval{}, err
+		}
+		a.LastAt = &t
 	}
 	return a, nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -17,7 +18,7 @@ var approvalJSONBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096)
 // appendApprovalsJSON appends as to buf as the parameter of insertApprovalsJSON: a JSON array
 // with one array per approval, its approvalColumnCount column values in approvalColumns order,
 // the same values appendApprovalRow binds (texts as JSON strings, NULL as null, automatic as 0 or
-// 1). ok is false when a text cannot make the trip through JSON byte for byte: it is not valid
+// 1, count as a number). ok is false when a text cannot make the trip through JSON byte for byte: it is not valid
 // UTF-8 or holds a NUL; the caller then binds the rows one at a time. Errors: apperr.Invalid for
 // an approval without an id, as CreateApproval's.
 func (db *DB) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok bool, err error) {
@@ -90,6 +91,15 @@ func (db *DB) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok 
 		text(string(a.RuleSource))
 		text(string(a.Mode))
 		text(string(a.RuleScope))
+		buf = strconv.AppendInt(buf, int64(a.Count), 10)
+		buf = append(buf, ',')
+		if a.LastAt == nil {
+			buf = append(buf, "null,"...)
+		} else {
+			buf = append(buf, '"')
+			buf = a.LastAt.UTC().AppendFormat(buf, timeFormat)
+			buf = append(buf, `",`...)
+		}
 		buf[len(buf)-1] = ']' // the last value's comma
 	}
 	return append(buf, ']'), ok, nil

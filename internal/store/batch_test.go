@@ -45,6 +45,119 @@ func TestCreateApprovalsIsAllOrNothing(t *testing.T) {
 	}
 }
 
+// TestGroupedRecordsMergeAcrossBatches (issue 19): a grouped record whose id is stored already is
+// merged into its row — counts add, last_at moves to the later time, created_at, decided_at and
+// every other column stay the first record's — in a batch, twice in one batch, or alone; an
+// ordinary record with an id that exists is still a conflict, and a failed batch merges nothing.
+func TestGroupedRecordsMergeAcrossBatches(t *testing.T) {
+	db := MustOpenDB(t)
+	ctx := context.Background()
+	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
+	t1 := time.Date(2026, 12, 1, 10, 0, 0, 1, time.UTC)
+	at := func(d time.Duration) *time.Time { x := t1.Add(d); return &x }
+	rec := func(id, call string, created time.Time) gate.Approval {
+		return gate.Approval{ID: id, SessionID: "s1", MessageID: "m1", ToolCallID: call, ParentToolCallID: "p",
+			ToolName: "leaf", Arguments: json.RawMessage(`{"i":1}`), RequestedBy: "parent", Status: gate.Approved,
+			Automatic: true, DecidedBy: gate.ByPolicy, DecisionSource: gate.FromAnnotations, Mode: gate.ModeDefault,
+			CreatedAt: created, DecidedAt: &created}
+	}
+	group := func(call string, created time.Time, count int, last *time.Time) gate.Approval {
+		a := rec("Ggroup", call, created)
+		a.Count, a.LastAt = count, last
+		return a
+	}
+	check := func(step string, count int, last *time.Time) {
+		t.Helper()
+		got, err := db.Approval(ctx, "Ggroup")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := group("p/1", t1, count, last)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the group's row\n got %+v\nwant %+v", step, got, want)
+		}
+	}
+
+	// The first batch: the group's first 2 calls, with an ordinary record.
+	if err := db.CreateApprovals(ctx, []gate.Approval{rec("o1", "p/9", t1), group("p/1", t1, 2, at(time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	check("first batch", 2, at(time.Second))
+	// A later batch of the same group: its first call is later (p/5), the stored row keeps p/1's.
+	if err := db.CreateApprovals(ctx, []gate.Approval{group("p/5", t1.Add(2*time.Second), 3, at(4*time.Second)), rec("o2", "p/10", t1)}); err != nil {
+		t.Fatal(err)
+	}
+	check("second batch", 5, at(4*time.Second))
+	// Twice in one batch, one of them older than the stored last_at: counts add, last_at stays
+	// the latest.
+	if err := db.CreateApprovals(ctx, []gate.Approval{group("p/6", t1, 1, at(3*time.Second)), group("p/7", t1, 1, at(5*time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	check("twice in a batch", 7, at(5*time.Second))
+	// Alone, through CreateApproval (the audit writer's retry of a failed batch).
+	if err := db.CreateApproval(ctx, group("p/8", t1, 1, at(6*time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	check("alone", 8, at(6*time.Second))
+
+	// An ordinary duplicate is a conflict, alone or in a batch, and the failed batch's group
+	// record is not merged.
+	assertErr(t, db.CreateApproval(ctx, rec("o1", "p/11", t1)), apperr.Conflict, "approval o1 already exists")
+	err := db.CreateApprovals(ctx, []gate.Approval{group("p/12", t1, 10, at(9*time.Second)), rec("o3", "p/13", t1), rec("o1", "p/14", t1)})
+	assertErr(t, err, apperr.Conflict, "approval o1 already exists")
+	check("after a failed batch", 8, at(6*time.Second))
+	if _, err := db.Approval(ctx, "o3"); apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("o3 of the failed batch was stored: %v", err)
+	}
+
+	// The session lists three rows that stand for ten calls.
+	as, err := db.Approvals(ctx, "s1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for _, a := range as {
+		calls += a.Calls()
+	}
+	if len(as) != 3 || calls != 10 {
+		t.Fatalf("%d rows standing for %d calls, want 3 rows for 10 calls: %+v", len(as), calls, as)
+	}
+}
+
+// TestGroupedAuditMigrationKeepsEveryRow: a database from before 0012 keeps its approvals, each an
+// ordinary record (count 0: it stands for one call, no last_at); 0012 is applied by its name
+// whatever other migrations are recorded.
+func TestGroupedAuditMigrationKeepsEveryRow(t *testing.T) {
+	db := MustOpenDB(t)
+	ctx := context.Background()
+	mustCreateSession(t, db, session("s1", t0))
+	mustCreateSession(t, db, session("s2", t0))
+	want := approvals()
+	mustCreateApprovals(t, db, want...)
+	for _, q := range []string{
+		`ALTER TABLE approvals DROP COLUMN count`,
+		`ALTER TABLE approvals DROP COLUMN last_at`,
+		`DELETE FROM migrations WHERE name = '0012_grouped_audit.sql'`,
+	} {
+		if _, err := db.write.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		got, err := db.Approval(ctx, w.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertEqual(t, "approval "+w.ID+" after 0012", got, w)
+		if got.Calls() != 1 {
+			t.Errorf("%s stands for %d calls, want 1", w.ID, got.Calls())
+		}
+	}
+}
+
 // TestCheckpointsRunInTheBackground: with commits no longer paying for checkpoints, the WAL is
 // still copied into the database file, and Close stops the checkpointer.
 func TestCheckpointsRunInTheBackground(t *testing.T) {
@@ -78,11 +191,41 @@ func TestCheckpointsRunInTheBackground(t *testing.T) {
 }
 
 // BenchmarkCreateApprovals: automatic records of nested calls written in batches of 128, as the
-// agent's audit writer does; ns/op is one record. "rule" records name the rule that decided them
-// (SPEC §14, issue 17's rules bench case), "annotations" the annotation default.
+// agent's audit writer did before issue 19 (and still does for blocked and denied calls); ns/op
+// is one record. "rule" records name the rule that decided them (SPEC §14, issue 17's rules bench
+// case), "annotations" the annotation default. "grouped" is what the writer stores for allowed
+// calls since issue 19: per 128 calls of one parent and tool, one grouped record counting them,
+// merged into the group's row; ns/op is one call.
 func BenchmarkCreateApprovals(b *testing.B) {
 	b.Run("annotations", func(b *testing.B) { benchCreateApprovals(b, false) })
 	b.Run("rule", func(b *testing.B) { benchCreateApprovals(b, true) })
+	b.Run("grouped", benchCreateGroupedApprovals)
+}
+
+func benchCreateGroupedApprovals(b *testing.B) {
+	db := MustOpenDB(b)
+	ctx := context.Background()
+	if err := db.CreateSession(ctx, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"}); err != nil {
+		b.Fatal(err)
+	}
+	yes := true
+	now := time.Now().UTC()
+	stored := 0
+	b.ResetTimer()
+	for stored < b.N {
+		count := min(128, b.N-stored)
+		last := now.Add(time.Duration(stored+count) * time.Microsecond)
+		g := gate.Approval{ID: "G0000000000000000000000000", SessionID: "s1", MessageID: "m1",
+			ToolCallID: fmt.Sprintf("c1/%d", stored+1), ParentToolCallID: "c1", ToolName: "run_checks", ToolTitle: "Run checks",
+			Arguments: []byte(`{}`), Annotations: tool.Annotations{ReadOnlyHint: &yes}, RequestedBy: "review_diff",
+			Status: gate.Approved, Automatic: true, DecidedBy: "policy", Reason: "annotations allow it without approval",
+			CreatedAt: now, DecidedAt: &now, DecisionSource: gate.FromAnnotations, Mode: gate.ModeDefault,
+			Count: count, LastAt: &last}
+		if err := db.CreateApprovals(ctx, []gate.Approval{g}); err != nil {
+			b.Fatal(err)
+		}
+		stored += count
+	}
 }
 
 func benchCreateApprovals(b *testing.B, byRule bool) {
@@ -290,12 +433,15 @@ func TestCreateApprovalsKeepsEveryTextByteForByte(t *testing.T) {
 	nul.Reason = "a\x00b"
 	invalid := mk("b2")
 	invalid.ToolTitle = "bad \xff byte"
+	grouped := mk("a5")
+	last := decided.Add(time.Hour)
+	grouped.Count, grouped.LastAt = 1000, &last
 
 	for _, tc := range []struct {
 		batch   []gate.Approval
 		viaJSON bool
 	}{
-		{[]gate.Approval{plain, bare, edited, empty}, true},
+		{[]gate.Approval{plain, bare, edited, grouped, empty}, true},
 		{[]gate.Approval{mk("c1"), nul, mk("c2")}, false},
 		{[]gate.Approval{mk("d1"), invalid}, false},
 	} {

@@ -36,7 +36,9 @@ type ContractViolation struct {
 // no text block); each is cut to 4 KiB, and to what is left of the record's 64 KiB of result
 // text. Truncated is set when this call's arguments, result or error were cut; Violation when
 // its result broke the tool's outputSchema (SPEC §1 rule 3: status error, Error names the
-// violations).
+// violations). ApprovalID is the id of the audit record of the call's decision — for a call the
+// audit groups (issue 19: allowed by a rule with others of its parent), its group's record, which
+// does not name this call — and "" when the call was never gated or its record was not stored.
 type NestedCall struct {
 	ID         string          `json:"id"`
 	Name       string          `json:"name"`
@@ -47,6 +49,7 @@ type NestedCall struct {
 	Result     string          `json:"result,omitempty"`
 	Truncated  bool            `json:"truncated,omitempty"`
 	Violation  bool            `json:"violation,omitempty"`
+	ApprovalID string          `json:"approvalId,omitempty"`
 }
 
 // NestedCalls is the bounded record of the calls a tool made through ExecuteTool (SPEC §4): at

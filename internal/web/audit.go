@@ -62,7 +62,10 @@ func decidedFrom(a gate.Approval) string {
 
 // auditPage lists every gated call of a session with its decision (SPEC §3, §6) and its
 // outcome, narrowed by the filters of its GET form (query decision, by, tool, outcome), so a
-// filtered view is a link one can share. A filter value it does not know is refused (400) with
+// filtered view is a link one can share. A grouped record (issue 19: nested calls of one parent
+// that rules allowed the same way) is one row saying how many calls it stands for ("×1,000"),
+// its first and last decision times, and the calls' outcome together; the counts of calls above
+// the table add up the calls, not the rows. A filter value it does not know is refused (400) with
 // the values it takes; the page still lists the calls the other filters select.
 func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
@@ -97,7 +100,10 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 	check("outcome", &f.Outcome, auditOutcomes)
 
 	v := templates.AuditView{Title: sess.Title, BackURL: "/sessions/" + id, URL: "/sessions/" + id + "/audit",
-		Filter: f, Decisions: auditDecisions, Deciders: auditDeciders, Outcomes: auditOutcomes, Total: len(approvals)}
+		Filter: f, Decisions: auditDecisions, Deciders: auditDeciders, Outcomes: auditOutcomes}
+	for _, a := range approvals {
+		v.Total += a.Calls()
+	}
 	if len(bad) > 0 {
 		v.Error = "Unknown filter: " + strings.Join(bad, "; ") + "."
 	}
@@ -120,6 +126,10 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 			Automatic: a.Automatic, Edited: len(a.EditedArguments) > 0, Scope: string(a.Scope), Reason: a.Reason,
 			AskReason: a.AskReason, Arguments: prettyJSON(a.Arguments), EditedArguments: prettyJSON(a.EditedArguments),
 			Outcome: outcome, OutcomeDetail: detail, DecidedFrom: decidedFrom(a)}
+		if a.Grouped() {
+			row.Count, row.LastAt = a.Count, a.LastAt
+		}
+		v.Shown += a.Calls()
 		if row.RequestedBy != "model" && a.ParentToolCallID != "" {
 			row.RequestedBy += " · call " + a.ParentToolCallID
 		}
@@ -167,8 +177,18 @@ func auditMatches(f templates.AuditFilter, a gate.Approval, outcome string) bool
 
 // callOutcome says what became of a gated call, from its decision and its stored tool result: a
 // model-issued call's transcript entry, a nested call's entry in its parent's nestedCalls record
-// (SPEC §4). detail is the error text, first line, for the cell's tooltip ("" for none).
+// (SPEC §4). detail is the error text, first line, for the cell's tooltip ("" for none). A
+// grouped record's outcome is its calls' together (groupOutcome).
 func callOutcome(a gate.Approval, results map[callKey]*tool.Result, running bool) (outcome, detail string) {
+	if a.Grouped() {
+		if outcome, detail, ok := groupOutcome(a, results); ok {
+			return outcome, detail
+		}
+		if running {
+			return outcomeRunning, ""
+		}
+		return outcomeUnknown, "no result was kept for these calls"
+	}
 	switch a.Status {
 	case gate.Pending:
 		return outcomePending, ""
@@ -206,6 +226,60 @@ func callOutcome(a gate.Approval, results map[callKey]*tool.Result, running bool
 		return outcomeRunning, ""
 	}
 	return outcomeUnknown, "no result was kept for this call"
+}
+
+// groupOutcome is what became of the calls a grouped record stands for, from the entries of its
+// parent's nestedCalls record that name it (approvalId): violation when any call's result broke
+// its outputSchema, error when any failed, else ok; detail says how many of the calls, and the
+// first one's error text. ok is false when the record keeps none of them (no result yet, or
+// the record was full). When the record keeps fewer calls than the group counts, detail says so;
+// a group of one call reads as that call's row would.
+func groupOutcome(a gate.Approval, results map[callKey]*tool.Result) (outcome, detail string, ok bool) {
+	parent := results[callKey{a.MessageID, a.ParentToolCallID}]
+	if parent == nil || parent.NestedCalls == nil {
+		return "", "", false
+	}
+	kept, failed, violations := 0, 0, 0
+	first := ""
+	for _, n := range parent.NestedCalls.Calls {
+		if n.ApprovalID != a.ID {
+			continue
+		}
+		kept++
+		switch {
+		case n.Violation:
+			violations++
+		case n.Status == "ok":
+			continue
+		default:
+			failed++
+		}
+		if first == "" {
+			first = firstLine(n.Error)
+		}
+	}
+	switch {
+	case kept == 0:
+		return "", "", false
+	case a.Count == 1 && violations > 0:
+		return outcomeViolation, first, true // a group of one reads as its call
+	case a.Count == 1 && failed > 0:
+		return outcomeError, first, true
+	}
+	of := templates.Thousands(a.Count)
+	if kept < a.Count {
+		of = fmt.Sprintf("the %s kept of %s", templates.Thousands(kept), templates.Thousands(a.Count))
+	}
+	switch {
+	case violations > 0:
+		return outcomeViolation, fmt.Sprintf("%s of %s calls broke the outputSchema: %s", templates.Thousands(violations), of, first), true
+	case failed > 0:
+		return outcomeError, fmt.Sprintf("%s of %s calls failed: %s", templates.Thousands(failed), of, first), true
+	case kept < a.Count:
+		return outcomeOK, fmt.Sprintf("the %s calls its parent's record keeps are ok; it does not keep the other %s",
+			templates.Thousands(kept), templates.Thousands(a.Count-kept)), true
+	}
+	return outcomeOK, "", true
 }
 
 // resultsByCall maps each tool result of a transcript to its call: a result belongs to the

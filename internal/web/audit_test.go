@@ -15,7 +15,7 @@ import (
 // auditOutcomes maps each row of an audit page to its Outcome cell: call id → outcome word.
 func auditOutcomes(t *testing.T, html string) map[string]string {
 	t.Helper()
-	row := regexp.MustCompile(`(?s)<tr[^>]*>\s*<td[^>]*>.*?</td><td[^>]*><code>[^<]*</code></td><td[^>]*><code>([^<]*)</code></td>.*?class="audit-outcome [^"]*"[^>]*>([^<]*)</span>`)
+	row := regexp.MustCompile(`(?s)<tr[^>]*>\s*<td[^>]*>.*?</td><td[^>]*><code>[^<]*</code>[^<]*(?:<span class="call-count".*?</span></span>)?</td><td[^>]*><code>([^<]*)</code>.*?class="audit-outcome [^"]*"[^>]*>([^<]*)</span>`)
 	out := map[string]string{}
 	for _, m := range row.FindAllStringSubmatch(html, -1) {
 		out[m[1]] = m[2]

@@ -106,6 +106,9 @@ func (s *Server) transcriptItems(ctx context.Context, sess agent.Session, who vi
 	b := s.newBuilder(sess.ID, sess.Workspace, who)
 	b.live = live
 	for _, a := range approvals {
+		if a.Grouped() {
+			b.grouped[a.ID] = a
+		}
 		k := callKey{a.MessageID, a.ToolCallID}
 		// A person's decision (or a pending prompt) says more than a rule's record.
 		if prev, ok := b.approvals[k]; ok && !prev.Automatic && a.Automatic {
@@ -137,12 +140,15 @@ type builder struct {
 	who       viewer
 	live      agent.Live
 	approvals map[callKey]gate.Approval
-	results   map[callKey]*tool.Result
+	// grouped holds the grouped audit records (issue 19) by id: one decides many nested calls
+	// but names only the first, so the others find it by their record entry's approvalId.
+	grouped map[string]gate.Approval
+	results map[callKey]*tool.Result
 }
 
 func (s *Server) newBuilder(sessionID, workspace string, who viewer) *builder {
 	return &builder{s: s, sessionID: sessionID, workspace: workspace, who: who,
-		approvals: map[callKey]gate.Approval{}, results: map[callKey]*tool.Result{}}
+		approvals: map[callKey]gate.Approval{}, grouped: map[string]gate.Approval{}, results: map[callKey]*tool.Result{}}
 }
 
 // message is m as the transcript shows it. A streaming message also shows what b.live holds of
@@ -352,8 +358,8 @@ const maxNestedCalls = 256
 
 // nestedCard is a finished nested call drawn from its entry in the parent's nestedCalls record
 // (SPEC §4): arguments, state, duration, the result or error text as kept (bounded, marked when
-// cut) and its decision from the audit — the stored approval, or live the decision its
-// tool_execution_end carried.
+// cut) and its decision from the audit — the stored approval (a grouped one found by the
+// entry's approvalId), or live the decision its tool_execution_end carried.
 func (b *builder) nestedCard(messageID, parentID string, n tool.NestedCall) templates.CardView {
 	c := b.baseCard(messageID, n.ID, parentID, n.Name, n.Arguments)
 	var appr *gate.Approval
@@ -361,6 +367,8 @@ func (b *builder) nestedCard(messageID, parentID string, n tool.NestedCall) temp
 		appr = &a
 	} else if lc := b.live.Call(messageID, n.ID); lc != nil && lc.Approval != nil {
 		appr = lc.Approval
+	} else if a, ok := b.grouped[n.ApprovalID]; ok && n.ApprovalID != "" {
+		appr = &a
 	}
 	if appr != nil {
 		av := b.approvalView(*appr)

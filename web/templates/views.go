@@ -268,15 +268,17 @@ type ToolGroup struct {
 	Tools        []ToolRow
 }
 
-// AuditView is a session's audit page: a row per gated call the filters select.
+// AuditView is a session's audit page: a row per gated call the filters select, or per group of
+// nested calls that rules allowed the same way (issue 19: a grouped row, "×1,000").
 type AuditView struct {
 	Title, BackURL string
 	// URL is the page's own address, where the filter form sends its query.
 	URL  string
 	Rows []AuditRow
-	// Total counts the session's gated calls before filtering.
-	Total  int
-	Filter AuditFilter
+	// Total counts the session's gated calls before filtering, Shown the calls Rows stand for
+	// (a grouped row counts each of its calls).
+	Total, Shown int
+	Filter       AuditFilter
 	// The filters' choices: decisions (approval statuses), deciders (automatic, a person), the
 	// tools the session's gated calls name, outcomes.
 	Decisions, Deciders, Outcomes []Option
@@ -300,11 +302,17 @@ type Option struct {
 	Value, Label string
 }
 
-// AuditRow is one gated call's decision and outcome.
+// AuditRow is one gated call's decision and outcome, or a group's (Count > 1): the nested calls
+// of one parent call that rules allowed the same way (issue 19); then ToolCallID, Arguments,
+// AskedAt and DecidedAt are the first call's, and the outcome is the calls' together.
 type AuditRow struct {
 	// AskedAt is when the call was gated; DecidedAt when it was decided (nil while pending).
-	AskedAt                           time.Time
-	DecidedAt                         *time.Time
+	AskedAt   time.Time
+	DecidedAt *time.Time
+	// Count is how many calls the row stands for: more than 1 on a grouped row; LastAt is then
+	// when the last of them was decided (else nil).
+	Count                             int
+	LastAt                            *time.Time
 	ToolName, ToolCallID, RequestedBy string
 	Status, StatusWord, DecidedBy     string
 	Automatic, Edited                 bool

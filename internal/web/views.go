@@ -222,30 +222,15 @@ func usageText(u agent.Usage) string {
 	if u.IsZero() {
 		return ""
 	}
-	s := groupDigits(u.Input) + " in · " + groupDigits(u.Output) + " out"
+	n := func(v int64) string { return templates.Thousands(int(v)) }
+	s := n(u.Input) + " in · " + n(u.Output) + " out"
 	if u.CacheRead > 0 {
-		s += " · " + groupDigits(u.CacheRead) + " cache read"
+		s += " · " + n(u.CacheRead) + " cache read"
 	}
 	if u.CacheWrite > 0 {
-		s += " · " + groupDigits(u.CacheWrite) + " cache write"
+		s += " · " + n(u.CacheWrite) + " cache write"
 	}
 	return s
-}
-
-// groupDigits writes n with thousands separators: 12,345.
-func groupDigits(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	if n < 0 {
-		return "-" + groupDigits(-n)
-	}
-	var b strings.Builder
-	for i := range len(s) {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // retryText is a retry's wait as the streaming message says it (SPEC §17): "retrying (429) in

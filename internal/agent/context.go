@@ -56,7 +56,8 @@ const maxAnswerReserve = 4096
 func answerReserve(window int) int { return min(window/8, maxAnswerReserve) }
 
 // harderFactor is how much of its estimate a request the provider refused for its length
-// (ErrContextLength) may take when it is tried once more.
+// (ErrContextLength) may take when it is tried once more; the rest of the run's requests are
+// fitted to that too (run.ceiling).
 const harderFactor = 0.7
 
 // ShortenedStub is the text a shortened tool result is sent as: "[result shortened for the

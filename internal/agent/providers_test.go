@@ -142,6 +142,52 @@ var (
 	}
 )
 
+// responsesAPI speaks OpenAI's Responses API: "Streaming events" (response.output_item.added,
+// response.function_call_arguments.delta, response.output_text.delta, response.completed with
+// usage) and the same context_length_exceeded error object.
+var responsesAPI = vendorDialect{
+	path:    "/v1/responses",
+	tooLong: `{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}`,
+	call: func(w io.Writer, n, prompt int) {
+		item := map[string]any{"id": fmt.Sprintf("fc_%d", n), "type": "function_call", "status": "in_progress", "arguments": "",
+			"call_id": fmt.Sprintf("call_%d", n), "name": "big"}
+		responsesStart(w)
+		sse(w, "response.output_item.added", map[string]any{"type": "response.output_item.added", "output_index": 0, "item": item, "sequence_number": 2})
+		sse(w, "response.function_call_arguments.delta", map[string]any{"type": "response.function_call_arguments.delta",
+			"item_id": item["id"], "output_index": 0, "delta": "{}", "sequence_number": 3})
+		sse(w, "response.function_call_arguments.done", map[string]any{"type": "response.function_call_arguments.done",
+			"item_id": item["id"], "output_index": 0, "arguments": "{}", "sequence_number": 4})
+		done := map[string]any{"id": item["id"], "type": "function_call", "status": "completed", "arguments": "{}", "call_id": item["call_id"], "name": "big"}
+		sse(w, "response.output_item.done", map[string]any{"type": "response.output_item.done", "output_index": 0, "item": done, "sequence_number": 5})
+		responsesCompleted(w, []any{done}, prompt)
+	},
+	answer: func(w io.Writer, _, prompt int) {
+		responsesStart(w)
+		msg := map[string]any{"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []any{}}
+		sse(w, "response.output_item.added", map[string]any{"type": "response.output_item.added", "output_index": 0, "item": msg, "sequence_number": 2})
+		part := map[string]any{"type": "output_text", "text": "", "annotations": []any{}}
+		sse(w, "response.content_part.added", map[string]any{"type": "response.content_part.added", "item_id": "msg_1", "output_index": 0, "content_index": 0, "part": part, "sequence_number": 3})
+		sse(w, "response.output_text.delta", map[string]any{"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "All read.", "sequence_number": 4})
+		sse(w, "response.output_text.done", map[string]any{"type": "response.output_text.done", "item_id": "msg_1", "output_index": 0, "content_index": 0, "text": "All read.", "sequence_number": 5})
+		done := map[string]any{"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+			"content": []any{map[string]any{"type": "output_text", "text": "All read.", "annotations": []any{}}}}
+		sse(w, "response.output_item.done", map[string]any{"type": "response.output_item.done", "output_index": 0, "item": done, "sequence_number": 6})
+		responsesCompleted(w, []any{done}, prompt)
+	},
+}
+
+func responsesStart(w io.Writer) {
+	sse(w, "response.created", map[string]any{"type": "response.created", "sequence_number": 0,
+		"response": map[string]any{"id": "resp_1", "object": "response", "created_at": 1767312000, "status": "in_progress", "model": "fake-gpt", "output": []any{}}})
+}
+
+func responsesCompleted(w io.Writer, output []any, prompt int) {
+	sse(w, "response.completed", map[string]any{"type": "response.completed", "sequence_number": 9,
+		"response": map[string]any{"id": "resp_1", "object": "response", "created_at": 1767312000, "status": "completed", "model": "fake-gpt",
+			"output": output, "usage": map[string]any{"input_tokens": prompt, "input_tokens_details": map[string]any{"cached_tokens": 0},
+				"output_tokens": 5, "output_tokens_details": map[string]any{"reasoning_tokens": 0}, "total_tokens": prompt + 5}}})
+}
+
 func anthropicStart(w io.Writer, prompt int) {
 	sse(w, "message_start", map[string]any{"type": "message_start", "message": map[string]any{"id": "msg_1", "type": "message",
 		"role": "assistant", "model": "fake-claude", "content": []any{}, "stop_reason": nil, "stop_sequence": nil,
@@ -161,24 +207,61 @@ func anthropicStop(w io.Writer, reason string) {
 	sse(w, "message_stop", map[string]any{"type": "message_stop"})
 }
 
+// vendors are the three provider code paths, each with its dialect.
+var vendors = []struct {
+	name    string
+	dialect vendorDialect
+	model   func(baseURL string) agent.Model
+}{
+	{name: "OpenAI Chat Completions", dialect: chatCompletions, model: func(u string) agent.Model {
+		return models.NewOpenAI(models.OpenAIConfig{APIKey: "test", BaseURL: u + "/v1", Model: "fake-gpt"})
+	}},
+	{name: "OpenAI Responses", dialect: responsesAPI, model: func(u string) agent.Model {
+		return models.NewResponses(models.ResponsesConfig{APIKey: "test", BaseURL: u + "/v1", Model: "fake-gpt"})
+	}},
+	{name: "Anthropic Messages", dialect: anthropicMessages, model: func(u string) agent.Model {
+		return models.NewAnthropic(models.AnthropicConfig{APIKey: "test", BaseURL: u, Model: "fake-claude"})
+	}},
+}
+
+// checkShortenedRun checks a finished run of turns calls of "big" (size-byte results) against
+// the bodies its vendor received: the last one carries a stub, the first result went out whole
+// once and then shortened, the newest result whole, and the store kept every result whole.
+func checkShortenedRun(t *testing.T, h *harness, bodies []string, turns, size int) {
+	t.Helper()
+	last := bodies[len(bodies)-1]
+	if !strings.Contains(last, "[result shortened for the model: 2.9 KB, see the transcript]") {
+		t.Errorf("the last request carries no shortened result:\n%.2000s", last)
+	}
+	// The first result ("bbb…", the tool's first letter run) went out whole, then shortened.
+	first := strings.Repeat("b", size)
+	if !strings.Contains(bodies[1], first) || strings.Contains(last, first) {
+		t.Errorf("the first result: whole in the second request %v, in the last %v; want whole, then shortened",
+			strings.Contains(bodies[1], first), strings.Contains(last, first))
+	}
+	if newest := strings.Repeat(string(rune('a'+turns%26)), size); !strings.Contains(last, newest) {
+		t.Error("the last request does not carry the newest result whole")
+	}
+	results := 0
+	for _, e := range h.entries() {
+		if e.Message.Role == agent.ToolResult {
+			results++
+			if len(e.Message.Result.TextOf()) != size {
+				t.Errorf("stored result %s shortened in the store", e.Message.ToolCallID)
+			}
+		}
+	}
+	if results != turns {
+		t.Errorf("%d results stored, want %d", results, turns)
+	}
+}
+
 func TestProvidersNeverReachTheirContextLengthErrorBecauseTheAgentShortensFirst(t *testing.T) {
 	const turns, size = 5, 3000 // 15,000 bytes of results; the vendor takes 9,000 bytes of body at most
-	tests := []struct {
-		name    string
-		dialect vendorDialect
-		model   func(baseURL string) agent.Model
-	}{
-		{name: "OpenAI Chat Completions", dialect: chatCompletions, model: func(u string) agent.Model {
-			return models.NewOpenAI(models.OpenAIConfig{APIKey: "test", BaseURL: u + "/v1", Model: "fake-gpt"})
-		}},
-		{name: "Anthropic Messages", dialect: anthropicMessages, model: func(u string) agent.Model {
-			return models.NewAnthropic(models.AnthropicConfig{APIKey: "test", BaseURL: u, Model: "fake-claude"})
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			vendor := newFakeVendorAPI(t, tt.dialect, 9000, turns)
-			h := newModelHarness(t, tt.model(vendor.URL), agent.Config{Instructions: "Read what is asked.", ContextTokens: 2000},
+	for _, v := range vendors {
+		t.Run(v.name, func(t *testing.T) {
+			vendor := newFakeVendorAPI(t, v.dialect, 9000, turns)
+			h := newModelHarness(t, v.model(vendor.URL), agent.Config{Instructions: "Read what is asked.", ContextTokens: 2000},
 				bigTool("big", size))
 			if end := h.run("read it all"); end.Error != "" {
 				t.Fatalf("the run ended with %q", end.Error)
@@ -187,34 +270,29 @@ func TestProvidersNeverReachTheirContextLengthErrorBecauseTheAgentShortensFirst(
 			if refused != 0 || len(bodies) != turns+1 {
 				t.Fatalf("the vendor refused %d of %d requests, want none of %d", refused, len(bodies), turns+1)
 			}
-			last := bodies[len(bodies)-1]
-			if !strings.Contains(last, "[result shortened for the model: 2.9 KB, see the transcript]") {
-				t.Errorf("the last request carries no shortened result:\n%.2000s", last)
+			checkShortenedRun(t, h, bodies, turns, size)
+		})
+	}
+}
+
+// TestProvidersRefusingATooLongRequestGetItShortenedHarder: with no budget set (the model's own
+// window is far larger than what this vendor takes), the vendor's context-length error reaches the
+// agent through the provider as agent.ErrContextLength; the request is shortened harder and sent
+// once more, the run finishes, and the later requests are fitted to what the vendor took.
+func TestProvidersRefusingATooLongRequestGetItShortenedHarder(t *testing.T) {
+	const turns, size = 5, 3000
+	for _, v := range vendors {
+		t.Run(v.name, func(t *testing.T) {
+			vendor := newFakeVendorAPI(t, v.dialect, 9000, turns)
+			h := newModelHarness(t, v.model(vendor.URL), agent.Config{Instructions: "Read what is asked."}, bigTool("big", size))
+			if end := h.run("read it all"); end.Error != "" {
+				t.Fatalf("the run ended with %q", end.Error)
 			}
-			// The first result ("bbb…", the tool's first letter run) went out whole in the second
-			// request only.
-			first := strings.Repeat("b", size)
-			if !strings.Contains(bodies[1], first) || strings.Contains(last, first) {
-				t.Errorf("the first result: whole in the second request %v, in the last %v; want whole, then shortened",
-					strings.Contains(bodies[1], first), strings.Contains(last, first))
+			bodies, refused := vendor.received()
+			if refused != 1 || len(bodies) != turns+2 {
+				t.Fatalf("the vendor refused %d of %d requests, want 1 of %d: one refusal, then fitted", refused, len(bodies), turns+2)
 			}
-			// The newest result is always sent whole.
-			newest := strings.Repeat(string(rune('a'+turns%26)), size)
-			if !strings.Contains(last, newest) {
-				t.Error("the last request does not carry the newest result whole")
-			}
-			results := 0
-			for _, e := range h.entries() {
-				if e.Message.Role == agent.ToolResult {
-					results++
-					if len(e.Message.Result.TextOf()) != size {
-						t.Errorf("stored result %s shortened in the store", e.Message.ToolCallID)
-					}
-				}
-			}
-			if results != turns {
-				t.Errorf("%d results stored, want %d", results, turns)
-			}
+			checkShortenedRun(t, h, bodies, turns, size)
 		})
 	}
 }

@@ -554,6 +554,25 @@ func TestAProviderContextLengthErrorShortensHarderOnce(t *testing.T) {
 	}
 }
 
+func TestAfterARefusalTheRestOfTheRunIsFittedToWhatTheProviderTook(t *testing.T) {
+	refusal := fmt.Errorf("test: too long: %w", agent.ErrContextLength)
+	m := &stepModel{steps: []step{callTool("c1", "big", `{}`), callTool("c2", "big", `{}`), fail(refusal),
+		callTool("c3", "big", `{}`), say("done", nil)}}
+	h := newModelHarness(t, m, agent.Config{}, bigTool("big", 4000))
+	if end := h.run("go"); end.Error != "" {
+		t.Fatalf("the run ended with %q", end.Error)
+	}
+	reqs := m.requests()
+	if len(reqs) != 5 {
+		t.Fatalf("%d requests, want 5", len(reqs))
+	}
+	// No budget is configured and the model says no window: only what the refusal taught
+	// shortens the request after it.
+	if n, newestWhole := stubs(reqs[4]); n < 2 || !newestWhole {
+		t.Errorf("the request after the refused one shortened %d (newest whole: %v), want the older two", n, newestWhole)
+	}
+}
+
 func TestAContextLengthErrorWithNothingLeftToShortenEndsTheRun(t *testing.T) {
 	refusal := fmt.Errorf("test: too long: %w", agent.ErrContextLength)
 	m := &stepModel{steps: []step{fail(refusal), say("never", nil)}}

@@ -29,6 +29,11 @@ type run struct {
 	// active is the session's active tool set as of the last model request (nil: not computed
 	// yet); see isActive.
 	active atomic.Pointer[map[string]bool]
+	// ceiling, when not 0, caps the context budget for the rest of the run, in tokens: the
+	// target a request the provider refused for its length (ErrContextLength) was shortened to.
+	// The provider counts more than the estimate; later requests are fitted to what it took,
+	// rather than each being refused first. Only the run's goroutine uses it.
+	ceiling int
 	// sessionChanged is set when the session's stored settings change during the run (its
 	// active tools): the next model request reads the session again. Only its active tools
 	// can change; the rest (workspace, model) is fixed when the session is created.
@@ -152,6 +157,9 @@ func (rn *run) streamMessage(store context.Context) (Message, []*invocation, err
 	rn.active.Store(nil) // recomputed for this request: the registry's default set may have changed
 	tools := rn.declaredTools()
 	window, budget := rn.contextBudget()
+	if rn.ceiling > 0 && (budget <= 0 || rn.ceiling < budget) {
+		budget = rn.ceiling
+	}
 
 	live := Message{ID: newID(), Role: Assistant, Model: sess.Model, Timestamp: time.Now().UTC()}
 	// Clipped: a provider that appends to the list cannot write into the run's transcript.
@@ -167,6 +175,7 @@ func (rn *run) streamMessage(store context.Context) (Message, []*invocation, err
 			// The provider counts otherwise than the estimate: shorten harder, once (SPEC §17).
 			refused := err
 			target := int(float64(fit.Estimate) * harderFactor)
+			rn.ceiling = target
 			harder, herr := fitContext(sess.Instructions, tools, slices.Clip(rn.transcript), target, fit.Shortened+1)
 			if herr != nil && harder.Shortened <= fit.Shortened {
 				err = &ContextError{Estimate: fit.Estimate, Budget: budget, Shortened: fit.Shortened, Refused: refused}

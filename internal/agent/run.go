@@ -195,7 +195,8 @@ func (rn *run) streamMessage(store context.Context) (Message, []*invocation, err
 		}
 	} else {
 		var ce *ContextError
-		if errors.As(err, &ce) {
+		if errors.As(err, &ce) && window > 0 && budget == window-answerReserve(window) {
+			// (A budget lowered by a refusal earlier in the run is not the window's.)
 			ce.Window, ce.Reserve = window, answerReserve(window)
 		}
 	}

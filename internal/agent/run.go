@@ -206,8 +206,9 @@ func (rn *run) streamMessage(store context.Context) (Message, []*invocation, err
 	case rn.ctx.Err() != nil:
 		// Stopped while streaming: keep the text so far, drop tool calls that will never run
 		// (and reasoning cut short: a vendor takes back only whole, signed thinking blocks).
+		// Its usage, if the provider got to report it, was spent all the same.
 		msg.Content = textOnly(live.Content)
-		msg.StopReason, msg.ErrorMessage, msg.Usage = Aborted, context.Cause(rn.ctx).Error(), nil
+		msg.StopReason, msg.ErrorMessage = Aborted, context.Cause(rn.ctx).Error()
 	case err != nil:
 		msg.Content, msg.Usage = nil, nil
 		msg.StopReason, msg.ErrorMessage = Error, err.Error()

@@ -240,7 +240,10 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		// stream (SPEC §17), upserted by id: none of them holds a prompt yet.
 		b.live = agent.Live{Running: true, Streaming: ev.Message, Partial: ev.PartialCalls, Retry: ev.Retry}
 		mv := b.message(*ev.Message, true)
-		out := []templ.Component{templates.MessageText(mv), templates.ThinkingText(mv), templates.MessageStatus(mv)}
+		out := []templ.Component{templates.MessageText(mv), templates.MessageStatus(mv)}
+		if mv.Thinking != "" {
+			out = append(out, templates.ThinkingText(mv))
+		}
 		for _, c := range mv.Cards {
 			out = append(out, appendTo(messageDOMID(ev.MessageID), templates.Card(c)))
 		}

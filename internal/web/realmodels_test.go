@@ -239,14 +239,23 @@ func TestUsageAndThinkingAreShownApartFromTheAnswer(t *testing.T) {
 	readMessage(t, live)
 	ts.runToEnd(t, sess.ID, "hi")
 	var liveEnd, liveTotal string
+	streamedThinking := false
 	for liveTotal == "" {
 		msg := readMessage(t, live)
+		if strings.HasPrefix(msg, `<div id="m-`) && strings.Contains(msg, `-thinking-text" class="thinking-text">SECRET-PLAN: greet them.</div>`) {
+			// A message_update: the reasoning in its own slot, the answer's slot without it.
+			text, _, _ := strings.Cut(msg, `-thinking-text"`)
+			streamedThinking = !strings.Contains(text, "SECRET-PLAN")
+		}
 		if strings.Contains(msg, `data-testid="message-usage"`) {
 			liveEnd = msg
 		}
 		if strings.Contains(msg, `id="session-usage"`) {
 			liveTotal = msg
 		}
+	}
+	if !streamedThinking {
+		t.Error("no message_update showed the reasoning streaming in its own slot")
 	}
 	if !strings.Contains(liveTotal, "1,234 in · 56 out · 800 cache read") {
 		t.Errorf("the session total pushed at message_end: %s", liveTotal)

@@ -268,7 +268,7 @@ func TestUsageAndThinkingAreShownApartFromTheAnswer(t *testing.T) {
 	ts.call(t, "GET", "/api/sessions/"+sess.ID, nil, &full)
 	first := full.Entries[1].Message
 	mh := messageHTML(page, first.ID)
-	if !strings.Contains(mh, `<p class="message-usage"><span data-testid="message-usage">1,234 in · 56 out · 800 cache read</span> tokens</p>`) {
+	if !strings.Contains(mh, `<p class="message-usage"><span data-testid="message-usage">1,234 in · 56 out · 800 cache read tokens</span></p>`) {
 		t.Errorf("message usage not shown:\n%s", mh)
 	}
 	if !strings.Contains(page, `data-testid="session-usage">3,234 in · 66 out · 800 cache read</span>`) {

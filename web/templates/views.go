@@ -122,8 +122,8 @@ type MessageView struct {
 	// Thinking is an assistant message's reasoning text, shown folded apart from the answer
 	// (or a note when the provider keeps it encrypted).
 	Thinking string
-	// Usage is the message's token usage in words ("1,234 in · 56 out"); "" when its provider
-	// reported none.
+	// Usage is the message's token usage in words ("1,234 in · 56 out"; the page adds
+	// "tokens"); "" when its provider reported none.
 	Usage string
 	// Shortened counts the earlier tool results shortened for the model in this message's
 	// request (SPEC §17).

@@ -91,7 +91,6 @@ type Anthropic struct {
 	idle      time.Duration
 	retries   int
 	window    int
-	now       func() time.Time // the Partial throttle's clock; nil is time.Now (tests set it)
 }
 
 // NewAnthropic returns the model cfg describes. It makes no request.
@@ -186,7 +185,7 @@ func (a *Anthropic) Stream(ctx context.Context, req agent.Request, onDelta func(
 	defer stream.Close()
 	var blocks []*anthropicBlock
 	byIndex := map[int64]*anthropicBlock{}
-	partial := newPartials(a.now, onDelta)
+	partial := newPartials(onDelta)
 	calls := 0
 	var usage *agent.Usage
 	stopReason, stopped := "", false

@@ -52,7 +52,6 @@ type OpenAI struct {
 	idle    time.Duration
 	retries int
 	window  int
-	now     func() time.Time // the Partial throttle's clock; nil is time.Now (tests set it)
 }
 
 // NewOpenAI returns the model cfg describes. It makes no request.
@@ -115,7 +114,7 @@ func (o *OpenAI) Stream(ctx context.Context, req agent.Request, onDelta func(age
 	stream := o.client.Chat.Completions.NewStreaming(ctx, params, option.WithMiddleware(retries.middleware))
 	defer stream.Close()
 	var text, thinking strings.Builder
-	calls := openaiCalls{names: names, onDelta: onDelta, partials: newPartials(o.now, onDelta)}
+	calls := openaiCalls{names: names, onDelta: onDelta, partials: newPartials(onDelta)}
 	var usage *agent.Usage
 	finish := ""
 	for stream.Next() {

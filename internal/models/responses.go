@@ -77,7 +77,6 @@ type Responses struct {
 	idle      time.Duration
 	retries   int
 	window    int
-	now       func() time.Time // the Partial throttle's clock; nil is time.Now (tests set it)
 }
 
 // NewResponses returns the model cfg describes. It makes no request.
@@ -165,7 +164,7 @@ func (r *Responses) Stream(ctx context.Context, req agent.Request, onDelta func(
 	defer stream.Close()
 	var items []*responsesItem
 	byIndex := map[int64]*responsesItem{}
-	partial := newPartials(r.now, onDelta)
+	partial := newPartials(onDelta)
 	calls := 0
 	var final *responses.Response
 	var failure error

@@ -155,8 +155,7 @@ type anthropicBlock struct {
 //   - Thinking: thinking_delta; the block is kept with its signature (signature_delta), and a
 //     redacted_thinking block with its data, to be sent back unchanged and in place in the next
 //     request, as the API requires of an assistant turn with tool_use;
-//   - Partial: a tool call while its input_json_delta fragments stream (throttled, see
-//     PartialInterval);
+//   - Partial: a tool call while its input_json_delta fragments stream (each fragment, see partials);
 //   - ToolCall: a tool call complete, at its content_block_stop, when its input is a JSON object;
 //   - Retry: before the SDK waits to try again (see retry.go).
 //

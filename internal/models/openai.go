@@ -86,7 +86,7 @@ func (o *OpenAI) ContextWindow() int { return o.window }
 //   - Thinking: reasoning text, from the reasoning_content (DeepSeek, vLLM) or reasoning (Ollama,
 //     vLLM, OpenRouter) deltas some servers stream; it is kept as a thinking block at the start
 //     of the message and never sent back (Chat Completions has no field for it);
-//   - Partial: a tool call while its arguments stream (throttled, see PartialInterval);
+//   - Partial: a tool call while its arguments stream (each fragment, see partials);
 //   - ToolCall: a tool call complete, once the model has moved on to the next call or finished,
 //     and only when its arguments are a JSON object;
 //   - Retry: before the SDK waits to try again (see retry.go).

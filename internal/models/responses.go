@@ -135,7 +135,7 @@ type responsesItem struct {
 //     response.reasoning_text.delta; the reasoning item is kept as a thinking block with its id
 //     and encrypted_content (Signature), from response.output_item.done;
 //   - Partial: a function call while response.function_call_arguments.delta streams
-//     (throttled, see PartialInterval);
+// (each fragment, see partials);
 //   - ToolCall: a function call complete, at its response.output_item.done, when its arguments
 //     are a JSON object;
 //   - Retry: before the SDK waits to try again (see retry.go).

@@ -134,8 +134,8 @@ type responsesItem struct {
 //   - Thinking: response.reasoning_summary_text.delta (summary parts apart by a blank line) and
 //     response.reasoning_text.delta; the reasoning item is kept as a thinking block with its id
 //     and encrypted_content (Signature), from response.output_item.done;
-//   - Partial: a function call while response.function_call_arguments.delta streams
-// (each fragment, see partials);
+//   - Partial: a function call while response.function_call_arguments.delta streams (each
+//     fragment, see partials);
 //   - ToolCall: a function call complete, at its response.output_item.done, when its arguments
 //     are a JSON object;
 //   - Retry: before the SDK waits to try again (see retry.go).

@@ -1,0 +1,272 @@
+import * as http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+// A local stand-in for the model vendors' HTTP APIs, for the browser tests of issue 18 (SPEC §17
+// "Tested without the internet"): no machine here reaches a real vendor, so the Countersign server
+// under test is pointed at this server with OPENAI_BASE_URL=<url>/v1 and ANTHROPIC_BASE_URL=<url>.
+// It speaks just enough of two streaming APIs, in the shapes the vendors document:
+//
+//   - OpenAI Chat Completions, `POST /v1/chat/completions` with `"stream": true`: server-sent
+//     events `data: <chat.completion.chunk>` ending in `data: [DONE]`; text as `delta.content`
+//     pieces; a tool call as `delta.tool_calls` pieces (the first with index, id, type and
+//     function.name, the rest with index and a piece of function.arguments); a closing chunk with
+//     `finish_reason`; then, only when the request set `stream_options.include_usage`, one chunk
+//     with `"choices": []` and the request's `usage` (earlier chunks then carry `"usage": null`).
+//     (OpenAI API reference, "The chat completion chunk object" and `stream_options`.)
+//   - Anthropic Messages, `POST /v1/messages` with `"stream": true`: events `message_start` (the
+//     message with `usage.input_tokens`), `content_block_start` / `content_block_delta`
+//     (`text_delta`, `input_json_delta` with `partial_json` pieces) / `content_block_stop` per
+//     block, a `ping`, `message_delta` (`stop_reason`, `usage.output_tokens`, cumulative) and
+//     `message_stop`. (Anthropic docs, "Streaming Messages".)
+//
+// What it answers is scripted per model name (the request's `model`): each request for a model
+// takes the next reply of that model's script. It records every request (path, headers, parsed
+// body) so a test can assert what Countersign sent: the system prompt, the declared tools, the
+// tool results. A request it cannot answer (unknown path, no `stream: true`, a script run dry)
+// gets a 400 with the vendor's error shape and a message saying why, which Countersign shows as
+// the run's error: a test then fails on a clear message instead of a hang.
+
+/** Token counts for one reply, in the neutral shape; each API words them its own way. */
+export interface FakeUsage {
+  /** Input (prompt) tokens not read from a cache. */
+  input: number;
+  /** Output (completion) tokens. */
+  output: number;
+}
+
+/** One scripted reply: optional text, then optional tool calls, with the usage to report. */
+export interface FakeReply {
+  /** Answer text, streamed in a few pieces. */
+  text?: string;
+  /** Tool calls, streamed after the text; `id` is the vendor's call id. */
+  toolCalls?: { id: string; name: string; arguments: Record<string, unknown> }[];
+  /** The usage the stream reports (OpenAI: only when the request asks with include_usage). */
+  usage: FakeUsage;
+}
+
+/** Which vendor API a request used. */
+export type FakeApi = 'openai-chat' | 'anthropic-messages';
+
+/** A request the fake vendor received. */
+export interface RecordedRequest {
+  api: FakeApi;
+  path: string;
+  /** Header names in lower case. */
+  headers: http.IncomingHttpHeaders;
+  /** The JSON body, parsed. */
+  body: any;
+}
+
+/** The fake vendor server. Start it with FakeVendor.start(); close it when done. */
+export class FakeVendor {
+  /** Every request received, in order. */
+  readonly requests: RecordedRequest[] = [];
+  private readonly scripts = new Map<string, FakeReply[]>();
+
+  private constructor(private readonly server: http.Server, readonly url: string) {}
+
+  /** Starts a fake vendor on 127.0.0.1 and a free port; `url` is its root (no trailing slash). */
+  static async start(): Promise<FakeVendor> {
+    let vendor: FakeVendor | undefined;
+    const server = http.createServer((req, res) => {
+      vendor!.handle(req, res).catch((err) => {
+        if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { message: `fake vendor: ${String(err)}` } }));
+      });
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => resolve());
+    });
+    const { port } = server.address() as AddressInfo;
+    vendor = new FakeVendor(server, `http://127.0.0.1:${port}`);
+    return vendor;
+  }
+
+  /** Sets the replies for requests naming `model`, replacing any left from before. */
+  script(model: string, replies: FakeReply[]): void {
+    this.scripts.set(model, [...replies]);
+  }
+
+  /** The requests that named `model`, in order. */
+  requestsFor(model: string): RecordedRequest[] {
+    return this.requests.filter((r) => r.body?.model === model);
+  }
+
+  /** Stops listening and closes open connections. */
+  async close(): Promise<void> {
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const raw = Buffer.concat(chunks).toString('utf8');
+    const path = new URL(req.url ?? '/', 'http://x').pathname;
+    const api: FakeApi | undefined = req.method === 'POST' && path === '/v1/chat/completions' ? 'openai-chat'
+      : req.method === 'POST' && path === '/v1/messages' ? 'anthropic-messages' : undefined;
+    if (!api) {
+      return refuse(res, 'openai-chat', 404, `fake vendor: no route for ${req.method} ${path}`);
+    }
+    let body: any;
+    try {
+      body = JSON.parse(raw);
+    } catch {
+      return refuse(res, api, 400, `fake vendor: the body is not JSON: ${raw.slice(0, 200)}`);
+    }
+    this.requests.push({ api, path, headers: req.headers, body });
+    if (body?.stream !== true) return refuse(res, api, 400, 'fake vendor: only streaming requests ("stream": true) are scripted');
+    const model = String(body.model ?? '');
+    const reply = this.scripts.get(model)?.shift();
+    if (!reply) return refuse(res, api, 400, `fake vendor: no scripted reply left for model "${model}"`);
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    if (api === 'openai-chat') openaiStream(res, model, reply, body.stream_options?.include_usage === true);
+    else anthropicStream(res, model, reply);
+    res.end();
+  }
+}
+
+/** Answers with the vendor's error body shape and `status` (400 and 404 are never retried). */
+function refuse(res: http.ServerResponse, api: FakeApi, status: number, message: string): void {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(api === 'anthropic-messages'
+    ? { type: 'error', error: { type: 'invalid_request_error', message } }
+    : { error: { message, type: 'invalid_request_error', param: null, code: null } }));
+}
+
+/** Splits text into up to `n` pieces, so a stream carries it in several deltas. */
+export function pieces(text: string, n = 3): string[] {
+  if (text.length <= 1) return [text];
+  const size = Math.ceil(text.length / n);
+  const out: string[] = [];
+  for (let i = 0; i < text.length; i += size) out.push(text.slice(i, i + size));
+  return out;
+}
+
+let sequence = 0;
+
+/** Writes a Chat Completions stream for `reply`. */
+function openaiStream(res: http.ServerResponse, model: string, reply: FakeReply, includeUsage: boolean): void {
+  const id = `chatcmpl-fake${++sequence}`;
+  const created = 1767312000;
+  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => {
+    const c: Record<string, unknown> = { id, object: 'chat.completion.chunk', created, model, system_fingerprint: 'fp_fake', choices, ...extra };
+    if (includeUsage && !('usage' in extra)) c.usage = null;
+    res.write(`data: ${JSON.stringify(c)}\n\n`);
+  };
+  const choice = (delta: Record<string, unknown>, finish: string | null = null) =>
+    ({ index: 0, delta, logprobs: null, finish_reason: finish });
+
+  chunk([choice({ role: 'assistant', content: '', refusal: null })]);
+  for (const p of reply.text ? pieces(reply.text) : []) chunk([choice({ content: p })]);
+  (reply.toolCalls ?? []).forEach((call, index) => {
+    chunk([choice({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] })]);
+    for (const p of pieces(JSON.stringify(call.arguments), 4)) {
+      chunk([choice({ tool_calls: [{ index, function: { arguments: p } }] })]);
+    }
+  });
+  chunk([choice({}, reply.toolCalls?.length ? 'tool_calls' : 'stop')]);
+  if (includeUsage) {
+    const { input, output } = reply.usage;
+    chunk([], {
+      usage: {
+        prompt_tokens: input, completion_tokens: output, total_tokens: input + output,
+        prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
+        completion_tokens_details: { reasoning_tokens: 0, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
+      },
+    });
+  }
+  res.write('data: [DONE]\n\n');
+}
+
+/** Writes a Messages API stream for `reply`. */
+function anthropicStream(res: http.ServerResponse, model: string, reply: FakeReply): void {
+  const event = (type: string, data: Record<string, unknown>) =>
+    res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
+  event('message_start', {
+    message: {
+      id: `msg_fake${++sequence}`, type: 'message', role: 'assistant', model, content: [],
+      stop_reason: null, stop_sequence: null,
+      usage: { input_tokens: reply.usage.input, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1, service_tier: 'standard' },
+    },
+  });
+  let index = 0;
+  if (reply.text) {
+    event('content_block_start', { index, content_block: { type: 'text', text: '' } });
+    event('ping', {});
+    for (const p of pieces(reply.text)) event('content_block_delta', { index, delta: { type: 'text_delta', text: p } });
+    event('content_block_stop', { index });
+    index++;
+  }
+  for (const call of reply.toolCalls ?? []) {
+    event('content_block_start', { index, content_block: { type: 'tool_use', id: call.id, name: call.name, input: {} } });
+    event('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: '' } });
+    for (const p of pieces(JSON.stringify(call.arguments), 4)) {
+      event('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: p } });
+    }
+    event('content_block_stop', { index });
+    index++;
+  }
+  event('message_delta', {
+    delta: { stop_reason: reply.toolCalls?.length ? 'tool_use' : 'end_turn', stop_sequence: null },
+    usage: { output_tokens: reply.usage.output },
+  });
+  event('message_stop', {});
+}
+
+// Readers of what Countersign sent, one per API, so tests say what they check and not how each
+// vendor nests it.
+
+/** The system prompt of a recorded request: OpenAI's system/developer messages, Anthropic's `system`. */
+export function systemPrompt(r: RecordedRequest): string {
+  if (r.api === 'anthropic-messages') return textOf(r.body.system);
+  return (r.body.messages ?? [])
+    .filter((m: { role: string }) => m.role === 'system' || m.role === 'developer')
+    .map((m: { content: unknown }) => textOf(m.content))
+    .join('\n');
+}
+
+/** The tool names a recorded request declared. */
+export function toolNames(r: RecordedRequest): string[] {
+  return (r.body.tools ?? []).map((t: { name?: string; function?: { name: string } }) =>
+    r.api === 'anthropic-messages' ? t.name : t.function?.name);
+}
+
+/**
+ * The tool result a recorded request carries for `toolCallId` (OpenAI: a `tool` message with
+ * that `tool_call_id`; Anthropic: a `tool_result` block with that `tool_use_id` in a user
+ * message), as text; undefined when there is none.
+ */
+export function toolResult(r: RecordedRequest, toolCallId: string): string | undefined {
+  for (const m of r.body.messages ?? []) {
+    if (r.api === 'openai-chat') {
+      if (m.role === 'tool' && m.tool_call_id === toolCallId) return textOf(m.content);
+    } else if (m.role === 'user' && Array.isArray(m.content)) {
+      const b = m.content.find((c: { type: string; tool_use_id?: string }) => c.type === 'tool_result' && c.tool_use_id === toolCallId);
+      if (b) return textOf(b.content);
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Whether a recorded request replays the assistant's call `toolCallId` before its result, as
+ * both APIs require (OpenAI: `tool_calls[].id` of an assistant message; Anthropic: a `tool_use`
+ * block of an assistant message).
+ */
+export function replaysToolCall(r: RecordedRequest, toolCallId: string): boolean {
+  return (r.body.messages ?? []).some((m: { role: string; tool_calls?: { id: string }[]; content?: unknown }) =>
+    m.role === 'assistant' && (r.api === 'openai-chat'
+      ? (m.tool_calls ?? []).some((c) => c.id === toolCallId)
+      : Array.isArray(m.content) && m.content.some((c: { type: string; id?: string }) => c.type === 'tool_use' && c.id === toolCallId)));
+}
+
+/** Text of a content value: a string, or an array of `{type: "text", text}` parts. */
+function textOf(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) {
+    return content.map((p) => (p && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : '')).join('\n');
+  }
+  return '';
+}

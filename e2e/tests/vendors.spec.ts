@@ -1,0 +1,139 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { test, expect, type Page } from '@playwright/test';
+import { approvalGroup, expectFinalText, loginAt, send, startOwnServer, toolCard, transcript, type OwnServer } from './helpers';
+import { FakeVendor, replaysToolCall, systemPrompt, toolNames, toolResult, type RecordedRequest } from './fake-vendor';
+
+// Issue 18, acceptance 2 and 3 (SPEC §17 "Tested without the internet", "Instructions", "Usage
+// and context"): the real provider code paths (openai-go's Chat Completions, anthropic-sdk-go's
+// Messages) driven from the browser through an approval, against a local fake vendor
+// (fake-vendor.ts) that streams a run_command call, then a final answer with token usage.
+//
+// One Countersign server for the file, started with both vendors pointed at one fake vendor;
+// the tests of the file run one after another in one worker (they share that server).
+
+const OPENAI_MODEL = 'fake-gpt';
+const ANTHROPIC_MODEL = 'fake-claude';
+
+let vendor: FakeVendor;
+let srv: OwnServer;
+
+test.describe.configure({ mode: 'default' });
+
+test.beforeAll(async ({}, info) => {
+  vendor = await FakeVendor.start();
+  const name = `vendors-${info.workerIndex}`;
+  fs.rmSync(path.resolve(__dirname, '../.tmp', name), { recursive: true, force: true });
+  // Only the variables under test: nothing from the caller's environment reaches a real vendor.
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const k of Object.keys(env)) {
+    if (/^(OPENAI|ANTHROPIC)_/.test(k) || k === 'COUNTERSIGN_MCP_CONFIG') delete env[k];
+  }
+  Object.assign(env, {
+    OPENAI_BASE_URL: `${vendor.url}/v1`, OPENAI_API_KEY: 'test', OPENAI_MODEL,
+    ANTHROPIC_BASE_URL: vendor.url, ANTHROPIC_API_KEY: 'test', ANTHROPIC_MODEL,
+  });
+  srv = await startOwnServer(name, 0, [], env);
+});
+
+test.afterAll(async () => {
+  await srv?.kill();
+  await vendor?.close();
+});
+
+/** Each vendor's API as the fake sees it, and the names Countersign offers for it. */
+const cases = [
+  { vendorName: 'OpenAI Chat Completions', model: `openai:${OPENAI_MODEL}`, vendorModel: OPENAI_MODEL, api: 'openai-chat', callId: 'call_fake0001' },
+  { vendorName: 'Anthropic Messages', model: `anthropic:${ANTHROPIC_MODEL}`, vendorModel: ANTHROPIC_MODEL, api: 'anthropic-messages', callId: 'toolu_fake0001' },
+] as const;
+
+/**
+ * Creates a session from the New-session form with `model`, the folder `workspace`, and `typed`
+ * appended to the pre-filled Instructions; waits for the session page and returns its id.
+ */
+async function newVendorSession(page: Page, title: string, model: string, workspace: string, typed: string): Promise<string> {
+  await page.goto(`${srv.baseURL}/`);
+  await page.getByRole('textbox', { name: 'Title', exact: true }).fill(title);
+  await page.getByRole('combobox', { name: 'Model', exact: true }).selectOption(model);
+  await page.getByRole('textbox', { name: 'Workspace', exact: true }).fill(workspace);
+  const instructions = page.getByRole('textbox', { name: 'Instructions', exact: true });
+  // Pre-filled with the built-in default (it tells the model its workspace and that calls may be denied).
+  await expect(instructions).not.toHaveValue('');
+  await instructions.fill(`${await instructions.inputValue()}\n\n${typed}`);
+  await page.getByRole('button', { name: 'Create session', exact: true }).click();
+  await expect(page).toHaveURL(/\/sessions\/[^/?#]+$/);
+  await expect(page.getByRole('textbox', { name: 'Message', exact: true })).toBeVisible();
+  return new URL(page.url()).pathname.split('/').pop()!;
+}
+
+/** The usage both scripted replies reported, per message and in total (see the scripts below). */
+async function expectUsage(page: Page): Promise<void> {
+  const usage = transcript(page).getByTestId('message-usage');
+  await expect(usage).toContainText(['1,200 in · 20 out', '1,234 in · 56 out']);
+  for (const u of await usage.all()) await expect(u).toContainText('tokens');
+  await expect(page.getByTestId('session-usage')).toContainText('2,434 in · 76 out');
+}
+
+for (const c of cases) {
+  test(`${c.vendorName}: a run_command call is approved, its result reaches the vendor, the answer shows its usage, and the system prompt carries the workspace and the typed instructions`, async ({ page }) => {
+    const marker = `Answer like a pirate. Marker ${c.vendorModel}-7f3a.`;
+    const workspace = path.join(srv.workspace, c.vendorModel);
+    fs.mkdirSync(workspace, { recursive: true });
+    const command = `echo fake-vendor-ok-${c.vendorModel}`;
+    const answer = `Arr, the command said fake-vendor-ok (${c.vendorName}).`;
+    vendor.script(c.vendorModel, [
+      { text: 'I will run it.', toolCalls: [{ id: c.callId, name: 'run_command', arguments: { command } }], usage: { input: 1200, output: 20 } },
+      { text: answer, usage: { input: 1234, output: 56 } },
+    ]);
+
+    await loginAt(page, srv.baseURL);
+    await newVendorSession(page, `vendor ${c.vendorModel}`, c.model, workspace, marker);
+    // The instructions are shown collapsed at the top of the transcript.
+    const shown = page.getByTestId('instructions');
+    await expect(shown).toContainText('Instructions');
+    await expect(shown).toContainText(marker);
+    await expect(shown).not.toHaveAttribute('open');
+
+    await send(page, 'Please run the check command.');
+    const card = toolCard(page, 'run_command');
+    await expect(card).toContainText(command);
+    const prompt = approvalGroup(card, 'run_command');
+    await expect(prompt).toBeVisible();
+    await prompt.getByRole('button', { name: 'Approve', exact: true }).click();
+    await expectFinalText(page, answer);
+    await expect(card).toContainText(`fake-vendor-ok-${c.vendorModel}`);
+
+    // What the vendor received: two streamed requests; the second replays the call and carries
+    // its output as the tool result.
+    const got: RecordedRequest[] = vendor.requestsFor(c.vendorModel);
+    expect(got.map((r) => r.api)).toEqual([c.api, c.api]);
+    for (const r of got) {
+      expect(r.body.stream).toBe(true);
+      expect([r.headers['authorization'], r.headers['x-api-key']]).toContainEqual(expect.stringMatching(/^(Bearer )?test$/));
+      expect(toolNames(r)).toContain('run_command');
+    }
+    expect(toolResult(got[0], c.callId)).toBeUndefined();
+    expect(replaysToolCall(got[1], c.callId)).toBe(true);
+    expect(toolResult(got[1], c.callId)).toContain(`fake-vendor-ok-${c.vendorModel}`);
+    if (c.api === 'openai-chat') {
+      // Chat Completions reports usage only when asked.
+      expect(got[0].body.stream_options?.include_usage).toBe(true);
+    }
+
+    // Acceptance 3: the system prompt names the session's workspace and holds the typed
+    // instructions, on every request.
+    for (const r of got) {
+      const system = systemPrompt(r);
+      expect(system).toContain(workspace);
+      expect(system).toContain(marker);
+    }
+
+    // The usage the vendor reported: per assistant message ("1,234 in · 56 out", SPEC §6: text
+    // containing "tokens"), and the session's total in the header.
+    await expectUsage(page);
+    // The same after a reload (from the store, not only the live events).
+    await page.reload();
+    await expectUsage(page);
+    await expect(page.getByTestId('instructions')).toContainText(marker);
+  });
+}

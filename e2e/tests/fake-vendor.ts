@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 // A local stand-in for the model vendors' HTTP APIs, for the browser tests of issue 18 (SPEC §17
 // "Tested without the internet"): no machine here reaches a real vendor, so the Countersign server
 // under test is pointed at this server with OPENAI_BASE_URL=<url>/v1 and ANTHROPIC_BASE_URL=<url>.
-// It speaks just enough of two streaming APIs, in the shapes the vendors document:
+// It speaks just enough of three streaming APIs, in the shapes the vendors document:
 //
 //   - OpenAI Chat Completions, `POST /v1/chat/completions` with `"stream": true`: server-sent
 //     events `data: <chat.completion.chunk>` ending in `data: [DONE]`; text as `delta.content`
@@ -13,6 +13,13 @@ import type { AddressInfo } from 'node:net';
 //     `finish_reason`; then, only when the request set `stream_options.include_usage`, one chunk
 //     with `"choices": []` and the request's `usage` (earlier chunks then carry `"usage": null`).
 //     (OpenAI API reference, "The chat completion chunk object" and `stream_options`.)
+//   - OpenAI Responses, `POST /v1/responses` with `"stream": true`: events `response.created`,
+//     `response.in_progress`, then per output item `response.output_item.added`, for a message
+//     `response.content_part.added` / `response.output_text.delta` / `response.output_text.done`
+//     / `response.content_part.done`, for a function call `response.function_call_arguments.delta`
+//     / `.done`, then `response.output_item.done`; last `response.completed` with the whole
+//     response and its `usage` (no `[DONE]`). Every event carries a `sequence_number`. (OpenAI
+//     API reference, "Responses streaming events".)
 //   - Anthropic Messages, `POST /v1/messages` with `"stream": true`: events `message_start` (the
 //     message with `usage.input_tokens`), `content_block_start` / `content_block_delta`
 //     (`text_delta`, `input_json_delta` with `partial_json` pieces) / `content_block_stop` per
@@ -45,7 +52,7 @@ export interface FakeReply {
 }
 
 /** Which vendor API a request used. */
-export type FakeApi = 'openai-chat' | 'anthropic-messages';
+export type FakeApi = 'openai-chat' | 'openai-responses' | 'anthropic-messages';
 
 /** A request the fake vendor received. */
 export interface RecordedRequest {
@@ -104,8 +111,10 @@ export class FakeVendor {
     for await (const c of req) chunks.push(c as Buffer);
     const raw = Buffer.concat(chunks).toString('utf8');
     const path = new URL(req.url ?? '/', 'http://x').pathname;
-    const api: FakeApi | undefined = req.method === 'POST' && path === '/v1/chat/completions' ? 'openai-chat'
-      : req.method === 'POST' && path === '/v1/messages' ? 'anthropic-messages' : undefined;
+    const routes: Record<string, FakeApi> = {
+      '/v1/chat/completions': 'openai-chat', '/v1/responses': 'openai-responses', '/v1/messages': 'anthropic-messages',
+    };
+    const api: FakeApi | undefined = req.method === 'POST' ? routes[path] : undefined;
     if (!api) {
       return refuse(res, 'openai-chat', 404, `fake vendor: no route for ${req.method} ${path}`);
     }
@@ -122,6 +131,7 @@ export class FakeVendor {
     if (!reply) return refuse(res, api, 400, `fake vendor: no scripted reply left for model "${model}"`);
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     if (api === 'openai-chat') openaiStream(res, model, reply, body.stream_options?.include_usage === true);
+    else if (api === 'openai-responses') responsesStream(res, model, reply);
     else anthropicStream(res, model, reply);
     res.end();
   }
@@ -180,6 +190,58 @@ function openaiStream(res: http.ServerResponse, model: string, reply: FakeReply,
   res.write('data: [DONE]\n\n');
 }
 
+/** Writes a Responses API stream for `reply`. */
+function responsesStream(res: http.ServerResponse, model: string, reply: FakeReply): void {
+  let seq = 0;
+  const event = (type: string, data: Record<string, unknown>) =>
+    res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data, sequence_number: seq++ })}\n\n`);
+  const id = `resp_fake${++sequence}`;
+  const response = (status: string, output: unknown[], usage: unknown) => ({
+    id, object: 'response', created_at: 1767312000, status, model, output, usage, error: null,
+    incomplete_details: null, instructions: null, parallel_tool_calls: true, tool_choice: 'auto', tools: [],
+    store: false, text: { format: { type: 'text' } }, truncation: 'disabled',
+  });
+  event('response.created', { response: response('in_progress', [], null) });
+  event('response.in_progress', { response: response('in_progress', [], null) });
+  const output: Record<string, unknown>[] = [];
+  if (reply.text) {
+    const itemId = `msg_fake${sequence}`;
+    const output_index = output.length;
+    const item = { type: 'message', id: itemId, status: 'in_progress', role: 'assistant', content: [] as unknown[] };
+    event('response.output_item.added', { output_index, item });
+    const part = { type: 'output_text', text: '', annotations: [] as unknown[], logprobs: [] as unknown[] };
+    event('response.content_part.added', { item_id: itemId, output_index, content_index: 0, part });
+    for (const p of pieces(reply.text)) {
+      event('response.output_text.delta', { item_id: itemId, output_index, content_index: 0, delta: p, logprobs: [] });
+    }
+    event('response.output_text.done', { item_id: itemId, output_index, content_index: 0, text: reply.text, logprobs: [] });
+    const done = { ...part, text: reply.text };
+    event('response.content_part.done', { item_id: itemId, output_index, content_index: 0, part: done });
+    const finished = { ...item, status: 'completed', content: [done] };
+    event('response.output_item.done', { output_index, item: finished });
+    output.push(finished);
+  }
+  for (const call of reply.toolCalls ?? []) {
+    const itemId = `fc_fake${sequence}_${output.length}`;
+    const output_index = output.length;
+    const args = JSON.stringify(call.arguments);
+    const item = { type: 'function_call', id: itemId, call_id: call.id, name: call.name, arguments: '', status: 'in_progress' };
+    event('response.output_item.added', { output_index, item });
+    for (const p of pieces(args, 4)) event('response.function_call_arguments.delta', { item_id: itemId, output_index, delta: p });
+    event('response.function_call_arguments.done', { item_id: itemId, output_index, arguments: args });
+    const finished = { ...item, arguments: args, status: 'completed' };
+    event('response.output_item.done', { output_index, item: finished });
+    output.push(finished);
+  }
+  const { input, output: out } = reply.usage;
+  event('response.completed', {
+    response: response('completed', output, {
+      input_tokens: input, input_tokens_details: { cached_tokens: 0 },
+      output_tokens: out, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: input + out,
+    }),
+  });
+}
+
 /** Writes a Messages API stream for `reply`. */
 function anthropicStream(res: http.ServerResponse, model: string, reply: FakeReply): void {
   const event = (type: string, data: Record<string, unknown>) =>
@@ -218,27 +280,44 @@ function anthropicStream(res: http.ServerResponse, model: string, reply: FakeRep
 // Readers of what Countersign sent, one per API, so tests say what they check and not how each
 // vendor nests it.
 
-/** The system prompt of a recorded request: OpenAI's system/developer messages, Anthropic's `system`. */
+/**
+ * The system prompt of a recorded request: Chat Completions' system/developer messages, the
+ * Responses API's `instructions` and system/developer input messages, Anthropic's `system`.
+ */
 export function systemPrompt(r: RecordedRequest): string {
   if (r.api === 'anthropic-messages') return textOf(r.body.system);
-  return (r.body.messages ?? [])
-    .filter((m: { role: string }) => m.role === 'system' || m.role === 'developer')
-    .map((m: { content: unknown }) => textOf(m.content))
+  const items = r.api === 'openai-responses' ? inputItems(r) : (r.body.messages ?? []);
+  return [r.api === 'openai-responses' ? textOf(r.body.instructions) : '', ...items
+    .filter((m: { role?: string }) => m.role === 'system' || m.role === 'developer')
+    .map((m: { content: unknown }) => textOf(m.content))]
+    .filter((t) => t !== '')
     .join('\n');
+}
+
+/** The Responses API's `input` as a list of items (a string input is one user message). */
+function inputItems(r: RecordedRequest): any[] {
+  const input = r.body.input;
+  if (typeof input === 'string') return [{ role: 'user', content: input }];
+  return Array.isArray(input) ? input : [];
 }
 
 /** The tool names a recorded request declared. */
 export function toolNames(r: RecordedRequest): string[] {
   return (r.body.tools ?? []).map((t: { name?: string; function?: { name: string } }) =>
-    r.api === 'anthropic-messages' ? t.name : t.function?.name);
+    r.api === 'openai-chat' ? t.function?.name : t.name);
 }
 
 /**
- * The tool result a recorded request carries for `toolCallId` (OpenAI: a `tool` message with
- * that `tool_call_id`; Anthropic: a `tool_result` block with that `tool_use_id` in a user
- * message), as text; undefined when there is none.
+ * The tool result a recorded request carries for `toolCallId` (Chat Completions: a `tool`
+ * message with that `tool_call_id`; Responses: a `function_call_output` item with that
+ * `call_id`; Anthropic: a `tool_result` block with that `tool_use_id` in a user message), as
+ * text; undefined when there is none.
  */
 export function toolResult(r: RecordedRequest, toolCallId: string): string | undefined {
+  if (r.api === 'openai-responses') {
+    const item = inputItems(r).find((i) => i.type === 'function_call_output' && i.call_id === toolCallId);
+    return item ? textOf(item.output) : undefined;
+  }
   for (const m of r.body.messages ?? []) {
     if (r.api === 'openai-chat') {
       if (m.role === 'tool' && m.tool_call_id === toolCallId) return textOf(m.content);
@@ -252,10 +331,17 @@ export function toolResult(r: RecordedRequest, toolCallId: string): string | und
 
 /**
  * Whether a recorded request replays the assistant's call `toolCallId` before its result, as
- * both APIs require (OpenAI: `tool_calls[].id` of an assistant message; Anthropic: a `tool_use`
- * block of an assistant message).
+ * the APIs require (Chat Completions: `tool_calls[].id` of an assistant message; Responses: a
+ * `function_call` item with that `call_id`; Anthropic: a `tool_use` block of an assistant
+ * message).
  */
 export function replaysToolCall(r: RecordedRequest, toolCallId: string): boolean {
+  if (r.api === 'openai-responses') {
+    const items = inputItems(r);
+    const call = items.findIndex((i) => i.type === 'function_call' && i.call_id === toolCallId);
+    const result = items.findIndex((i) => i.type === 'function_call_output' && i.call_id === toolCallId);
+    return call >= 0 && (result < 0 || call < result);
+  }
   return (r.body.messages ?? []).some((m: { role: string; tool_calls?: { id: string }[]; content?: unknown }) =>
     m.role === 'assistant' && (r.api === 'openai-chat'
       ? (m.tool_calls ?? []).some((c) => c.id === toolCallId)

@@ -5,14 +5,15 @@ import { approvalGroup, expectFinalText, loginAt, send, startOwnServer, toolCard
 import { FakeVendor, replaysToolCall, systemPrompt, toolNames, toolResult, type RecordedRequest } from './fake-vendor';
 
 // Issue 18, acceptance 2 and 3 (SPEC §17 "Tested without the internet", "Instructions", "Usage
-// and context"): the real provider code paths (openai-go's Chat Completions, anthropic-sdk-go's
-// Messages) driven from the browser through an approval, against a local fake vendor
-// (fake-vendor.ts) that streams a run_command call, then a final answer with token usage.
+// and context"): the real provider code paths (openai-go's Chat Completions and Responses,
+// anthropic-sdk-go's Messages) driven from the browser through an approval, against a local fake
+// vendor (fake-vendor.ts) that streams a run_command call, then a final answer with token usage.
 //
-// One Countersign server for the file, started with both vendors pointed at one fake vendor;
+// One Countersign server for the file, started with every vendor pointed at one fake vendor;
 // the tests of the file run one after another in one worker (they share that server).
 
 const OPENAI_MODEL = 'fake-gpt';
+const OPENAI_RESPONSES_MODEL = 'fake-gpt-r';
 const ANTHROPIC_MODEL = 'fake-claude';
 
 let vendor: FakeVendor;
@@ -30,7 +31,7 @@ test.beforeAll(async ({}, info) => {
     if (/^(OPENAI|ANTHROPIC)_/.test(k) || k === 'COUNTERSIGN_MCP_CONFIG') delete env[k];
   }
   Object.assign(env, {
-    OPENAI_BASE_URL: `${vendor.url}/v1`, OPENAI_API_KEY: 'test', OPENAI_MODEL,
+    OPENAI_BASE_URL: `${vendor.url}/v1`, OPENAI_API_KEY: 'test', OPENAI_MODEL, OPENAI_RESPONSES_MODEL,
     ANTHROPIC_BASE_URL: vendor.url, ANTHROPIC_API_KEY: 'test', ANTHROPIC_MODEL,
   });
   srv = await startOwnServer(name, 0, [], env);
@@ -44,6 +45,7 @@ test.afterAll(async () => {
 /** Each vendor's API as the fake sees it, and the names Countersign offers for it. */
 const cases = [
   { vendorName: 'OpenAI Chat Completions', model: `openai:${OPENAI_MODEL}`, vendorModel: OPENAI_MODEL, api: 'openai-chat', callId: 'call_fake0001' },
+  { vendorName: 'OpenAI Responses', model: `openai-responses:${OPENAI_RESPONSES_MODEL}`, vendorModel: OPENAI_RESPONSES_MODEL, api: 'openai-responses', callId: 'call_fakeresp01' },
   { vendorName: 'Anthropic Messages', model: `anthropic:${ANTHROPIC_MODEL}`, vendorModel: ANTHROPIC_MODEL, api: 'anthropic-messages', callId: 'toolu_fake0001' },
 ] as const;
 

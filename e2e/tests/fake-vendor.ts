@@ -25,6 +25,8 @@ import type { AddressInfo } from 'node:net';
 //     (`text_delta`, `input_json_delta` with `partial_json` pieces) / `content_block_stop` per
 //     block, a `ping`, `message_delta` (`stop_reason`, `usage.output_tokens`, cumulative) and
 //     `message_stop`. (Anthropic docs, "Streaming Messages".)
+//   - Errors, for any of them: the status with the vendor's error body (`{"error": {"message",
+//     "type", ...}}`, Anthropic's with `"type": "error"`) and, when scripted, `retry-after`.
 //
 // What it answers is scripted per model name (the request's `model`): each request for a model
 // takes the next reply of that model's script. It records every request (path, headers, parsed
@@ -41,14 +43,32 @@ export interface FakeUsage {
   output: number;
 }
 
-/** One scripted reply: optional text, then optional tool calls, with the usage to report. */
-export interface FakeReply {
+/** One scripted reply: a streamed message (FakeMessage) or an HTTP error (FakeError). */
+export type FakeReply = FakeMessage | FakeError;
+
+/** A streamed assistant message: optional text, then optional tool calls, and its usage. */
+export interface FakeMessage {
   /** Answer text, streamed in a few pieces. */
   text?: string;
   /** Tool calls, streamed after the text; `id` is the vendor's call id. */
   toolCalls?: { id: string; name: string; arguments: Record<string, unknown> }[];
-  /** The usage the stream reports (OpenAI: only when the request asks with include_usage). */
+  /** The usage the stream reports (Chat Completions: only when the request asks with include_usage). */
   usage: FakeUsage;
+  /**
+   * Pauses the stream inside the first tool call: once the first `afterArgumentChars` characters
+   * of its JSON arguments are sent, nothing more is sent until `until` settles (or the client
+   * goes away). Lets a test see a call whose arguments are still streaming.
+   */
+  hold?: { afterArgumentChars: number; until: Promise<unknown> };
+}
+
+/**
+ * An error answer instead of a stream: `status` (429, 500, ...) with the vendor's error body
+ * and `message`, and a `retry-after` header (seconds) when `retryAfterSeconds` is set. The
+ * SDKs retry a 429 or 5xx; the retry takes the model's next reply.
+ */
+export interface FakeError {
+  error: { status: number; message: string; retryAfterSeconds?: number };
 }
 
 /** Which vendor API a request used. */
@@ -95,9 +115,9 @@ export class FakeVendor {
     this.scripts.set(model, [...replies]);
   }
 
-  /** The requests that named `model`, in order. */
-  requestsFor(model: string): RecordedRequest[] {
-    return this.requests.filter((r) => r.body?.model === model);
+  /** The requests that named `model`, in order, from the `since`-th request received on. */
+  requestsFor(model: string, since = 0): RecordedRequest[] {
+    return this.requests.slice(since).filter((r) => r.body?.model === model);
   }
 
   /** Stops listening and closes open connections. */
@@ -129,57 +149,86 @@ export class FakeVendor {
     const model = String(body.model ?? '');
     const reply = this.scripts.get(model)?.shift();
     if (!reply) return refuse(res, api, 400, `fake vendor: no scripted reply left for model "${model}"`);
+    if ('error' in reply) {
+      const { status, message, retryAfterSeconds } = reply.error;
+      return refuse(res, api, status, message, retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) });
+    }
+    const gone = new Promise<void>((resolve) => res.once('close', () => resolve()));
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
-    if (api === 'openai-chat') openaiStream(res, model, reply, body.stream_options?.include_usage === true);
-    else if (api === 'openai-responses') responsesStream(res, model, reply);
-    else anthropicStream(res, model, reply);
+    const events = api === 'openai-chat' ? openaiEvents(model, reply, body.stream_options?.include_usage === true)
+      : api === 'openai-responses' ? responsesEvents(model, reply) : anthropicEvents(model, reply);
+    for (const e of events) {
+      if (e !== HOLD) {
+        res.write(e);
+        continue;
+      }
+      await Promise.race([reply.hold!.until, gone]);
+      if (res.destroyed) return;
+    }
     res.end();
   }
 }
 
-/** Answers with the vendor's error body shape and `status` (400 and 404 are never retried). */
-function refuse(res: http.ServerResponse, api: FakeApi, status: number, message: string): void {
-  res.writeHead(status, { 'content-type': 'application/json' });
+/** Answers `status` with the vendor's error body shape (400 and 404 are never retried). */
+function refuse(res: http.ServerResponse, api: FakeApi, status: number, message: string, headers: http.OutgoingHttpHeaders = {}): void {
+  const type = status === 429 ? 'rate_limit_error' : status >= 500 ? 'api_error' : 'invalid_request_error';
+  res.writeHead(status, { 'content-type': 'application/json', ...headers });
   res.end(JSON.stringify(api === 'anthropic-messages'
-    ? { type: 'error', error: { type: 'invalid_request_error', message } }
-    : { error: { message, type: 'invalid_request_error', param: null, code: null } }));
+    ? { type: 'error', error: { type, message } }
+    : { error: { message, type, param: null, code: null } }));
 }
 
-/** Splits text into up to `n` pieces, so a stream carries it in several deltas. */
+/** Splits text into up to `n` pieces, so a stream carries it in several deltas ("" gives none). */
 export function pieces(text: string, n = 3): string[] {
-  if (text.length <= 1) return [text];
-  const size = Math.ceil(text.length / n);
+  const size = Math.max(1, Math.ceil(text.length / n));
   const out: string[] = [];
   for (let i = 0; i < text.length; i += size) out.push(text.slice(i, i + size));
   return out;
 }
 
+/** Where a stream pauses for FakeMessage.hold. */
+const HOLD = Symbol('hold');
+
+/** What a stream generator yields: an SSE event's text, or HOLD. */
+type Piece = string | typeof HOLD;
+
+/**
+ * The pieces of tool call number `n`'s JSON arguments: a few, with HOLD after the first
+ * `hold.afterArgumentChars` characters when `n` is 0 and the reply holds.
+ */
+function argumentPieces(reply: FakeMessage, n: number): Piece[] {
+  const args = JSON.stringify(reply.toolCalls![n].arguments);
+  if (n !== 0 || !reply.hold) return pieces(args, 4);
+  const at = Math.min(reply.hold.afterArgumentChars, args.length);
+  return [...pieces(args.slice(0, at), 2), HOLD, ...pieces(args.slice(at), 2)];
+}
+
 let sequence = 0;
 
-/** Writes a Chat Completions stream for `reply`. */
-function openaiStream(res: http.ServerResponse, model: string, reply: FakeReply, includeUsage: boolean): void {
+/** The events of a Chat Completions stream for `reply`. */
+function* openaiEvents(model: string, reply: FakeMessage, includeUsage: boolean): Generator<Piece> {
   const id = `chatcmpl-fake${++sequence}`;
   const created = 1767312000;
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => {
     const c: Record<string, unknown> = { id, object: 'chat.completion.chunk', created, model, system_fingerprint: 'fp_fake', choices, ...extra };
     if (includeUsage && !('usage' in extra)) c.usage = null;
-    res.write(`data: ${JSON.stringify(c)}\n\n`);
+    return `data: ${JSON.stringify(c)}\n\n`;
   };
   const choice = (delta: Record<string, unknown>, finish: string | null = null) =>
     ({ index: 0, delta, logprobs: null, finish_reason: finish });
 
-  chunk([choice({ role: 'assistant', content: '', refusal: null })]);
-  for (const p of reply.text ? pieces(reply.text) : []) chunk([choice({ content: p })]);
-  (reply.toolCalls ?? []).forEach((call, index) => {
-    chunk([choice({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] })]);
-    for (const p of pieces(JSON.stringify(call.arguments), 4)) {
-      chunk([choice({ tool_calls: [{ index, function: { arguments: p } }] })]);
+  yield chunk([choice({ role: 'assistant', content: '', refusal: null })]);
+  for (const p of pieces(reply.text ?? '')) yield chunk([choice({ content: p })]);
+  for (const [index, call] of (reply.toolCalls ?? []).entries()) {
+    yield chunk([choice({ tool_calls: [{ index, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }] })]);
+    for (const p of argumentPieces(reply, index)) {
+      yield p === HOLD ? p : chunk([choice({ tool_calls: [{ index, function: { arguments: p } }] })]);
     }
-  });
-  chunk([choice({}, reply.toolCalls?.length ? 'tool_calls' : 'stop')]);
+  }
+  yield chunk([choice({}, reply.toolCalls?.length ? 'tool_calls' : 'stop')]);
   if (includeUsage) {
     const { input, output } = reply.usage;
-    chunk([], {
+    yield chunk([], {
       usage: {
         prompt_tokens: input, completion_tokens: output, total_tokens: input + output,
         prompt_tokens_details: { cached_tokens: 0, audio_tokens: 0 },
@@ -187,54 +236,56 @@ function openaiStream(res: http.ServerResponse, model: string, reply: FakeReply,
       },
     });
   }
-  res.write('data: [DONE]\n\n');
+  yield 'data: [DONE]\n\n';
 }
 
-/** Writes a Responses API stream for `reply`. */
-function responsesStream(res: http.ServerResponse, model: string, reply: FakeReply): void {
+/** The events of a Responses API stream for `reply`. */
+function* responsesEvents(model: string, reply: FakeMessage): Generator<Piece> {
   let seq = 0;
   const event = (type: string, data: Record<string, unknown>) =>
-    res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data, sequence_number: seq++ })}\n\n`);
+    `event: ${type}\ndata: ${JSON.stringify({ type, ...data, sequence_number: seq++ })}\n\n`;
   const id = `resp_fake${++sequence}`;
   const response = (status: string, output: unknown[], usage: unknown) => ({
     id, object: 'response', created_at: 1767312000, status, model, output, usage, error: null,
     incomplete_details: null, instructions: null, parallel_tool_calls: true, tool_choice: 'auto', tools: [],
     store: false, text: { format: { type: 'text' } }, truncation: 'disabled',
   });
-  event('response.created', { response: response('in_progress', [], null) });
-  event('response.in_progress', { response: response('in_progress', [], null) });
+  yield event('response.created', { response: response('in_progress', [], null) });
+  yield event('response.in_progress', { response: response('in_progress', [], null) });
   const output: Record<string, unknown>[] = [];
   if (reply.text) {
     const itemId = `msg_fake${sequence}`;
     const output_index = output.length;
     const item = { type: 'message', id: itemId, status: 'in_progress', role: 'assistant', content: [] as unknown[] };
-    event('response.output_item.added', { output_index, item });
+    yield event('response.output_item.added', { output_index, item });
     const part = { type: 'output_text', text: '', annotations: [] as unknown[], logprobs: [] as unknown[] };
-    event('response.content_part.added', { item_id: itemId, output_index, content_index: 0, part });
+    yield event('response.content_part.added', { item_id: itemId, output_index, content_index: 0, part });
     for (const p of pieces(reply.text)) {
-      event('response.output_text.delta', { item_id: itemId, output_index, content_index: 0, delta: p, logprobs: [] });
+      yield event('response.output_text.delta', { item_id: itemId, output_index, content_index: 0, delta: p, logprobs: [] });
     }
-    event('response.output_text.done', { item_id: itemId, output_index, content_index: 0, text: reply.text, logprobs: [] });
+    yield event('response.output_text.done', { item_id: itemId, output_index, content_index: 0, text: reply.text, logprobs: [] });
     const done = { ...part, text: reply.text };
-    event('response.content_part.done', { item_id: itemId, output_index, content_index: 0, part: done });
+    yield event('response.content_part.done', { item_id: itemId, output_index, content_index: 0, part: done });
     const finished = { ...item, status: 'completed', content: [done] };
-    event('response.output_item.done', { output_index, item: finished });
+    yield event('response.output_item.done', { output_index, item: finished });
     output.push(finished);
   }
-  for (const call of reply.toolCalls ?? []) {
-    const itemId = `fc_fake${sequence}_${output.length}`;
+  for (const [n, call] of (reply.toolCalls ?? []).entries()) {
     const output_index = output.length;
+    const itemId = `fc_fake${sequence}_${output_index}`;
     const args = JSON.stringify(call.arguments);
     const item = { type: 'function_call', id: itemId, call_id: call.id, name: call.name, arguments: '', status: 'in_progress' };
-    event('response.output_item.added', { output_index, item });
-    for (const p of pieces(args, 4)) event('response.function_call_arguments.delta', { item_id: itemId, output_index, delta: p });
-    event('response.function_call_arguments.done', { item_id: itemId, output_index, arguments: args });
+    yield event('response.output_item.added', { output_index, item });
+    for (const p of argumentPieces(reply, n)) {
+      yield p === HOLD ? p : event('response.function_call_arguments.delta', { item_id: itemId, output_index, delta: p });
+    }
+    yield event('response.function_call_arguments.done', { item_id: itemId, output_index, arguments: args });
     const finished = { ...item, arguments: args, status: 'completed' };
-    event('response.output_item.done', { output_index, item: finished });
+    yield event('response.output_item.done', { output_index, item: finished });
     output.push(finished);
   }
   const { input, output: out } = reply.usage;
-  event('response.completed', {
+  yield event('response.completed', {
     response: response('completed', output, {
       input_tokens: input, input_tokens_details: { cached_tokens: 0 },
       output_tokens: out, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: input + out,
@@ -242,11 +293,11 @@ function responsesStream(res: http.ServerResponse, model: string, reply: FakeRep
   });
 }
 
-/** Writes a Messages API stream for `reply`. */
-function anthropicStream(res: http.ServerResponse, model: string, reply: FakeReply): void {
+/** The events of a Messages API stream for `reply`. */
+function* anthropicEvents(model: string, reply: FakeMessage): Generator<Piece> {
   const event = (type: string, data: Record<string, unknown>) =>
-    res.write(`event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`);
-  event('message_start', {
+    `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+  yield event('message_start', {
     message: {
       id: `msg_fake${++sequence}`, type: 'message', role: 'assistant', model, content: [],
       stop_reason: null, stop_sequence: null,
@@ -255,26 +306,26 @@ function anthropicStream(res: http.ServerResponse, model: string, reply: FakeRep
   });
   let index = 0;
   if (reply.text) {
-    event('content_block_start', { index, content_block: { type: 'text', text: '' } });
-    event('ping', {});
-    for (const p of pieces(reply.text)) event('content_block_delta', { index, delta: { type: 'text_delta', text: p } });
-    event('content_block_stop', { index });
+    yield event('content_block_start', { index, content_block: { type: 'text', text: '' } });
+    yield event('ping', {});
+    for (const p of pieces(reply.text)) yield event('content_block_delta', { index, delta: { type: 'text_delta', text: p } });
+    yield event('content_block_stop', { index });
     index++;
   }
-  for (const call of reply.toolCalls ?? []) {
-    event('content_block_start', { index, content_block: { type: 'tool_use', id: call.id, name: call.name, input: {} } });
-    event('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: '' } });
-    for (const p of pieces(JSON.stringify(call.arguments), 4)) {
-      event('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: p } });
+  for (const [n, call] of (reply.toolCalls ?? []).entries()) {
+    yield event('content_block_start', { index, content_block: { type: 'tool_use', id: call.id, name: call.name, input: {} } });
+    yield event('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: '' } });
+    for (const p of argumentPieces(reply, n)) {
+      yield p === HOLD ? p : event('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: p } });
     }
-    event('content_block_stop', { index });
+    yield event('content_block_stop', { index });
     index++;
   }
-  event('message_delta', {
+  yield event('message_delta', {
     delta: { stop_reason: reply.toolCalls?.length ? 'tool_use' : 'end_turn', stop_sequence: null },
     usage: { output_tokens: reply.usage.output },
   });
-  event('message_stop', {});
+  yield event('message_stop', {});
 }
 
 // Readers of what Countersign sent, one per API, so tests say what they check and not how each

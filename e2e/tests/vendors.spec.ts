@@ -1,13 +1,22 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { test, expect, type Page } from '@playwright/test';
-import { approvalGroup, expectFinalText, loginAt, send, startOwnServer, toolCard, transcript, type OwnServer } from './helpers';
-import { FakeVendor, replaysToolCall, systemPrompt, toolNames, toolResult, type RecordedRequest } from './fake-vendor';
+import {
+  anyApprovalGroup, approvalGroup, expectFinalText, loginAt, newSession, send, startOwnServer, stopButton, toolCard,
+  transcript, type OwnServer,
+} from './helpers';
+import { FakeVendor, replaysToolCall, systemPrompt, toolNames, toolResult } from './fake-vendor';
 
-// Issue 18, acceptance 2 and 3 (SPEC §17 "Tested without the internet", "Instructions", "Usage
-// and context"): the real provider code paths (openai-go's Chat Completions and Responses,
-// anthropic-sdk-go's Messages) driven from the browser through an approval, against a local fake
-// vendor (fake-vendor.ts) that streams a run_command call, then a final answer with token usage.
+// Issue 18 (SPEC §17 "Tested without the internet"), the browser half: the real provider code
+// paths (openai-go's Chat Completions and Responses, anthropic-sdk-go's Messages) driven from the
+// browser against a local fake vendor (fake-vendor.ts), for each API:
+//   - acceptance 2: a streamed run_command call is approved, its output reaches the vendor as the
+//     tool result of the next request, and the final answer shows its token usage;
+//   - acceptance 3: the system prompt the vendor received names the session's workspace and holds
+//     the instructions typed in the New-session form;
+//   - a tool call's card shows its arguments while they stream and asks only once they are whole;
+//   - a 429 is retried after the vendor's Retry-After, shown as "retrying (429) in 2 s", and Stop
+//     ends the run during that wait.
 //
 // One Countersign server for the file, started with every vendor pointed at one fake vendor;
 // the tests of the file run one after another in one worker (they share that server).
@@ -28,7 +37,7 @@ test.beforeAll(async ({}, info) => {
   // Only the variables under test: nothing from the caller's environment reaches a real vendor.
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const k of Object.keys(env)) {
-    if (/^(OPENAI|ANTHROPIC)_/.test(k) || k === 'COUNTERSIGN_MCP_CONFIG') delete env[k];
+    if (/^(OPENAI|ANTHROPIC)_/.test(k) || /^COUNTERSIGN_/.test(k)) delete env[k];
   }
   Object.assign(env, {
     OPENAI_BASE_URL: `${vendor.url}/v1`, OPENAI_API_KEY: 'test', OPENAI_MODEL, OPENAI_RESPONSES_MODEL,
@@ -42,19 +51,26 @@ test.afterAll(async () => {
   await vendor?.close();
 });
 
-/** Each vendor's API as the fake sees it, and the names Countersign offers for it. */
+/** Each vendor API: its name, the model Countersign offers, the fake's model and a call id in its style. */
 const cases = [
   { vendorName: 'OpenAI Chat Completions', model: `openai:${OPENAI_MODEL}`, vendorModel: OPENAI_MODEL, api: 'openai-chat', callId: 'call_fake0001' },
   { vendorName: 'OpenAI Responses', model: `openai-responses:${OPENAI_RESPONSES_MODEL}`, vendorModel: OPENAI_RESPONSES_MODEL, api: 'openai-responses', callId: 'call_fakeresp01' },
   { vendorName: 'Anthropic Messages', model: `anthropic:${ANTHROPIC_MODEL}`, vendorModel: ANTHROPIC_MODEL, api: 'anthropic-messages', callId: 'toolu_fake0001' },
 ] as const;
 
+/** Fails fast, with a clear message, when the server does not offer `model`. */
+async function expectOffered(page: Page, model: string): Promise<void> {
+  await page.goto(`${srv.baseURL}/`);
+  const box = page.getByRole('combobox', { name: 'Model', exact: true });
+  await expect(box.getByRole('option', { name: model, exact: true }), `the Model list offers ${model}`).toHaveCount(1);
+}
+
 /**
  * Creates a session from the New-session form with `model`, the folder `workspace`, and `typed`
  * appended to the pre-filled Instructions; waits for the session page and returns its id.
  */
 async function newVendorSession(page: Page, title: string, model: string, workspace: string, typed: string): Promise<string> {
-  await page.goto(`${srv.baseURL}/`);
+  await expectOffered(page, model);
   await page.getByRole('textbox', { name: 'Title', exact: true }).fill(title);
   await page.getByRole('combobox', { name: 'Model', exact: true }).selectOption(model);
   await page.getByRole('textbox', { name: 'Workspace', exact: true }).fill(workspace);
@@ -68,10 +84,11 @@ async function newVendorSession(page: Page, title: string, model: string, worksp
   return new URL(page.url()).pathname.split('/').pop()!;
 }
 
-/** The usage both scripted replies reported, per message and in total (see the scripts below). */
+/** The usage both scripted replies of the approval test reported, per message and in total. */
 async function expectUsage(page: Page): Promise<void> {
   const usage = transcript(page).getByTestId('message-usage');
   await expect(usage).toContainText(['1,200 in · 20 out', '1,234 in · 56 out']);
+  // SPEC §6: token usage is shown as text containing "tokens".
   for (const u of await usage.all()) await expect(u).toContainText('tokens');
   await expect(page.getByTestId('session-usage')).toContainText('2,434 in · 76 out');
 }
@@ -87,6 +104,7 @@ for (const c of cases) {
       { text: 'I will run it.', toolCalls: [{ id: c.callId, name: 'run_command', arguments: { command } }], usage: { input: 1200, output: 20 } },
       { text: answer, usage: { input: 1234, output: 56 } },
     ]);
+    const since = vendor.requests.length;
 
     await loginAt(page, srv.baseURL);
     await newVendorSession(page, `vendor ${c.vendorModel}`, c.model, workspace, marker);
@@ -107,7 +125,7 @@ for (const c of cases) {
 
     // What the vendor received: two streamed requests; the second replays the call and carries
     // its output as the tool result.
-    const got: RecordedRequest[] = vendor.requestsFor(c.vendorModel);
+    const got = vendor.requestsFor(c.vendorModel, since);
     expect(got.map((r) => r.api)).toEqual([c.api, c.api]);
     for (const r of got) {
       expect(r.body.stream).toBe(true);
@@ -130,12 +148,89 @@ for (const c of cases) {
       expect(system).toContain(marker);
     }
 
-    // The usage the vendor reported: per assistant message ("1,234 in · 56 out", SPEC §6: text
-    // containing "tokens"), and the session's total in the header.
+    // The usage the vendor reported: per assistant message, and the session's total.
     await expectUsage(page);
     // The same after a reload (from the store, not only the live events).
     await page.reload();
     await expectUsage(page);
     await expect(page.getByTestId('instructions')).toContainText(marker);
   });
+
+  test(`${c.vendorName}: a tool call's card shows its arguments while they stream and asks only once they are complete`, async ({ page }) => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => { release = resolve; });
+    const command = `echo streamed-card-${c.vendorModel}`;
+    const sent = JSON.stringify({ command }).slice(0, 20); // {"command":"echo str
+    vendor.script(c.vendorModel, [
+      {
+        toolCalls: [{ id: `${c.callId}s`, name: 'run_command', arguments: { command } }], usage: { input: 300, output: 12 },
+        hold: { afterArgumentChars: sent.length, until: released },
+      },
+      { text: `Streamed call done (${c.vendorName}).`, usage: { input: 320, output: 8 } },
+    ]);
+    try {
+      await loginAt(page, srv.baseURL);
+      await expectOffered(page, c.model);
+      await newSession(page, `streaming ${c.vendorModel}`, c.model);
+      await send(page, 'Run a command.');
+
+      // The vendor holds the stream inside the arguments: the card is there, streaming, with
+      // the arguments so far, and nothing asks yet.
+      const card = toolCard(page, 'run_command');
+      await expect(card).toHaveAttribute('data-state', 'streaming');
+      await expect(card).toContainText(sent);
+      await expect(anyApprovalGroup(card)).toHaveCount(0);
+      await expect(page.getByRole('group', { name: /^Approval required: / })).toHaveCount(0);
+
+      release();
+      await expect(approvalGroup(card, 'run_command')).toBeVisible();
+      await expect(card).not.toHaveAttribute('data-state', 'streaming');
+      await expect(card).toContainText(command);
+      await expect(toolCard(page, 'run_command')).toHaveCount(1);
+      await approvalGroup(card, 'run_command').getByRole('button', { name: 'Approve', exact: true }).click();
+      await expectFinalText(page, `Streamed call done (${c.vendorName}).`);
+      await expect(card).toContainText(`streamed-card-${c.vendorModel}`);
+    } finally {
+      release();
+    }
+  });
+
+  test(`${c.vendorName}: a 429 is retried after the vendor's Retry-After and the wait is shown`, async ({ page }) => {
+    const answer = `Answered after one retry (${c.vendorName}).`;
+    vendor.script(c.vendorModel, [
+      { error: { status: 429, message: 'Rate limit reached (fake vendor).', retryAfterSeconds: 2 } },
+      { text: answer, usage: { input: 210, output: 9 } },
+    ]);
+    const since = vendor.requests.length;
+    await loginAt(page, srv.baseURL);
+    await expectOffered(page, c.model);
+    await newSession(page, `retry ${c.vendorModel}`, c.model);
+    await send(page, 'Say something.');
+    const status = transcript(page).getByTestId('retry-status');
+    await expect(status).toHaveText('retrying (429) in 2 s');
+    await expectFinalText(page, answer);
+    await expect(status).toHaveCount(0);
+    expect(vendor.requestsFor(c.vendorModel, since)).toHaveLength(2);
+  });
 }
+
+test('Stop during a retry wait ends the run without sending the retry', async ({ page }) => {
+  const c = cases[2];
+  vendor.script(c.vendorModel, [
+    // Long enough that a wait Stop did not cancel would outlast every expectation below.
+    { error: { status: 429, message: 'Rate limit reached (fake vendor).', retryAfterSeconds: 30 } },
+    { text: 'This answer must never be asked for.', usage: { input: 1, output: 1 } },
+  ]);
+  const since = vendor.requests.length;
+  await loginAt(page, srv.baseURL);
+  await expectOffered(page, c.model);
+  await newSession(page, 'retry stopped', c.model);
+  await send(page, 'Say something.');
+  const status = transcript(page).getByTestId('retry-status');
+  await expect(status).toHaveText('retrying (429) in 30 s');
+  await stopButton(page).click();
+  await expect(stopButton(page)).toBeHidden();
+  await expect(status).toHaveCount(0);
+  await expect(transcript(page)).not.toContainText('This answer must never be asked for.');
+  expect(vendor.requestsFor(c.vendorModel, since)).toHaveLength(1);
+});

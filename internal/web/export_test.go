@@ -1,5 +1,12 @@
 package web
 
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/a-h/templ"
+)
+
 // Loggable exposes loggable to the web_test package.
 var Loggable = loggable
 
@@ -8,3 +15,8 @@ const (
 	MaxOwnerSockets = maxOwnerSockets
 	MaxLinkSockets  = maxLinkSockets
 )
+
+// RenderFor runs the server's render of c with status st (a zero Server logs to slog's default).
+func RenderFor(w http.ResponseWriter, r *http.Request, st int, c templ.Component) {
+	(&Server{log: slog.Default()}).render(w, r, st, c)
+}

@@ -4,6 +4,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -434,12 +435,36 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	s.render(w, r, st, templates.Layout(templates.Page{Title: msg}, templates.ErrorPage(st, msg)))
 }
 
-// render writes a component with a status.
+// render writes a component with a status. The component renders into a buffer first, so a
+// render error answers 500 with a short error page, never a half page with st (issue 19).
 func (s *Server) render(w http.ResponseWriter, r *http.Request, st int, c templ.Component) {
+	buf := renderBuffers.Get().(*bytes.Buffer)
+	defer putRenderBuffer(buf)
+	buf.Reset()
+	if err := c.Render(r.Context(), buf); err != nil {
+		s.log.Error("render", "path", loggable(r.URL), "err", err)
+		buf.Reset()
+		st = http.StatusInternalServerError
+		msg := "The page could not be rendered; the error is in the server's log."
+		if err := templates.Layout(templates.Page{Title: msg}, templates.ErrorPage(st, msg)).Render(r.Context(), buf); err != nil {
+			buf.Reset()
+			buf.WriteString(msg)
+		}
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(st)
-	if err := c.Render(r.Context(), w); err != nil {
-		s.log.Error("render", "path", loggable(r.URL), "err", err)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// renderBuffers keeps render's buffers; one over renderBufferKeep bytes (a long transcript) is
+// dropped rather than kept.
+var renderBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const renderBufferKeep = 1 << 20
+
+func putRenderBuffer(b *bytes.Buffer) {
+	if b.Cap() <= renderBufferKeep {
+		renderBuffers.Put(b)
 	}
 }
 

@@ -249,7 +249,8 @@ func (p *printer) print(l line) {
 }
 
 // medians groups the measurement lines by (case, model, mode, n) and returns one line per group
-// with the median of every numeric field ("n" kept), as median.mjs does.
+// with the median of every numeric field ("n" kept), as median.mjs does; a boolean field is true
+// when it is true in most of the group's lines.
 func (p *printer) medians() []line {
 	var order []string
 	groups := map[string][]line{}
@@ -284,6 +285,18 @@ func (p *printer) medians() []line {
 				}
 				_ = x
 				m = m.add(f.k, median(xs))
+				continue
+			}
+			if _, ok := f.v.(bool); ok {
+				// A verdict such as under_goal: true when most runs say so (for an odd number of
+				// runs, the same as comparing the median with the goal).
+				yes := 0
+				for _, r := range rows {
+					if v, _ := r.get(f.k); v == true {
+						yes++
+					}
+				}
+				m = m.add(f.k, 2*yes > len(rows))
 				continue
 			}
 			m = m.add(f.k, f.v)

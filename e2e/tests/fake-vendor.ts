@@ -52,8 +52,12 @@ export interface FakeMessage {
   text?: string;
   /** Tool calls, streamed after the text; `id` is the vendor's call id. */
   toolCalls?: { id: string; name: string; arguments: Record<string, unknown> }[];
-  /** The usage the stream reports (Chat Completions: only when the request asks with include_usage). */
-  usage: FakeUsage;
+  /**
+   * The usage the stream reports (Chat Completions: only when the request asks with
+   * include_usage). 'from-body' reports the request's own size as a tokenizer would roughly
+   * count it, 4 bytes of its JSON body per input token, and 20 output tokens.
+   */
+  usage: FakeUsage | 'from-body';
   /**
    * Pauses the stream inside the first tool call: once the first `afterArgumentChars` characters
    * of its JSON arguments are sent, nothing more is sent until `until` settles (or the client
@@ -153,10 +157,12 @@ export class FakeVendor {
       const { status, message, retryAfterSeconds } = reply.error;
       return refuse(res, api, status, message, retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) });
     }
+    const usage = reply.usage === 'from-body' ? { input: Math.ceil(Buffer.byteLength(raw) / 4), output: 20 } : reply.usage;
+    const message = { ...reply, usage };
     const gone = new Promise<void>((resolve) => res.once('close', () => resolve()));
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
-    const events = api === 'openai-chat' ? openaiEvents(model, reply, body.stream_options?.include_usage === true)
-      : api === 'openai-responses' ? responsesEvents(model, reply) : anthropicEvents(model, reply);
+    const events = api === 'openai-chat' ? openaiEvents(model, message, body.stream_options?.include_usage === true)
+      : api === 'openai-responses' ? responsesEvents(model, message) : anthropicEvents(model, message);
     for (const e of events) {
       if (e !== HOLD) {
         res.write(e);
@@ -186,6 +192,9 @@ export function pieces(text: string, n = 3): string[] {
   return out;
 }
 
+/** A FakeMessage with its usage worked out. */
+type Concrete = FakeMessage & { usage: FakeUsage };
+
 /** Where a stream pauses for FakeMessage.hold. */
 const HOLD = Symbol('hold');
 
@@ -206,7 +215,7 @@ function argumentPieces(reply: FakeMessage, n: number): Piece[] {
 let sequence = 0;
 
 /** The events of a Chat Completions stream for `reply`. */
-function* openaiEvents(model: string, reply: FakeMessage, includeUsage: boolean): Generator<Piece> {
+function* openaiEvents(model: string, reply: Concrete, includeUsage: boolean): Generator<Piece> {
   const id = `chatcmpl-fake${++sequence}`;
   const created = 1767312000;
   const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => {
@@ -240,7 +249,7 @@ function* openaiEvents(model: string, reply: FakeMessage, includeUsage: boolean)
 }
 
 /** The events of a Responses API stream for `reply`. */
-function* responsesEvents(model: string, reply: FakeMessage): Generator<Piece> {
+function* responsesEvents(model: string, reply: Concrete): Generator<Piece> {
   let seq = 0;
   const event = (type: string, data: Record<string, unknown>) =>
     `event: ${type}\ndata: ${JSON.stringify({ type, ...data, sequence_number: seq++ })}\n\n`;
@@ -294,7 +303,7 @@ function* responsesEvents(model: string, reply: FakeMessage): Generator<Piece> {
 }
 
 /** The events of a Messages API stream for `reply`. */
-function* anthropicEvents(model: string, reply: FakeMessage): Generator<Piece> {
+function* anthropicEvents(model: string, reply: Concrete): Generator<Piece> {
   const event = (type: string, data: Record<string, unknown>) =>
     `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
   yield event('message_start', {

@@ -2,8 +2,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { test, expect, type Page } from '@playwright/test';
 import {
-  anyApprovalGroup, approvalGroup, expectFinalText, loginAt, newSession, send, startOwnServer, stopButton, toolCard,
-  transcript, type OwnServer,
+  OWNER_TOKEN, anyApprovalGroup, approvalGroup, expectFinalText, loginAt, newSession, send, startOwnServer, stopButton,
+  toolCard, transcript, type OwnServer,
 } from './helpers';
 import { FakeVendor, replaysToolCall, systemPrompt, toolNames, toolResult } from './fake-vendor';
 
@@ -16,7 +16,10 @@ import { FakeVendor, replaysToolCall, systemPrompt, toolNames, toolResult } from
 //     the instructions typed in the New-session form;
 //   - a tool call's card shows its arguments while they stream and asks only once they are whole;
 //   - a 429 is retried after the vendor's Retry-After, shown as "retrying (429) in 2 s", and Stop
-//     ends the run during that wait.
+//     ends the run during that wait;
+//   - acceptance 4: with -context-tokens 2000 a run whose transcript outgrows it keeps going, the
+//     oldest tool results are sent shortened, the transcript says so, and the page and the store
+//     keep them whole (a second server, with that flag, on the same fake vendor).
 //
 // One Countersign server for the file, started with every vendor pointed at one fake vendor;
 // the tests of the file run one after another in one worker (they share that server).
@@ -27,6 +30,8 @@ const ANTHROPIC_MODEL = 'fake-claude';
 
 let vendor: FakeVendor;
 let srv: OwnServer;
+/** The environment the servers of this file get: every vendor pointed at the fake. */
+let vendorEnv: NodeJS.ProcessEnv;
 
 test.describe.configure({ mode: 'default' });
 
@@ -43,6 +48,7 @@ test.beforeAll(async ({}, info) => {
     OPENAI_BASE_URL: `${vendor.url}/v1`, OPENAI_API_KEY: 'test', OPENAI_MODEL, OPENAI_RESPONSES_MODEL,
     ANTHROPIC_BASE_URL: vendor.url, ANTHROPIC_API_KEY: 'test', ANTHROPIC_MODEL,
   });
+  vendorEnv = env;
   srv = await startOwnServer(name, 0, [], env);
 });
 
@@ -233,4 +239,71 @@ test('Stop during a retry wait ends the run without sending the retry', async ({
   await expect(status).toHaveCount(0);
   await expect(transcript(page)).not.toContainText('This answer must never be asked for.');
   expect(vendor.requestsFor(c.vendorModel, since)).toHaveLength(1);
+});
+
+test('acceptance 4: past -context-tokens 2000 the run keeps going, the oldest tool results are sent shortened and the transcript says so, and the page and the store keep them whole', async ({ page }, info) => {
+  const name = `vendors-context-${info.workerIndex}`;
+  fs.rmSync(path.resolve(__dirname, '../.tmp', name), { recursive: true, force: true });
+  const own = await startOwnServer(name, 0, ['-context-tokens', '2000'], vendorEnv);
+  try {
+    // Five files of about 2 KB (some 500 tokens each): together far over the 2,000-token window,
+    // each alone well inside it.
+    const files = [1, 2, 3, 4, 5].map((n) => {
+      const lines = Array.from({ length: 40 }, (_, i) => `ctx-${n} line ${String(i + 1).padStart(3, '0')}: the quick brown fox jumps over the lazy dog.`);
+      const content = `${lines.join('\n')}\nEND-OF-ctx-${n}\n`;
+      fs.writeFileSync(path.join(own.workspace, `ctx-${n}.txt`), content);
+      return { n, path: `ctx-${n}.txt`, id: `call_ctx${n}`, end: `END-OF-ctx-${n}` };
+    });
+    const answer = 'Read all five files.';
+    // The vendor reports each request's own size as its usage, as a real one would.
+    vendor.script(OPENAI_MODEL, [
+      ...files.map((f) => ({ toolCalls: [{ id: f.id, name: 'read_file', arguments: { path: f.path } }], usage: 'from-body' as const })),
+      { text: answer, usage: 'from-body' },
+    ]);
+    const since = vendor.requests.length;
+
+    await loginAt(page, own.baseURL);
+    const id = await newSession(page, 'context budget', `openai:${OPENAI_MODEL}`);
+    // Only read_file is declared, so the instructions and tools leave room for the transcript.
+    const auth = { Authorization: `Bearer ${OWNER_TOKEN}` };
+    const put = await page.request.put(`${own.baseURL}/api/sessions/${id}/tools`, { headers: auth, data: { active: ['read_file'] } });
+    expect(put.status(), await put.text()).toBe(200);
+
+    await send(page, 'Read the five ctx files, one at a time.');
+    await expectFinalText(page, answer);
+
+    // What was sent last: the oldest results as the stub, the newest whole, every call paired.
+    const got = vendor.requestsFor(OPENAI_MODEL, since);
+    expect(got).toHaveLength(files.length + 1);
+    const last = got[got.length - 1];
+    const sent = files.map((f) => toolResult(last, f.id));
+    const stub = /^\[result shortened for the model: \d+(\.\d)? KB, see the transcript\]$/;
+    const shortened = sent.filter((t) => t !== undefined && stub.test(t)).length;
+    expect(shortened, `results sent shortened in the last request: ${JSON.stringify(sent)}`).toBeGreaterThanOrEqual(2);
+    sent.forEach((t, i) => {
+      if (i < shortened) expect(t, files[i].path).toMatch(stub);
+      else expect(t, files[i].path).toContain(files[i].end);
+    });
+    for (const f of files) expect(replaysToolCall(last, f.id), f.id).toBe(true);
+
+    // The transcript says so, for the answer's request.
+    const notes = transcript(page).getByTestId('shortened-note');
+    await expect(notes.last()).toHaveText(`${shortened} earlier tool results shortened for the model`);
+    for (const note of await notes.all()) await expect(note).toHaveText(/^\d+ earlier tool results? shortened for the model$/);
+
+    // The page and the store still hold every result whole.
+    const cards = toolCard(page, 'read_file');
+    await expect(cards).toHaveCount(files.length);
+    for (const f of files) await expect(cards.filter({ hasText: f.end }), f.path).toHaveCount(1);
+    const stored = JSON.stringify(await (await page.request.get(`${own.baseURL}/api/sessions/${id}`, { headers: auth })).json());
+    for (const f of files) expect(stored, f.path).toContain(f.end);
+    expect(stored).not.toContain('[result shortened for the model');
+
+    // After a reload, from the store: the same note, the same whole results.
+    await page.reload();
+    await expect(transcript(page).getByTestId('shortened-note').last()).toHaveText(`${shortened} earlier tool results shortened for the model`);
+    for (const f of files) await expect(toolCard(page, 'read_file').filter({ hasText: f.end }), f.path).toHaveCount(1);
+  } finally {
+    await own.kill();
+  }
 });

@@ -113,13 +113,16 @@ fuzz:
 	done
 
 # Countersign's benchmark cases (issue 9; bench/cmd/load): nested calls, the same under 1,000 rules
-# (rules, issue 17), direct turns, peak RSS of the server binary, approval round trips and
-# WebSocket fan-out. BENCH_RUNS=3 for medians; BENCH_CASES=rules for one case.
+# (rules, issue 17), direct turns, peak RSS of the server binary, approval round trips, WebSocket
+# fan-out, and issue 19's memory after 100 sessions (sessions) and fan-out of the session pages'
+# HTML fragments (fanout_html). BENCH_RUNS=3 for medians; BENCH_CASES=rules for one case;
+# BENCH_FLAGS='-cpuprofile cpu.out' (or '-sessions-inprocess -memprofile heap.out') for profiles.
 # Profiling: go test -run '^$$' -bench . -cpuprofile cpu.out ./internal/agent (see bench/RESULTS.md).
 BENCH_RUNS  ?= 1
-BENCH_CASES ?= nested,rules,direct,rss,approval,fanout
+BENCH_CASES ?= nested,rules,direct,rss,approval,fanout,sessions,fanout_html
+BENCH_FLAGS ?=
 bench:
-	$(GO) run ./bench/cmd/load -runs $(BENCH_RUNS) -cases $(BENCH_CASES)
+	$(GO) run ./bench/cmd/load -runs $(BENCH_RUNS) -cases $(BENCH_CASES) $(BENCH_FLAGS)
 
 # The same cases side by side with the peers (pi and the Vercel AI SDK, copied from ../shared/peers
 # to a temporary folder) in one run, medians of BENCH_PEERS_RUNS runs; writes bench/RESULTS.md and

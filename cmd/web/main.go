@@ -212,6 +212,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		log.Info("policy file", "file", cfg.policy, "rules", len(policy.Rules), "defaultMode", policy.DefaultMode)
 	}
+	// Vendors' models are offered when their keys (or base URLs) are set (SPEC §11, §17); a
+	// setting they refuse (ANTHROPIC_THINKING) refuses to start, having changed nothing.
+	vendors, err := models.Vendors(getenv)
+	if err != nil {
+		return err
+	}
 
 	// One server per database: the lock comes before anything touches the database, the
 	// listener before recovery, so a second start (same database, or a busy port) fails having
@@ -282,8 +288,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	// Vendors' models are offered when their keys (or base URLs) are set (SPEC §11).
-	mods := models.NewCatalog(faux, models.Vendors(getenv))
+	mods := models.NewCatalog(faux, vendors)
 	log.Info("models offered", "models", strings.Join(mods.Names(), ", "))
 	broker := agent.NewBroker()
 	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker,

@@ -14,65 +14,104 @@ import (
 )
 
 func newTestAnthropic(f *fakeVendor, idle time.Duration) *Anthropic {
-	return NewAnthropic(AnthropicConfig{
+	m := NewAnthropic(AnthropicConfig{
 		APIKey: "sk-ant-test", BaseURL: f.URL, Model: "claude-sonnet-4-5",
 		HTTPClient: f.Client(), IdleTimeout: idle,
 	})
+	m.now = everyTick()
+	return m
 }
 
 func TestAnthropicStream(t *testing.T) {
 	text := recorded(t, "anthropic", "text.sse")
+	readme := agent.Block{Type: "toolCall", ID: "toolu_01T1x1fJ34qAmk2tNTrN7Up6", Name: "read_file", Arguments: json.RawMessage(`{"path":"README.md"}`)}
+	gotest := agent.Block{Type: "toolCall", ID: "toolu_01Hq7vK2mN8pR4sT6wY9zB3c", Name: "run_command", Arguments: json.RawMessage(`{"command":"go test ./..."}`)}
+	thinking := recorded(t, "anthropic", "thinking.sse")
 	tests := []struct {
-		name      string
-		body      string
-		req       agent.Request
-		wantText  []string
-		wantCalls []agent.Block
-		want      agent.Message
+		name         string
+		body         string
+		req          agent.Request
+		wantText     []string
+		wantThinking []string
+		wantCalls    []agent.Block
+		wantPartials []agent.PartialCall
+		wantOrder    []string
+		want         agent.Message
 	}{{
-		name:     "text in several deltas",
-		body:     text,
-		req:      userSays("Do the tests pass?"),
-		wantText: []string{"Hello", "! The", " tests pass."},
-		want: agent.Message{Role: agent.Assistant, StopReason: agent.Stop, Content: []agent.Block{
+		name:      "text in several deltas, with usage",
+		body:      text,
+		req:       userSays("Do the tests pass?"),
+		wantText:  []string{"Hello", "! The", " tests pass."},
+		wantOrder: []string{"text", "text", "text"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.Stop, Usage: u(472, 12, 0, 0), Content: []agent.Block{
 			{Type: "text", Text: "Hello! The tests pass."},
 		}},
 	}, {
-		name:     "text and two tool calls with arguments in fragments",
-		body:     recorded(t, "anthropic", "tools.sse"),
-		req:      roundTrip(),
-		wantText: []string{"I'll read the file", " and run the tests."},
-		wantCalls: []agent.Block{
-			{Type: "toolCall", ID: "toolu_01T1x1fJ34qAmk2tNTrN7Up6", Name: "read_file", Arguments: json.RawMessage(`{"path":"README.md"}`)},
-			{Type: "toolCall", ID: "toolu_01Hq7vK2mN8pR4sT6wY9zB3c", Name: "run_command", Arguments: json.RawMessage(`{"command":"go test ./..."}`)},
+		name:      "text and two parallel tool calls with arguments in fragments",
+		body:      recorded(t, "anthropic", "tools.sse"),
+		req:       roundTrip(),
+		wantText:  []string{"I'll read the file", " and run the tests."},
+		wantCalls: []agent.Block{readme, gotest},
+		wantPartials: []agent.PartialCall{
+			{Index: 0, ID: "toolu_01T1x1fJ34qAmk2tNTrN7Up6", Name: "read_file", Arguments: ""},
+			{Index: 0, ID: "toolu_01T1x1fJ34qAmk2tNTrN7Up6", Name: "read_file", Arguments: `{"pa`},
+			{Index: 0, ID: "toolu_01T1x1fJ34qAmk2tNTrN7Up6", Name: "read_file", Arguments: `{"path": "READ`},
+			{Index: 0, ID: "toolu_01T1x1fJ34qAmk2tNTrN7Up6", Name: "read_file", Arguments: `{"path": "README.md"}`},
+			{Index: 1, ID: "toolu_01Hq7vK2mN8pR4sT6wY9zB3c", Name: "run_command", Arguments: ""},
+			{Index: 1, ID: "toolu_01Hq7vK2mN8pR4sT6wY9zB3c", Name: "run_command", Arguments: `{"command":`},
+			{Index: 1, ID: "toolu_01Hq7vK2mN8pR4sT6wY9zB3c", Name: "run_command", Arguments: `{"command": "go test ./..."}`},
 		},
-		want: agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse, Content: []agent.Block{
-			{Type: "text", Text: "I'll read the file and run the tests."},
-			{Type: "toolCall", ID: "toolu_01T1x1fJ34qAmk2tNTrN7Up6", Name: "read_file", Arguments: json.RawMessage(`{"path":"README.md"}`)},
-			{Type: "toolCall", ID: "toolu_01Hq7vK2mN8pR4sT6wY9zB3c", Name: "run_command", Arguments: json.RawMessage(`{"command":"go test ./..."}`)},
+		wantOrder: []string{"text", "text", "partial", "partial", "partial", "partial", "call", "partial", "partial", "partial", "call"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse, Usage: u(472, 89, 0, 0), Content: []agent.Block{
+			{Type: "text", Text: "I'll read the file and run the tests."}, readme, gotest,
 		}},
 	}, {
-		name:     "stop_sequence",
-		body:     strings.Replace(text, `"stop_reason":"end_turn"`, `"stop_reason":"stop_sequence"`, 1),
-		req:      userSays("Count."),
-		wantText: []string{"Hello", "! The", " tests pass."},
-		want: agent.Message{Role: agent.Assistant, StopReason: agent.Stop, Content: []agent.Block{
+		name:         "thinking and redacted thinking kept with their signature and data, not as text",
+		body:         thinking,
+		req:          userSays("Do the tests pass?"),
+		wantThinking: []string{"The user wants to know", " whether the tests pass.", " I'll read the README", " and run them."},
+		wantText:     []string{"Let me look."},
+		wantCalls: []agent.Block{
+			{Type: "toolCall", ID: "toolu_01Rd7mQ2xV9kP4sN8wL3zT6b", Name: "read_file", Arguments: json.RawMessage(`{"path":"README.md"}`)},
+		},
+		wantPartials: []agent.PartialCall{
+			{Index: 0, ID: "toolu_01Rd7mQ2xV9kP4sN8wL3zT6b", Name: "read_file", Arguments: ""},
+			{Index: 0, ID: "toolu_01Rd7mQ2xV9kP4sN8wL3zT6b", Name: "read_file", Arguments: `{"pa`},
+			{Index: 0, ID: "toolu_01Rd7mQ2xV9kP4sN8wL3zT6b", Name: "read_file", Arguments: `{"path": "README.md"}`},
+		},
+		wantOrder: []string{"thinking", "thinking", "thinking", "thinking", "text", "partial", "partial", "partial", "call"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse, Usage: u(186, 143, 2304, 0), Content: []agent.Block{
+			{Type: "thinking", Thinking: "The user wants to know whether the tests pass. I'll read the README and run them.",
+				Signature: anthropicSignature(t, thinking)},
+			{Type: "thinking", Redacted: true, Data: "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB1URRtPQaBxMMeDOpNBb9FuF5GtDdMn0iD"},
+			{Type: "text", Text: "Let me look."},
+			{Type: "toolCall", ID: "toolu_01Rd7mQ2xV9kP4sN8wL3zT6b", Name: "read_file", Arguments: json.RawMessage(`{"path":"README.md"}`)},
+		}},
+	}, {
+		name:      "stop_sequence",
+		body:      strings.Replace(text, `"stop_reason":"end_turn"`, `"stop_reason":"stop_sequence"`, 1),
+		req:       userSays("Count."),
+		wantText:  []string{"Hello", "! The", " tests pass."},
+		wantOrder: []string{"text", "text", "text"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.Stop, Usage: u(472, 12, 0, 0), Content: []agent.Block{
 			{Type: "text", Text: "Hello! The tests pass."},
 		}},
 	}, {
-		name:     "max_tokens",
-		body:     strings.Replace(text, `"stop_reason":"end_turn"`, `"stop_reason":"max_tokens"`, 1),
-		req:      userSays("Write a novel."),
-		wantText: []string{"Hello", "! The", " tests pass."},
-		want: agent.Message{Role: agent.Assistant, StopReason: agent.Length, Content: []agent.Block{
+		name:      "max_tokens",
+		body:      strings.Replace(text, `"stop_reason":"end_turn"`, `"stop_reason":"max_tokens"`, 1),
+		req:       userSays("Write a novel."),
+		wantText:  []string{"Hello", "! The", " tests pass."},
+		wantOrder: []string{"text", "text", "text"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.Length, Usage: u(472, 12, 0, 0), Content: []agent.Block{
 			{Type: "text", Text: "Hello! The tests pass."},
 		}},
 	}, {
-		name:     "refusal",
-		body:     strings.Replace(text, `"stop_reason":"end_turn"`, `"stop_reason":"refusal"`, 1),
-		req:      userSays("Something bad."),
-		wantText: []string{"Hello", "! The", " tests pass."},
-		want: agent.Message{Role: agent.Assistant, StopReason: agent.Error,
+		name:      "refusal",
+		body:      strings.Replace(text, `"stop_reason":"end_turn"`, `"stop_reason":"refusal"`, 1),
+		req:       userSays("Something bad."),
+		wantText:  []string{"Hello", "! The", " tests pass."},
+		wantOrder: []string{"text", "text", "text"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.Error, Usage: u(472, 12, 0, 0),
 			ErrorMessage: "anthropic: the model declined to answer (stop_reason refusal)",
 			Content:      []agent.Block{{Type: "text", Text: "Hello! The tests pass."}}},
 	}}
@@ -87,11 +126,26 @@ func TestAnthropicStream(t *testing.T) {
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("message:\ngot  %+v\nwant %+v", got, tt.want)
 			}
+			if !reflect.DeepEqual(got.Usage, tt.want.Usage) {
+				t.Errorf("usage: got %+v, want %+v", got.Usage, tt.want.Usage)
+			}
 			if !reflect.DeepEqual(d.text, tt.wantText) {
 				t.Errorf("text deltas: got %q, want %q", d.text, tt.wantText)
 			}
+			if !reflect.DeepEqual(d.thinking, tt.wantThinking) {
+				t.Errorf("thinking deltas: got %q, want %q", d.thinking, tt.wantThinking)
+			}
 			if !reflect.DeepEqual(d.calls, tt.wantCalls) {
 				t.Errorf("tool call deltas:\ngot  %+v\nwant %+v", d.calls, tt.wantCalls)
+			}
+			if !reflect.DeepEqual(d.partials, tt.wantPartials) {
+				t.Errorf("partial deltas:\ngot  %+v\nwant %+v", d.partials, tt.wantPartials)
+			}
+			if !reflect.DeepEqual(d.order, tt.wantOrder) {
+				t.Errorf("delta order: got %q, want %q", d.order, tt.wantOrder)
+			}
+			if strings.Contains(got.Text(), "The user wants") {
+				t.Errorf("the thinking is in the answer text: %q", got.Text())
 			}
 			r, body := f.only(t)
 			if got, want := r.Path, "/v1/messages"; got != want {
@@ -108,8 +162,22 @@ func TestAnthropicStream(t *testing.T) {
 					t.Errorf("%s: got %v, want %v", k, got, want)
 				}
 			}
+			if _, ok := body["thinking"]; ok {
+				t.Errorf("thinking asked for without a setting: %v", body["thinking"])
+			}
 		})
 	}
+}
+
+// anthropicSignature is the signature_delta of a recorded stream.
+func anthropicSignature(t *testing.T, body string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(body, `"signature_delta","signature":"`)
+	sig, _, ok2 := strings.Cut(rest, `"`)
+	if !ok || !ok2 || sig == "" {
+		t.Fatal("no signature_delta in the recorded stream")
+	}
+	return sig
 }
 
 // TestAnthropicRequest checks the transcript and tools as sent: tool_use blocks with their ids,

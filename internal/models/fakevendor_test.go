@@ -2,6 +2,7 @@ package models
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/tool"
@@ -140,17 +142,75 @@ func serveStall(body string, n int) http.HandlerFunc {
 
 // deltas records what a model streamed.
 type deltas struct {
-	text  []string
-	calls []agent.Block
+	text     []string
+	thinking []string
+	calls    []agent.Block
+	partials []agent.PartialCall
+	retries  []agent.Retry
+	order    []string // the kind of each delta, in order: text, thinking, call, partial, retry
 }
 
 func (d *deltas) on(x agent.Delta) {
+	set := 0
 	if x.Text != "" {
 		d.text = append(d.text, x.Text)
+		d.order = append(d.order, "text")
+		set++
+	}
+	if x.Thinking != "" {
+		d.thinking = append(d.thinking, x.Thinking)
+		d.order = append(d.order, "thinking")
+		set++
 	}
 	if x.ToolCall != nil {
 		d.calls = append(d.calls, *x.ToolCall)
+		d.order = append(d.order, "call")
+		set++
 	}
+	if x.Partial != nil {
+		d.partials = append(d.partials, *x.Partial)
+		d.order = append(d.order, "partial")
+		set++
+	}
+	if x.Retry != nil {
+		d.retries = append(d.retries, *x.Retry)
+		d.order = append(d.order, "retry")
+		set++
+	}
+	if set != 1 {
+		panic(fmt.Sprintf("a delta with %d fields set: %+v", set, x))
+	}
+}
+
+// everyTick is a Partial throttle clock that moves PartialInterval at each reading, so every
+// argument fragment is reported: the tests see each Partial whatever the machine's speed.
+func everyTick() func() time.Time {
+	t := time.Unix(1767312000, 0)
+	return func() time.Time {
+		t = t.Add(PartialInterval)
+		return t
+	}
+}
+
+// requests returns every request the vendor received, decoded.
+func (f *fakeVendor) all(t *testing.T) []map[string]any {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []map[string]any
+	for _, r := range f.requests {
+		var body map[string]any
+		if err := json.Unmarshal(r.Body, &body); err != nil {
+			t.Fatalf("request body: %v\n%s", err, r.Body)
+		}
+		out = append(out, body)
+	}
+	return out
+}
+
+// u is a usage for a want.
+func u(input, output, cacheRead, cacheWrite int64) *agent.Usage {
+	return &agent.Usage{Input: input, Output: output, CacheRead: cacheRead, CacheWrite: cacheWrite}
 }
 
 // jsonEqual reports whether got (decoded JSON) equals the JSON text want.

@@ -1,5 +1,11 @@
-// Package models holds the model providers the agent loop talks to: faux, the embedded scripted
-// model that replays JSON scripts (SPEC §5), and the registry that finds a model by name.
+// Package models holds the model providers the agent loop talks to (SPEC §5, §17): faux, the
+// embedded scripted model that replays JSON scripts, and the registry that finds it by name; the
+// vendor models, streamed with the vendors' official SDKs — OpenAI Chat Completions and any
+// OpenAI-compatible server (openai.go), OpenAI's Responses API (responses.go) and Anthropic's
+// Messages API (anthropic.go) — with what they share (vendor.go: the transcript made replayable,
+// tool names, the idle watchdog, ErrContextLength; retry.go: retries announced before their
+// wait; partial.go: streaming tool-call arguments; window.go: context windows), and the catalog
+// of the vendors configured by environment variables (vendors.go).
 package models
 
 import (
@@ -24,8 +30,19 @@ type Script struct {
 	Steps []Step `json:"steps"`
 }
 
-// Step is one scripted assistant message. Content holds text and toolCall blocks; StopReason is
-// stop | toolUse | length | error (error needs ErrorMessage); DelayMs waits before streaming.
+// Step is one scripted assistant message (SPEC §5 format, with §17's usage and thinking):
+//
+//	{"content": [{"type": "thinking", "thinking": "The README first."},
+//	             {"type": "text", "text": "Let me look."},
+//	             {"type": "toolCall", "id": "c1", "name": "read_file", "arguments": {"path": "README.md"}}],
+//	 "stopReason": "toolUse", "usage": {"input": 1234, "output": 56}, "delayMs": 200}
+//
+// Content holds text, toolCall and thinking blocks, streamed in that order as Delta{Text},
+// Delta{ToolCall} and Delta{Thinking} (thinking is the model's reasoning, kept in the message
+// and never part of its text); StopReason is stop | toolUse | length | error (error needs
+// ErrorMessage); DelayMs waits before streaming. Usage, optional, is the token usage the message
+// reports as its provider's (agent.Usage: "input", "output", "cacheRead", "cacheWrite", each a
+// count of tokens, never negative).
 //
 // Text may quote the latest tool result: {{lastResult.text}} is its text, {{lastResult.FIELD}}
 // a top-level field of its structuredContent (e.g. {{lastResult.exitCode}}).
@@ -34,6 +51,7 @@ type Step struct {
 	StopReason   agent.StopReason `json:"stopReason"`
 	ErrorMessage string           `json:"errorMessage,omitempty"`
 	DelayMs      int              `json:"delayMs,omitempty"`
+	Usage        *agent.Usage     `json:"usage,omitempty"`
 }
 
 // ScriptError is a script refused at load: the file, the position in it (1-based line and
@@ -54,8 +72,8 @@ func (e *ScriptError) Error() string {
 
 // ParseScript parses and checks a script. Errors are *ScriptError naming file, position and
 // reason: malformed JSON, unknown fields, a step without content, an unknown stop reason, a
-// toolCall without a name or with arguments that are not a JSON object, an error step without
-// errorMessage.
+// toolCall without a name or with arguments that are not a JSON object, a thinking block
+// without thinking, an error step without errorMessage, a negative usage count.
 func ParseScript(file string, data []byte) (*Script, error) {
 	fail := func(offset int64, format string, args ...any) error {
 		line, col := position(data, offset)
@@ -131,9 +149,16 @@ func parseStep(raw json.RawMessage, n int) (Step, error) {
 	if st.DelayMs < 0 {
 		return st, fmt.Errorf("step %d: delayMs must not be negative", n)
 	}
+	if u := st.Usage; u != nil && (u.Input < 0 || u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0) {
+		return st, fmt.Errorf("step %d: usage counts must not be negative", n)
+	}
 	for i, b := range st.Content {
 		switch b.Type {
 		case "text":
+		case "thinking":
+			if b.Thinking == "" {
+				return st, fmt.Errorf("step %d, content %d: a thinking block needs its \"thinking\" text", n, i+1)
+			}
 		case "toolCall":
 			if b.Name == "" {
 				return st, fmt.Errorf("step %d, content %d: a toolCall needs a name", n, i+1)
@@ -144,7 +169,7 @@ func parseStep(raw json.RawMessage, n int) (Step, error) {
 				return st, fmt.Errorf("step %d, content %d: toolCall arguments must be a JSON object", n, i+1)
 			}
 		default:
-			return st, fmt.Errorf("step %d, content %d: unknown content type %q (text or toolCall)", n, i+1, b.Type)
+			return st, fmt.Errorf("step %d, content %d: unknown content type %q (text, toolCall or thinking)", n, i+1, b.Type)
 		}
 	}
 	return st, nil
@@ -205,7 +230,9 @@ type Faux struct {
 	ChunkDelay time.Duration
 }
 
-// Stream implements agent.Model: it replays the next step, text in small chunks.
+// Stream implements agent.Model: it replays the next step, text and thinking in small chunks,
+// with the step's usage as the message's. Faux does not implement agent.ContextWindow: a script
+// has no context window (the agent shortens for -context-tokens only).
 func (f *Faux) Stream(ctx context.Context, req agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
 	n := 0
 	var last *agent.Message
@@ -227,6 +254,10 @@ func (f *Faux) Stream(ctx context.Context, req agent.Request, onDelta func(agent
 		return agent.Message{}, err
 	}
 	msg := agent.Message{Role: agent.Assistant, StopReason: step.StopReason, ErrorMessage: step.ErrorMessage}
+	if step.Usage != nil {
+		u := *step.Usage
+		msg.Usage = &u
+	}
 	for _, b := range step.Content {
 		switch b.Type {
 		case "text":
@@ -238,6 +269,14 @@ func (f *Faux) Stream(ctx context.Context, req agent.Request, onDelta func(agent
 				onDelta(agent.Delta{Text: chunk})
 			}
 			msg.Content = append(msg.Content, agent.Block{Type: "text", Text: text})
+		case "thinking":
+			for _, chunk := range chunks(b.Thinking) {
+				if err := sleep(ctx, f.ChunkDelay); err != nil {
+					return agent.Message{}, err
+				}
+				onDelta(agent.Delta{Thinking: chunk})
+			}
+			msg.Content = append(msg.Content, agent.Block{Type: "thinking", Thinking: b.Thinking})
 		case "toolCall":
 			if b.ID == "" {
 				b.ID = "call_" + strings.ToLower(rand.Text()[:12])

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -31,6 +32,10 @@ func TestParseScriptRefusals(t *testing.T) {
 		{"not an object", `[1, 2]`, 1, 1, "invalid JSON"},
 		{"truncated", `{"steps": [`, 1, 12, "unexpected end"},
 		{"unknown top-level field", `{"stepz": []}`, 1, 9, `unknown field "stepz"`},
+		{"negative usage", `{"steps": [{"content": [], "stopReason": "stop", "usage": {"input": -1, "output": 3}}]}`, 1, 12, "usage counts must not be negative"},
+		{"unknown usage field", `{"steps": [{"content": [], "stopReason": "stop", "usage": {"inputTokens": 5}}]}`, 1, 12, `unknown field "inputTokens"`},
+		{"usage not an object", `{"steps": [{"content": [], "stopReason": "stop", "usage": 12}]}`, 1, 12, "usage"},
+		{"thinking without text", `{"steps": [{"content": [{"type": "thinking"}], "stopReason": "stop"}]}`, 1, 12, "a thinking block needs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,5 +157,77 @@ func TestAnAbortedMessageIsNotAFauxStep(t *testing.T) {
 				t.Errorf("streamed %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// A step's usage is the message's usage; its thinking streams as Thinking deltas, apart from the
+// text, and stays in the message as a thinking block (SPEC §17).
+func TestFauxReportsUsageAndThinking(t *testing.T) {
+	sc, err := models.ParseScript("usage.json", []byte(`{"steps":[
+	  {"content":[{"type":"thinking","thinking":"The README first."},{"type":"text","text":"Let me look."}],
+	   "stopReason":"stop","usage":{"input":1234,"output":56,"cacheRead":1024}},
+	  {"content":[{"type":"text","text":"Done."}],"stopReason":"stop"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := agent.Message{Role: agent.User, Content: []agent.Block{{Type: "text", Text: "go"}}}
+	tests := []struct {
+		name         string
+		transcript   []agent.Message
+		wantUsage    *agent.Usage
+		wantThinking string
+		wantText     string
+		wantContent  []agent.Block
+	}{
+		{"a step with usage and thinking", []agent.Message{user},
+			&agent.Usage{Input: 1234, Output: 56, CacheRead: 1024}, "The README first.", "Let me look.",
+			[]agent.Block{{Type: "thinking", Thinking: "The README first."}, {Type: "text", Text: "Let me look."}}},
+		{"a step without", []agent.Message{user, {Role: agent.Assistant, StopReason: agent.Stop}, user},
+			nil, "", "Done.", []agent.Block{{Type: "text", Text: "Done."}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var thinking, text strings.Builder
+			msg, err := (&models.Faux{Script: sc}).Stream(context.Background(), agent.Request{Messages: tt.transcript}, func(d agent.Delta) {
+				thinking.WriteString(d.Thinking)
+				text.WriteString(d.Text)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(msg.Usage, tt.wantUsage) {
+				t.Errorf("usage: got %+v, want %+v", msg.Usage, tt.wantUsage)
+			}
+			if thinking.String() != tt.wantThinking || text.String() != tt.wantText || msg.Text() != tt.wantText {
+				t.Errorf("streamed thinking %q and text %q, message text %q; want %q and %q", thinking.String(), text.String(), msg.Text(), tt.wantThinking, tt.wantText)
+			}
+			if !reflect.DeepEqual(msg.Content, tt.wantContent) {
+				t.Errorf("content: got %+v, want %+v", msg.Content, tt.wantContent)
+			}
+		})
+	}
+	// The message's usage is its own: changing it leaves the script as it was.
+	msg, _ := (&models.Faux{Script: sc}).Stream(context.Background(), agent.Request{Messages: []agent.Message{user}}, func(agent.Delta) {})
+	msg.Usage.Input = 1
+	if sc.Steps[0].Usage.Input != 1234 {
+		t.Error("the message shares its usage with the script")
+	}
+}
+
+// Every step of the embedded demo reports usage, so `make run` shows it (SPEC §17).
+func TestTheDemoScriptReportsUsageOnEveryStep(t *testing.T) {
+	reg, err := models.NewRegistry("", 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := reg.Model("faux:demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := m.(*models.Faux).Script
+	for i, st := range sc.Steps {
+		if st.Usage == nil || st.Usage.Input <= 0 || st.Usage.Output <= 0 {
+			t.Errorf("step %d: usage %+v, want input and output", i+1, st.Usage)
+		}
 	}
 }

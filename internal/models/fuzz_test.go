@@ -23,7 +23,8 @@ import (
 //   - a refusal is a *ScriptError naming the file, with a reason and a position inside the
 //     data (line 1..lines+1, column 1..the line's length+1), and its message starts with the file;
 //   - an accepted script has steps, each with a known stopReason (error ones with a message), a
-//     delay not below zero, and text or toolCall blocks, the calls named with object arguments;
+//     delay and usage counts not below zero, and text, thinking or toolCall blocks, the calls
+//     named with object arguments, the thinking blocks with text;
 //   - it round-trips: written back as JSON and parsed again, it is the same script;
 //   - its first step replays through the faux model: the streamed text is the message's text, and
 //     every tool call gets an id.
@@ -50,9 +51,16 @@ func FuzzParseScript(f *testing.F) {
 			if st.DelayMs < 0 {
 				t.Fatalf("step %d: delayMs %d accepted", i+1, st.DelayMs)
 			}
+			if u := st.Usage; u != nil && (u.Input < 0 || u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0) {
+				t.Fatalf("step %d: usage %+v accepted", i+1, *u)
+			}
 			for _, b := range st.Content {
 				switch b.Type {
 				case "text":
+				case "thinking":
+					if b.Thinking == "" {
+						t.Fatalf("step %d: a thinking block without thinking accepted", i+1)
+					}
 				case "toolCall":
 					if b.Name == "" || !isObject(b.Arguments) {
 						t.Fatalf("step %d: tool call %q with arguments %s accepted", i+1, b.Name, b.Arguments)

@@ -15,40 +15,55 @@ import (
 )
 
 func newTestOpenAI(f *fakeVendor, idle time.Duration) *OpenAI {
-	return NewOpenAI(OpenAIConfig{
+	m := NewOpenAI(OpenAIConfig{
 		APIKey: "sk-test", BaseURL: f.URL + "/v1", Model: "gpt-4o-mini",
 		HTTPClient: f.Client(), IdleTimeout: idle,
 	})
+	m.now = everyTick()
+	return m
 }
 
 func TestOpenAIStream(t *testing.T) {
+	readme := agent.Block{Type: "toolCall", ID: "call_Qx1vR8", Name: "read_file", Arguments: json.RawMessage(`{"path":"README.md"}`)}
+	gotest := agent.Block{Type: "toolCall", ID: "call_Zt2kW4", Name: "run_command", Arguments: json.RawMessage(`{"command":"go test ./..."}`)}
+	reasoning := recorded(t, "openai", "reasoning.sse")
 	tests := []struct {
-		name      string
-		body      string
-		req       agent.Request
-		wantText  []string
-		wantCalls []agent.Block
-		want      agent.Message
+		name         string
+		body         string
+		req          agent.Request
+		wantText     []string
+		wantThinking []string
+		wantCalls    []agent.Block
+		wantPartials []agent.PartialCall
+		wantOrder    []string
+		want         agent.Message
 	}{{
-		name:     "text in several deltas",
-		body:     recorded(t, "openai", "text.sse"),
-		req:      userSays("Do the tests pass?"),
-		wantText: []string{"Hello", "! The", " tests pass."},
-		want: agent.Message{Role: agent.Assistant, StopReason: agent.Stop, Content: []agent.Block{
+		name:      "text in several deltas, with usage",
+		body:      recorded(t, "openai", "text.sse"),
+		req:       userSays("Do the tests pass?"),
+		wantText:  []string{"Hello", "! The", " tests pass."},
+		wantOrder: []string{"text", "text", "text"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.Stop, Usage: u(216, 9, 1024, 0), Content: []agent.Block{
 			{Type: "text", Text: "Hello! The tests pass."},
 		}},
 	}, {
-		name: "two tool calls with arguments in fragments",
-		body: recorded(t, "openai", "tools.sse"),
-		req:  roundTrip(),
-		wantCalls: []agent.Block{
-			{Type: "toolCall", ID: "call_Qx1vR8", Name: "read_file", Arguments: json.RawMessage(`{"path":"README.md"}`)},
-			{Type: "toolCall", ID: "call_Zt2kW4", Name: "run_command", Arguments: json.RawMessage(`{"command":"go test ./..."}`)},
+		name:      "two parallel tool calls with arguments in fragments",
+		body:      recorded(t, "openai", "tools.sse"),
+		req:       roundTrip(),
+		wantCalls: []agent.Block{readme, gotest},
+		wantPartials: []agent.PartialCall{
+			{Index: 0, ID: "call_Qx1vR8", Name: "read_file", Arguments: ""},
+			{Index: 0, ID: "call_Qx1vR8", Name: "read_file", Arguments: `{"pa`},
+			{Index: 0, ID: "call_Qx1vR8", Name: "read_file", Arguments: `{"path": "READ`},
+			{Index: 0, ID: "call_Qx1vR8", Name: "read_file", Arguments: `{"path": "README.md"}`},
+			{Index: 1, ID: "call_Zt2kW4", Name: "run_command", Arguments: ""},
+			{Index: 1, ID: "call_Zt2kW4", Name: "run_command", Arguments: `{"command":`},
+			{Index: 1, ID: "call_Zt2kW4", Name: "run_command", Arguments: `{"command": "go test ./..."}`},
 		},
-		want: agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse, Content: []agent.Block{
-			{Type: "toolCall", ID: "call_Qx1vR8", Name: "read_file", Arguments: json.RawMessage(`{"path":"README.md"}`)},
-			{Type: "toolCall", ID: "call_Zt2kW4", Name: "run_command", Arguments: json.RawMessage(`{"command":"go test ./..."}`)},
-		}},
+		// The first call is complete when the second starts; the second when the stream ends.
+		wantOrder: []string{"partial", "partial", "partial", "partial", "call", "partial", "partial", "partial", "call"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse, Usage: u(2318, 52, 0, 0),
+			Content: []agent.Block{readme, gotest}},
 	}, {
 		name:     "Ollama: whole calls in one chunk, finish_reason stop",
 		body:     recorded(t, "openai", "tools_ollama.sse"),
@@ -58,25 +73,54 @@ func TestOpenAIStream(t *testing.T) {
 			{Type: "toolCall", ID: "call_9x2mfl3q", Name: "read_file", Arguments: json.RawMessage(`{"path":"README.md"}`)},
 			{Type: "toolCall", ID: "call_k7wq0c1v", Name: "list_files", Arguments: json.RawMessage(`{}`)},
 		},
+		wantPartials: []agent.PartialCall{
+			{Index: 0, ID: "call_9x2mfl3q", Name: "read_file", Arguments: `{"path":"README.md"}`},
+			{Index: 1, ID: "call_k7wq0c1v", Name: "list_files", Arguments: `{}`},
+		},
+		wantOrder: []string{"text", "partial", "call", "partial", "call"},
 		want: agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse, Content: []agent.Block{
 			{Type: "text", Text: "Let me look."},
 			{Type: "toolCall", ID: "call_9x2mfl3q", Name: "read_file", Arguments: json.RawMessage(`{"path":"README.md"}`)},
 			{Type: "toolCall", ID: "call_k7wq0c1v", Name: "list_files", Arguments: json.RawMessage(`{}`)},
 		}},
 	}, {
-		name:     "length",
-		body:     strings.Replace(recorded(t, "openai", "text.sse"), `"finish_reason":"stop"`, `"finish_reason":"length"`, 1),
-		req:      userSays("Write a novel."),
-		wantText: []string{"Hello", "! The", " tests pass."},
-		want: agent.Message{Role: agent.Assistant, StopReason: agent.Length, Content: []agent.Block{
+		name:         "DeepSeek: reasoning_content kept as a thinking block, not as text",
+		body:         reasoning,
+		req:          userSays("Do the tests pass?"),
+		wantThinking: []string{"The user asks", " whether the tests pass.", " I should say", " what I saw."},
+		wantText:     []string{"Hello", "! The", " tests pass."},
+		wantOrder:    []string{"thinking", "thinking", "thinking", "thinking", "text", "text", "text"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.Stop, Usage: u(20, 61, 1280, 0), Content: []agent.Block{
+			{Type: "thinking", Thinking: "The user asks whether the tests pass. I should say what I saw."},
 			{Type: "text", Text: "Hello! The tests pass."},
 		}},
 	}, {
-		name:     "content_filter",
-		body:     strings.Replace(recorded(t, "openai", "text.sse"), `"finish_reason":"stop"`, `"finish_reason":"content_filter"`, 1),
-		req:      userSays("Something bad."),
-		wantText: []string{"Hello", "! The", " tests pass."},
-		want: agent.Message{Role: agent.Assistant, StopReason: agent.Error,
+		name:         "Ollama and vLLM: reasoning",
+		body:         strings.ReplaceAll(reasoning, `"reasoning_content"`, `"reasoning"`),
+		req:          userSays("Do the tests pass?"),
+		wantThinking: []string{"The user asks", " whether the tests pass.", " I should say", " what I saw."},
+		wantText:     []string{"Hello", "! The", " tests pass."},
+		wantOrder:    []string{"thinking", "thinking", "thinking", "thinking", "text", "text", "text"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.Stop, Usage: u(20, 61, 1280, 0), Content: []agent.Block{
+			{Type: "thinking", Thinking: "The user asks whether the tests pass. I should say what I saw."},
+			{Type: "text", Text: "Hello! The tests pass."},
+		}},
+	}, {
+		name:      "length",
+		body:      strings.Replace(recorded(t, "openai", "text.sse"), `"finish_reason":"stop"`, `"finish_reason":"length"`, 1),
+		req:       userSays("Write a novel."),
+		wantText:  []string{"Hello", "! The", " tests pass."},
+		wantOrder: []string{"text", "text", "text"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.Length, Usage: u(216, 9, 1024, 0), Content: []agent.Block{
+			{Type: "text", Text: "Hello! The tests pass."},
+		}},
+	}, {
+		name:      "content_filter",
+		body:      strings.Replace(recorded(t, "openai", "text.sse"), `"finish_reason":"stop"`, `"finish_reason":"content_filter"`, 1),
+		req:       userSays("Something bad."),
+		wantText:  []string{"Hello", "! The", " tests pass."},
+		wantOrder: []string{"text", "text", "text"},
+		want: agent.Message{Role: agent.Assistant, StopReason: agent.Error, Usage: u(216, 9, 1024, 0),
 			ErrorMessage: "openai: the reply was stopped by the provider's content filter",
 			Content:      []agent.Block{{Type: "text", Text: "Hello! The tests pass."}}},
 	}}
@@ -91,11 +135,26 @@ func TestOpenAIStream(t *testing.T) {
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("message:\ngot  %+v\nwant %+v", got, tt.want)
 			}
+			if !reflect.DeepEqual(got.Usage, tt.want.Usage) {
+				t.Errorf("usage: got %+v, want %+v", got.Usage, tt.want.Usage)
+			}
 			if !reflect.DeepEqual(d.text, tt.wantText) {
 				t.Errorf("text deltas: got %q, want %q", d.text, tt.wantText)
 			}
+			if !reflect.DeepEqual(d.thinking, tt.wantThinking) {
+				t.Errorf("thinking deltas: got %q, want %q", d.thinking, tt.wantThinking)
+			}
 			if !reflect.DeepEqual(d.calls, tt.wantCalls) {
 				t.Errorf("tool call deltas:\ngot  %+v\nwant %+v", d.calls, tt.wantCalls)
+			}
+			if !reflect.DeepEqual(d.partials, tt.wantPartials) {
+				t.Errorf("partial deltas:\ngot  %+v\nwant %+v", d.partials, tt.wantPartials)
+			}
+			if !reflect.DeepEqual(d.order, tt.wantOrder) {
+				t.Errorf("delta order: got %q, want %q", d.order, tt.wantOrder)
+			}
+			if strings.Contains(got.Text(), "The user asks") {
+				t.Errorf("the reasoning is in the answer text: %q", got.Text())
 			}
 			r, body := f.only(t)
 			if got, want := r.Path, "/v1/chat/completions"; got != want {
@@ -110,6 +169,7 @@ func TestOpenAIStream(t *testing.T) {
 			if got, want := body["stream"], true; got != want {
 				t.Errorf("stream: got %v, want %v", got, want)
 			}
+			jsonEqual(t, "stream_options", body["stream_options"], `{"include_usage": true}`)
 		})
 	}
 }

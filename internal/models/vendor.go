@@ -200,6 +200,55 @@ func finishCalls(msg *agent.Message) {
 	}
 }
 
+// ErrContextLength is agent.ErrContextLength (the same value), wrapped by the error a vendor
+// model returns when the provider refused the request because it does not fit the model's
+// context window: OpenAI's code context_length_exceeded (Chat Completions and the Responses API,
+// as an HTTP 400 or an error in the stream), the "maximum context length" / "context size"
+// errors of OpenAI-compatible servers (vLLM, llama.cpp, LM Studio), and Anthropic's "prompt is
+// too long" and "input length and max_tokens exceed context limit" (HTTP 400). The error's
+// message stays the provider's; test with errors.Is(err, agent.ErrContextLength). Sending the
+// same request again fails the same way: the caller shortens what it sends or ends the run
+// saying so (SPEC §17).
+var ErrContextLength = agent.ErrContextLength
+
+// contextLengthError is a provider error that is ErrContextLength.
+type contextLengthError struct{ error }
+
+func (e contextLengthError) Is(target error) bool { return target == ErrContextLength }
+func (e contextLengthError) Unwrap() error        { return e.error }
+
+// contextLengthPhrases are the parts of provider error codes and messages that say a request was
+// too long for the model (lower case).
+var contextLengthPhrases = []string{
+	"context_length_exceeded",         // OpenAI error code
+	"maximum context length",          // OpenAI, vLLM: "This model's maximum context length is ..."
+	"exceeds the context window",      // OpenAI Responses: "Your input exceeds the context window ..."
+	"context size",                    // llama.cpp: "the request exceeds the available context size"
+	"greater than the context length", // LM Studio
+	"prompt is too long",              // Anthropic: "prompt is too long: 215000 tokens > 200000 maximum"
+	"exceed context limit",            // Anthropic: "input length and `max_tokens` exceed context limit"
+}
+
+// isContextLength reports whether a provider error's code or message says the request was too
+// long for the model's context window.
+func isContextLength(code, message string) bool {
+	s := strings.ToLower(code + " " + message)
+	for _, p := range contextLengthPhrases {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// markContextLength wraps err as ErrContextLength when code or message say so.
+func markContextLength(err error, code, message string) error {
+	if isContextLength(code, message) {
+		return contextLengthError{err}
+	}
+	return err
+}
+
 // errIdle is the cause of a stream cancelled by its watchdog.
 type errIdle time.Duration
 
@@ -227,6 +276,10 @@ func watch(ctx context.Context, idle time.Duration) (context.Context, *watchdog)
 }
 
 func (w *watchdog) kick() { w.timer.Reset(w.idle) }
+
+// pause lets the stream stay silent for d more than its idle timeout: a retry's wait is not
+// the provider's silence.
+func (w *watchdog) pause(d time.Duration) { w.timer.Reset(w.idle + d) }
 
 func (w *watchdog) stop() {
 	w.timer.Stop()

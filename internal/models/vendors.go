@@ -1,6 +1,7 @@
 package models
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -15,27 +16,35 @@ const (
 )
 
 // vendorRetries is how often the vendor models built by Vendors retry a request that failed
-// before streaming began (a 429, a 5xx, an overloaded API): once, with the SDK's backoff.
-const vendorRetries = 1
+// before streaming began (a 429, a 5xx, an overloaded API): twice, the SDKs' own default, each
+// retry shown with its wait and cancelled by Stop (retry.go).
+const vendorRetries = 2
 
-// VendorModel is one model of a configured vendor: its offered name, "openai:<model>" or
-// "anthropic:<model>", and the model itself (safe for concurrent use; share it).
+// VendorModel is one model of a configured vendor: its offered name, "openai:<model>",
+// "openai-responses:<model>" or "anthropic:<model>", and the model itself (safe for concurrent
+// use; share it).
 type VendorModel struct {
 	Name  string
 	Model agent.Model
 }
 
-// Vendors returns the vendor models configured by environment variables (SPEC §11), read with
-// getenv (os.Getenv in production), OpenAI's first:
+// Vendors returns the vendor models configured by environment variables (SPEC §11, §17), read
+// with getenv (os.Getenv in production), in this order:
 //
-//   - OpenAI, or any OpenAI-compatible server (Ollama, vLLM, LM Studio), when OPENAI_API_KEY or
-//     OPENAI_BASE_URL is set: one model per name in OPENAI_MODEL (comma-separated; default
-//     "gpt-4o-mini");
-//   - Anthropic, when ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL is set: one model per name in
-//     ANTHROPIC_MODEL (comma-separated; default "claude-sonnet-4-5").
+//   - OpenAI Chat Completions, or any OpenAI-compatible server (Ollama, vLLM, LM Studio), when
+//     OPENAI_API_KEY or OPENAI_BASE_URL is set: "openai:<model>" for each name in OPENAI_MODEL
+//     (comma-separated; default "gpt-4o-mini");
+//   - OpenAI's Responses API, with the same OPENAI_API_KEY and OPENAI_BASE_URL:
+//     "openai-responses:<model>" for each name in OPENAI_RESPONSES_MODEL (comma-separated; none
+//     when unset);
+//   - Anthropic, when ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL is set: "anthropic:<model>" for
+//     each name in ANTHROPIC_MODEL (comma-separated; default "claude-sonnet-4-5"), with extended
+//     thinking as ANTHROPIC_THINKING says: unset or "off" none, "adaptive", or a budget in
+//     tokens (at least 1024).
 //
-// Nothing is requested from the vendors here.
-func Vendors(getenv func(string) string) []VendorModel {
+// Each model retries a failed request twice (vendorRetries). Nothing is requested from the
+// vendors here. The error names a variable whose value is refused (ANTHROPIC_THINKING).
+func Vendors(getenv func(string) string) ([]VendorModel, error) {
 	var out []VendorModel
 	env := func(k string) string { return strings.TrimSpace(getenv(k)) }
 	if key, base := env("OPENAI_API_KEY"), env("OPENAI_BASE_URL"); key != "" || base != "" {
@@ -44,15 +53,26 @@ func Vendors(getenv func(string) string) []VendorModel {
 				APIKey: key, BaseURL: base, Model: m, MaxRetries: vendorRetries,
 			})})
 		}
+		if resp := env("OPENAI_RESPONSES_MODEL"); resp != "" {
+			for _, m := range modelList(resp, "") {
+				out = append(out, VendorModel{Name: "openai-responses:" + m, Model: NewResponses(ResponsesConfig{
+					APIKey: key, BaseURL: base, Model: m, MaxRetries: vendorRetries,
+				})})
+			}
+		}
 	}
 	if key, base := env("ANTHROPIC_API_KEY"), env("ANTHROPIC_BASE_URL"); key != "" || base != "" {
+		thinking, err := ParseAnthropicThinking(env("ANTHROPIC_THINKING"))
+		if err != nil {
+			return nil, fmt.Errorf("ANTHROPIC_THINKING: %w", err)
+		}
 		for _, m := range modelList(env("ANTHROPIC_MODEL"), DefaultAnthropicModel) {
 			out = append(out, VendorModel{Name: "anthropic:" + m, Model: NewAnthropic(AnthropicConfig{
-				APIKey: key, BaseURL: base, Model: m, MaxRetries: vendorRetries,
+				APIKey: key, BaseURL: base, Model: m, MaxRetries: vendorRetries, Thinking: thinking,
 			})})
 		}
 	}
-	return out
+	return out, nil
 }
 
 // modelList splits a comma-separated list of model names, dropping blanks and repeats.
@@ -63,7 +83,7 @@ func modelList(list, def string) []string {
 			names = append(names, n)
 		}
 	}
-	if len(names) == 0 {
+	if len(names) == 0 && def != "" {
 		return []string{def}
 	}
 	return names

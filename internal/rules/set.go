@@ -275,7 +275,7 @@ type hit struct {
 type evaluation struct {
 	call      gate.RuleCall
 	now       time.Time // read on the first rule with an expiry (the clock is slow on some VMs)
-	protected []string // Set.protected
+	protected []string  // Set.protected
 
 	fieldsDone bool
 	fields     []field

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -240,22 +239,8 @@ func rss(ctx context.Context, bin string, k int) (line, error) {
 	}
 	defer os.RemoveAll(dir)
 	ws, scripts := filepath.Join(dir, "workspace"), filepath.Join(dir, "scripts")
-	for _, d := range []string{ws, scripts} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.WriteFile(filepath.Join(ws, "echo.txt"), []byte("hello\n"), 0o644); err != nil {
-		return nil, err
-	}
-	var steps []string
-	for i := range k {
-		steps = append(steps, fmt.Sprintf(`{"content":[{"type":"toolCall","id":"c%d","name":"read_file","arguments":{"path":"echo.txt"}}],"stopReason":"toolUse"}`, i))
-	}
-	steps = append(steps, `{"content":[{"type":"text","text":"done"}],"stopReason":"stop"}`)
 	name := fmt.Sprintf("rss-%d", k)
-	script := `{"steps":[` + strings.Join(steps, ",\n") + `]}`
-	if err := os.WriteFile(filepath.Join(scripts, name+".json"), []byte(script), 0o644); err != nil {
+	if err := writeReadFileScript(ws, scripts, name, k); err != nil {
 		return nil, err
 	}
 	p, err := startServer(ctx, bin, "-addr", "127.0.0.1:0", "-db", filepath.Join(dir, "data", "cs.db"),
@@ -308,7 +293,8 @@ func rss(ctx context.Context, bin string, k int) (line, error) {
 }
 
 // approvals: n sessions, each parked on a pending approval, one events WebSocket client per
-// session that approves over HTTP as soon as it sees approval_requested. Mode one_at_a_time
+// session that approves over HTTP as soon as it sees approval_requested. The sockets are spread
+// over web.Servers sharing one Runner (serveShards: the owner's socket cap is 64 per server). Mode one_at_a_time
 // starts a session when the previous one has ended; burst starts all n at once, so n prompts and
 // n decisions are in flight together.
 func approvals(ctx context.Context, n int, mode string) (line, error) {
@@ -317,11 +303,12 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 		return nil, err
 	}
 	defer cleanup()
-	a, stop, err := serve(e)
+	shards, stop, err := serveShards(e, n)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
+	a := shards[0]
 	type client struct {
 		id             string
 		asked, started time.Time // frame arrivals at the client
@@ -342,7 +329,7 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 		}
 		cl := &client{id: id, done: make(chan error, 1)}
 		clients[i] = cl
-		c, err := a.events(ctx, id)
+		c, err := shards[i%len(shards)].events(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -438,7 +425,9 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 }
 
 // fanout: viewersPer events WebSockets on each of sessions sessions, every session streaming text
-// (word-sized deltas, chunkDelay apart) and tool calls at once. Two delays per event a viewer
+// (word-sized deltas, chunkDelay apart) and tool calls at once. The sockets are spread over
+// web.Servers sharing one Runner, Store and Broker (serveShards: the owner's cap is 64 sockets
+// per server). Two delays per event a viewer
 // receives, both stamped in this process on one clock:
 //   - delivery (p50_ms, p99_ms): from the event's publication to its arrival at the viewer. The
 //     publication time is the one Broker.Publish stamps (agent.Event.PublishedAt), read by an
@@ -475,11 +464,12 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 		handed[textKey{sessionID, turn, textLen}] = at
 		mu.Unlock()
 	}
-	a, stop, err := serve(e)
+	shards, stop, err := serveShards(e, sessions*viewersPer)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
+	a := shards[0]
 	const turns, textBytes = 10, 300
 	ids := make([]string, sessions)
 	var probes sync.WaitGroup
@@ -538,7 +528,7 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
-			c, err := a.events(ctx, sid)
+			c, err := shards[i%len(shards)].events(ctx, sid)
 			<-sem
 			ready <- err
 			if err != nil {

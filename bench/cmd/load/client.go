@@ -11,30 +11,106 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"countersign/internal/agent"
 	"countersign/internal/benchkit"
+	"countersign/internal/gate"
 	"countersign/internal/web"
 )
+
+// benchToken is the owner token of the in-process servers.
+const benchToken = "bench-owner-token-0123456789abcdefghij"
 
 // serve starts the real HTTP server (pages, JSON API, event WebSockets) for e on a free loopback
 // port and returns an API client for it and a stop function.
 func serve(e *benchkit.Env) (*api, func(), error) {
-	token := "bench-owner-token-0123456789abcdefghij"
-	srv := web.New(web.Config{Runner: e.Runner, Store: e.DB, Broker: e.Broker, Models: e.Models,
-		OwnerToken: token, Workspace: e.Dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	shards, stop, err := serveShards(e, 1)
 	if err != nil {
 		return nil, nil, err
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	return newAPI("http://"+ln.Addr().String(), token), func() { hs.Close() }, nil
+	return shards[0], stop, nil
+}
+
+// socketsPerShard is how many live sockets the load program opens on one web.Server: under the
+// owner's cap of 64 open sockets per server (maxOwnerSockets in internal/web/limits.go, issue 15),
+// with room for a socket that follows a run.
+const socketsPerShard = 60
+
+// serveShards starts enough web.Servers over e's one Runner, Store and Broker for sockets live
+// sockets (socketsPerShard each), every one on its own loopback port, and returns an API client
+// for each (same owner token) and one stop function for all.
+//
+// Why: a server closes the owner's 65th open socket (issue 15's cap, not configurable), and the
+// fan-out cases hold 1,000. A socket's work is the same whichever Server holds it (each
+// subscribes to the one Broker, reads the one Store and renders alike); only the cap's counter
+// and the listener are per Server.
+func serveShards(e *benchkit.Env, sockets int) ([]*api, func(), error) {
+	return serveShardsOn(e, e.DB, sockets)
+}
+
+// serveShardsOn is serveShards with the servers reading store (e's store, wrapped).
+func serveShardsOn(e *benchkit.Env, store web.Reader, sockets int) ([]*api, func(), error) {
+	n := max(1, (sockets+socketsPerShard-1)/socketsPerShard)
+	var servers []*http.Server
+	stop := func() {
+		for _, hs := range servers {
+			hs.Close()
+		}
+	}
+	shards := make([]*api, n)
+	for i := range shards {
+		srv := web.New(web.Config{Runner: e.Runner, Store: store, Broker: e.Broker, Models: e.Models,
+			OwnerToken: benchToken, Workspace: e.Dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, hs)
+		go hs.Serve(ln)
+		shards[i] = newAPI("http://"+ln.Addr().String(), benchToken)
+	}
+	return shards, stop, nil
+}
+
+// countingReader is a web.Reader that counts the reads the servers make through it.
+type countingReader struct {
+	web.Reader
+	reads atomic.Int64
+}
+
+func (r *countingReader) Session(ctx context.Context, id string) (agent.Session, error) {
+	r.reads.Add(1)
+	return r.Reader.Session(ctx, id)
+}
+
+func (r *countingReader) Sessions(ctx context.Context) ([]agent.Session, error) {
+	r.reads.Add(1)
+	return r.Reader.Sessions(ctx)
+}
+
+func (r *countingReader) Entries(ctx context.Context, sessionID string) ([]agent.Entry, error) {
+	r.reads.Add(1)
+	return r.Reader.Entries(ctx, sessionID)
+}
+
+func (r *countingReader) Approval(ctx context.Context, id string) (gate.Approval, error) {
+	r.reads.Add(1)
+	return r.Reader.Approval(ctx, id)
+}
+
+func (r *countingReader) Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error) {
+	r.reads.Add(1)
+	return r.Reader.Approvals(ctx, sessionID, status)
 }
 
 // api is a JSON API client (SPEC §12) with the owner's bearer token.
@@ -81,6 +157,27 @@ func (a *api) do(ctx context.Context, method, path string, body, out any, want i
 		return json.Unmarshal(b, out)
 	}
 	return nil
+}
+
+// login exchanges the owner token for a browser login (GET /login?token=…, SPEC §11) and
+// returns the Cookie header that carries it.
+func (a *api) login(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", a.base+"/login?token="+url.QueryEscape(a.token), nil)
+	if err != nil {
+		return "", err
+	}
+	// The answer is a redirect to /, which is not followed: the cookie is on the redirect.
+	resp, err := a.http.Transport.RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == "countersign_owner" && c.Value != "" {
+			return c.Name + "=" + c.Value, nil
+		}
+	}
+	return "", fmt.Errorf("GET /login: %s, no login cookie", resp.Status)
 }
 
 // createSession creates a session with model (e.g. "faux:direct-200") and returns its id.

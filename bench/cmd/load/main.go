@@ -4,7 +4,8 @@
 // the same case names and field names as the peer benchmark (../shared/peers: pi-bench.mjs,
 // ai-bench.mjs), so bench/cmd/report can put them side by side.
 //
-//	go run ./bench/cmd/load [-runs 3] [-cases nested,rules,direct,rss,approval,fanout]
+//	go run ./bench/cmd/load [-runs 3] [-cases nested,rules,direct,rss,approval,fanout,sessions,fanout_html]
+//	go run ./bench/cmd/load -cases sessions -sessions-inprocess -cpuprofile cpu.out -memprofile heap.out
 //
 // Cases:
 //   - nested: one model call to review_diff, which calls run_checks and failing_tests n times
@@ -28,6 +29,13 @@
 //   - fanout: 1,000 WebSocket viewers on 10 sessions streaming text and tool calls; the delay
 //     from publishing each text delta (stamped in the server process as the model hands it
 //     over) to its arrival at each viewer (same process, same clock).
+//   - sessions (issue 19, goal 3): the server binary, as rss starts it, through 100 sessions of
+//     100 read_file turns each, 10 at a time; VmRSS with RssAnon and RssFile, VmHWM, the database's
+//     size, the server's CPU time and the time taken; under_goal is RSS ≤ 80 MB. See sessionsCase.
+//   - fanout_html (issue 19, goal 4): 1,000 session pages' live sockets (the HTML fragments) on 10
+//     sessions streaming as fanout's paced mode, the viewers in a child process; the delay from
+//     each event's publication to each viewer's receipt of its fragment, frames and bytes per
+//     viewer, the server's CPU time; under_goal is p99 ≤ 50 ms. See fanoutHTML.
 //
 // With -runs N > 1 it also prints one median line per measurement (as ../shared/peers/median.mjs
 // does: the median of every numeric field). Progress goes to stderr.
@@ -73,27 +81,55 @@ func buildRelease(ctx context.Context, dir string) (string, error) {
 type options struct {
 	runs  int
 	cases map[string]bool
-	bin   string // server binary for rss; empty: build cmd/web
+	bin   string // server binary for rss and sessions; empty: build cmd/web
+	// sessionsInprocess runs the sessions case's server in this process (for profiles).
+	sessionsInprocess bool
+	memprofile        string // the sessions case's heap profile (with sessionsInprocess)
 }
+
+// defaultCases are the cases run when -cases is not given (make bench, bench/peers.sh).
+const defaultCases = "nested,rules,direct,rss,approval,fanout,sessions,fanout_html"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	runs := fs.Int("runs", 1, "how many times to run every case (medians are printed when more than 1)")
-	cases := fs.String("cases", "nested,rules,direct,rss,approval,fanout", "comma-separated cases to run")
-	bin := fs.String("bin", "", "server binary for the rss case (default: go build ./cmd/web into a temporary folder)")
+	cases := fs.String("cases", defaultCases, "comma-separated cases to run")
+	bin := fs.String("bin", "", "server binary for the rss and sessions cases (default: go build ./cmd/web into a temporary folder)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured runs (not the warm-up) to this file")
+	sessionsInprocess := fs.Bool("sessions-inprocess", false, "run the sessions case's server in this process (benchkit and web.New), to profile it; its memory figures are then this process's")
+	memprofile := fs.String("memprofile", "", "with -sessions-inprocess: write a heap profile of the server after the sessions to this file")
+	htmlViewers := fs.Bool("html-viewers", false, "internal: be the fanout_html case's child process holding the page sockets (specs on stdin)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	opt := options{runs: *runs, cases: map[string]bool{}, bin: *bin}
+	if *htmlViewers {
+		return runHTMLViewers(ctx, os.Stdin, stdout)
+	}
+	opt := options{runs: *runs, cases: map[string]bool{}, bin: *bin, sessionsInprocess: *sessionsInprocess, memprofile: *memprofile}
+	if opt.memprofile != "" {
+		if !opt.sessionsInprocess {
+			return fmt.Errorf("-memprofile needs -sessions-inprocess (the binary's heap cannot be profiled from here)")
+		}
+		// The server's live heap after the sessions is a few MB: the default sampling (one
+		// sample per 512 KiB allocated) would see only a handful of its objects.
+		runtime.MemProfileRate = 4096
+	}
+	known := map[string]bool{}
+	for _, c := range strings.Split(defaultCases, ",") {
+		known[c] = true
+	}
 	for _, c := range strings.Split(*cases, ",") {
-		opt.cases[strings.TrimSpace(c)] = true
+		c = strings.TrimSpace(c)
+		if !known[c] {
+			return fmt.Errorf("unknown case %q (cases: %s)", c, defaultCases)
+		}
+		opt.cases[c] = true
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "load: "+format+"\n", a...) }
 	out := &printer{w: stdout}
 
-	if opt.cases["rss"] && opt.bin == "" {
+	if (opt.cases["rss"] || opt.cases["sessions"] && !opt.sessionsInprocess) && opt.bin == "" {
 		dir, err := os.MkdirTemp("", "countersign-bench-bin-")
 		if err != nil {
 			return err
@@ -161,6 +197,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			for _, d := range []time.Duration{15 * time.Millisecond, 0} {
 				steps = append(steps, step{fmt.Sprintf("fanout chunk delay %v", d), func() (line, error) { return fanout(ctx, 10, 100, d) }})
 			}
+		}
+		if opt.cases["sessions"] {
+			o := sessionsOptions{sessions: 100, turns: 100, parallel: 10, bin: opt.bin,
+				inprocess: opt.sessionsInprocess, memprofile: opt.memprofile}
+			steps = append(steps, step{"sessions 100×100", func() (line, error) { return sessionsCase(ctx, o) }})
+		}
+		if opt.cases["fanout_html"] {
+			// paced as fanout's paced mode (15 ms between text chunks)
+			steps = append(steps, step{"fanout_html chunk delay 15ms", func() (line, error) { return fanoutHTML(ctx, 10, 100, 15*time.Millisecond) }})
 		}
 		for _, s := range steps {
 			if err := ctx.Err(); err != nil {

@@ -221,7 +221,7 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 		}
 	}
 
-	w("\n### Targets (issue 9)\n\n| target | measured | |\n|---|---|---|\n")
+	w("\n### Targets (issues 9, 17 and 19)\n\n| target | measured | |\n|---|---|---|\n")
 	target := func(name, measured string, ok, known bool) {
 		verdict := "—"
 		if known {
@@ -283,6 +283,21 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 		if c, ok := find(cs, "countersign", "fanout", map[string]string{"mode": mode}); ok {
 			target("fan-out p99 ≤ 50 ms ("+mode+")", fmt.Sprintf("delivery p50 %s ms, p99 %s ms; text p99 %s ms", f(num(c, "p50_ms")), f(num(c, "p99_ms")), f(num(c, "text_p99_ms"))), num(c, "p99_ms") <= 50, true)
 		}
+	}
+
+	if c, ok := find(cs, "countersign", "sessions", map[string]string{"mode": "binary"}); ok {
+		target("sessions (issue 19): RSS after 100 sessions × 100 turns ≤ 80 MB (one server)",
+			fmt.Sprintf("%s MB (%s MB anonymous, %s MB file-backed; %s MB at start); peak %s MB; database %s MB + WAL %s MB; %s ms",
+				f(num(c, "rss_mb")), f(num(c, "rss_anon_mb")), f(num(c, "rss_file_mb")), f(num(c, "rss_after_start_mb")),
+				f(num(c, "max_rss_mb")), f(num(c, "db_mb")), f(num(c, "wal_mb")), f(num(c, "total_ms"))),
+			num(c, "rss_mb") <= 80, true)
+	}
+	if c, ok := find(cs, "countersign", "fanout_html", map[string]string{"mode": "paced"}); ok {
+		target("fanout_html (issue 19): 1,000 page sockets on 10 sessions, p99 ≤ 50 ms (paced)",
+			fmt.Sprintf("delivery p50 %s ms, p99 %s ms, max %s ms; %s frames, %s bytes per viewer; server CPU %s ms; dropped %s, unfinished %s",
+				f(num(c, "p50_ms")), f(num(c, "p99_ms")), f(num(c, "max_ms")), f(num(c, "frames_per_viewer")),
+				f(num(c, "bytes_per_viewer")), f(num(c, "cpu_ms")), c.str("dropped_viewers"), c.str("unfinished_viewers")),
+			num(c, "p99_ms") <= 50 && num(c, "dropped_viewers") == 0 && num(c, "unfinished_viewers") == 0, true)
 	}
 
 	w("\n### Countersign's lines\n\n```\n")

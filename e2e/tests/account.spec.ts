@@ -244,7 +244,7 @@ test('item 9, small ones: API errors name the field and its JSON type, never a G
   const auth = { Authorization: `Bearer ${OWNER_TOKEN}` };
   const cases: [string, string, unknown, string][] = [
     ['post', '/api/sessions', { title: 1, model: 'faux:demo' }, 'field title: expected a string, got a number'],
-    ['post', '/api/sessions', { title: 'x', model: 'faux:demo', colour: 'red' }, 'field "colour" is not known here; the fields are title, model, workspace.'],
+    ['post', '/api/sessions', { title: 'x', model: 'faux:demo', colour: 'red' }, 'field "colour" is not known here; the fields are title, model, workspace, instructions.'],
     ['post', '/api/sessions', ['not', 'an', 'object'], 'The request body must be a JSON object, not an array.'],
   ];
   for (const [method, url, data, want] of cases) {

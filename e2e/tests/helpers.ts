@@ -110,9 +110,11 @@ export interface OwnServer {
 /**
  * Starts bin/countersign on `port` with a database and workspace under e2e/.tmp/<name> (kept
  * between starts, so a restart sees the same store) and the e2e scripts. Resolves once the
- * login line is printed. The caller kills it.
+ * login line is printed; `baseURL` is the address that line names, so port 0 (a free port the
+ * system picks) works. `env` replaces the environment the server gets (default: this process's).
+ * The caller kills it.
  */
-export async function startOwnServer(name: string, port: number, extraArgs: string[] = []): Promise<OwnServer> {
+export async function startOwnServer(name: string, port: number, extraArgs: string[] = [], env?: NodeJS.ProcessEnv): Promise<OwnServer> {
   const { spawn } = await import('node:child_process');
   const fs = await import('node:fs');
   const root = path.resolve(__dirname, '../.tmp', name);
@@ -122,23 +124,24 @@ export async function startOwnServer(name: string, port: number, extraArgs: stri
   const bin = path.resolve(__dirname, '../../bin/countersign');
   const proc = spawn(bin, ['-addr', `127.0.0.1:${port}`, '-db', dbPath, '-token', OWNER_TOKEN, '-workspace', ws,
     '-scripts', path.resolve(__dirname, '../scripts'), '-fixture-tools', '-faux-delay', '5ms', ...extraArgs],
-    { stdio: ['ignore', 'pipe', 'pipe'] });
+    { stdio: ['ignore', 'pipe', 'pipe'], env: env ?? process.env });
   const exited = new Promise<void>((resolve) => proc.on('exit', () => resolve()));
-  await new Promise<void>((resolve, reject) => {
+  const baseURL = await new Promise<string>((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => reject(new Error(`server ${name} did not start: ${out}`)), 60_000);
     proc.stdout!.on('data', (d) => {
       out += String(d);
-      if (out.includes('Countersign listening on')) {
+      const listening = /Countersign listening on (http:\/\/[^/\s]+)\//.exec(out);
+      if (listening) {
         clearTimeout(timer);
-        resolve();
+        resolve(listening[1]);
       }
     });
     proc.stderr!.on('data', (d) => { out += String(d); });
     proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server ${name} exited (${code}): ${out}`)); });
   });
   return {
-    baseURL: `http://127.0.0.1:${port}`,
+    baseURL,
     workspace: ws,
     dbPath,
     async kill(signal: NodeJS.Signals = 'SIGKILL') {

@@ -91,7 +91,6 @@ type Anthropic struct {
 	idle      time.Duration
 	retries   int
 	window    int
-	now       func() time.Time // the Partial throttle's clock; nil is time.Now (tests set it)
 }
 
 // NewAnthropic returns the model cfg describes. It makes no request.
@@ -156,8 +155,7 @@ type anthropicBlock struct {
 //   - Thinking: thinking_delta; the block is kept with its signature (signature_delta), and a
 //     redacted_thinking block with its data, to be sent back unchanged and in place in the next
 //     request, as the API requires of an assistant turn with tool_use;
-//   - Partial: a tool call while its input_json_delta fragments stream (throttled, see
-//     PartialInterval);
+//   - Partial: a tool call while its input_json_delta fragments stream (each fragment, see partials);
 //   - ToolCall: a tool call complete, at its content_block_stop, when its input is a JSON object;
 //   - Retry: before the SDK waits to try again (see retry.go).
 //
@@ -186,7 +184,7 @@ func (a *Anthropic) Stream(ctx context.Context, req agent.Request, onDelta func(
 	defer stream.Close()
 	var blocks []*anthropicBlock
 	byIndex := map[int64]*anthropicBlock{}
-	partial := newPartials(a.now, onDelta)
+	partial := newPartials(onDelta)
 	calls := 0
 	var usage *agent.Usage
 	stopReason, stopped := "", false

@@ -18,7 +18,6 @@ func newTestAnthropic(f *fakeVendor, idle time.Duration) *Anthropic {
 		APIKey: "sk-ant-test", BaseURL: f.URL, Model: "claude-sonnet-4-5",
 		HTTPClient: f.Client(), IdleTimeout: idle,
 	})
-	m.now = everyTick()
 	return m
 }
 

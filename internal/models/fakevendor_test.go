@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/tool"
@@ -179,16 +178,6 @@ func (d *deltas) on(x agent.Delta) {
 	}
 	if set != 1 {
 		panic(fmt.Sprintf("a delta with %d fields set: %+v", set, x))
-	}
-}
-
-// everyTick is a Partial throttle clock that moves PartialInterval at each reading, so every
-// argument fragment is reported: the tests see each Partial whatever the machine's speed.
-func everyTick() func() time.Time {
-	t := time.Unix(1767312000, 0)
-	return func() time.Time {
-		t = t.Add(PartialInterval)
-		return t
 	}
 }
 

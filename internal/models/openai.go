@@ -52,7 +52,6 @@ type OpenAI struct {
 	idle    time.Duration
 	retries int
 	window  int
-	now     func() time.Time // the Partial throttle's clock; nil is time.Now (tests set it)
 }
 
 // NewOpenAI returns the model cfg describes. It makes no request.
@@ -87,7 +86,7 @@ func (o *OpenAI) ContextWindow() int { return o.window }
 //   - Thinking: reasoning text, from the reasoning_content (DeepSeek, vLLM) or reasoning (Ollama,
 //     vLLM, OpenRouter) deltas some servers stream; it is kept as a thinking block at the start
 //     of the message and never sent back (Chat Completions has no field for it);
-//   - Partial: a tool call while its arguments stream (throttled, see PartialInterval);
+//   - Partial: a tool call while its arguments stream (each fragment, see partials);
 //   - ToolCall: a tool call complete, once the model has moved on to the next call or finished,
 //     and only when its arguments are a JSON object;
 //   - Retry: before the SDK waits to try again (see retry.go).
@@ -115,7 +114,7 @@ func (o *OpenAI) Stream(ctx context.Context, req agent.Request, onDelta func(age
 	stream := o.client.Chat.Completions.NewStreaming(ctx, params, option.WithMiddleware(retries.middleware))
 	defer stream.Close()
 	var text, thinking strings.Builder
-	calls := openaiCalls{names: names, onDelta: onDelta, partials: newPartials(o.now, onDelta)}
+	calls := openaiCalls{names: names, onDelta: onDelta, partials: newPartials(onDelta)}
 	var usage *agent.Usage
 	finish := ""
 	for stream.Next() {

@@ -19,7 +19,6 @@ func newTestOpenAI(f *fakeVendor, idle time.Duration) *OpenAI {
 		APIKey: "sk-test", BaseURL: f.URL + "/v1", Model: "gpt-4o-mini",
 		HTTPClient: f.Client(), IdleTimeout: idle,
 	})
-	m.now = everyTick()
 	return m
 }
 

@@ -1,40 +1,32 @@
 package models
 
 import (
-	"time"
-
 	"countersign/internal/agent"
 )
 
-// PartialInterval is the least time between two agent.Delta{Partial} of one tool call. A vendor
-// streams a call's arguments in many small fragments (often a few bytes each) and the agent
-// publishes every Partial to every viewer, each with the whole argument text so far; so a call
-// is reported when it starts (its card appears at once, SPEC §17) and then at most once per
-// interval, with the text that has arrived by then. The complete call always follows as
-// Delta{ToolCall}, so no fragment is lost to the throttle.
-const PartialInterval = 50 * time.Millisecond
-
-// partials throttles the Partial deltas of one streamed message.
+// partials reports the agent.Delta{Partial} of one streamed message (SPEC §17: a tool call's
+// arguments appear in its card while they stream): a call when it starts (its card appears at
+// once), then every fragment, each with the whole argument text so far. Nothing is held back
+// here: the agent throttles what it publishes (at most one message_update per interval, and the
+// latest one always sent when the interval ends), so a model that pauses in the middle of a
+// call's arguments leaves its card showing everything that has arrived. A throttle here, without
+// a timer, dropped the last fragments before such a pause. The complete call follows as
+// Delta{ToolCall}.
 type partials struct {
-	now     func() time.Time
 	onDelta func(agent.Delta)
-	last    map[int]time.Time // call index → when its last Partial was sent
+	last    map[int]string // call index → the arguments last reported
 }
 
-func newPartials(now func() time.Time, onDelta func(agent.Delta)) *partials {
-	if now == nil {
-		now = time.Now
-	}
-	return &partials{now: now, onDelta: onDelta, last: map[int]time.Time{}}
+func newPartials(onDelta func(agent.Delta)) *partials {
+	return &partials{onDelta: onDelta, last: map[int]string{}}
 }
 
-// update reports call index with its arguments so far, unless its last report is younger than
-// PartialInterval.
+// update reports call index with its arguments so far, unless they are what was last reported
+// for it (a fragment that added nothing, such as an empty delta).
 func (p *partials) update(index int, id, name, arguments string) {
-	t := p.now()
-	if last, ok := p.last[index]; ok && t.Sub(last) < PartialInterval {
+	if last, ok := p.last[index]; ok && last == arguments {
 		return
 	}
-	p.last[index] = t
+	p.last[index] = arguments
 	p.onDelta(agent.Delta{Partial: &agent.PartialCall{Index: index, ID: id, Name: name, Arguments: arguments}})
 }

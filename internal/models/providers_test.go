@@ -35,7 +35,6 @@ func vendorKits() []vendorKit {
 		midError:  "openai: error in the stream: The server had an error while processing your request. Sorry about that!",
 		model: func(f *fakeVendor, retries int) agent.Model {
 			m := NewOpenAI(OpenAIConfig{APIKey: "sk-test", BaseURL: f.URL + "/v1", Model: "gpt-4o-mini", HTTPClient: f.Client(), MaxRetries: retries})
-			m.now = everyTick()
 			return m
 		},
 	}, {
@@ -45,7 +44,6 @@ func vendorKits() []vendorKit {
 			"You can retry your request, or contact us through our help center at help.openai.com if you keep seeing this error.",
 		model: func(f *fakeVendor, retries int) agent.Model {
 			m := NewResponses(ResponsesConfig{APIKey: "sk-test", BaseURL: f.URL + "/v1", Model: "gpt-4.1-mini", HTTPClient: f.Client(), MaxRetries: retries})
-			m.now = everyTick()
 			return m
 		},
 	}, {
@@ -54,7 +52,6 @@ func vendorKits() []vendorKit {
 		midError:  "anthropic: error in the stream: overloaded_error: Overloaded",
 		model: func(f *fakeVendor, retries int) agent.Model {
 			m := NewAnthropic(AnthropicConfig{APIKey: "sk-ant-test", BaseURL: f.URL, Model: "claude-sonnet-4-5", HTTPClient: f.Client(), MaxRetries: retries})
-			m.now = everyTick()
 			return m
 		},
 	}}
@@ -528,60 +525,72 @@ func TestVendorModelsContextWindow(t *testing.T) {
 	}
 }
 
-// TestPartialsAreThrottled checks that a call is reported when it starts and then at most once
-// per PartialInterval, each call on its own clock.
-func TestPartialsAreThrottled(t *testing.T) {
-	start := time.Unix(1767312000, 0)
-	var now time.Time
+// TestPartialsReportEveryFragment: every fragment that adds to a call's arguments is reported
+// with the whole text so far (the agent throttles what it publishes); a fragment that adds
+// nothing is not. The last fragment before a pause is not held back: a card shows all that came.
+func TestPartialsReportEveryFragment(t *testing.T) {
 	var got []agent.PartialCall
-	p := newPartials(func() time.Time { return now }, func(d agent.Delta) { got = append(got, *d.Partial) })
+	p := newPartials(func(d agent.Delta) { got = append(got, *d.Partial) })
 	steps := []struct {
-		at    time.Duration
 		index int
 		args  string
 	}{
-		{0, 0, ""},          // call 0 starts: reported
-		{10, 0, `{"pa`},     // too soon
-		{49, 0, `{"path"`},  // too soon
-		{50, 0, `{"path":`}, // an interval after the last report: reported
-		{60, 1, ""},         // call 1 starts: reported, whatever call 0 did
-		{70, 0, `{"path":"a"}`},
-		{110, 1, `{}`}, // an interval after call 1's report
-		{100, 0, `{"path":"ab"}`},
+		{0, ""},             // call 0 starts
+		{0, `{"pa`},         //
+		{0, `{"pa`},         // an empty fragment: nothing new
+		{0, `{"path":`},     //
+		{1, ""},             // call 1 starts
+		{0, `{"path":"a"}`}, // the last fragment of call 0 before a pause
 	}
 	for _, s := range steps {
-		now = start.Add(s.at * time.Millisecond)
 		p.update(s.index, "c", "read_file", s.args)
 	}
 	want := []agent.PartialCall{
 		{Index: 0, ID: "c", Name: "read_file", Arguments: ""},
+		{Index: 0, ID: "c", Name: "read_file", Arguments: `{"pa`},
 		{Index: 0, ID: "c", Name: "read_file", Arguments: `{"path":`},
 		{Index: 1, ID: "c", Name: "read_file", Arguments: ""},
-		{Index: 1, ID: "c", Name: "read_file", Arguments: `{}`},
-		{Index: 0, ID: "c", Name: "read_file", Arguments: `{"path":"ab"}`},
+		{Index: 0, ID: "c", Name: "read_file", Arguments: `{"path":"a"}`},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("partials:\ngot  %+v\nwant %+v", got, want)
 	}
 }
 
-// TestVendorStreamsAreThrottledByDefault streams a recorded tool call with the real clock: the
-// call's start is reported, the whole call follows, and never more partials than fragments.
-func TestVendorStreamsAreThrottledByDefault(t *testing.T) {
+// TestVendorStreamsReportTheWholeArgumentsBeforeTheCall streams a recorded pair of tool calls: each
+// call's start is reported, its last Partial holds its whole arguments (nothing held back), and
+// the complete call follows.
+func TestVendorStreamsReportTheWholeArgumentsBeforeTheCall(t *testing.T) {
 	f := newFakeVendor(t, serveSSE(recorded(t, "anthropic", "tools.sse")))
 	m := NewAnthropic(AnthropicConfig{BaseURL: f.URL, Model: "claude-sonnet-4-5", HTTPClient: f.Client()})
 	var d deltas
 	if _, err := m.Stream(context.Background(), userSays("Hi"), d.on); err != nil {
 		t.Fatalf("Stream: %v", err)
 	}
+	if len(d.calls) != 2 {
+		t.Fatalf("calls %d, want 2", len(d.calls))
+	}
+	last := map[int]agent.PartialCall{}
 	starts := 0
 	for _, p := range d.partials {
 		if p.Arguments == "" {
 			starts++
 		}
+		last[p.Index] = p
 	}
-	if starts != 2 || len(d.partials) > 7 || len(d.calls) != 2 {
-		t.Errorf("partials %+v, calls %d: want each call's start reported, at most one per fragment, and both calls", d.partials, len(d.calls))
+	if starts != 2 {
+		t.Errorf("%d call starts reported, want 2: %+v", starts, d.partials)
+	}
+	for i, c := range d.calls {
+		var got, want any
+		if err := json.Unmarshal([]byte(last[i].Arguments), &got); err != nil {
+			t.Errorf("call %d: last partial %q is not the whole arguments: %v", i, last[i].Arguments, err)
+			continue
+		}
+		_ = json.Unmarshal(c.Arguments, &want)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("call %d: last partial %s, call %s", i, last[i].Arguments, c.Arguments)
+		}
 	}
 }
 

@@ -77,7 +77,6 @@ type Responses struct {
 	idle      time.Duration
 	retries   int
 	window    int
-	now       func() time.Time // the Partial throttle's clock; nil is time.Now (tests set it)
 }
 
 // NewResponses returns the model cfg describes. It makes no request.
@@ -135,8 +134,8 @@ type responsesItem struct {
 //   - Thinking: response.reasoning_summary_text.delta (summary parts apart by a blank line) and
 //     response.reasoning_text.delta; the reasoning item is kept as a thinking block with its id
 //     and encrypted_content (Signature), from response.output_item.done;
-//   - Partial: a function call while response.function_call_arguments.delta streams
-//     (throttled, see PartialInterval);
+//   - Partial: a function call while response.function_call_arguments.delta streams (each
+//     fragment, see partials);
 //   - ToolCall: a function call complete, at its response.output_item.done, when its arguments
 //     are a JSON object;
 //   - Retry: before the SDK waits to try again (see retry.go).
@@ -165,7 +164,7 @@ func (r *Responses) Stream(ctx context.Context, req agent.Request, onDelta func(
 	defer stream.Close()
 	var items []*responsesItem
 	byIndex := map[int64]*responsesItem{}
-	partial := newPartials(r.now, onDelta)
+	partial := newPartials(onDelta)
 	calls := 0
 	var final *responses.Response
 	var failure error

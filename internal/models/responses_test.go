@@ -18,7 +18,6 @@ func newTestResponses(f *fakeVendor, model string, idle time.Duration) *Response
 		APIKey: "sk-test", BaseURL: f.URL + "/v1", Model: model,
 		HTTPClient: f.Client(), IdleTimeout: idle,
 	})
-	m.now = everyTick()
 	return m
 }
 

@@ -74,6 +74,11 @@ type config struct {
 	// passEnv names the server's environment variables that tool commands and MCP stdio servers
 	// get besides the allowlist (procenv).
 	passEnv []string
+	// systemPrompt is the -system-prompt file, instructions its text: a new session's default
+	// instructions (SPEC §17); "" for the built-in ones.
+	systemPrompt, instructions string
+	// contextTokens is the context window requests are fitted into (SPEC §17); 0: each model's.
+	contextTokens int
 }
 
 // Owner tokens the server accepts: the token is the only secret between the network and a shell
@@ -135,6 +140,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&ttl, "session-ttl", ttl, "how long a browser login lasts, a Go duration (COUNTERSIGN_SESSION_TTL)")
 	passEnv := env("COUNTERSIGN_PASS_ENV", "")
 	fs.StringVar(&passEnv, "pass-env", passEnv, "more environment variables, NAME,NAME…, that tool commands and MCP stdio servers get besides HOME LOGNAME PATH SHELL TERM USER LANG LC_* TMPDIR (COUNTERSIGN_PASS_ENV)")
+	fs.StringVar(&c.systemPrompt, "system-prompt", env("COUNTERSIGN_SYSTEM_PROMPT", ""), "file with the default instructions (system prompt) of new sessions; {{workspace}} in it becomes the session's folder; built-in when unset (COUNTERSIGN_SYSTEM_PROMPT)")
+	contextTokens := env("COUNTERSIGN_CONTEXT_TOKENS", "0")
+	fs.StringVar(&contextTokens, "context-tokens", contextTokens, "context window, in tokens, that each model request is fitted into by shortening older tool results; 0 means each model's own (COUNTERSIGN_CONTEXT_TOKENS)")
 	// A boolean flag: -fixture-tools alone means true, -fixture-tools=false turns off what the
 	// environment turned on. The environment takes true or false (strconv.ParseBool).
 	var err error
@@ -159,6 +167,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.fauxDelay, err = time.ParseDuration(delay); err != nil || c.fauxDelay < 0 {
 		return c, fmt.Errorf("-faux-delay %q: want a Go duration such as 15ms", delay)
 	}
+	if c.contextTokens, err = strconv.Atoi(strings.TrimSpace(contextTokens)); err != nil || c.contextTokens < 0 {
+		return c, fmt.Errorf("-context-tokens %q: want a whole number of tokens, such as 32000 (0: each model's own window)", contextTokens)
+	}
+	if c.contextTokens > 0 && c.contextTokens < minContextTokens {
+		return c, fmt.Errorf("-context-tokens %d: want at least %d tokens (0: each model's own window)", c.contextTokens, minContextTokens)
+	}
+	if c.systemPrompt != "" {
+		if c.instructions, err = readSystemPrompt(c.systemPrompt); err != nil {
+			return c, err
+		}
+	}
 	if c.passEnv, err = procenv.ParseNames(passEnv); err != nil {
 		return c, fmt.Errorf("-pass-env: %v", err)
 	}
@@ -178,6 +197,28 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		}
 	}
 	return c, nil
+}
+
+// minContextTokens is the smallest -context-tokens taken: below it the instructions and the
+// tools' declarations alone leave no room for a conversation.
+const minContextTokens = 1000
+
+// readSystemPrompt reads the -system-prompt file: its text, or an error naming the file and
+// what is wrong (missing, unreadable, empty, over agent.MaxInstructions bytes).
+func readSystemPrompt(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("-system-prompt: %v", err)
+	}
+	switch {
+	case len(b) > agent.MaxInstructions:
+		return "", fmt.Errorf("-system-prompt %s: %d bytes; the instructions take at most %d", file, len(b), agent.MaxInstructions)
+	case !utf8.Valid(b):
+		return "", fmt.Errorf("-system-prompt %s: not UTF-8 text", file)
+	case strings.TrimSpace(string(b)) == "":
+		return "", fmt.Errorf("-system-prompt %s is empty; leave the flag unset for the built-in instructions", file)
+	}
+	return string(b), nil
 }
 
 // ruleHitsEvery is how often the rules' hits and last use reach the store (the Rules page reads
@@ -295,7 +336,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ApprovalTimeout: cfg.approvalTimeout, Logger: log,
 		// Rules (SPEC §14): compiled, parsed and suggested by internal/rules.
 		CompileRules: rules.NewCompiler(ownFiles(cfg)), ParseRule: rules.Parse, SuggestRule: rules.Suggest,
-		PolicyRules: policy.Rules, DefaultMode: policy.DefaultMode})
+		PolicyRules: policy.Rules, DefaultMode: policy.DefaultMode,
+		// Instructions and the context budget (SPEC §17).
+		Instructions: cfg.instructions, ContextTokens: cfg.contextTokens})
 	// What the last process left behind is settled before anything is served (SPEC §8).
 	if err := runner.Recover(ctx); err != nil {
 		return err

@@ -53,17 +53,24 @@ func newHarnessWith(t *testing.T, script string, cfg agent.Config, tools ...*too
 // newHarnessOver is newHarnessWith with the runner's store wrapped by wrap (nil: the store).
 func newHarnessOver(t *testing.T, script string, cfg agent.Config, wrap func(*store.DB) agent.Store, tools ...*tool.Tool) *harness {
 	t.Helper()
+	sc, err := models.ParseScript("test.json", []byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Name = "test"
+	return newHarnessModels(t, scriptModels{sc}, "faux:test", cfg, wrap, tools...)
+}
+
+// newHarnessModels is newHarnessOver with the models given, its session on the model named
+// model.
+func newHarnessModels(t *testing.T, ms agent.Models, model string, cfg agent.Config, wrap func(*store.DB) agent.Store, tools ...*tool.Tool) *harness {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	sc, err := models.ParseScript("test.json", []byte(script))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc.Name = "test"
 	reg := tool.NewRegistry()
 	for _, tl := range tools {
 		if err := reg.Register(tl); err != nil {
@@ -71,7 +78,7 @@ func newHarnessOver(t *testing.T, script string, cfg agent.Config, wrap func(*st
 		}
 	}
 	broker := agent.NewBroker()
-	cfg.Store, cfg.Models, cfg.Tools, cfg.Broker = db, scriptModels{sc}, reg, broker
+	cfg.Store, cfg.Models, cfg.Tools, cfg.Broker = db, ms, reg, broker
 	if wrap != nil {
 		cfg.Store = wrap(db)
 	}
@@ -79,7 +86,7 @@ func newHarnessOver(t *testing.T, script string, cfg agent.Config, wrap func(*st
 		cfg.ApprovalTimeout = time.Minute
 	}
 	r := agent.New(cfg)
-	sess, err := r.CreateSession(ctx, "test", "faux:test", t.TempDir())
+	sess, err := r.CreateSession(ctx, "test", model, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

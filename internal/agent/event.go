@@ -34,7 +34,8 @@ const (
 )
 
 // Event is one streamed event. Which fields are set depends on Type: message events carry
-// Message (the whole message so far) and, for message_update, Delta; tool events carry
+// Message (the whole message so far) and, for message_update, Delta (answer text), Thinking
+// (reasoning text), PartialCalls and Retry (see their fields); tool events carry
 // ToolCallID, ParentToolCallID, ToolName and Arguments, Update (progress) or Result, and — on
 // tool_execution_start and tool_execution_end of a call the gate decided — Approval, the
 // decision as stored (a rule's automatic record, or the prompt's resolution); a nested call's
@@ -55,6 +56,20 @@ type Event struct {
 	Approval         *gate.Approval  `json:"approval,omitempty"`
 	Session          *Session        `json:"session,omitempty"`
 	Error            string          `json:"error,omitempty"`
+
+	// Thinking is, on message_update, the reasoning text streamed since the previous
+	// message_update (the whole of it is in Message's thinking blocks): shown apart from the
+	// answer, never as answer text (SPEC §17).
+	Thinking string `json:"thinking,omitempty"`
+	// PartialCalls are, on message_update, the message's tool calls whose arguments are still
+	// streaming, each with its arguments so far (not valid JSON yet, usually). A call leaves the
+	// list when it is complete (then it is a toolCall block of Message); none is gated or run
+	// before that (SPEC §17).
+	PartialCalls []PartialCall `json:"partialCalls,omitempty"`
+	// Retry is, on message_update, set while the model request waits to be tried again after a
+	// retryable failure (a 429, a 5xx): "retrying (429) in 2 s". The next message_update without
+	// it means the wait is over (SPEC §17). Stop cancels the wait.
+	Retry *Retry `json:"retry,omitempty"`
 
 	// NestedCall is, on a nested call's tool_execution_end, the entry its parent's nestedCalls
 	// record keeps for it (SPEC §4, bounded); nil when the record was full and left it out.

@@ -32,9 +32,14 @@ type LiveCall struct {
 // Live is a snapshot of a session's run in progress: the assistant message being streamed (nil
 // when none) and the calls seen so far, in the order they first appeared.
 type Live struct {
-	Running   bool        `json:"running"`
-	Streaming *Message    `json:"streaming,omitempty"`
-	Calls     []*LiveCall `json:"calls,omitempty"`
+	Running   bool     `json:"running"`
+	Streaming *Message `json:"streaming,omitempty"`
+	// Partial are the streaming message's tool calls whose arguments are still streaming, and
+	// Retry the wait before its request is tried again, if one is on (as the last
+	// message_update said).
+	Partial []PartialCall `json:"partialCalls,omitempty"`
+	Retry   *Retry        `json:"retry,omitempty"`
+	Calls   []*LiveCall   `json:"calls,omitempty"`
 }
 
 // Call returns the live call with id toolCallID in message messageID, or nil.
@@ -82,10 +87,12 @@ func (s *liveState) apply(ev Event) {
 		if ev.Message != nil && ev.Message.Role == Assistant {
 			m := *ev.Message
 			l.Streaming = &m
+			// Shared, not copied: a published event never changes.
+			l.Partial, l.Retry = ev.PartialCalls, ev.Retry
 		}
 	case MessageEnd:
 		if ev.Message != nil && ev.Message.Role == Assistant {
-			l.Streaming = nil
+			l.Streaming, l.Partial, l.Retry = nil, nil, nil
 		}
 	case ToolExecutionStart, ToolExecutionUpdate, ToolExecutionEnd, ApprovalRequested, ApprovalResolved:
 		if s.late(ev) {
@@ -174,6 +181,7 @@ func (s *liveState) snapshot() Live {
 		m := *s.live.Streaming
 		m.Content = slices.Clone(m.Content)
 		out.Streaming = &m
+		out.Partial, out.Retry = s.live.Partial, s.live.Retry
 	}
 	for _, c := range s.live.Calls {
 		if c.dropped {

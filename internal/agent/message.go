@@ -71,6 +71,15 @@ type Usage struct {
 // took of the model's context window.
 func (u Usage) Prompt() int64 { return u.Input + u.CacheRead + u.CacheWrite }
 
+// Add returns the sum of u and v, field by field.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{Input: u.Input + v.Input, Output: u.Output + v.Output,
+		CacheRead: u.CacheRead + v.CacheRead, CacheWrite: u.CacheWrite + v.CacheWrite}
+}
+
+// IsZero reports whether every count is zero.
+func (u Usage) IsZero() bool { return u == Usage{} }
+
 // Message is one transcript message. User messages carry Content; assistant messages Content,
 // StopReason and ErrorMessage; tool results ToolCallID, ToolName and the tool.Result fields.
 type Message struct {
@@ -82,6 +91,11 @@ type Message struct {
 	Model        string     `json:"model,omitempty"`
 	// Usage is an assistant message's token usage as its provider reported it (nil: none).
 	Usage *Usage `json:"usage,omitempty"`
+	// ShortenedResults is, on an assistant message, how many earlier tool results were sent to
+	// the model as a stub instead of whole in the request that produced it (SPEC §17: shortened
+	// to fit the context window, never in the store or the page). They are always the oldest
+	// shortenable results of the transcript (see fitContext).
+	ShortenedResults int `json:"shortenedResults,omitempty"`
 	// Tool results only.
 	ToolCallID string       `json:"toolCallId,omitempty"`
 	ToolName   string       `json:"toolName,omitempty"`
@@ -98,6 +112,18 @@ func (m Message) ToolCalls() []Block {
 		}
 	}
 	return calls
+}
+
+// Thinking joins the readable text of the message's thinking blocks (the model's reasoning,
+// never part of its answer text).
+func (m Message) Thinking() string {
+	s := ""
+	for _, b := range m.Content {
+		if b.Type == "thinking" {
+			s += b.Thinking
+		}
+	}
+	return s
 }
 
 // Text joins the message's text blocks.
@@ -148,4 +174,11 @@ type Session struct {
 	// Mode is the session's mode (SPEC §14): default, plan or accept-edits. A new session gets
 	// the server's default mode (Config.DefaultMode).
 	Mode gate.Mode `json:"mode"`
+	// Instructions is the session's system prompt (SPEC §17), sent as Request.System with every
+	// model request; "" sends none (also what sessions stored before instructions existed
+	// hold). It can change until the session's first message (Runner.SetInstructions).
+	Instructions string `json:"instructions"`
+	// Usage is the sum of the usage of the session's assistant messages, in tokens (kept by the
+	// store as each message is stored, never written through Session).
+	Usage Usage `json:"usage"`
 }

@@ -99,6 +99,10 @@ type Store interface {
 	SetActiveTools(ctx context.Context, id string, names []string) error
 	// SetSessionTitle renames a session; apperr.NotFound for an unknown id.
 	SetSessionTitle(ctx context.Context, id, title string) error
+	// SetSessionInstructions sets a session's instructions, only while it has no transcript
+	// entry (checked in the same statement): apperr.Conflict once it has one, apperr.NotFound
+	// for an unknown id.
+	SetSessionInstructions(ctx context.Context, id, instructions string) error
 	// DeleteSession deletes a session with its transcript, approvals, grants and share links;
 	// apperr.NotFound for an unknown id.
 	DeleteSession(ctx context.Context, id string) error

@@ -47,6 +47,15 @@ type Config struct {
 	SuggestRule  gate.RuleSuggester
 	PolicyRules  []gate.Rule
 	DefaultMode  gate.Mode
+
+	// Instructions are the default instructions of a new session (SPEC §17: the New-session
+	// form's "Instructions", pre-filled with them): the text of -system-prompt FILE, or ""
+	// for BuiltinInstructions. WorkspaceVar in them becomes the session's workspace folder.
+	Instructions string
+	// ContextTokens is the context window the agent fits each request into, in tokens (SPEC
+	// §17, -context-tokens); 0 means the model's own (ContextWindow), and no limit for a model
+	// that does not say.
+	ContextTokens int
 }
 
 // Runner runs agent sessions: at most one run per session, each with its own cancellable
@@ -117,10 +126,35 @@ func (r *Runner) ApprovalDeadline(a gate.Approval) time.Time {
 // Tools returns the registry the runner calls tools from.
 func (r *Runner) Tools() *tool.Registry { return r.cfg.Tools }
 
-// CreateSession validates and stores a new idle session. The model must be one Models offers;
-// the workspace must be an existing folder (it is made absolute).
-func (r *Runner) CreateSession(ctx context.Context, title, model, workspace string) (s Session, err error) {
+// DefaultInstructions is the instructions a new session gets unless it is given others
+// (Config.Instructions, else BuiltinInstructions), with WorkspaceVar not yet replaced: what
+// the New-session form is pre-filled with.
+func (r *Runner) DefaultInstructions() string {
+	if r.cfg.Instructions != "" {
+		return r.cfg.Instructions
+	}
+	return BuiltinInstructions
+}
+
+// NewSession is what a new session is made from (SPEC §12 POST /api/sessions, the New-session
+// form). Instructions nil means DefaultInstructions; "" means none.
+type NewSession struct {
+	Title, Model, Workspace string
+	Instructions            *string
+}
+
+// CreateSession is CreateSessionWith with the default instructions.
+func (r *Runner) CreateSession(ctx context.Context, title, model, workspace string) (Session, error) {
+	return r.CreateSessionWith(ctx, NewSession{Title: title, Model: model, Workspace: workspace})
+}
+
+// CreateSessionWith validates and stores a new idle session. The model must be one Models
+// offers; the workspace must be an existing folder (it is made absolute); the instructions at
+// most MaxInstructions bytes, their WorkspaceVar replaced by the workspace (apperr.Invalid
+// otherwise).
+func (r *Runner) CreateSessionWith(ctx context.Context, ns NewSession) (s Session, err error) {
 	defer apperr.Wrap(&err, "CreateSession")
+	title, model, workspace := ns.Title, ns.Model, ns.Workspace
 	title = strings.TrimSpace(title)
 	if title == "" {
 		title = "Untitled session"
@@ -138,8 +172,15 @@ func (r *Runner) CreateSession(ctx context.Context, title, model, workspace stri
 	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 		return Session{}, apperr.Errorf(apperr.Invalid, "Workspace %q is not an existing folder.", abs)
 	}
+	instructions := r.DefaultInstructions()
+	if ns.Instructions != nil {
+		instructions = *ns.Instructions
+	}
+	if err := checkInstructions(instructions); err != nil {
+		return Session{}, err
+	}
 	s = Session{ID: newID(), Title: title, Model: model, Workspace: abs, State: Idle, CreatedAt: time.Now().UTC(),
-		Mode: r.cfg.DefaultMode}
+		Mode: r.cfg.DefaultMode, Instructions: ExpandInstructions(instructions, abs)}
 	if err := r.cfg.Store.CreateSession(ctx, s); err != nil {
 		return Session{}, err
 	}
@@ -157,18 +198,47 @@ func checkTitle(title string) error {
 	return nil
 }
 
+// CheckTitle checks a new title as RenameSession does: trimmed, 1 to MaxTitle characters
+// (apperr.Invalid otherwise).
+func CheckTitle(title string) error {
+	title = strings.TrimSpace(title)
+	if title == "" {
+		return apperr.Errorf(apperr.Invalid, "The title is empty; give the session a name.")
+	}
+	return checkTitle(title)
+}
+
 // RenameSession sets a session's title: trimmed, 1 to MaxTitle characters (apperr.Invalid
 // otherwise), apperr.NotFound for an unknown session. Its viewers are told (session_updated).
 func (r *Runner) RenameSession(ctx context.Context, sessionID, title string) (s Session, err error) {
 	defer apperr.Wrap(&err, "RenameSession(%s)", sessionID)
-	title = strings.TrimSpace(title)
-	if title == "" {
-		return Session{}, apperr.Errorf(apperr.Invalid, "The title is empty; give the session a name.")
-	}
-	if err := checkTitle(title); err != nil {
+	if err := CheckTitle(title); err != nil {
 		return Session{}, err
 	}
+	title = strings.TrimSpace(title)
 	if err := r.cfg.Store.SetSessionTitle(ctx, sessionID, title); err != nil {
+		return Session{}, err
+	}
+	if s, err = r.cfg.Store.Session(ctx, sessionID); err != nil {
+		return Session{}, err
+	}
+	r.publish(Event{Type: SessionUpdated, SessionID: sessionID, Session: &s})
+	return s, nil
+}
+
+// SetInstructions replaces a session's instructions (SPEC §17), WorkspaceVar replaced by its
+// workspace, and tells its viewers (session_updated). Instructions can change only until the
+// session's first message: after it, apperr.Conflict, and nothing changes. apperr.Invalid for
+// instructions over MaxInstructions bytes, apperr.NotFound for an unknown session.
+func (r *Runner) SetInstructions(ctx context.Context, sessionID, instructions string) (s Session, err error) {
+	defer apperr.Wrap(&err, "SetInstructions(%s)", sessionID)
+	if err := checkInstructions(instructions); err != nil {
+		return Session{}, err
+	}
+	if s, err = r.cfg.Store.Session(ctx, sessionID); err != nil {
+		return Session{}, err
+	}
+	if err := r.cfg.Store.SetSessionInstructions(ctx, sessionID, ExpandInstructions(instructions, s.Workspace)); err != nil {
 		return Session{}, err
 	}
 	if s, err = r.cfg.Store.Session(ctx, sessionID); err != nil {

@@ -12,11 +12,15 @@ import (
 	"countersign/internal/gate"
 )
 
-const sessionColumns = `id, title, model, workspace, state, active_tools, created_at, mode`
+const sessionColumns = `id, title, model, workspace, state, active_tools, created_at, mode, instructions`
+
+// usageColumns are the sums of the usage of a session's assistant messages (agent.Session.Usage),
+// kept by AppendEntry.
+const usageColumns = `usage_input, usage_output, usage_cache_read, usage_cache_write`
 
 // selectSession reads sessionColumns and the session's pending approvals (through the partial
 // index approvals_pending: the literal 'pending' lets SQLite use it).
-const selectSession = `SELECT ` + sessionColumns + `,
+const selectSession = `SELECT ` + sessionColumns + `, ` + usageColumns + `,
 	(SELECT COUNT(*) FROM approvals a WHERE a.session_id = sessions.id AND a.status = 'pending')
 	FROM sessions`
 
@@ -42,8 +46,8 @@ func (db *DB) CreateSession(ctx context.Context, s agent.Session) (err error) {
 		return err
 	}
 	_, err = db.write.ExecContext(ctx,
-		`INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		s.ID, s.Title, s.Model, s.Workspace, string(s.State), tools, formatTime(s.CreatedAt), string(s.Mode))
+		`INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		s.ID, s.Title, s.Model, s.Workspace, string(s.State), tools, formatTime(s.CreatedAt), string(s.Mode), s.Instructions)
 	switch {
 	case isUnique(err):
 		return apperr.Errorf(apperr.Conflict, "session %s already exists", s.ID)
@@ -101,6 +105,25 @@ func (db *DB) SetSessionTitle(ctx context.Context, id, title string) (err error)
 	return db.updateSession(ctx, id, `UPDATE sessions SET title = ? WHERE id = ?`, title, id)
 }
 
+// SetSessionInstructions sets a session's instructions (SPEC §17) while it has no transcript
+// entry: the check and the update are one statement, so a first message stored at the same time
+// either comes after the new instructions or makes this apperr.Conflict. apperr.NotFound for an
+// unknown id.
+func (db *DB) SetSessionInstructions(ctx context.Context, id, instructions string) (err error) {
+	defer apperr.Wrap(&err, "store.SetSessionInstructions(%s)", id)
+	err = db.updateSession(ctx, id, setInstructions, instructions, id, id)
+	if apperr.CodeOf(err) != apperr.NotFound {
+		return err
+	}
+	if _, serr := db.Session(ctx, id); serr != nil {
+		return serr
+	}
+	return apperr.Errorf(apperr.Conflict, "The instructions can no longer change: the session has messages (they are fixed by the first one).")
+}
+
+const setInstructions = `UPDATE sessions SET instructions = ?
+	WHERE id = ? AND NOT EXISTS (SELECT 1 FROM entries WHERE session_id = ?)`
+
 // DeleteSession deletes a session with everything that belongs to it, in one statement: its
 // transcript entries, approvals (the audit), grants and share links go with it (ON DELETE
 // CASCADE; foreign_keys is on for every connection). Synced like a decision (commitDurable): a
@@ -153,7 +176,7 @@ func (db *DB) SetActiveTools(ctx context.Context, id string, names []string) (er
 }
 
 // AppendEntry stores m as the session's next transcript entry and returns it with its Seq (1 for
-// the first entry of a session). The entry is committed when it returns. records, if any, are
+// the first entry of a session), and adds its usage, if any, to the session's (Session.Usage). The entry is committed when it returns. records, if any, are
 // approvals stored in the same transaction, as CreateApprovals does (the automatic audit records
 // of the message's tool calls): the entry and all of them, or nothing. Errors: apperr.NotFound
 // for an unknown session; CreateApproval's codes for a bad record.
@@ -173,15 +196,23 @@ func (db *DB) AppendEntry(ctx context.Context, sessionID string, m agent.Message
 	// drops both; the transcript never shows a call without its decision, and nobody is asked
 	// again for a call that ran. A sync here would cost every model turn with tool calls
 	// (measured with BenchmarkDirect: +50 to +100% per faux turn on a loaded machine).
-	err = db.commit(ctx, len(records) > 0, func(w *writeTx) error {
+	// An assistant message's usage is added to its session's sums in the same transaction.
+	usage := m.Usage != nil && !m.Usage.IsZero()
+	err = db.commit(ctx, len(records) > 0 || usage, func(w *writeTx) error {
 		if err := w.stmt(insertEntry).QueryRowContext(w.ctx, args...).Scan(&seq); err != nil {
 			return err
+		}
+		if usage {
+			u := m.Usage
+			if _, err := w.stmt(addUsage).ExecContext(w.ctx, u.Input, u.Output, u.CacheRead, u.CacheWrite, sessionID); err != nil {
+				return err
+			}
 		}
 		if len(records) == 0 {
 			return nil
 		}
 		return db.insertApprovals(w, records)
-	}, insertEntry, insertApproval, insertApprovalsJSON)
+	}, insertEntry, addUsage, insertApproval, insertApprovalsJSON)
 	if isForeignKey(err) {
 		return agent.Entry{}, apperr.Errorf(apperr.NotFound, "session %s not found", sessionID)
 	}
@@ -195,6 +226,9 @@ const insertEntry = `
 		INSERT INTO entries (session_id, seq, role, tool_call_id, message, created_at)
 		SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ? FROM entries WHERE session_id = ?
 		RETURNING seq`
+
+const addUsage = `UPDATE sessions SET usage_input = usage_input + ?, usage_output = usage_output + ?,
+	usage_cache_read = usage_cache_read + ?, usage_cache_write = usage_cache_write + ? WHERE id = ?`
 
 // Entries returns the session's transcript in Seq order; empty for an unknown session.
 func (db *DB) Entries(ctx context.Context, sessionID string) (_ []agent.Entry, err error) {
@@ -271,7 +305,9 @@ func scanSession(r scanner) (agent.Session, error) {
 		tools     sql.NullString
 		mode      string
 	)
-	if err := r.Scan(&s.ID, &s.Title, &s.Model, &s.Workspace, &state, &tools, &at, &mode, &s.PendingApprovals); err != nil {
+	u := &s.Usage
+	if err := r.Scan(&s.ID, &s.Title, &s.Model, &s.Workspace, &state, &tools, &at, &mode, &s.Instructions,
+		&u.Input, &u.Output, &u.CacheRead, &u.CacheWrite, &s.PendingApprovals); err != nil {
 		return agent.Session{}, err
 	}
 	s.State, s.Mode = agent.State(state), gate.Mode(mode)

@@ -55,7 +55,7 @@ func TestAPIErrorsSpeakJSONNotGo(t *testing.T) {
 		{"a boolean for a string", "POST", "/api/approvals/nope/decision", `{"decision":true}`,
 			"field decision: expected a string, got a boolean"},
 		{"an unknown field", "POST", "/api/sessions", `{"title":"x","model":"faux:one","colour":"red"}`,
-			`field "colour" is not known here; the fields are title, model, workspace.`},
+			`field "colour" is not known here; the fields are title, model, workspace, instructions.`},
 		{"not an object", "POST", "/api/sessions/" + sid + "/messages", `["hi"]`,
 			"The request body must be a JSON object, not an array."},
 		{"cut short", "POST", "/api/sessions", `{"title":`,

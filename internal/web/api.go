@@ -232,11 +232,15 @@ func jsonFields(t reflect.Type) []string {
 	return names
 }
 
+// apiCreateSession creates a session: {title, model, workspace?, instructions?} → 201 the
+// session. workspace absent: the server's -workspace; instructions absent: the default
+// instructions (SPEC §17), "" none; over agent.MaxInstructions bytes: 400.
 func (s *Server) apiCreateSession(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
-		Title     string `json:"title"`
-		Model     string `json:"model"`
-		Workspace string `json:"workspace"`
+		Title        string  `json:"title"`
+		Model        string  `json:"model"`
+		Workspace    string  `json:"workspace"`
+		Instructions *string `json:"instructions"`
 	}
 	if err := decodeJSON(r, &in); err != nil {
 		return err
@@ -244,7 +248,8 @@ func (s *Server) apiCreateSession(w http.ResponseWriter, r *http.Request) error 
 	if in.Workspace == "" {
 		in.Workspace = s.cfg.Workspace
 	}
-	sess, err := s.cfg.Runner.CreateSession(r.Context(), in.Title, in.Model, in.Workspace)
+	sess, err := s.cfg.Runner.CreateSessionWith(r.Context(), agent.NewSession{Title: in.Title, Model: in.Model,
+		Workspace: in.Workspace, Instructions: in.Instructions})
 	if err != nil {
 		return err
 	}
@@ -286,20 +291,28 @@ func (s *Server) apiSession(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// apiRenameSession changes a session: {title?, mode?} → 200 the session. title renames it (400
-// for an empty or too long one); mode switches its mode for the next call (SPEC §14: default,
-// plan or accept-edits, else 400; pending calls the new mode allows are released, none is
-// denied). 400 for a body with neither; 404 unknown. Owner only, like every /api route.
+// apiRenameSession changes a session: {title?, mode?, instructions?} → 200 the session. title
+// renames it (400 for an empty or too long one); mode switches its mode for the next call (SPEC
+// §14: default, plan or accept-edits, else 400; pending calls the new mode allows are released,
+// none is denied); instructions replace its instructions (SPEC §17) until its first message,
+// 409 after it, 400 over agent.MaxInstructions bytes. 400 for a body with none of them; 404
+// unknown. A refused body changes nothing. Owner only, like every /api route.
 func (s *Server) apiRenameSession(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
-		Title *string    `json:"title"`
-		Mode  *gate.Mode `json:"mode"`
+		Title        *string    `json:"title"`
+		Mode         *gate.Mode `json:"mode"`
+		Instructions *string    `json:"instructions"`
 	}
 	if err := decodeJSON(r, &in); err != nil {
 		return err
 	}
-	if in.Title == nil && in.Mode == nil {
-		return apperr.Errorf(apperr.Invalid, "Send a title or a mode to change.")
+	if in.Title == nil && in.Mode == nil && in.Instructions == nil {
+		return apperr.Errorf(apperr.Invalid, "Send a title, a mode or instructions to change.")
+	}
+	if in.Title != nil {
+		if err := agent.CheckTitle(*in.Title); err != nil {
+			return err
+		}
 	}
 	id := r.PathValue("id")
 	var sess agent.Session
@@ -310,6 +323,13 @@ func (s *Server) apiRenameSession(w http.ResponseWriter, r *http.Request) error 
 		case gate.ModeDefault, gate.ModePlan, gate.ModeAcceptEdits:
 		default:
 			return apperr.Errorf(apperr.Invalid, "mode must be default, plan or accept-edits, not %q", *in.Mode)
+		}
+	}
+	// Instructions first: they are the change that can be refused for the session's state (a
+	// first message), and the others are checked already.
+	if in.Instructions != nil {
+		if sess, err = s.cfg.Runner.SetInstructions(r.Context(), id, *in.Instructions); err != nil {
+			return err
 		}
 	}
 	if in.Title != nil {

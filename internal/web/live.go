@@ -11,7 +11,6 @@ import (
 	"github.com/coder/websocket"
 
 	"countersign/internal/agent"
-	"countersign/internal/render"
 	"countersign/web/templates"
 )
 
@@ -222,13 +221,33 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		}
 		streaming := ev.Type == agent.MessageStart
 		b.live = s.cfg.Runner.Live(ev.SessionID)
-		return appendTo("transcript", templates.Message(b.message(*ev.Message, streaming)))
+		msg := appendTo("transcript", templates.Message(b.message(*ev.Message, streaming)))
+		switch {
+		case ev.Type == agent.MessageEnd && ev.Message.Role == agent.Assistant && err == nil:
+			// The session's total, as the store has summed it with this message (SPEC §17).
+			return fragments(msg, templates.SessionUsage(usageText(sess.Usage)))
+		case ev.Type == agent.MessageEnd && ev.Message.Role == agent.User && err == nil:
+			// A message is stored: the instructions are fixed now, and their editor goes.
+			return fragments(msg, templates.InstructionsBody(instructionsView(sess, who, false)))
+		}
+		return msg
 	case agent.MessageUpdate:
 		if ev.Message == nil {
 			return nil
 		}
-		text := ev.Message.Text()
-		return templates.MessageText(templates.MessageView{ID: ev.MessageID, Role: "assistant", Text: text, HTML: render.Markdown(text)})
+		// The streaming message's slots, each replaced by id: its text, its reasoning, its
+		// status (a retry's wait, results shortened), and the cards of its tool calls as they
+		// stream (SPEC §17), upserted by id: none of them holds a prompt yet.
+		b.live = agent.Live{Running: true, Streaming: ev.Message, Partial: ev.PartialCalls, Retry: ev.Retry}
+		mv := b.message(*ev.Message, true)
+		out := []templ.Component{templates.MessageText(mv), templates.MessageStatus(mv)}
+		if mv.Thinking != "" {
+			out = append(out, templates.ThinkingText(mv))
+		}
+		for _, c := range mv.Cards {
+			out = append(out, appendTo(messageDOMID(ev.MessageID), templates.Card(c)))
+		}
+		return fragments(out...)
 	case agent.ApprovalRequested, agent.ApprovalResolved, agent.ToolExecutionStart,
 		agent.ToolExecutionUpdate, agent.ToolExecutionEnd:
 		b.live = s.cfg.Runner.Live(ev.SessionID)

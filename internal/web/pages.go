@@ -16,7 +16,8 @@ import (
 )
 
 func (s *Server) sessionsPage(w http.ResponseWriter, r *http.Request) error {
-	return s.renderSessions(w, r, http.StatusOK, templates.NewSessionForm{Workspace: s.cfg.Workspace, Model: "faux:demo"}, "")
+	return s.renderSessions(w, r, http.StatusOK, templates.NewSessionForm{Workspace: s.cfg.Workspace, Model: "faux:demo",
+		Instructions: s.cfg.Runner.DefaultInstructions()}, "")
 }
 
 // searchSessions lists the sessions, newest first, whose title contains q (case-insensitive;
@@ -74,8 +75,17 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err := parseForm(r); err != nil {
 		return err
 	}
-	form := templates.NewSessionForm{Title: r.PostForm.Get("title"), Model: r.PostForm.Get("model"), Workspace: r.PostForm.Get("workspace")}
-	sess, err := s.cfg.Runner.CreateSession(r.Context(), form.Title, form.Model, form.Workspace)
+	form := templates.NewSessionForm{Title: r.PostForm.Get("title"), Model: r.PostForm.Get("model"), Workspace: r.PostForm.Get("workspace"),
+		Instructions: formText(r.PostForm.Get("instructions"))}
+	ns := agent.NewSession{Title: form.Title, Model: form.Model, Workspace: form.Workspace}
+	if r.PostForm.Has("instructions") {
+		// Sent, even empty (the person cleared the box: no system prompt); a form without
+		// the field gets the default.
+		ns.Instructions = &form.Instructions
+	} else {
+		form.Instructions = s.cfg.Runner.DefaultInstructions()
+	}
+	sess, err := s.cfg.Runner.CreateSessionWith(r.Context(), ns)
 	if apperr.CodeOf(err) == apperr.Invalid {
 		return s.renderSessions(w, r, http.StatusBadRequest, form, apperr.MessageOf(err))
 	}
@@ -84,6 +94,48 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	http.Redirect(w, r, "/sessions/"+sess.ID, http.StatusSeeOther)
 	return nil
+}
+
+// formText is a textarea's value as typed: browsers send its line breaks as CRLF.
+func formText(v string) string { return strings.ReplaceAll(v, "\r\n", "\n") }
+
+// setInstructions handles the session page's instructions editor (field instructions): the
+// instructions are replaced and the page gets them back, with the editor (SPEC §17). Once the
+// session has a message they are fixed: 409, and the editor gives way to the stored
+// instructions with the reason. Too long: 400 with the reason, what was typed kept in the box.
+func (s *Server) setInstructions(w http.ResponseWriter, r *http.Request) error {
+	if err := parseForm(r); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	text := formText(r.PostForm.Get("instructions"))
+	sess, err := s.cfg.Runner.SetInstructions(r.Context(), id, text)
+	switch apperr.CodeOf(err) {
+	case "":
+		v := instructionsView(sess, ownerViewer(id), true)
+		v.Saved = true
+		s.render(w, r, http.StatusOK, templates.InstructionsBody(v))
+		return nil
+	case apperr.Invalid:
+		cur, serr := s.cfg.Store.Session(r.Context(), id)
+		if serr != nil {
+			return serr
+		}
+		v := instructionsView(cur, ownerViewer(id), true)
+		v.Text, v.Error = text, apperr.MessageOf(err)
+		s.render(w, r, http.StatusBadRequest, templates.InstructionsBody(v))
+		return nil
+	case apperr.Conflict:
+		cur, serr := s.cfg.Store.Session(r.Context(), id)
+		if serr != nil {
+			return serr
+		}
+		v := instructionsView(cur, ownerViewer(id), false)
+		v.Error = apperr.MessageOf(err)
+		s.render(w, r, http.StatusConflict, templates.InstructionsBody(v))
+		return nil
+	}
+	return err
 }
 
 // renameSession handles the session page's Rename form (field title): 303 back to the session,

@@ -120,7 +120,7 @@ func TestRulesAPIRefusesAttackers(t *testing.T) {
 		{"an unknown rule", "DELETE", "/api/rules/nosuch", "", nil, 404, "rule nosuch not found"},
 		{"an unknown mode", "PATCH", "/api/sessions/" + sess.ID, `{"mode":"yolo"}`, nil, 400, `mode must be default, plan or accept-edits, not "yolo"`},
 		{"a mode for another session", "PATCH", "/api/sessions/nosuch", `{"mode":"plan"}`, nil, 404, "session nosuch not found"},
-		{"an empty change", "PATCH", "/api/sessions/" + sess.ID, `{}`, nil, 400, "Send a title or a mode to change."},
+		{"an empty change", "PATCH", "/api/sessions/" + sess.ID, `{}`, nil, 400, "Send a title, a mode or instructions to change."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st, body := ts.do(t, tc.method, tc.path, "application/json", tc.body, tc.client)

@@ -155,6 +155,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /sessions", s.owner(s.createSession))
 	mux.Handle("GET /sessions/{id}", s.owner(s.sessionPage))
 	mux.Handle("POST /sessions/{id}/title", s.owner(s.renameSession))
+	mux.Handle("POST /sessions/{id}/instructions", s.owner(s.setInstructions))
 	mux.Handle("POST /sessions/{id}/delete", s.owner(s.deleteSession))
 	mux.Handle("POST /sessions/{id}/messages", s.owner(s.sendMessage))
 	mux.Handle("POST /sessions/{id}/stop", s.owner(s.stop))

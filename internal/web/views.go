@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,6 +56,7 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 		ID: sess.ID, Title: sess.Title, Model: sess.Model, Workspace: sess.Workspace,
 		State: string(sess.State), Running: sess.State.Active(), Items: items,
 		LiveURL: "/sessions/" + sess.ID + "/live", Mode: string(sess.Mode),
+		Usage: usageText(sess.Usage), Instructions: instructionsView(sess, who, len(items) == 0),
 	}
 	v.AllowAll = s.allowAllRules(sess)
 	if who.owner {
@@ -76,6 +78,17 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 		v.Grants = &gv
 	}
 	return v, nil
+}
+
+// instructionsView is sess's instructions as who sees them: editable by the owner while the
+// session has no message (empty).
+func instructionsView(sess agent.Session, who viewer, empty bool) templates.InstructionsView {
+	v := templates.InstructionsView{Text: sess.Instructions}
+	if who.owner && empty {
+		v.EditURL = "/sessions/" + sess.ID + "/instructions"
+		v.Rows = min(max(strings.Count(sess.Instructions, "\n")+2, 4), 16)
+	}
+	return v
 }
 
 // transcriptItems renders the transcript: each stored message, tool results folded into their
@@ -138,21 +151,104 @@ func (s *Server) newBuilder(sessionID, workspace string, who viewer) *builder {
 		approvals: map[callKey]gate.Approval{}, grouped: map[string]gate.Approval{}, results: map[callKey]*tool.Result{}}
 }
 
+// message is m as the transcript shows it. A streaming message also shows what b.live holds of
+// it: its tool calls whose arguments are still streaming, and a retry's wait.
 func (b *builder) message(m agent.Message, streaming bool) templates.MessageView {
 	v := templates.MessageView{ID: m.ID, Role: string(m.Role), Text: m.Text(), Streaming: streaming}
 	if m.Role == agent.Assistant {
 		v.HTML = render.Markdown(v.Text)
+		v.Thinking = thinkingText(m)
+		v.Shortened = m.ShortenedResults
+		if m.Usage != nil {
+			v.Usage = usageText(*m.Usage)
+		}
 	}
 	if m.StopReason == agent.Error || m.StopReason == agent.Aborted {
 		v.Error = m.ErrorMessage
-		if m.StopReason == agent.Error {
+		if m.StopReason == agent.Error && !strings.HasPrefix(m.ErrorMessage, agent.NotSentPrefix) {
 			v.Error = "The model failed: " + m.ErrorMessage
 		}
 	}
 	for _, c := range m.ToolCalls() {
 		v.Cards = append(v.Cards, b.card(m.ID, c.ID, "", c.Name, c.Arguments, streaming))
 	}
+	if streaming && b.live.Streaming != nil && b.live.Streaming.ID == m.ID {
+		for _, p := range b.live.Partial {
+			v.Cards = append(v.Cards, b.partialCard(m.ID, p))
+		}
+		if b.live.Retry != nil {
+			v.Retry = retryText(*b.live.Retry)
+		}
+	}
 	return v
+}
+
+// partialCard is the card of a tool call whose arguments are still streaming (SPEC §17): its
+// name and arguments as far as they came, state streaming; never a prompt. Its id is the one
+// the complete call's card takes over (the call's id; its position while the id is unknown).
+func (b *builder) partialCard(messageID string, p agent.PartialCall) templates.CardView {
+	id := p.ID
+	if id == "" {
+		id = fmt.Sprintf("#%d", p.Index)
+	}
+	name := p.Name
+	if name == "" {
+		name = "…"
+	}
+	c := b.baseCard(messageID, id, "", name, nil)
+	c.ArgumentsJSON = render.EscapeHiddenJSON(p.Arguments)
+	c.State = "streaming"
+	return c
+}
+
+// thinkingText is what an assistant message's Thinking fold shows: the readable text of its
+// thinking blocks, or a note when the provider sent its reasoning only encrypted or redacted;
+// "" when it has none.
+func thinkingText(m agent.Message) string {
+	if t := m.Thinking(); strings.TrimSpace(t) != "" {
+		return t
+	}
+	for _, b := range m.Content {
+		if b.Type == "thinking" {
+			return "The model reasoned before answering; its provider keeps the reasoning encrypted (it is sent back to the model, not shown)."
+		}
+	}
+	return ""
+}
+
+// usageText is token usage as the page says it (SPEC §17): "1,234 in · 56 out", then
+// "· 800 cache read" and "· 100 cache write" when not zero; "" when it is all zero.
+func usageText(u agent.Usage) string {
+	if u.IsZero() {
+		return ""
+	}
+	n := func(v int64) string { return templates.Thousands(int(v)) }
+	s := n(u.Input) + " in · " + n(u.Output) + " out"
+	if u.CacheRead > 0 {
+		s += " · " + n(u.CacheRead) + " cache read"
+	}
+	if u.CacheWrite > 0 {
+		s += " · " + n(u.CacheWrite) + " cache write"
+	}
+	return s
+}
+
+// retryText is a retry's wait as the streaming message says it (SPEC §17): "retrying (429) in
+// 2 s", "retrying (connection error) in 0.5 s".
+func retryText(r agent.Retry) string {
+	why := "connection error"
+	if r.Status != 0 {
+		why = strconv.Itoa(r.Status)
+	}
+	return "retrying (" + why + ") in " + waitText(r.Wait)
+}
+
+// waitText is a wait in seconds: whole seconds from 1 s on ("2 s"), tenths below ("0.5 s").
+func waitText(d time.Duration) string {
+	if d >= time.Second {
+		return strconv.FormatInt(int64((d+time.Second/2)/time.Second), 10) + " s"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s"
 }
 
 // card builds a call's card from its stored result, its approval and the live state.

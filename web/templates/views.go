@@ -28,9 +28,11 @@ type SessionsView struct {
 	Query string
 }
 
-// NewSessionForm is the New-session form's values.
+// NewSessionForm is the New-session form's values. Instructions pre-fill the "Instructions"
+// textbox (SPEC §17): the server's default instructions, or what was submitted.
 type NewSessionForm struct {
 	Title, Model, Workspace string
+	Instructions            string
 }
 
 // SessionRow is one session in the list. State is idle, running or waiting (for approval);
@@ -81,6 +83,26 @@ type SessionView struct {
 	// AllowAll are the allow rules for every tool ("*") that reach this session, as text; the
 	// page says every call runs without a prompt while there is one.
 	AllowAll []string
+	// Instructions are the session's instructions (SPEC §17), with their editor while they
+	// can change.
+	Instructions InstructionsView
+	// Usage is the session's token usage in words ("12,345 in · 678 out"); "" when no message
+	// reported any.
+	Usage string
+}
+
+// InstructionsView is a session's instructions as its page shows them: folded at the top of
+// the transcript, editable by the owner until the first message.
+type InstructionsView struct {
+	Text string
+	// EditURL is where the editor posts; "" shows the instructions read-only (after the first
+	// message, or to a reviewer).
+	EditURL string
+	// Rows is the editor's height in lines; Error the editor's refusal ("" when none); Saved
+	// says they were just saved.
+	Rows  int
+	Error string
+	Saved bool
 }
 
 // Modes are the session modes in the Mode combobox's order (SPEC §14).
@@ -97,6 +119,18 @@ type MessageView struct {
 	Error     string // an assistant message that ended in error or was stopped
 	Streaming bool
 	Cards     []CardView
+	// Thinking is an assistant message's reasoning text, shown folded apart from the answer
+	// (or a note when the provider keeps it encrypted).
+	Thinking string
+	// Usage is the message's token usage in words ("1,234 in · 56 out"; the page adds
+	// "tokens"); "" when its provider reported none.
+	Usage string
+	// Shortened counts the earlier tool results shortened for the model in this message's
+	// request (SPEC §17).
+	Shortened int
+	// Retry is, while the message streams, the wait before its request is tried again
+	// ("retrying (429) in 2 s"); "" when none.
+	Retry string
 }
 
 // DOMID is the element id of the message.
@@ -112,7 +146,8 @@ type CardView struct {
 	// CallView, when set, is the tool's own rendering of its call (a registered renderer);
 	// otherwise the card shows the arguments as JSON.
 	CallView templ.Component
-	// State is one of: waiting, approval, running, ok, error, denied, blocked, cancelled,
+	// State is one of: streaming (its arguments are still arriving; ArgumentsJSON holds them
+	// as far as they came), waiting, approval, running, ok, error, denied, blocked, cancelled,
 	// timed_out, violation, interrupted.
 	State    string
 	Approval *ApprovalView

@@ -328,13 +328,32 @@ func classifyFrame(b []byte) (k htmlKey, end bool) {
 			break
 		}
 		if i := bytes.IndexByte(rest, '>'); i >= 0 {
-			return htmlKey{kind: kindText, id: string(msg), textLen: visibleBytes(stripTags(rest[i+1:]))}, false
+			// The text element only: the same fragment may go on with the message's other slots
+			// (its reasoning, its status, the cards of calls that stream, issue 18).
+			return htmlKey{kind: kindText, id: string(msg), textLen: visibleBytes(stripTags(divContent(rest[i+1:])))}, false
 		}
 	case bytes.HasPrefix(b, runStateSpan):
 		end := bytes.Contains(b[:bytes.IndexByte(b, '>')+1], stateIdle) && !bytes.Contains(b, sessionTitleID)
 		return htmlKey{kind: kindRunState}, end
 	}
 	return htmlKey{kind: kindOther}, false
+}
+
+// divContent is b, which starts inside a <div>, up to the </div> that closes it (all of b when
+// none does).
+func divContent(b []byte) []byte {
+	depth := 1
+	for i := 0; i < len(b); i++ {
+		switch {
+		case bytes.HasPrefix(b[i:], []byte("<div")):
+			depth++
+		case bytes.HasPrefix(b[i:], []byte("</div>")):
+			if depth--; depth == 0 {
+				return b[:i]
+			}
+		}
+	}
+	return b
 }
 
 // cutQuoted splits b, which starts inside a quoted attribute value, at its closing quote.

@@ -54,6 +54,10 @@ func TestClassifyFrameReadsTheFragmentsKey(t *testing.T) {
 			htmlKey{kind: kindText, id: "zarp3xp2", textLen: 29}, false},
 		{"text update with a character reference", `<div id="m-a-text" class="message-text markdown"><p>a &amp; b</p></div>`,
 			htmlKey{kind: kindText, id: "a", textLen: 3}, false},
+		{"text update with the message's other slots and a card", `<div id="m-a-text" class="message-text markdown"><div class="x"><p>ab</p></div></div>` +
+			`<div id="m-a-thinking-text" class="thinking-text">hmm</div><div id="m-a-status" class="message-status"></div>` +
+			`<div hx-swap-oob="beforeend:#m-a"><article data-tool-call-id="c1">shell</article></div>`,
+			htmlKey{kind: kindText, id: "a", textLen: 2}, false},
 		{"tool card", `<div hx-swap-oob="beforeend:#m-zarp3xp2"><article id="tc-3a4e" class="tool-card tool-running" role="article" aria-label="Tool call echo" data-tool-call-id="call-0" data-upsert></article></div>`,
 			htmlKey{kind: kindCard, id: "call-0"}, false},
 		{"nested card", `<div hx-swap-oob="beforeend:#tc-3a4e-nested"><article id="tc-99" class="tool-card tool-ok nested" data-tool-call-id="n-1" data-upsert></article></div>`,

@@ -128,21 +128,8 @@ func TestAnthropicStream(t *testing.T) {
 			if !reflect.DeepEqual(got.Usage, tt.want.Usage) {
 				t.Errorf("usage: got %+v, want %+v", got.Usage, tt.want.Usage)
 			}
-			if !reflect.DeepEqual(d.text, tt.wantText) {
-				t.Errorf("text deltas: got %q, want %q", d.text, tt.wantText)
-			}
-			if !reflect.DeepEqual(d.thinking, tt.wantThinking) {
-				t.Errorf("thinking deltas: got %q, want %q", d.thinking, tt.wantThinking)
-			}
-			if !reflect.DeepEqual(d.calls, tt.wantCalls) {
-				t.Errorf("tool call deltas:\ngot  %+v\nwant %+v", d.calls, tt.wantCalls)
-			}
-			if !reflect.DeepEqual(d.partials, tt.wantPartials) {
-				t.Errorf("partial deltas:\ngot  %+v\nwant %+v", d.partials, tt.wantPartials)
-			}
-			if !reflect.DeepEqual(d.order, tt.wantOrder) {
-				t.Errorf("delta order: got %q, want %q", d.order, tt.wantOrder)
-			}
+			d.expect(t, deltas{text: tt.wantText, thinking: tt.wantThinking, calls: tt.wantCalls,
+				partials: tt.wantPartials, order: tt.wantOrder})
 			if strings.Contains(got.Text(), "The user wants") {
 				t.Errorf("the thinking is in the answer text: %q", got.Text())
 			}

@@ -149,6 +149,26 @@ type deltas struct {
 	order    []string // the kind of each delta, in order: text, thinking, call, partial, retry
 }
 
+// expect compares the deltas with want's text, thinking, calls, partials and order (not retries).
+func (d *deltas) expect(t *testing.T, want deltas) {
+	t.Helper()
+	if !reflect.DeepEqual(d.text, want.text) {
+		t.Errorf("text deltas: got %q, want %q", d.text, want.text)
+	}
+	if !reflect.DeepEqual(d.thinking, want.thinking) {
+		t.Errorf("thinking deltas: got %q, want %q", d.thinking, want.thinking)
+	}
+	if !reflect.DeepEqual(d.calls, want.calls) {
+		t.Errorf("tool call deltas:\ngot  %+v\nwant %+v", d.calls, want.calls)
+	}
+	if !reflect.DeepEqual(d.partials, want.partials) {
+		t.Errorf("partial deltas:\ngot  %+v\nwant %+v", d.partials, want.partials)
+	}
+	if !reflect.DeepEqual(d.order, want.order) {
+		t.Errorf("delta order: got %q, want %q", d.order, want.order)
+	}
+}
+
 func (d *deltas) on(x agent.Delta) {
 	set := 0
 	if x.Text != "" {

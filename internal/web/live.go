@@ -3,7 +3,6 @@ package web
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -40,74 +39,33 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) error {
 // serveLive streams session id's live fragments to who until the client leaves, end is ended
 // (a revoked or expired share link, a logout) or the session is deleted; those close the socket
 // with 1008 and a reason the page shows. The socket counts under limit; past its cap it is
-// closed at once with the limit's reason.
+// closed at once with the limit's reason. A viewer that falls behind is closed (1013, "resync")
+// and reconnects.
 func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, who viewer, limit socketLimit, end *socketEnd) error {
-	// Accept checks that the Origin is this host (SPEC §7).
-	c, err := acceptSocket(w, r)
-	if err != nil {
-		return nil // Accept has answered
-	}
-	defer c.CloseNow()
-	release, ok := s.liveSockets.acquire(limit)
-	if !ok {
-		c.Close(websocket.StatusPolicyViolation, limit.reason)
-		return nil
-	}
-	defer release()
-	// The page never sends anything; a client that does is cut off at 1 KiB.
-	c.SetReadLimit(1 << 10)
-	ctx := c.CloseRead(r.Context())
-
-	// Subscribe before rendering: an event that lands in between is sent twice, which the
-	// fragments tolerate (replacements by id, appends deduplicated by id), rather than never.
-	sub := s.cfg.Broker.Subscribe(id)
-	defer s.cfg.Broker.Unsubscribe(sub)
-	workspace, first := s.resync(ctx, id, who)
-	if err := s.writeFragments(ctx, c, s.renderFragment(ctx, nil, first)); err != nil {
-		return nil
-	}
-	var (
-		evs  []*agent.Event
-		msgs [][]byte
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-end.Done():
-			c.Close(websocket.StatusPolicyViolation, end.reason)
-			return nil
-		case ev, ok := <-sub.C:
-			if !ok {
-				// Dropped for falling behind: the client reconnects and re-syncs.
-				c.Close(websocket.StatusTryAgainLater, "resync")
-				return nil
+	// Subscribed before the resync is rendered: an event that lands in between is sent twice,
+	// which the fragments tolerate (replacements by id, appends deduplicated by id), rather
+	// than never.
+	var workspace string
+	s.pumpEvents(w, r, id, eventSocket{
+		limit: limit,
+		end:   end,
+		first: func(ctx context.Context) ([][]byte, bool) {
+			ws, frag := s.resync(ctx, id, who)
+			workspace = ws
+			return s.renderFragment(ctx, nil, frag), true
+		},
+		message: func(ctx context.Context, msgs [][]byte, ev *agent.Event) [][]byte {
+			if b := s.liveFragment(ctx, ev, who, workspace); len(b) > 0 {
+				msgs = append(msgs, b)
 			}
-			evs, msgs = coalesce(evs, ev, sub.C), msgs[:0]
-			deleted := false
-			for _, ev := range evs {
-				if ctx.Err() != nil { // the viewer left: render nothing more for them
-					return nil
-				}
-				deleted = deleted || ev.Type == agent.SessionDeleted
-				if b := s.liveFragment(ctx, ev, who, workspace); len(b) > 0 {
-					msgs = append(msgs, b)
-				}
-			}
-			if deleted {
-				clear(evs)
-				clear(msgs)
-				c.Close(websocket.StatusPolicyViolation, endedDeleted)
-				return nil
-			}
-			clear(evs) // keep no event alive while waiting for the next
-			err := s.writeFragments(ctx, c, msgs)
-			clear(msgs)
-			if err != nil {
-				return nil
-			}
-		}
-	}
+			return msgs
+		},
+		behind:        "resync",
+		deletedStatus: websocket.StatusPolicyViolation,
+		deletedReason: endedDeleted,
+		what:          "live",
+	})
+	return nil
 }
 
 // coalesce puts in evs (reusing its array) the event just received and whatever else is already
@@ -230,15 +188,6 @@ func (s *Server) eventSession(ctx context.Context, ev *agent.Event) (agent.Sessi
 		return read{sess, err}
 	}).(read)
 	return r.sess, r.err
-}
-
-// writeFragments sends msgs, one htmx fragment each, as one text message each, in one batch.
-func (s *Server) writeFragments(ctx context.Context, c *socket, msgs [][]byte) error {
-	err := c.writeBatch(ctx, msgs)
-	if err != nil && !errors.Is(err, context.Canceled) && websocket.CloseStatus(err) == -1 {
-		s.log.Debug("live write", "err", err)
-	}
-	return err
 }
 
 // resync renders the whole live part of the page: the transcript, the run state and Stop. It

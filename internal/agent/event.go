@@ -78,8 +78,9 @@ type Event struct {
 	// pub is what the copies every subscriber receives share (Broker.Publish sets it only when
 	// the session has subscribers): the time of publication and the event's JSON encoding,
 	// made once, on first need (the first viewer that writes it). A session with 100 viewers
-	// costs one encoding per event, not 100, and one nobody watches costs none. An event must
-	// not change once published.
+	// costs one encoding per event, not 100, and one nobody watches costs none; what
+	// subscribers derive from it alike is shared the same way (Shared). An event must not
+	// change once published.
 	pub *publication
 }
 
@@ -89,6 +90,16 @@ type publication struct {
 	once sync.Once
 	b    []byte
 	err  error
+
+	// shared holds what Shared made for this event, by key.
+	mu     sync.Mutex
+	shared map[any]*sharedValue
+}
+
+// sharedValue is one value made by Shared, once.
+type sharedValue struct {
+	once sync.Once
+	v    any
 }
 
 // PublishedAt is when Broker.Publish sent the event to its subscribers; zero for an event that
@@ -111,6 +122,31 @@ func (ev Event) MarshalJSON() ([]byte, error) {
 	}
 	ev.pub.once.Do(func() { ev.pub.b, ev.pub.err = json.Marshal(eventFields(ev)) })
 	return ev.pub.b, ev.pub.err
+}
+
+// Shared returns what build returns for key, made once for the published event and returned to
+// every subscriber's copy of it: the first caller builds it (later callers of the same key wait
+// for it), the others get the same value, which nobody may modify. Subscribers use it for what
+// they derive from the event alike, as MarshalJSON shares the encoding: the web pages' live
+// fragment per viewer's rights, say. For an event that was not published, build is called every
+// time. key must be comparable; use a type of the caller's own package, as for context keys.
+func (ev Event) Shared(key any, build func() any) any {
+	if ev.pub == nil {
+		return build()
+	}
+	p := ev.pub
+	p.mu.Lock()
+	if p.shared == nil {
+		p.shared = map[any]*sharedValue{}
+	}
+	sv := p.shared[key]
+	if sv == nil {
+		sv = &sharedValue{}
+		p.shared[key] = sv
+	}
+	p.mu.Unlock()
+	sv.once.Do(func() { sv.v = build() })
+	return sv.v
 }
 
 // Broker fans events out to subscribers per session. Publish never blocks: each subscriber has a

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -36,6 +37,37 @@ func TestPublishEncodesOnceForAllSubscribers(t *testing.T) {
 
 // TestPublishWithoutSubscribersCostsNothing: an event published to a session nobody watches is
 // neither encoded nor copied (the nested benchmark publishes tens of thousands).
+// TestSharedIsBuiltOncePerPublishedEventAndKey: every subscriber's copy of a published event
+// gets the value the first caller built for a key, concurrently too; another key builds its
+// own; an event that was not published builds it at each call.
+func TestSharedIsBuiltOncePerPublishedEventAndKey(t *testing.T) {
+	type key struct{ class string }
+	b := NewBroker()
+	subs := []*Subscription{b.Subscribe("s"), b.Subscribe("s"), b.Subscribe("s")}
+	b.Publish(Event{Type: MessageEnd, SessionID: "s"})
+	var built atomic.Int32
+	build := func() any { return built.Add(1) }
+	got := make(chan any, len(subs))
+	for _, s := range subs {
+		ev := <-s.C
+		go func() { got <- ev.Shared(key{"owner"}, build) }()
+	}
+	for range subs {
+		if v := <-got; v != int32(1) {
+			t.Errorf("a subscriber got %v, want the first build's 1", v)
+		}
+	}
+	if n := built.Load(); n != 1 {
+		t.Errorf("built %d times for 3 subscribers, want once", n)
+	}
+	ev := Event{Type: MessageEnd, SessionID: "s"}
+	ev.Shared(key{"owner"}, build)
+	ev.Shared(key{"owner"}, build)
+	if n := built.Load(); n != 3 {
+		t.Errorf("an unpublished event: built %d times in all, want 3 (once per call)", n)
+	}
+}
+
 func TestPublishWithoutSubscribersCostsNothing(t *testing.T) {
 	b := NewBroker()
 	other := b.Subscribe("other")

@@ -491,87 +491,43 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.cfg.Store.Session(r.Context(), id); err != nil {
 		return err
 	}
-	c, err := acceptSocket(w, r)
-	if err != nil {
-		return nil
-	}
-	defer c.CloseNow()
-	release, ok := s.liveSockets.acquire(ownerSockets)
-	if !ok {
-		c.Close(websocket.StatusPolicyViolation, ownerSockets.reason)
-		return nil
-	}
-	defer release()
-	c.SetReadLimit(1 << 10)
-	ctx := c.CloseRead(r.Context())
-	sub := s.cfg.Broker.Subscribe(id)
-	defer s.cfg.Broker.Unsubscribe(sub)
-
-	sess, err := s.cfg.Store.Session(ctx, id)
-	if err != nil {
-		return nil
-	}
-	pending, err := s.cfg.Store.Approvals(ctx, id, gate.Pending)
-	if err != nil {
-		return nil
-	}
-	if pending == nil {
-		pending = []gate.Approval{}
-	}
-	snapshot, err := json.Marshal(map[string]any{"type": "snapshot", "sessionId": id, "session": sess,
-		"state": sess.State, "pendingApprovals": pending, "live": s.cfg.Runner.Live(id)})
-	if err != nil {
-		s.log.Error("API snapshot", "session", id, "err", err)
-		return nil
-	}
-	if err := s.writeEvents(ctx, c, [][]byte{snapshot}); err != nil {
-		return nil
-	}
-	var (
-		evs  []*agent.Event
-		msgs [][]byte
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-sub.C:
-			if !ok {
-				c.Close(websocket.StatusTryAgainLater, "fell behind; reconnect for a new snapshot")
-				return nil
-			}
-			evs, msgs = coalesce(evs, ev, sub.C), msgs[:0]
-			deleted := false
-			for _, ev := range evs {
-				deleted = deleted || ev.Type == agent.SessionDeleted
-				// The encoding made once for all the session's viewers (agent.Event.MarshalJSON).
-				b, err := ev.MarshalJSON()
-				if err != nil {
-					s.log.Error("API event encoding", "session", id, "type", ev.Type, "err", err)
-					continue
-				}
-				msgs = append(msgs, b)
-			}
-			clear(evs) // keep no event alive while waiting for the next
-			err := s.writeEvents(ctx, c, msgs)
-			clear(msgs)
+	s.pumpEvents(w, r, id, eventSocket{
+		limit: ownerSockets,
+		first: func(ctx context.Context) ([][]byte, bool) {
+			sess, err := s.cfg.Store.Session(ctx, id)
 			if err != nil {
-				return nil
+				return nil, false
 			}
-			if deleted {
-				// The session_deleted event was the last: nothing more will come.
-				c.Close(websocket.StatusNormalClosure, "session deleted")
-				return nil
+			pending, err := s.cfg.Store.Approvals(ctx, id, gate.Pending)
+			if err != nil {
+				return nil, false
 			}
-		}
-	}
-}
-
-// writeEvents sends msgs, one JSON event each, as one text message each, in one batch.
-func (s *Server) writeEvents(ctx context.Context, c *socket, msgs [][]byte) error {
-	err := c.writeBatch(ctx, msgs)
-	if err != nil && !strings.Contains(err.Error(), "closed") {
-		s.log.Debug("API event write", "err", fmt.Sprint(err))
-	}
-	return err
+			if pending == nil {
+				pending = []gate.Approval{}
+			}
+			snapshot, err := json.Marshal(map[string]any{"type": "snapshot", "sessionId": id, "session": sess,
+				"state": sess.State, "pendingApprovals": pending, "live": s.cfg.Runner.Live(id)})
+			if err != nil {
+				s.log.Error("API snapshot", "session", id, "err", err)
+				return nil, false
+			}
+			return [][]byte{snapshot}, true
+		},
+		message: func(_ context.Context, msgs [][]byte, ev *agent.Event) [][]byte {
+			// The encoding made once for all the session's viewers (agent.Event.MarshalJSON).
+			b, err := ev.MarshalJSON()
+			if err != nil {
+				s.log.Error("API event encoding", "session", id, "type", ev.Type, "err", err)
+				return msgs
+			}
+			return append(msgs, b)
+		},
+		behind: "fell behind; reconnect for a new snapshot",
+		// The session_deleted event is sent, then the socket closes normally.
+		deletedStatus: websocket.StatusNormalClosure,
+		deletedReason: "session deleted",
+		sendDeleted:   true,
+		what:          "API event",
+	})
+	return nil
 }

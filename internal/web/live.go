@@ -3,7 +3,6 @@ package web
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -40,71 +39,33 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) error {
 // serveLive streams session id's live fragments to who until the client leaves, end is ended
 // (a revoked or expired share link, a logout) or the session is deleted; those close the socket
 // with 1008 and a reason the page shows. The socket counts under limit; past its cap it is
-// closed at once with the limit's reason.
+// closed at once with the limit's reason. A viewer that falls behind is closed (1013, "resync")
+// and reconnects.
 func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, who viewer, limit socketLimit, end *socketEnd) error {
-	// Accept checks that the Origin is this host (SPEC §7).
-	c, err := acceptSocket(w, r)
-	if err != nil {
-		return nil // Accept has answered
-	}
-	defer c.CloseNow()
-	release, ok := s.liveSockets.acquire(limit)
-	if !ok {
-		c.Close(websocket.StatusPolicyViolation, limit.reason)
-		return nil
-	}
-	defer release()
-	// The page never sends anything; a client that does is cut off at 1 KiB.
-	c.SetReadLimit(1 << 10)
-	ctx := c.CloseRead(r.Context())
-
-	// Subscribe before rendering: an event that lands in between is sent twice, which the
-	// fragments tolerate (replacements by id, appends deduplicated by id), rather than never.
-	sub := s.cfg.Broker.Subscribe(id)
-	defer s.cfg.Broker.Unsubscribe(sub)
-	if err := s.writeFragments(ctx, c, s.renderFragment(ctx, nil, s.resync(ctx, id, who))); err != nil {
-		return nil
-	}
-	var (
-		evs  []*agent.Event
-		msgs [][]byte
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-end.Done():
-			c.Close(websocket.StatusPolicyViolation, end.reason)
-			return nil
-		case ev, ok := <-sub.C:
-			if !ok {
-				// Dropped for falling behind: the client reconnects and re-syncs.
-				c.Close(websocket.StatusTryAgainLater, "resync")
-				return nil
+	// Subscribed before the resync is rendered: an event that lands in between is sent twice,
+	// which the fragments tolerate (replacements by id, appends deduplicated by id), rather
+	// than never.
+	var workspace string
+	s.pumpEvents(w, r, id, eventSocket{
+		limit: limit,
+		end:   end,
+		first: func(ctx context.Context) ([][]byte, bool) {
+			ws, frag := s.resync(ctx, id, who)
+			workspace = ws
+			return s.renderFragment(ctx, nil, frag), true
+		},
+		message: func(ctx context.Context, msgs [][]byte, ev *agent.Event) [][]byte {
+			if b := s.liveFragment(ctx, ev, who, workspace); len(b) > 0 {
+				msgs = append(msgs, b)
 			}
-			evs, msgs = coalesce(evs, ev, sub.C), msgs[:0]
-			deleted := false
-			for _, ev := range evs {
-				if ctx.Err() != nil { // the viewer left: render nothing more for them
-					return nil
-				}
-				deleted = deleted || ev.Type == agent.SessionDeleted
-				msgs = s.renderFragment(ctx, msgs, s.fragment(ctx, *ev, who))
-			}
-			if deleted {
-				clear(evs)
-				clear(msgs)
-				c.Close(websocket.StatusPolicyViolation, endedDeleted)
-				return nil
-			}
-			clear(evs) // keep no event alive while waiting for the next
-			err := s.writeFragments(ctx, c, msgs)
-			clear(msgs)
-			if err != nil {
-				return nil
-			}
-		}
-	}
+			return msgs
+		},
+		behind:        "resync",
+		deletedStatus: websocket.StatusPolicyViolation,
+		deletedReason: endedDeleted,
+		what:          "live",
+	})
+	return nil
 }
 
 // coalesce puts in evs (reusing its array) the event just received and whatever else is already
@@ -153,43 +114,95 @@ drain:
 // renderFragment appends frag's HTML to msgs as one message; nothing when frag is nil, renders nothing
 // or fails (logged, unless ctx ended: a viewer who leaves mid-render is no error).
 func (s *Server) renderFragment(ctx context.Context, msgs [][]byte, frag templ.Component) [][]byte {
+	if b := s.renderBytes(ctx, frag); len(b) > 0 {
+		return append(msgs, b)
+	}
+	return msgs
+}
+
+// renderBytes is frag's HTML; nil when frag is nil, renders nothing or fails (logged, unless ctx
+// ended).
+func (s *Server) renderBytes(ctx context.Context, frag templ.Component) []byte {
 	if frag == nil {
-		return msgs
+		return nil
 	}
 	var buf bytes.Buffer
 	if err := frag.Render(ctx, &buf); err != nil {
 		if ctx.Err() == nil {
 			s.log.Error("render fragment", "err", err)
 		}
-		return msgs
+		return nil
 	}
 	if buf.Len() == 0 {
-		return msgs
+		return nil
 	}
-	return append(msgs, buf.Bytes())
+	return buf.Bytes()
 }
 
-// writeFragments sends msgs, one htmx fragment each, as one text message each, in one batch.
-func (s *Server) writeFragments(ctx context.Context, c *socket, msgs [][]byte) error {
-	err := c.writeBatch(ctx, msgs)
-	if err != nil && !errors.Is(err, context.Canceled) && websocket.CloseStatus(err) == -1 {
-		s.log.Debug("live write", "err", err)
-	}
-	return err
+// rights is what of a viewer an event's fragment depends on: two viewers with the same rights
+// get the same bytes. Not the reviewer's name, which no fragment shows; the approver link's
+// token is in decidePrefix, so each approver link is a class of its own.
+type rights struct {
+	owner          bool
+	decidePrefix   string
+	edit, remember bool
+	viaLink        bool
 }
 
-// resync renders the whole live part of the page: the transcript, the run state and Stop.
-func (s *Server) resync(ctx context.Context, id string, who viewer) templ.Component {
+func (who viewer) rights() rights {
+	return rights{owner: who.owner, decidePrefix: who.decidePrefix, edit: who.decider.Rights.Edit,
+		remember: who.decider.Rights.Remember, viaLink: who.decider.Via != nil}
+}
+
+// fragmentKey and sessionKey are this package's keys of agent.Event.Shared: an event's fragment
+// for one class of rights, and the session as the store has it when the event is rendered.
+type (
+	fragmentKey struct{ rights rights }
+	sessionKey  struct{}
+)
+
+// liveFragment is ev's fragment as who sees it, rendered once per event and class of rights
+// (issue 19): the first of the session's viewers with who's rights to need it renders it and the
+// others send the same bytes, which nobody may modify. workspace is the session's folder (it
+// never changes). The render does not depend on the viewer's context: a viewer who leaves
+// mid-render leaves the others a whole fragment.
+func (s *Server) liveFragment(ctx context.Context, ev *agent.Event, who viewer, workspace string) []byte {
+	v := ev.Shared(fragmentKey{who.rights()}, func() any {
+		rctx := context.WithoutCancel(ctx)
+		return s.renderBytes(rctx, s.fragment(rctx, ev, who, workspace))
+	})
+	b, _ := v.([]byte)
+	return b
+}
+
+// eventSession is the session as the store has it when ev is rendered, read once per event for
+// all its viewers; only the events whose fragment shows the session's state, usage or
+// instructions read it.
+func (s *Server) eventSession(ctx context.Context, ev *agent.Event) (agent.Session, error) {
+	type read struct {
+		sess agent.Session
+		err  error
+	}
+	r := ev.Shared(sessionKey{}, func() any {
+		sess, err := s.cfg.Store.Session(ctx, ev.SessionID)
+		return read{sess, err}
+	}).(read)
+	return r.sess, r.err
+}
+
+// resync renders the whole live part of the page: the transcript, the run state and Stop. It
+// also returns the session's workspace folder, which the socket's fragments need.
+func (s *Server) resync(ctx context.Context, id string, who viewer) (string, templ.Component) {
 	sess, err := s.cfg.Store.Session(ctx, id)
 	if err != nil {
-		return nil
+		return "", nil
 	}
 	items, err := s.transcriptItems(ctx, sess, who)
 	if err != nil {
 		s.log.Error("resync", "session", id, "err", err)
-		return nil
+		return sess.Workspace, nil
 	}
-	return fragments(templates.Transcript(items), runState(sess, who))
+	return sess.Workspace, fragments(templates.Transcript(items), runState(sess, who))
 }
 
 // runState renders the session's run state (idle, running, waiting for approval) and Stop, as
@@ -207,13 +220,10 @@ func stopSlot(id string, who viewer, running bool) templ.Component {
 
 // fragment renders one event as out-of-band swaps. Top-level cards are updated slot by slot
 // (approval, body), so a pending prompt is never replaced by a progress update; nested cards are
-// upserted whole into their parent's list.
-func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ.Component {
-	b := s.newBuilder(ev.SessionID, "", who)
-	sess, err := s.cfg.Store.Session(ctx, ev.SessionID)
-	if err == nil {
-		b.workspace = sess.Workspace
-	}
+// upserted whole into their parent's list. The session is read from the store (once per event,
+// eventSession) only by the events whose fragment shows its state, usage or instructions.
+func (s *Server) fragment(ctx context.Context, ev *agent.Event, who viewer, workspace string) templ.Component {
+	b := s.newBuilder(ev.SessionID, workspace, who)
 	switch ev.Type {
 	case agent.MessageStart, agent.MessageEnd:
 		if ev.Message == nil {
@@ -222,11 +232,15 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		streaming := ev.Type == agent.MessageStart
 		b.live = s.cfg.Runner.Live(ev.SessionID)
 		msg := appendTo("transcript", templates.Message(b.message(*ev.Message, streaming)))
+		if ev.Type != agent.MessageEnd || (ev.Message.Role != agent.Assistant && ev.Message.Role != agent.User) {
+			return msg
+		}
+		sess, err := s.eventSession(ctx, ev)
 		switch {
-		case ev.Type == agent.MessageEnd && ev.Message.Role == agent.Assistant && err == nil:
+		case ev.Message.Role == agent.Assistant && err == nil:
 			// The session's total, as the store has summed it with this message (SPEC §17).
 			return fragments(msg, templates.SessionUsage(usageText(sess.Usage)))
-		case ev.Type == agent.MessageEnd && ev.Message.Role == agent.User && err == nil:
+		case ev.Message.Role == agent.User && err == nil:
 			// A message is stored: the instructions are fixed now, and their editor goes.
 			return fragments(msg, templates.InstructionsBody(instructionsView(sess, who, false)))
 		}
@@ -274,8 +288,10 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		}
 		// A prompt opened or decided changes the run state (waiting for approval or not).
 		var state templ.Component
-		if err == nil && (ev.Type == agent.ApprovalRequested || ev.Type == agent.ApprovalResolved) {
-			state = runState(sess, who)
+		if ev.Type == agent.ApprovalRequested || ev.Type == agent.ApprovalResolved {
+			if sess, err := s.eventSession(ctx, ev); err == nil {
+				state = runState(sess, who)
+			}
 		}
 		if ev.ParentToolCallID != "" {
 			return fragments(appendTo(cardID(ev.MessageID, ev.ParentToolCallID)+"-nested", templates.Card(card)), state)
@@ -291,6 +307,7 @@ func (s *Server) fragment(ctx context.Context, ev agent.Event, who viewer) templ
 		// tool_execution_end.
 		return fragments(appendTo(messageDOMID(ev.MessageID), templates.Card(card)), state)
 	case agent.SessionUpdated, agent.AgentEnd:
+		sess, err := s.eventSession(ctx, ev)
 		if err != nil {
 			return nil
 		}

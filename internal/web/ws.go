@@ -6,10 +6,13 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"countersign/internal/agent"
 )
 
 // socket is a server-side WebSocket whose messages can be sent in batches: the messages written
@@ -184,4 +187,116 @@ func (b *batchConn) writeLocked(p []byte) (int, error) {
 		}
 	}
 	return b.Conn.Write(p)
+}
+
+// eventSocket is what one kind of event socket brings to the pump both kinds share (pumpEvents):
+// the JSON API's events socket (api.go) and a session page's live socket (live.go).
+type eventSocket struct {
+	// limit is the cap the socket counts under; past it the socket is closed at once with the
+	// limit's reason (1008).
+	limit socketLimit
+	// end, once ended, closes the socket with 1008 and its reason; nil never ends.
+	end *socketEnd
+	// first makes the socket's first messages (the snapshot, the resync), after it subscribed
+	// (so nothing published in between is lost); false ends the socket without a word.
+	first func(ctx context.Context) ([][]byte, bool)
+	// message appends ev's message to msgs (nothing for an event it does not show). The bytes
+	// may be shared with other sockets: nobody modifies them.
+	message func(ctx context.Context, msgs [][]byte, ev *agent.Event) [][]byte
+	// behind is the reason of the close (1013, try again later) of a socket dropped by the
+	// broker for falling behind: the client reconnects and starts again from first.
+	behind string
+	// After session_deleted the socket closes with deletedStatus and deletedReason; when
+	// sendDeleted is set, the batch that held the event is sent first (else it is dropped).
+	deletedStatus websocket.StatusCode
+	deletedReason string
+	sendDeleted   bool
+	// what names the socket in the debug log of a failed write.
+	what string
+}
+
+// pumpEvents serves session id's events on a WebSocket as k says, until the client leaves, k.end
+// is ended, the session is deleted or the broker drops the socket for falling behind. The client
+// sends nothing (a message over 1 KiB cuts it off); the events queued while a batch was being
+// written are coalesced (coalesce) and sent as the next batch, one message each, with one write
+// (socket.writeBatch, each write bounded by writeTimeout: a client slower than that is cut off).
+func (s *Server) pumpEvents(w http.ResponseWriter, r *http.Request, id string, k eventSocket) {
+	// Accept checks that the Origin is this host (SPEC §7).
+	c, err := acceptSocket(w, r)
+	if err != nil {
+		return // Accept has answered
+	}
+	defer c.CloseNow()
+	release, ok := s.liveSockets.acquire(k.limit)
+	if !ok {
+		c.Close(websocket.StatusPolicyViolation, k.limit.reason)
+		return
+	}
+	defer release()
+	c.SetReadLimit(1 << 10)
+	ctx := c.CloseRead(r.Context())
+
+	sub := s.cfg.Broker.Subscribe(id)
+	defer s.cfg.Broker.Unsubscribe(sub)
+	first, ok := k.first(ctx)
+	if !ok {
+		return
+	}
+	if err := s.writeBatch(ctx, c, first, k.what); err != nil {
+		return
+	}
+	var (
+		evs  []*agent.Event
+		msgs [][]byte
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-k.end.Done():
+			c.Close(websocket.StatusPolicyViolation, k.end.reason)
+			return
+		case ev, ok := <-sub.C:
+			if !ok {
+				c.Close(websocket.StatusTryAgainLater, k.behind)
+				return
+			}
+			evs, msgs = coalesce(evs, ev, sub.C), msgs[:0]
+			deleted := false
+			for _, ev := range evs {
+				if ctx.Err() != nil { // the client left: make nothing more for it
+					return
+				}
+				deleted = deleted || ev.Type == agent.SessionDeleted
+				msgs = k.message(ctx, msgs, ev)
+			}
+			clear(evs) // keep no event alive while waiting for the next
+			if deleted && !k.sendDeleted {
+				clear(msgs)
+				c.Close(k.deletedStatus, k.deletedReason)
+				return
+			}
+			err := s.writeBatch(ctx, c, msgs, k.what)
+			clear(msgs)
+			if err != nil {
+				return
+			}
+			if deleted {
+				// The session_deleted event was the last: nothing more will come.
+				c.Close(k.deletedStatus, k.deletedReason)
+				return
+			}
+		}
+	}
+}
+
+// writeBatch sends msgs, one message each, in one batch; a failure other than the client having
+// gone is logged (debug) under what.
+func (s *Server) writeBatch(ctx context.Context, c *socket, msgs [][]byte, what string) error {
+	err := c.writeBatch(ctx, msgs)
+	if err != nil && !errors.Is(err, context.Canceled) && websocket.CloseStatus(err) == -1 &&
+		!strings.Contains(err.Error(), "closed") {
+		s.log.Debug(what+" write", "err", err)
+	}
+	return err
 }

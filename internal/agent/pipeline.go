@@ -117,8 +117,22 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	// Stamped now, in the model's order with the batch's automatic records (Gate.Automatic),
 	// though ask stores it only after the message.
 	approval.CreatedAt = time.Now().UTC()
+	approval.Preview = toolPreview(ctx, t, inv.args, rn.session.Workspace)
 	inv.approval = &approval
 	return true
+}
+
+// toolPreview is t's preview of a call with args (tool.Tool.Preview), computed once when its
+// approval opens; nil when the tool has none or cannot make one.
+func toolPreview(ctx context.Context, t *tool.Tool, args json.RawMessage, workspace string) *tool.Preview {
+	if t.Preview == nil {
+		return nil
+	}
+	p, err := t.Preview(ctx, args, workspace)
+	if err != nil {
+		return nil
+	}
+	return p
 }
 
 // ask stores and shows the approval of a call decide found needs a person.

@@ -506,7 +506,30 @@ func (r *Runner) CheckEdit(ctx context.Context, sessionID, id string, by gate.De
 	if _, err := r.validateEdit(ctx, a, args); err != nil {
 		return a, err
 	}
+	a.Preview = r.editPreview(ctx, a, args)
 	return a, nil
+}
+
+// editPreview is the preview an edit of a's arguments is shown against: the one stored with a
+// while the edit keeps its "path" (the same "before", not the file as it is now), else the
+// tool's preview of the edited arguments, computed now and not stored (a file tool whose edit
+// names another file; issue 19). args passed validateEdit.
+func (r *Runner) editPreview(ctx context.Context, a gate.Approval, args json.RawMessage) *tool.Preview {
+	var in struct {
+		Path string `json:"path"`
+	}
+	if a.Preview != nil && json.Unmarshal(args, &in) == nil && in.Path == a.Preview.Path {
+		return a.Preview
+	}
+	t, ok := r.cfg.Tools.Lookup(a.ToolName)
+	if !ok || t.Preview == nil {
+		return a.Preview
+	}
+	s, err := r.cfg.Store.Session(ctx, a.SessionID)
+	if err != nil {
+		return a.Preview
+	}
+	return toolPreview(ctx, t, args, s.Workspace)
 }
 
 // alreadyResolved is the apperr.Conflict a decision on a resolved approval gets; it says how it

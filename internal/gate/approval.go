@@ -118,6 +118,11 @@ type Approval struct {
 	// LastAt is, on a grouped record, when the last call it counts was decided (UTC); nil on
 	// every other record.
 	LastAt *time.Time `json:"lastAt,omitempty"`
+	// Preview is what the tool showed of the call's effect when the approval opened (a
+	// write_file's file content then: tool.Preview), stored with it: the prompt's diff is drawn
+	// from it, and it says which content the call was approved against. nil when the tool has
+	// none (issue 19).
+	Preview *tool.Preview `json:"preview,omitempty"`
 }
 
 // Calls is how many gated calls a stands for: Count on a grouped record, else 1. Whatever counts

@@ -11,12 +11,13 @@ import (
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/tool"
 )
 
 const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_call_id, tool_name,
 	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
 	decided_by, reason, scope, created_at, decided_at, derived_from, decided_via_link_id, decided_via_link_label,
-	ask_reason, decision_source, rule_id, rule_text, rule_source, mode, rule_scope, count, last_at`
+	ask_reason, decision_source, rule_id, rule_text, rule_source, mode, rule_scope, count, last_at, preview`
 
 // CreateApproval stores a, pending or already decided (automatic approvals are stored decided),
 // every field as given; a zero CreatedAt is stored as db.Now(). Arguments and EditedArguments are
@@ -157,7 +158,7 @@ func (db *DB) approvalsError(w *writeTx, chunk []gate.Approval, one string, caus
 	return cause
 }
 
-const approvalColumnCount = 30
+const approvalColumnCount = 31
 
 // insertApprovalsJSON inserts the rows of its one parameter, a JSON array with one array per row
 // holding the approvalColumnCount column values in approvalColumns order (appendApprovalsJSON).
@@ -178,7 +179,7 @@ var insertApprovalsJSON = func() string {
 var upsertApprovalsJSON = insertApprovalsJSON + ` WHERE true` + mergeGrouped
 
 const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // upsertApproval is insertApproval for one grouped record.
 const upsertApproval = insertApproval + mergeGrouped
@@ -208,13 +209,17 @@ func (db *DB) appendApprovalRow(args []any, a gate.Approval) ([]any, error) {
 	if err != nil {
 		return args, err
 	}
+	preview, err := previewColumn(a.Preview)
+	if err != nil {
+		return args, err
+	}
 	viaID, viaLabel := linkColumns(a.DecidedVia)
 	return append(args, a.ID, a.SessionID, a.MessageID, a.ToolCallID, a.ParentToolCallID, a.ToolName,
 		a.ToolTitle, nullJSON(a.Arguments), nullJSON(a.EditedArguments), string(annotations),
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
 		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel, a.AskReason,
 		string(a.DecisionSource), a.RuleID, a.RuleText, string(a.RuleSource), string(a.Mode), string(a.RuleScope),
-		a.Count, nullTime(a.LastAt)), nil
+		a.Count, nullTime(a.LastAt), preview), nil
 }
 
 // approvalError turns a driver error of an approval insert into its apperr code.
@@ -331,7 +336,7 @@ func scanApproval(r scanner) (gate.Approval, error) {
 	var (
 		a                       gate.Approval
 		args, edited, decidedAt sql.NullString
-		lastAt                  sql.NullString
+		lastAt, preview         sql.NullString
 		annotations, status     string
 		scope, createdAt        string
 		viaID, viaLabel         string
@@ -341,7 +346,7 @@ func scanApproval(r scanner) (gate.Approval, error) {
 	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
 		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
 		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel, &a.AskReason,
-		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode, &ruleScope, &a.Count, &lastAt); err != nil {
+		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode, &ruleScope, &a.Count, &lastAt, &preview); err != nil {
 		return gate.Approval{}, err
 	}
 	a.DecidedVia = linkRef(viaID, viaLabel)
@@ -370,7 +375,25 @@ func scanApproval(r scanner) (gate.Approval, error) {
 		}
 		a.LastAt = &t
 	}
+	if preview.Valid {
+		a.Preview = new(tool.Preview)
+		if err := json.Unmarshal([]byte(preview.String), a.Preview); err != nil {
+			return gate.Approval{}, fmt.Errorf("approval %s preview: %w", a.ID, err)
+		}
+	}
 	return a, nil
+}
+
+// previewColumn is the preview column's value: the preview as JSON, NULL (nil) for none.
+func previewColumn(p *tool.Preview) (any, error) {
+	if p == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
 }
 
 // linkColumns are a link reference's two columns: id and label, "" for none.

@@ -100,6 +100,15 @@ func (db *DB) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok 
 			buf = a.LastAt.UTC().AppendFormat(buf, timeFormat)
 			buf = append(buf, `",`...)
 		}
+		preview, err := previewColumn(a.Preview)
+		if err != nil {
+			return buf, false, err
+		}
+		if preview == nil {
+			buf = append(buf, "null,"...)
+		} else {
+			text(preview.(string))
+		}
 		buf[len(buf)-1] = ']' // the last value's comma
 	}
 	return append(buf, ']'), ok, nil

@@ -113,6 +113,24 @@ type ExecuteFunc func(ctx context.Context, arguments json.RawMessage, onUpdate f
 // runs, so the tool checks them again then.
 type InputCheckFunc func(arguments json.RawMessage, workspace string) []Violation
 
+// Preview is what a tool shows a person of what a call would change, computed once when the
+// call's approval opens and stored with it (SPEC §3 "What a prompt shows"; issue 19): for
+// write_file, the file's content then, which the prompt's diff is drawn against, live, on reload
+// and after an edit, without reading the workspace again. Path is the "path" argument it was
+// computed for. Exists is false for a new file. Error, when set, is why there is no content
+// (too large, a folder, not a regular file); Content is "" then.
+type Preview struct {
+	Path    string `json:"path"`
+	Exists  bool   `json:"exists"`
+	Content string `json:"content,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// PreviewFunc computes a call's Preview from arguments that passed the tool's checks, with the
+// session's workspace. It reads, never writes. nil (and no error) means nothing to show; an error
+// means no preview (the prompt then shows none), not a refused call.
+type PreviewFunc func(ctx context.Context, arguments json.RawMessage, workspace string) (*Preview, error)
+
 // Tool is a tool definition. Register it in a Registry, which compiles its schemas.
 type Tool struct {
 	Name         string          `json:"name"`
@@ -136,7 +154,10 @@ type Tool struct {
 	WritesFiles bool `json:"-"`
 	// InputCheck, when set, checks the arguments right after inputSchema (see InputCheckFunc).
 	InputCheck InputCheckFunc `json:"-"`
-	Execute    ExecuteFunc    `json:"-"`
+	// Preview, when set, computes what the approval prompt shows of the call's effect; the gate
+	// stores it with the approval (see Preview).
+	Preview PreviewFunc `json:"-"`
+	Execute ExecuteFunc `json:"-"`
 
 	input  *schema
 	output *schema

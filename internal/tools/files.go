@@ -430,6 +430,7 @@ func writeFileTool(cfg Config) *tool.Tool {
 		InputCheck:   checkPath("path", "", true, cfg.Protected),
 		WritesFiles:  true, // accept-edits mode (SPEC §14): the path is checked inside the workspace
 		Annotations:  tool.Annotations{DestructiveHint: tool.Bool(true), OpenWorldHint: tool.Bool(false)},
+		Preview:      writeFilePreview,
 		Execute: func(ctx context.Context, arguments json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {
 				Path    string `json:"path"`

@@ -1,12 +1,45 @@
 package tools
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+
+	"countersign/internal/tool"
 )
+
+// MaxPreview bounds the file a write_file preview keeps: a longer one has no content, only an
+// Error saying it is too large.
+const MaxPreview = 1 << 20
+
+// writeFilePreview is write_file's tool.PreviewFunc: the file's content when the approval opens
+// (at most MaxPreview bytes), or that it is a new file, stored with the approval so the prompt's
+// diff never reads the workspace again (issue 19). A path the jail refuses (outside the
+// workspace) is an error: no preview, no content read. A file it cannot show (too large, a
+// folder) is a preview with an Error.
+func writeFilePreview(_ context.Context, arguments json.RawMessage, workspace string) (*tool.Preview, error) {
+	var in struct {
+		Path string `json:"path"`
+	}
+	if err := decode(arguments, &in); err != nil {
+		return nil, err
+	}
+	content, exists, err := ReadForPreview(workspace, in.Path, MaxPreview)
+	if err != nil && !exists {
+		// The jail refused the path (outside the workspace, through a link) or it cannot be
+		// looked at: nothing was read, and there is nothing to show.
+		return nil, err
+	}
+	p := &tool.Preview{Path: in.Path, Exists: exists, Content: content}
+	if err != nil {
+		p.Content, p.Error = "", err.Error()
+	}
+	return p, nil
+}
 
 // ReadForPreview reads a workspace file for a prompt's preview (the write_file diff, SPEC §3):
 // the content (at most max bytes; longer files are an error), and whether the file exists. A

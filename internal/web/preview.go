@@ -58,7 +58,7 @@ func (s *Server) previewAs(w http.ResponseWriter, r *http.Request, sessionID str
 	var view templ.Component
 	if json.Valid(args) {
 		b := s.newBuilder(sessionID, sess.Workspace, viewer{})
-		view = b.callView(a.ToolName, CallInfo{Arguments: args})
+		view = b.callView(a.ToolName, CallInfo{Arguments: args, Preview: a.Preview})
 	}
 	s.render(w, r, http.StatusOK, templates.EditPreview(view, problem))
 	return nil

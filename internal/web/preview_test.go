@@ -189,3 +189,88 @@ func TestEditAsTextOnlyForContentATextBoxKeeps(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteFileDiffIsAgainstThePreviewStoredWhenThePromptOpened (issue 19): the prompt's diff is
+// drawn from the preview write_file computed when the approval opened and the store kept, not
+// from the workspace at render time: after the file changed, and after it was deleted, the page
+// (owner's and reviewer's), the JSON API and an edit's preview all show the stored "before".
+func TestWriteFileDiffIsAgainstThePreviewStoredWhenThePromptOpened(t *testing.T) {
+	ts := newTestServer(t, map[string]string{"notes": writeNotes}, builtinTool(t, "write_file"))
+	notes := filepath.Join(ts.workDir, "notes.txt")
+	if err := os.WriteFile(notes, []byte("a\nb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sid, aid := pendingWrite(t, ts, "notes")
+	var api struct {
+		Approvals []struct {
+			ID      string
+			Preview *struct {
+				Path    string
+				Exists  bool
+				Content string
+			}
+		}
+	}
+	ts.call(t, "GET", "/api/sessions/"+sid+"/approvals?status=pending", nil, &api)
+	if len(api.Approvals) != 1 || api.Approvals[0].Preview == nil ||
+		*api.Approvals[0].Preview != (struct {
+			Path    string
+			Exists  bool
+			Content string
+		}{"notes.txt", true, "a\nb\n"}) {
+		t.Fatalf("the API's approval has preview %+v, want notes.txt as it was", api.Approvals)
+	}
+	l := createLink(t, ts, sid, map[string]any{"role": "approver", "canEdit": true})
+	rc := reviewer(t, ts, l.URL, "Rita")
+	u, _ := url.Parse(l.URL)
+
+	wantStored := func(t *testing.T, where, html string) {
+		t.Helper()
+		for _, w := range []string{`class="diff-del"`, `class="diff-add"`, "notes.txt"} {
+			if !strings.Contains(html, w) {
+				t.Errorf("%s lacks %s:\n%s", where, w, html)
+			}
+		}
+		for _, w := range []string{"new file", "changed after", "PreviewError", "cannot"} {
+			if strings.Contains(html, w) {
+				t.Errorf("%s has %q, the file as it is now, not as it was:\n%s", where, w, html)
+			}
+		}
+	}
+	for _, change := range []struct {
+		name string
+		do   func() error
+	}{
+		{"the file changed", func() error { return os.WriteFile(notes, []byte("changed after\n"), 0o644) }},
+		{"the file was deleted", func() error { return os.Remove(notes) }},
+	} {
+		t.Run(change.name, func(t *testing.T) {
+			if err := change.do(); err != nil {
+				t.Fatal(err)
+			}
+			st, page := get(t, ts, nil, "/sessions/"+sid)
+			if st != 200 {
+				t.Fatalf("page = %d", st)
+			}
+			wantStored(t, "the owner's prompt", approvalGroup(t, page, aid))
+			st, page = get(t, ts, rc, l.URL)
+			if st != 200 {
+				t.Fatalf("reviewer page = %d", st)
+			}
+			wantStored(t, "the reviewer's prompt", approvalGroup(t, page, aid))
+			// An edit of the content keeps the path: its diff is against the same stored "before".
+			st, body := ts.do(t, "POST", "/sessions/"+sid+"/approvals/"+aid+"/preview", "application/x-www-form-urlencoded",
+				url.Values{"arguments": {`{"path":"notes.txt","content":"a\nB\nc\n"}`}}.Encode(), nil)
+			if st != 200 {
+				t.Fatalf("edit preview = %d: %s", st, body)
+			}
+			wantStored(t, "the edit's preview", body)
+			st, body = ts.do(t, "POST", u.Path+"/approvals/"+aid+"/preview", "application/x-www-form-urlencoded",
+				url.Values{"arguments": {`{"path":"notes.txt","content":"a\nB\nc\n"}`}}.Encode(), rc)
+			if st != 200 {
+				t.Fatalf("reviewer's edit preview = %d: %s", st, body)
+			}
+			wantStored(t, "the reviewer's edit preview", body)
+		})
+	}
+}

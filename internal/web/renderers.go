@@ -11,7 +11,6 @@ import (
 
 	"countersign/internal/render"
 	"countersign/internal/tool"
-	"countersign/internal/tools"
 	"countersign/web/templates"
 )
 
@@ -40,10 +39,11 @@ type CallInfo struct {
 	// Finished is true once the call ended, even when its result body is not at hand (a
 	// nested call rebuilt from its parent's record).
 	Finished bool
+	// Preview is what the tool computed of the call's effect when its approval opened, stored
+	// with it (gate.Approval.Preview): a waiting write_file's diff is drawn from it, never from
+	// the workspace. nil when there is none.
+	Preview *tool.Preview
 }
-
-// maxPreview bounds the file a write_file prompt reads for its diff.
-const maxPreview = 1 << 20
 
 // BuiltinRenderers are the renderers of the built-in tools.
 func BuiltinRenderers() map[string]Renderer {
@@ -89,8 +89,17 @@ func BuiltinRenderers() map[string]Renderer {
 	}
 }
 
-// writeFileCall shows a write_file call as a diff: against the file's current content while
-// the call waits for its approval, against the content it replaced once it ran.
+// writeFileDetails is write_file's result details as it writes them (tools.WriteFileDetails):
+// what the file held before the write.
+type writeFileDetails struct {
+	PreviousExists   bool   `json:"previousExists"`
+	PreviousContent  string `json:"previousContent,omitempty"`
+	PreviousTooLarge bool   `json:"previousTooLarge,omitempty"`
+}
+
+// writeFileCall shows a write_file call as a diff: while the call waits for its approval,
+// against the file's content when the approval opened (the preview stored with it; the
+// workspace is not read here), and against the content it replaced once it ran.
 func writeFileCall(c CallInfo) (templ.Component, error) {
 	var in struct {
 		Path    string `json:"path"`
@@ -100,7 +109,7 @@ func writeFileCall(c CallInfo) (templ.Component, error) {
 		return nil, fmt.Errorf("no path in %s", c.Arguments)
 	}
 	if c.Result != nil && !c.Result.IsError && len(c.Result.Details) > 0 {
-		var d tools.WriteFileDetails
+		var d writeFileDetails
 		if err := json.Unmarshal(c.Result.Details, &d); err == nil && !d.PreviousTooLarge {
 			return templates.FileDiff(render.Diff(in.Path, d.PreviousContent, in.Content, d.PreviousExists)), nil
 		}
@@ -108,11 +117,16 @@ func writeFileCall(c CallInfo) (templ.Component, error) {
 	if c.Finished {
 		return templates.WriteFileDone(in.Path), nil
 	}
-	old, exists, err := tools.ReadForPreview(c.Workspace, in.Path, maxPreview)
-	if err != nil {
-		return templates.PreviewError(in.Path, err.Error()), nil
+	p := c.Preview
+	switch {
+	case p == nil:
+		return templates.PreviewError(in.Path, "no preview of the file was stored with this prompt"), nil
+	case p.Path != in.Path:
+		return templates.PreviewError(in.Path, "the preview stored with this prompt is of "+p.Path), nil
+	case p.Error != "":
+		return templates.PreviewError(in.Path, p.Error), nil
 	}
-	return templates.FileDiff(render.Diff(in.Path, old, in.Content, exists)), nil
+	return templates.FileDiff(render.Diff(in.Path, p.Content, in.Content, p.Exists)), nil
 }
 
 // safeRender renders c eagerly so that a failing renderer is caught here, not halfway through

@@ -301,7 +301,11 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	// Past its prompt, a call is not previewed against the workspace any more: it may be
 	// changing it right now. Its result, once there, carries what the renderer needs.
 	decided := appr != nil && appr.Status != gate.Pending
-	c.CallView = b.callView(name, CallInfo{Arguments: args, Result: res, Finished: res != nil || decided})
+	var preview *tool.Preview
+	if appr != nil {
+		preview = appr.Preview
+	}
+	c.CallView = b.callView(name, CallInfo{Arguments: args, Result: res, Finished: res != nil || decided, Preview: preview})
 	// Nested calls: the stored record once the parent has a result, else the live ones. A
 	// finished nested call is drawn from its record entry either way (live, the entry its
 	// tool_execution_end carried), so a reloaded page shows what a live one showed.

@@ -22,24 +22,6 @@ import (
 // benchmarks and other clients. The owner authenticates with "Authorization: Bearer <token>"
 // (the owner cookie works too). Errors are {"error": {"code", "message"}}.
 
-func (s *Server) apiRoutes(mux *http.ServeMux) {
-	mux.Handle("POST /api/sessions", s.api(s.apiCreateSession))
-	mux.Handle("GET /api/sessions", s.api(s.apiSessions))
-	mux.Handle("GET /api/sessions/{id}", s.api(s.apiSession))
-	mux.Handle("PATCH /api/sessions/{id}", s.api(s.apiRenameSession))
-	mux.Handle("DELETE /api/sessions/{id}", s.api(s.apiDeleteSession))
-	mux.Handle("POST /api/sessions/{id}/messages", s.api(s.apiSend))
-	mux.Handle("POST /api/sessions/{id}/stop", s.api(s.apiStop))
-	mux.Handle("GET /api/sessions/{id}/tools", s.api(s.apiTools))
-	mux.Handle("PUT /api/sessions/{id}/tools", s.api(s.apiSetTools))
-	mux.Handle("GET /api/sessions/{id}/approvals", s.api(s.apiApprovals))
-	mux.Handle("POST /api/approvals/{id}/decision", s.api(s.apiDecide))
-	mux.Handle("GET /api/sessions/{id}/events", s.api(s.apiEvents))
-	mux.Handle("/api/", s.api(noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
-		return apperr.Errorf(apperr.NotFound, "No such API route: %s %s", r.Method, r.URL.Path)
-	})))
-}
-
 // api wraps an API handler: owner only, bounded body, JSON errors.
 func (s *Server) api(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

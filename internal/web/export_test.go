@@ -20,3 +20,15 @@ const (
 func RenderFor(w http.ResponseWriter, r *http.Request, st int, c templ.Component) {
 	(&Server{log: slog.Default()}).render(w, r, st, c)
 }
+
+// RouteRow is one row of the route table as the web_test package sees it.
+type RouteRow struct{ Pattern, Access string }
+
+// Routes is the route table (routes): each pattern with its access class.
+func Routes() []RouteRow {
+	var rows []RouteRow
+	for _, rt := range New(Config{}).routes(http.NewServeMux()) {
+		rows = append(rows, RouteRow{rt.pattern, string(rt.access)})
+	}
+	return rows
+}

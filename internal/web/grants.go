@@ -14,12 +14,6 @@ import (
 // who granted them, and revokes them there or through the API; the next call of a revoked tool
 // asks again.
 
-func (s *Server) grantRoutes(mux *http.ServeMux) {
-	mux.Handle("POST /sessions/{id}/grants/{tool}/revoke", s.owner(s.revokeGrant))
-	mux.Handle("GET /api/sessions/{id}/grants", s.api(s.apiGrants))
-	mux.Handle("DELETE /api/sessions/{id}/grants/{tool}", s.api(s.apiRevokeGrant))
-}
-
 // grantsView is the owner's grants panel for a session.
 func (s *Server) grantsView(ctx context.Context, sessionID string) (templates.GrantsView, error) {
 	grants, err := s.cfg.Runner.Grants(ctx, sessionID)

@@ -17,11 +17,6 @@ import (
 // renderer as the prompt itself (write_file's diff against the file, run_command's exact
 // command), with what Approve would refuse. Nothing is decided or stored.
 
-func (s *Server) previewRoutes(mux *http.ServeMux) {
-	mux.Handle("POST /sessions/{id}/approvals/{aid}/preview", s.owner(s.preview))
-	mux.Handle("POST /r/{token}/approvals/{aid}/preview", s.handle(s.reviewerPreview))
-}
-
 // preview is the owner's preview of an edit: form field arguments (JSON).
 func (s *Server) preview(w http.ResponseWriter, r *http.Request) error {
 	return s.previewAs(w, r, r.PathValue("id"), gate.Owner())

@@ -91,17 +91,6 @@ func (se *socketEnds) closeKey(key, reason string) {
 	delete(se.byKey, key)
 }
 
-func (s *Server) shareRoutes(mux *http.ServeMux) {
-	mux.Handle("GET /r/{token}", s.handle(s.reviewerPage))
-	mux.Handle("POST /r/{token}/name", s.handle(s.reviewerName))
-	mux.Handle("GET /r/{token}/live", s.handle(s.reviewerLive))
-	mux.Handle("POST /r/{token}/approvals/{aid}/decision", s.handle(s.reviewerDecide))
-	mux.Handle("POST /sessions/{id}/shares", s.owner(s.createShare))
-	mux.Handle("POST /sessions/{id}/shares/{sid}/revoke", s.owner(s.revokeShare))
-	mux.Handle("POST /api/sessions/{id}/shares", s.api(s.apiCreateShare))
-	mux.Handle("DELETE /api/shares/{id}", s.api(s.apiRevokeShare))
-}
-
 // link resolves the request's share token (404 with no detail otherwise).
 func (s *Server) link(r *http.Request) (share.Link, error) {
 	if s.cfg.Shares == nil {

@@ -16,13 +16,6 @@ import (
 // Reviewer links never reach these routes (they are /api, owner only); a reviewer with
 // canRemember makes rules only through a "remember" decision on a prompt.
 
-func (s *Server) ruleRoutes(mux *http.ServeMux) {
-	mux.Handle("GET /api/rules", s.api(s.apiRules))
-	mux.Handle("POST /api/rules", s.api(s.apiCreateRule))
-	mux.Handle("DELETE /api/rules/{id}", s.api(s.apiDeleteRule))
-	mux.Handle("POST /sessions/{id}/mode", s.owner(s.setMode))
-}
-
 // setMode is the session page's Mode combobox (owner only): it switches the mode for the next
 // call and answers with the combobox (htmx), or redirects to the session page (303, a plain form
 // post without JavaScript); an unknown mode is refused in a role="alert" (400).

@@ -19,12 +19,6 @@ import (
 // redirect to /rules (so they work without JavaScript), protected against cross-site requests
 // like every form (http.CrossOriginProtection in Handler).
 
-func (s *Server) rulesPageRoutes(mux *http.ServeMux) {
-	mux.Handle("GET /rules", s.owner(s.rulesPage))
-	mux.Handle("POST /rules", s.owner(s.addRule))
-	mux.Handle("POST /rules/{id}/delete", s.owner(s.deleteRule))
-}
-
 // rulesPage renders the Rules page with an empty add form.
 func (s *Server) rulesPage(w http.ResponseWriter, r *http.Request) error {
 	return s.renderRules(w, r, http.StatusOK, templates.RuleForm{Effect: "allow", Scope: "server"}, "")

@@ -23,9 +23,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
-	"countersign/internal/render"
 	"countersign/internal/share"
-	"countersign/web/static"
 	"countersign/web/templates"
 )
 
@@ -127,52 +125,13 @@ const ownerCookieName = "countersign_owner"
 // maxFormBytes bounds every POST body (SPEC §9: oversized bodies are refused with 413).
 const maxFormBytes = 1 << 20
 
-// Handler returns the route table, wrapped in security headers, the limit on failed token
+// Handler returns the route table (routes), wrapped in security headers, the limit on failed token
 // attempts (/login, /r/<token>…) and cross-origin protection.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	// Open to everyone.
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok"))
-	})
-	mux.Handle("GET /login", s.handle(s.login))
-	mux.Handle("GET /logged-out", s.handle(s.loggedOut))
-	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static.FS)))
-	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/static/favicon.svg", http.StatusMovedPermanently)
-	})
-	chroma := []byte(render.ChromaCSS())
-	mux.HandleFunc("GET /static/chroma.css", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/css; charset=utf-8")
-		w.Header().Set("Cache-Control", "public, max-age=3600")
-		_, _ = w.Write(chroma)
-	})
-
-	// The owner's routes.
-	mux.Handle("POST /logout", s.owner(s.logout))
-	mux.Handle("GET /{$}", s.owner(s.sessionsPage))
-	mux.Handle("POST /sessions", s.owner(s.createSession))
-	mux.Handle("GET /sessions/{id}", s.owner(s.sessionPage))
-	mux.Handle("POST /sessions/{id}/title", s.owner(s.renameSession))
-	mux.Handle("POST /sessions/{id}/instructions", s.owner(s.setInstructions))
-	mux.Handle("POST /sessions/{id}/delete", s.owner(s.deleteSession))
-	mux.Handle("POST /sessions/{id}/messages", s.owner(s.sendMessage))
-	mux.Handle("POST /sessions/{id}/stop", s.owner(s.stop))
-	mux.Handle("POST /sessions/{id}/approvals/{aid}/decision", s.owner(s.decide))
-	mux.Handle("POST /sessions/{id}/tools", s.owner(s.setTools))
-	mux.Handle("GET /sessions/{id}/audit", s.owner(s.auditPage))
-	mux.Handle("GET /sessions/{id}/live", s.owner(s.live))
-	s.apiRoutes(mux)
-	s.shareRoutes(mux)
-	s.grantRoutes(mux)
-	s.ruleRoutes(mux)
-	s.rulesPageRoutes(mux)
-	s.previewRoutes(mux)
-	// Everything else: 401 without the owner's cookie, 405 or 404 with it.
-	mux.Handle("/", s.owner(noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
-		return apperr.Errorf(apperr.NotFound, "Page not found")
-	})))
+	for _, rt := range s.routes(mux) {
+		mux.Handle(rt.pattern, s.wrap(rt))
+	}
 
 	csrf := http.NewCrossOriginProtection()
 	return securityHeaders(s.failures.wrap(csrf.Handler(mux), s.trusted))

@@ -27,7 +27,9 @@ func TestBothSocketKindsCloseTheSameWayOnASlowReader(t *testing.T) {
 			ts := newTestServer(t, map[string]string{"one": oneCall})
 			var sess struct{ ID string }
 			ts.call(t, "POST", "/api/sessions", map[string]string{"title": "slow", "model": "faux:one"}, &sess)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			// Generous: under -race on a busy machine each HTML card takes tens of milliseconds to
+			// render, and the client reads everything queued before the close.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+fmt.Sprintf(kind.path, sess.ID),
 				&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
@@ -39,10 +41,10 @@ func TestBothSocketKindsCloseTheSameWayOnASlowReader(t *testing.T) {
 			if _, _, err := c.Read(ctx); err != nil { // the snapshot, the resync
 				t.Fatal(err)
 			}
-			// 16 KiB of arguments each, 80 MB in all: more than the sockets' buffers and the
-			// broker's 1,024 events; each call's card or event names its call.
-			args, _ := json.Marshal(map[string]string{"command": strings.Repeat("x", 16<<10)})
-			const n = 5000
+			// 4 KiB of arguments each, 12 MB in all: more than the loopback sockets' buffers and
+			// the broker's 1,024 events; each call's card or event names its call.
+			args, _ := json.Marshal(map[string]string{"command": strings.Repeat("x", 4<<10)})
+			const n = 3000
 			for i := range n {
 				ts.broker.Publish(agent.Event{Type: agent.ToolExecutionStart, SessionID: sess.ID, MessageID: "m",
 					ToolCallID: fmt.Sprintf("call-%d", i), ToolName: "shell", Arguments: args})

@@ -112,7 +112,7 @@ func benchNested(b *testing.B, e *benchkit.Env) {
 // BenchmarkDirect: K model turns of one echo call each, then text, with one in-process
 // subscriber draining the events; ns/op is one whole run.
 func BenchmarkDirect(b *testing.B) {
-	for _, k := range []int{200, 1000} {
+	for _, k := range benchDirectKs {
 		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
 			e := newBenchEnv(b)
 			ctx := context.Background()
@@ -204,3 +204,5 @@ func BenchmarkCheckRealRules(b *testing.B) {
 		}
 	}
 }
+
+var benchDirectKs = []int{200, 1000}

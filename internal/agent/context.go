@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -148,19 +149,29 @@ type fitted struct {
 // The error is a *ContextError when even shortening every candidate does not fit; the fitted
 // request is returned with it, every candidate shortened.
 //
-// msgs is not changed; the messages returned share what was not shortened.
+// msgs is not changed; the messages returned share what was not shortened. fitContext measures
+// every message; a run uses contextIndex.fit, which measures only the messages added since its
+// last request.
 func fitContext(system string, tools []ToolSpec, msgs []Message, budget, atLeast int) (fitted, error) {
-	e := newEstimator(system, tools, msgs)
-	k := min(max(atLeast, 0), len(e.candidates))
-	for k < len(e.candidates) && budget > 0 && e.estimate(k) > budget {
+	var x contextIndex
+	return x.fit(system, tools, msgs, budget, atLeast)
+}
+
+// fit is fitContext with the per-message measures kept in x: msgs must be the messages of x's
+// last call with new ones appended (a run's transcript only grows). A shorter msgs starts over.
+func (x *contextIndex) fit(system string, tools []ToolSpec, msgs []Message, budget, atLeast int) (fitted, error) {
+	x.update(msgs)
+	e := x.estimator(system, tools, msgs)
+	k := min(max(atLeast, 0), e.candidates)
+	for k < e.candidates && budget > 0 && e.estimate(k) > budget {
 		k++
 	}
 	f := fitted{Messages: msgs, Shortened: k, Estimate: e.estimate(k)}
 	if k > 0 {
 		f.Messages = make([]Message, len(msgs))
 		copy(f.Messages, msgs)
-		for _, i := range e.candidates[:k] {
-			f.Messages[i] = shortened(msgs[i], e.sizes[i])
+		for j, i := range x.eligible[:k] {
+			f.Messages[i] = shortened(msgs[i], x.sizes[j])
 		}
 	}
 	if budget > 0 && f.Estimate > budget {
@@ -181,36 +192,63 @@ func shortened(m Message, size int) Message {
 	return m
 }
 
-// estimator computes a request's estimated size for each number of shortened candidates.
-type estimator struct {
-	// candidates are the indexes of the tool results that may be shortened, oldest first.
-	candidates []int
-	// sizes are, by index, the bytes of a tool result's content for the model (what its stub
-	// says); costs what it counts for in the estimate (images as imageBytes); savings the bytes
-	// a candidate's stub saves, in candidate order.
-	sizes, costs map[int]int
-	savings      []int
-	// saved[j] is the sum of savings[:j+1].
-	saved []int
-	// whole is the bytes of the whole request with nothing shortened; base the bytes past the
-	// anchor (what it came after it, and what its request had shortened); anchorTokens the
-	// provider's count for the anchor (0: none).
-	whole, base  int
-	anchorTokens int
-	// anchor is the index of the last assistant message with usage (-1: none); anchorShort
-	// how many candidates its request had shortened.
-	anchor, anchorShort int
+// contextIndex is what the estimate needs of each message, kept across a run's requests so that
+// a request measures only the messages added since the one before (issue 19: measuring the whole
+// transcript at every turn made a K-turn run cost K² — 3 ms a turn at turn 5,000). A message is
+// measured once: its bytes, and whether it is a tool result big enough to shorten.
+type contextIndex struct {
+	// n is how many messages are measured; bytes[i] the bytes of the first i (len n+1).
+	n     int
+	bytes []int
+	// eligible are the indexes of the tool results big enough to shorten (minShortenBytes, and
+	// costing more than their stub), oldest first; sizes their content's bytes for the model
+	// (what the stub says) and saved[j] the bytes the stubs of eligible[:j+1] save.
+	eligible, sizes, saved []int
+	// anchor is the index of the last assistant message with usage (-1: none); anchorShort how
+	// many results its request had shortened; anchorTokens the provider's count for it.
+	anchor, anchorShort, anchorTokens int
 }
 
-func newEstimator(system string, tools []ToolSpec, msgs []Message) *estimator {
-	e := &estimator{sizes: map[int]int{}, costs: map[int]int{}, anchor: -1}
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if m := msgs[i]; m.Role == Assistant && m.Usage != nil {
-			e.anchor, e.anchorShort = i, m.ShortenedResults
-			e.anchorTokens = int(m.Usage.Prompt() + m.Usage.Output)
-			break
-		}
+// update measures the messages of msgs past the n already measured.
+func (x *contextIndex) update(msgs []Message) {
+	if len(msgs) < x.n || x.bytes == nil {
+		*x = contextIndex{bytes: []int{0}, anchor: -1}
 	}
+	for i := x.n; i < len(msgs); i++ {
+		m := msgs[i]
+		cost := 0
+		switch {
+		case m.Role == ToolResult:
+			size, c := resultSize(m.Result)
+			cost = c
+			if stub := len(ShortenedStub(size)); size >= minShortenBytes && cost > stub {
+				total := cost - stub
+				if j := len(x.saved); j > 0 {
+					total += x.saved[j-1]
+				}
+				x.eligible, x.sizes, x.saved = append(x.eligible, i), append(x.sizes, size), append(x.saved, total)
+			}
+		case m.Role == Assistant && m.Usage != nil:
+			x.anchor, x.anchorShort = i, m.ShortenedResults
+			x.anchorTokens = int(m.Usage.Prompt() + m.Usage.Output)
+		}
+		x.bytes = append(x.bytes, x.bytes[i]+messageBytes(m, cost))
+	}
+	x.n = len(msgs)
+}
+
+// estimator computes a request's estimated size for each number of shortened candidates.
+type estimator struct {
+	x *contextIndex
+	// candidates is how many of x.eligible may be shortened: those before the newest turn.
+	candidates int
+	// whole is the bytes of the whole request with nothing shortened; base the bytes past the
+	// anchor (what came after it, and what its request had shortened).
+	whole, base int
+}
+
+// estimator is the estimate of the request of system, tools and msgs (measured by update).
+func (x *contextIndex) estimator(system string, tools []ToolSpec, msgs []Message) estimator {
 	// The newest turn: the results after the last assistant message stay whole.
 	newest := len(msgs)
 	for i := len(msgs) - 1; i >= 0; i-- {
@@ -222,56 +260,33 @@ func newEstimator(system string, tools []ToolSpec, msgs []Message) *estimator {
 			break
 		}
 	}
-	for i, m := range msgs {
-		if m.Role != ToolResult {
-			continue
-		}
-		size, cost := resultSize(m.Result)
-		e.sizes[i], e.costs[i] = size, cost
-		stub := len(ShortenedStub(size))
-		if i < newest && size >= minShortenBytes && cost > stub {
-			e.candidates = append(e.candidates, i)
-			e.savings = append(e.savings, cost-stub)
-		}
-	}
-	total := 0
-	for _, s := range e.savings {
-		total += s
-		e.saved = append(e.saved, total)
-	}
-	e.whole = len(system) + toolsBytes(tools)
-	for i, m := range msgs {
-		e.whole += messageBytes(m, e.costs[i])
-	}
-	if e.anchor < 0 {
+	e := estimator{x: x, candidates: sort.SearchInts(x.eligible, newest)}
+	e.whole = len(system) + toolsBytes(tools) + x.bytes[x.n]
+	if x.anchor < 0 {
 		return e
 	}
 	// Past the anchor: what came after it, plus what is sent differently before it. The
 	// anchor's request had its first anchorShort candidates shortened; with nothing shortened
 	// now they count whole again.
-	for i := e.anchor + 1; i < len(msgs); i++ {
-		e.base += messageBytes(msgs[i], e.costs[i])
-	}
-	for j := 0; j < min(e.anchorShort, len(e.candidates)); j++ {
-		if e.candidates[j] < e.anchor {
-			e.base += e.savings[j]
-		}
+	e.base = x.bytes[x.n] - x.bytes[x.anchor+1]
+	if m := min(x.anchorShort, e.candidates, sort.SearchInts(x.eligible, x.anchor)); m > 0 {
+		e.base += x.saved[m-1]
 	}
 	return e
 }
 
 // estimate is the request's size in tokens with the first k candidates shortened: from the
 // anchor, but never below the byte count of the whole request.
-func (e *estimator) estimate(k int) int {
+func (e estimator) estimate(k int) int {
 	saved := 0
 	if k > 0 {
-		saved = e.saved[k-1]
+		saved = e.x.saved[k-1]
 	}
 	whole := ceilDiv(e.whole-saved, bytesPerToken)
-	if e.anchor < 0 {
+	if e.x.anchor < 0 {
 		return whole
 	}
-	return max(e.anchorTokens+ceilDiv(e.base-saved, bytesPerToken), whole)
+	return max(e.x.anchorTokens+ceilDiv(e.base-saved, bytesPerToken), whole)
 }
 
 func ceilDiv(a, b int) int {

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -225,4 +227,139 @@ func TestContextErrorSaysWhatDoesNotFit(t *testing.T) {
 	if !strings.HasPrefix(refused.Error(), "openai: 400 Bad Request: maximum context length — ") || !errors.Is(refused, refused.Refused) {
 		t.Errorf("refused error %q does not start with the provider's", refused.Error())
 	}
+}
+
+// TestARunMeasuresEachMessageOnceAndEstimatesAsAFreshMeasure grows a transcript turn by turn, as
+// a run does, and fits every request with one contextIndex (each message measured once) and with
+// referenceFit (every message measured again, the estimate as the package doc says it): the two
+// agree on every request, budget
+// and shortened set, whether or not the turn carries usage (issue 19: the run no longer
+// re-measures its transcript at every turn).
+func TestARunMeasuresEachMessageOnceAndEstimatesAsAFreshMeasure(t *testing.T) {
+	var x contextIndex
+	msgs := []Message{userMsg("go")}
+	for turn := range 40 {
+		id := fmt.Sprintf("c%d", turn)
+		call := callMsg(id)
+		if turn%3 == 1 {
+			call.Usage = &Usage{Input: int64(5000 + 2000*turn), Output: 30} // above the byte count: the anchor decides
+			call.ShortenedResults = turn % 4
+		}
+		msgs = append(msgs, call, resultMsg(id, 100+(turn*977)%5000, turn%5 == 0))
+		for _, budget := range []int{0, 400, 2000, 8000} {
+			got, gotErr := x.fit("sys", []ToolSpec{{Name: "read"}}, msgs, budget, turn%2)
+			want, wantErr := referenceFit("sys", []ToolSpec{{Name: "read"}}, msgs, budget, turn%2)
+			if got.Estimate != want.Estimate || got.Shortened != want.Shortened || (gotErr == nil) != (wantErr == nil) {
+				t.Fatalf("turn %d budget %d: incremental %d tokens, %d shortened, %v; fresh %d, %d, %v",
+					turn, budget, got.Estimate, got.Shortened, gotErr, want.Estimate, want.Shortened, wantErr)
+			}
+			if !slices.Equal(stubbed(got.Messages), stubbed(want.Messages)) {
+				t.Fatalf("turn %d budget %d: stubs at %v, fresh %v", turn, budget, stubbed(got.Messages), stubbed(want.Messages))
+			}
+		}
+	}
+	if x.n != len(msgs) {
+		t.Errorf("measured %d messages, want %d", x.n, len(msgs))
+	}
+	// A shorter transcript (another run's) starts over rather than reading past its end.
+	short := msgs[:3]
+	got, _ := x.fit("", nil, short, 0, 0)
+	want, _ := referenceFit("", nil, short, 0, 0)
+	if got.Estimate != want.Estimate {
+		t.Errorf("after starting over: %d, want %d", got.Estimate, want.Estimate)
+	}
+}
+
+// referenceFit is fitContext written from the package doc, measuring the whole transcript for
+// every request: the oracle of TestARunMeasuresEachMessageOnceAndEstimatesAsAFreshMeasure.
+func referenceFit(system string, tools []ToolSpec, msgs []Message, budget, atLeast int) (fitted, error) {
+	newest := len(msgs)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == Assistant {
+			newest = i + 1
+			break
+		}
+		if msgs[i].Role != ToolResult {
+			break
+		}
+	}
+	anchor := -1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == Assistant && msgs[i].Usage != nil {
+			anchor = i
+			break
+		}
+	}
+	var cands []int
+	cost := func(i int) int {
+		_, c := resultSize(msgs[i].Result)
+		return c
+	}
+	for i, m := range msgs {
+		if m.Role == ToolResult && i < newest {
+			size, c := resultSize(m.Result)
+			if size >= minShortenBytes && c > len(ShortenedStub(size)) {
+				cands = append(cands, i)
+			}
+		}
+	}
+	estimate := func(k int) int {
+		short := map[int]bool{}
+		for _, i := range cands[:k] {
+			short[i] = true
+		}
+		bytes := func(i int, shortened bool) int {
+			if msgs[i].Role != ToolResult {
+				return messageBytes(msgs[i], 0)
+			}
+			if shortened {
+				size, _ := resultSize(msgs[i].Result)
+				return messageBytes(msgs[i], len(ShortenedStub(size)))
+			}
+			return messageBytes(msgs[i], cost(i))
+		}
+		whole := len(system) + toolsBytes(tools)
+		for i := range msgs {
+			whole += bytes(i, short[i])
+		}
+		wholeTokens := ceilDiv(whole, bytesPerToken)
+		if anchor < 0 {
+			return wholeTokens
+		}
+		// Past the anchor: the messages after it, and the results before it sent otherwise now
+		// than in the anchor's request (which had its first ShortenedResults candidates short).
+		past := 0
+		for i := anchor + 1; i < len(msgs); i++ {
+			past += bytes(i, short[i])
+		}
+		for j, i := range cands {
+			if i >= anchor {
+				break
+			}
+			then, now := j < msgs[anchor].ShortenedResults, short[i]
+			if then != now {
+				d := bytes(i, false) - bytes(i, true)
+				if then {
+					past += d
+				} else {
+					past -= d
+				}
+			}
+		}
+		u := msgs[anchor].Usage
+		return max(int(u.Prompt()+u.Output)+ceilDiv(past, bytesPerToken), wholeTokens)
+	}
+	k := min(atLeast, len(cands))
+	for k < len(cands) && budget > 0 && estimate(k) > budget {
+		k++
+	}
+	f := fitted{Messages: slices.Clone(msgs), Shortened: k, Estimate: estimate(k)}
+	for _, i := range cands[:k] {
+		size, _ := resultSize(msgs[i].Result)
+		f.Messages[i] = shortened(msgs[i], size)
+	}
+	if budget > 0 && f.Estimate > budget {
+		return f, &ContextError{Estimate: f.Estimate, Budget: budget, Shortened: k}
+	}
+	return f, nil
 }

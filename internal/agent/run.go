@@ -26,6 +26,9 @@ type run struct {
 	// run, or a restart, loads it again. Only the run's goroutine uses it.
 	transcript []Message
 	loaded     bool
+	// contextIndex measures the transcript for the context budget, each message once (see
+	// contextIndex). Only the run's goroutine uses it.
+	contextIndex contextIndex
 	// active is the session's active tool set as of the last model request (nil: not computed
 	// yet); see isActive.
 	active atomic.Pointer[map[string]bool]
@@ -142,6 +145,7 @@ func (rn *run) streamMessage(store context.Context) (Message, []*invocation, err
 			rn.transcript = append(rn.transcript, e.Message)
 		}
 		rn.loaded = true
+		rn.contextIndex = contextIndex{}
 		// Read again with the transcript: instructions set between Send's read of the session
 		// and its first message being stored are the ones the first request sends.
 		rn.sessionChanged.Store(true)
@@ -163,7 +167,7 @@ func (rn *run) streamMessage(store context.Context) (Message, []*invocation, err
 
 	live := Message{ID: newID(), Role: Assistant, Model: sess.Model, Timestamp: time.Now().UTC()}
 	// Clipped: a provider that appends to the list cannot write into the run's transcript.
-	fit, err := fitContext(sess.Instructions, tools, slices.Clip(rn.transcript), budget, 0)
+	fit, err := rn.contextIndex.fit(sess.Instructions, tools, slices.Clip(rn.transcript), budget, 0)
 	live.ShortenedResults = fit.Shortened
 	start := live // events carry copies: live keeps changing as the stream arrives
 	rn.publish(Event{Type: MessageStart, SessionID: sid, MessageID: live.ID, Message: &start})
@@ -176,7 +180,7 @@ func (rn *run) streamMessage(store context.Context) (Message, []*invocation, err
 			refused := err
 			target := int(float64(fit.Estimate) * harderFactor)
 			rn.ceiling = target
-			harder, herr := fitContext(sess.Instructions, tools, slices.Clip(rn.transcript), target, fit.Shortened+1)
+			harder, herr := rn.contextIndex.fit(sess.Instructions, tools, slices.Clip(rn.transcript), target, fit.Shortened+1)
 			if herr != nil && harder.Shortened <= fit.Shortened {
 				err = &ContextError{Estimate: fit.Estimate, Budget: budget, Shortened: fit.Shortened, Refused: refused}
 			} else {

@@ -18,6 +18,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -228,23 +229,48 @@ type Faux struct {
 	Script *Script
 	// ChunkDelay is the pause between streamed text chunks.
 	ChunkDelay time.Duration
+
+	// seen is what the last request's transcript held, so the next request of the same session
+	// (a run's transcript only grows) counts only the messages after it: without it a K-turn run
+	// rescanned its whole transcript at every turn (issue 19's flatness).
+	mu   sync.Mutex
+	seen fauxSeen
+}
+
+// fauxSeen is the step count of a session's transcript up to messages: steps delivered assistant
+// messages, lastResult the index of the latest tool result (-1: none).
+type fauxSeen struct {
+	session         string
+	messages, steps int
+	lastResult      int
 }
 
 // Stream implements agent.Model: it replays the next step, text and thinking in small chunks,
 // with the step's usage as the message's. Faux does not implement agent.ContextWindow: a script
 // has no context window (the agent shortens for -context-tokens only).
 func (f *Faux) Stream(ctx context.Context, req agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
-	n := 0
-	var last *agent.Message
-	for i := range req.Messages {
+	f.mu.Lock()
+	seen := f.seen
+	if seen.messages == 0 || seen.session != req.SessionID || seen.messages > len(req.Messages) {
+		seen = fauxSeen{session: req.SessionID, lastResult: -1}
+	}
+	for i := seen.messages; i < len(req.Messages); i++ {
 		switch req.Messages[i].Role {
 		case agent.Assistant:
 			if req.Messages[i].StopReason != agent.Aborted {
-				n++
+				seen.steps++
 			}
 		case agent.ToolResult:
-			last = &req.Messages[i]
+			seen.lastResult = i
 		}
+	}
+	seen.messages = len(req.Messages)
+	f.seen = seen
+	f.mu.Unlock()
+	n := seen.steps
+	var last *agent.Message
+	if seen.lastResult >= 0 {
+		last = &req.Messages[seen.lastResult]
 	}
 	if n >= len(f.Script.Steps) {
 		return agent.Message{}, fmt.Errorf("the faux script %q has no step left (it has %d); start a new session to replay it", f.Script.Name, len(f.Script.Steps))

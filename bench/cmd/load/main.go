@@ -179,7 +179,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			steps = append(steps, step{"rules n=5000", func() (line, error) { return rulesCase(ctx, 5000, 5) }})
 		}
 		if opt.cases["direct"] {
-			for _, k := range []int{200, 1000} {
+			// 5000: issue 19's flatness goal (last-50 ÷ first-50 turns); the peers stop at 1000.
+			for _, k := range []int{200, 1000, 5000} {
 				steps = append(steps, step{fmt.Sprintf("direct K=%d", k), func() (line, error) { return direct(ctx, k) }})
 			}
 		}

@@ -246,7 +246,32 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 			target("direct K=200: ≥ 5× faster per call than pi (faux)", fmt.Sprintf("%.1f× (%s vs %s µs)", s, f(num(c, "us_per_call")), f(num(p, "us_per_call"))), s >= 5, true)
 		}
 	}
+	// Issue 19, goal 1: nested with the rules case's 1,000 rules loaded. The nested case runs
+	// without rules; the rules case measures what they add per nested call (alternating pairs in
+	// one process), so the figure is the nested case's plus that (never less than the nested one).
+	if r, ok := find(cs, "countersign", "rules", nil); ok {
+		added := max(num(r, "us_added_per_call"), 0)
+		for _, n := range []string{"1000", "10000"} {
+			c, ok1 := find(cs, "countersign", "nested", map[string]string{"n": n})
+			p, ok2 := find(peers, "pi", "nested", map[string]string{"n": n})
+			if ok1 && ok2 {
+				with := num(c, "us_per_call") + added
+				s := num(p, "us_per_call") / with
+				target("nested n="+n+" with 1,000 rules loaded (issue 19): ≥ 20× faster per call than pi",
+					fmt.Sprintf("%.1f× (%s + %s µs the rules add = %s vs %s µs)", s, f(num(c, "us_per_call")), f(added), f(with), f(num(p, "us_per_call"))), s >= 20, true)
+			}
+		}
+	}
+	// Issue 19, goal 2: a direct turn persisted and broadcast against the AI SDK's in-memory one.
 	for _, n := range []string{"200", "1000"} {
+		c, ok1 := find(cs, "countersign", "direct", map[string]string{"n": n})
+		p, ok2 := find(peers, "ai-sdk", "direct", map[string]string{"n": n})
+		if ok1 && ok2 {
+			r := num(c, "us_per_call") / num(p, "us_per_call")
+			target("direct K="+n+" (issue 19): ≤ 1.0 × the AI SDK's in-memory turn", fmt.Sprintf("%.2f× (%s vs %s µs)", r, f(num(c, "us_per_call")), f(num(p, "us_per_call"))), r <= 1.0, true)
+		}
+	}
+	for _, n := range []string{"200", "1000", "5000"} {
 		// The ratio of each run, then their median: a median line takes each field's median
 		// separately, so its first-50 and last-50 can come from different runs.
 		var ratios []string
@@ -260,7 +285,13 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 		}
 		if len(rs) > 0 {
 			r := median(rs)
-			target("direct K="+n+": last-50 turn ≤ 1.5× first-50", fmt.Sprintf("%.2f× (median of the runs' ratios %s)", r, strings.Join(ratios, ", ")), r <= 1.5, true)
+			measured := fmt.Sprintf("%.2f× (median of the runs' ratios %s)", r, strings.Join(ratios, ", "))
+			if n != "5000" {
+				target("direct K="+n+": last-50 turn ≤ 1.5× first-50", measured, r <= 1.5, true)
+			}
+			if n != "200" {
+				target("direct K="+n+" (issue 19): last-50 turn ≤ 1.2× first-50", measured, r <= 1.2, true)
+			}
 		}
 	}
 	if c, ok := find(cs, "countersign", "rss", nil); ok {

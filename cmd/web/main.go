@@ -79,6 +79,10 @@ type config struct {
 	systemPrompt, instructions string
 	// contextTokens is the context window requests are fitted into (SPEC §17); 0: each model's.
 	contextTokens int
+	// logJSON: -log-format json, logs as JSON lines with an access log (SPEC §16).
+	logJSON bool
+	// trustedProxies are the proxies whose X-Forwarded-For / -Proto are believed (SPEC §16).
+	trustedProxies web.Proxies
 }
 
 // Owner tokens the server accepts: the token is the only secret between the network and a shell
@@ -143,6 +147,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.systemPrompt, "system-prompt", env("COUNTERSIGN_SYSTEM_PROMPT", ""), "file with the default instructions (system prompt) of new sessions; {{workspace}} in it becomes the session's folder; built-in when unset (COUNTERSIGN_SYSTEM_PROMPT)")
 	contextTokens := env("COUNTERSIGN_CONTEXT_TOKENS", "0")
 	fs.StringVar(&contextTokens, "context-tokens", contextTokens, "context window, in tokens, that each model request is fitted into by shortening older tool results; 0 means each model's own (COUNTERSIGN_CONTEXT_TOKENS)")
+	logFormat := env("COUNTERSIGN_LOG_FORMAT", "text")
+	fs.StringVar(&logFormat, "log-format", logFormat, "text, or json: JSON lines with an access log of every request, tokens redacted (COUNTERSIGN_LOG_FORMAT)")
+	proxies := env("COUNTERSIGN_TRUSTED_PROXIES", "")
+	fs.StringVar(&proxies, "trusted-proxies", proxies, "CIDRs or addresses, comma-separated, of the proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (COUNTERSIGN_TRUSTED_PROXIES)")
 	// A boolean flag: -fixture-tools alone means true, -fixture-tools=false turns off what the
 	// environment turned on. The environment takes true or false (strconv.ParseBool).
 	var err error
@@ -172,6 +180,16 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.contextTokens > 0 && c.contextTokens < minContextTokens {
 		return c, fmt.Errorf("-context-tokens %d: want at least %d tokens (0: each model's own window)", c.contextTokens, minContextTokens)
+	}
+	switch logFormat {
+	case "text":
+	case "json":
+		c.logJSON = true
+	default:
+		return c, fmt.Errorf("-log-format %q: want text or json", logFormat)
+	}
+	if c.trustedProxies, err = web.ParseProxies(proxies); err != nil {
+		return c, err
 	}
 	if c.systemPrompt != "" {
 		if c.instructions, err = readSystemPrompt(c.systemPrompt); err != nil {
@@ -240,6 +258,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var accessLog *slog.Logger
+	if cfg.logJSON {
+		log = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		accessLog = log.With("log", "access")
+	}
 	if cfg.tokenFlag {
 		log.Warn("the owner token was given with -token, which every user of this machine can read in the process list (ps); prefer the COUNTERSIGN_TOKEN environment variable")
 	}
@@ -356,7 +379,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer func() { stopFlush(); <-flushed }()
 	srv := web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
-		OwnerSessions: db, SessionTTL: cfg.sessionTTL})
+		OwnerSessions: db, SessionTTL: cfg.sessionTTL,
+		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready})
 
 	// Requests (and the WebSockets they became) end when the server shuts down.
 	baseCtx, cancelBase := context.WithCancel(context.Background())

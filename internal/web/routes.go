@@ -58,6 +58,7 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		})},
 		{"GET /login", public, s.login, nil},
 		{"GET /logged-out", public, s.loggedOut, nil},
+		{"GET /readyz", public, nil, http.HandlerFunc(s.readyz)},
 		{"GET /static/", public, nil, http.StripPrefix("/static/", http.FileServerFS(static.FS))},
 		{"GET /favicon.ico", public, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/static/favicon.svg", http.StatusMovedPermanently)

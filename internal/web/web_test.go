@@ -53,6 +53,7 @@ func (m testModels) Names() []string {
 type testServer struct {
 	*httptest.Server
 	db      *store.DB
+	dbPath  string // the SQLite file behind db
 	runner  *agent.Runner
 	broker  *agent.Broker
 	runs    atomic.Int32
@@ -84,11 +85,12 @@ func newTestServerAgent(t testing.TB, scripts map[string]string, configure func(
 	agentCfg func(*agent.Config), extra ...*tool.Tool) *testServer {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "web.db"))
+	dbPath := filepath.Join(t.TempDir(), "web.db")
+	db, err := store.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{db: db, workDir: t.TempDir()}
+	ts := &testServer{db: db, dbPath: dbPath, workDir: t.TempDir()}
 	ms := testModels{scripts: map[string]*models.Script{}}
 	for name, src := range scripts {
 		sc, err := models.ParseScript(name+".json", []byte(src))

@@ -2,13 +2,22 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/store"
+	"countersign/internal/tool"
 )
 
 // TestJSONLogsHaveAnAccessLogWithoutTokens (SPEC §16, issue 21 acceptance 6): with -log-format
@@ -127,3 +136,64 @@ func TestReadyzAndBadOpsFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestRetainDeletesSessionsIdleLongerThanIt (SPEC §16 -retain): of three sessions, the one
+// created and last used 100 days ago is deleted; the one created then but used yesterday and the
+// one created yesterday are kept; -retain's forms are read, bad ones refused.
+func TestRetainDeletesSessionsIdleLongerThanIt(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "cs.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	clock := now.Add(-100 * 24 * time.Hour)
+	db.Now = func() time.Time { return clock }
+	broker := agent.NewBroker()
+	runner := agent.New(agent.Config{Store: db, Broker: broker, Models: noModels{}, Tools: tool.NewRegistry()})
+	mk := func(title string, created time.Time) agent.Session {
+		t.Helper()
+		s := agent.Session{ID: title + "-id", Title: title, Model: "faux:demo", Workspace: t.TempDir(), State: agent.Idle, CreatedAt: created, Mode: "default"}
+		if err := db.CreateSession(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	old := mk("old", now.Add(-100*24*time.Hour))
+	used := mk("used", now.Add(-100*24*time.Hour))
+	clock = now.Add(-24 * time.Hour)
+	if _, err := db.AppendEntry(ctx, used.ID, agent.Message{Role: agent.User, Content: []agent.Block{{Type: "text", Text: "hi"}}}); err != nil {
+		t.Fatal(err)
+	}
+	recent := mk("recent", now.Add(-24*time.Hour))
+
+	if n := deleteIdle(ctx, slog.New(slog.DiscardHandler), db, runner, 90*24*time.Hour, now); n != 1 {
+		t.Errorf("deleted %d sessions, want 1", n)
+	}
+	if _, err := db.Session(ctx, old.ID); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("the idle session is still there (%v)", err)
+	}
+	for _, s := range []agent.Session{used, recent} {
+		if _, err := db.Session(ctx, s.ID); err != nil {
+			t.Errorf("session %q was deleted: %v", s.Title, err)
+		}
+	}
+
+	for in, want := range map[string]time.Duration{"": 0, "0": 0, "90d": 90 * 24 * time.Hour, "36h": 36 * time.Hour} {
+		if got, err := parseRetain(in); err != nil || got != want {
+			t.Errorf("parseRetain(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"-3d", "xd", "10m", "soon"} {
+		if _, err := parseRetain(bad); err == nil || !strings.Contains(err.Error(), "-retain") {
+			t.Errorf("parseRetain(%q): err %v, want one naming -retain", bad, err)
+		}
+	}
+}
+
+// noModels offers the faux demo model by name but never runs one: the retain test sends nothing.
+type noModels struct{}
+
+func (noModels) Model(string) (agent.Model, error) { return nil, nil }
+func (noModels) Names() []string                   { return []string{"faux:demo"} }

@@ -26,6 +26,7 @@ import (
 	"countersign/internal/apperr"
 	"countersign/internal/fixtures"
 	"countersign/internal/mcp"
+	"countersign/internal/metrics"
 	"countersign/internal/models"
 	"countersign/internal/procenv"
 	"countersign/internal/rules"
@@ -86,6 +87,8 @@ type config struct {
 	trustedProxies web.Proxies
 	// retain deletes sessions idle longer than this (SPEC §16); 0 keeps them.
 	retain time.Duration
+	// metricsAddr, when set, serves /metrics without login on its own listener (SPEC §16).
+	metricsAddr string
 }
 
 // Owner tokens the server accepts: the token is the only secret between the network and a shell
@@ -154,6 +157,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&logFormat, "log-format", logFormat, "text, or json: JSON lines with an access log of every request, tokens redacted (COUNTERSIGN_LOG_FORMAT)")
 	proxies := env("COUNTERSIGN_TRUSTED_PROXIES", "")
 	fs.StringVar(&proxies, "trusted-proxies", proxies, "CIDRs or addresses, comma-separated, of the proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (COUNTERSIGN_TRUSTED_PROXIES)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", env("COUNTERSIGN_METRICS_ADDR", ""), "also serve GET /metrics, without login, on this address (e.g. 127.0.0.1:9090); /metrics on -addr needs the owner token either way (COUNTERSIGN_METRICS_ADDR)")
 	retain := env("COUNTERSIGN_RETAIN", "")
 	fs.StringVar(&retain, "retain", retain, "delete sessions idle longer than this, e.g. 90d or 720h (checked at start and hourly; a session whose run is busy or parked is kept); unset keeps them (COUNTERSIGN_RETAIN)")
 	// A boolean flag: -fixture-tools alone means true, -fixture-tools=false turns off what the
@@ -366,12 +370,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer ln.Close()
+	var metricsLn net.Listener
+	if cfg.metricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", cfg.metricsAddr); err != nil {
+			return fmt.Errorf("-metrics-addr: %w", err)
+		}
+		defer metricsLn.Close()
+	}
 
 	db, err := store.Open(ctx, cfg.db)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	// Operators' series (SPEC §16); the live sockets are the web server's, made below.
+	var srv *web.Server
+	met := metrics.New(metrics.Sources{
+		PendingApprovals: func(ctx context.Context) (int, error) {
+			as, err := db.PendingApprovals(ctx)
+			return len(as), err
+		},
+		LiveSockets: func() int {
+			if srv == nil {
+				return 0
+			}
+			return srv.LiveSockets()
+		},
+	})
+	db.OnCommit = met.Commit
 
 	reg := tool.NewRegistry()
 	all := tools.Builtin(tools.Config{PassEnv: cfg.passEnv, Protected: ownFiles(cfg)})
@@ -419,7 +445,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	mods := models.NewCatalog(faux, vendors)
 	log.Info("models offered", "models", strings.Join(mods.Names(), ", "))
 	broker := agent.NewBroker()
-	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker,
+	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker, Observer: met,
 		ApprovalTimeout: cfg.approvalTimeout, Logger: log,
 		// Rules (SPEC §14): compiled, parsed and suggested by internal/rules.
 		CompileRules: rules.NewCompiler(ownFiles(cfg)), ParseRule: rules.Parse, SuggestRule: rules.Suggest,
@@ -459,10 +485,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}()
 		defer func() { stopRetain(); <-retained }()
 	}
-	srv := web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
+	met.SetActiveRuns(runner.ActiveRuns)
+	srv = web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL,
-		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready})
+		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler()})
 
 	// Requests (and the WebSockets they became) end when the server shuts down.
 	baseCtx, cancelBase := context.WithCancel(context.Background())
@@ -470,8 +497,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	hs := newHTTPServer(srv.Handler(), baseCtx)
 	fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=%s\n", ln.Addr(), cfg.token)
 
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ln) }()
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", met.Handler())
+		ms := newHTTPServer(mux, baseCtx)
+		go func() { errc <- ms.Serve(metricsLn) }()
+		defer ms.Close()
+		log.Info("metrics", "url", "http://"+metricsLn.Addr().String()+"/metrics")
+	}
 	select {
 	case err := <-errc:
 		return err

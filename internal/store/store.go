@@ -47,6 +47,10 @@ type DB struct {
 	// CreatedAt or a resolution's At left zero. Open sets time.Now; tests may replace it before
 	// first use.
 	Now func() time.Time
+	// OnCommit, when set before the first write, is told how long each commit of a group of
+	// writes took (the transaction with its sync, or a lone statement) and how many writes it
+	// held: the store commit latency of SPEC §16's metrics.
+	OnCommit func(d time.Duration, writes int)
 
 	path  string
 	write *sql.DB // exactly one connection: every write, and every transaction

@@ -68,6 +68,17 @@ type socketCounts struct {
 	n  map[string]int
 }
 
+// total counts the open sockets under every key.
+func (c *socketCounts) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, k := range c.n {
+		n += k
+	}
+	return n
+}
+
 // acquire counts one more socket under l unless l's cap is reached; release uncounts it.
 func (c *socketCounts) acquire(l socketLimit) (release func(), ok bool) {
 	c.mu.Lock()

@@ -182,3 +182,17 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintln(w, "ready")
 }
+
+// LiveSockets counts the open live WebSockets, pages' and the JSON API's (the live_sockets
+// metric).
+func (s *Server) LiveSockets() int { return s.liveSockets.total() }
+
+// metrics answers GET /metrics for the owner (Config.Metrics: the Prometheus handler); 404 when
+// the server has none.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.Metrics == nil {
+		return apperr.Errorf(apperr.NotFound, "No metrics on this server.")
+	}
+	s.cfg.Metrics.ServeHTTP(w, r)
+	return nil
+}

@@ -116,6 +116,7 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"PUT /api/sessions/{id}/tools", ownerAPI, s.apiSetTools, nil},
 		{"GET /api/sessions/{id}/approvals", ownerAPI, s.apiApprovals, nil},
 		{"GET /api/sessions/{id}/export", ownerAPI, s.apiExport, nil},
+		{"GET /metrics", ownerAPI, s.metrics, nil},
 		{"POST /api/approvals/{id}/decision", ownerAPI, s.apiDecide, nil},
 		{"GET /api/sessions/{id}/events", ownerAPI, s.apiEvents, nil},
 		{"POST /api/sessions/{id}/shares", ownerAPI, s.apiCreateShare, nil},

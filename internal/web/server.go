@@ -65,6 +65,8 @@ type Config struct {
 	TrustedProxies Proxies
 	// AccessLog, when set, gets one line per request (accessLog: tokens redacted).
 	AccessLog *slog.Logger
+	// Metrics serves GET /metrics to the owner (the Prometheus handler, SPEC §16); nil: 404.
+	Metrics http.Handler
 	// Ready reports whether the store answers with its migrations applied (GET /readyz); nil:
 	// always ready.
 	Ready func(context.Context) error

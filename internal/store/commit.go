@@ -143,10 +143,12 @@ func (db *DB) enqueue(op *writeOp) error {
 	c.queue = c.queue[:rest]
 	c.mu.Unlock()
 
-	start := time.Now()
-	db.commitGroup(group)
 	if db.OnCommit != nil {
+		start := time.Now()
+		db.commitGroup(group)
 		db.OnCommit(time.Since(start), len(group))
+	} else {
+		db.commitGroup(group)
 	}
 
 	c.mu.Lock()

@@ -1,10 +1,10 @@
-// Package benchkit builds what Countersign's benchmarks run on (issue 9): a Runner over a real
+// Package testkit builds what Countersign's benchmarks run on (issue 9): a Runner over a real
 // SQLite file, the faux model replaying scripts generated in code with no chunk delay, the peer
 // benchmark's tools (echo, run_checks, failing_tests, review_diff; see ../shared/peers), a gated
 // tool that needs a person's approval, and one allowing tool_call handler. It is used by the Go
 // benchmarks in internal/agent and by the load program bench/cmd/load (which adds the real HTTP
 // server); nothing in the product imports it.
-package benchkit
+package testkit
 
 import (
 	"context"
@@ -27,9 +27,9 @@ import (
 	"countersign/internal/tool"
 )
 
-// Env is one benchmark environment: a store in Dir, a Runner with the benchmark tools, and its
-// Broker. Close releases it.
-type Env struct {
+// Bench is one benchmark environment: a store in Dir, a Runner with the benchmark tools, and
+// its Broker. Close releases it.
+type Bench struct {
 	Dir    string
 	DB     *store.DB
 	Broker *agent.Broker
@@ -50,7 +50,7 @@ type Env struct {
 // stampedStore is the store, stamping when each pending approval is stored.
 type stampedStore struct {
 	*store.DB
-	e *Env
+	e *Bench
 }
 
 func (s stampedStore) CreateApproval(ctx context.Context, a gate.Approval) error {
@@ -101,8 +101,8 @@ func TurnSpread(ts []time.Time) (first50, last50 int64) {
 	return mean(ts[:n]), mean(ts[len(ts)-n:])
 }
 
-// Options configure New.
-type Options struct {
+// BenchOptions configure NewBench.
+type BenchOptions struct {
 	// ApprovalTimeout for the gated tool; default 15 minutes.
 	ApprovalTimeout time.Duration
 	// Logger; default discards everything.
@@ -170,8 +170,8 @@ func RealRulesOn(tool string, n int) []gate.Rule {
 	return rules
 }
 
-// New opens a store at dir/bench.db and wires a Runner with the benchmark tools.
-func New(ctx context.Context, dir string, opt Options) (*Env, error) {
+// NewBench opens a store at dir/bench.db and wires a Runner with the benchmark tools.
+func NewBench(ctx context.Context, dir string, opt BenchOptions) (*Bench, error) {
 	db, err := store.Open(ctx, filepath.Join(dir, "bench.db"))
 	if err != nil {
 		return nil, err
@@ -179,7 +179,7 @@ func New(ctx context.Context, dir string, opt Options) (*Env, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	e := &Env{Dir: dir, DB: db, Broker: agent.NewBroker(), Tools: tool.NewRegistry(), Models: &Scripts{m: map[string]*models.Script{}}}
+	e := &Bench{Dir: dir, DB: db, Broker: agent.NewBroker(), Tools: tool.NewRegistry(), Models: &Scripts{m: map[string]*models.Script{}}}
 	for _, t := range e.tools() {
 		if err := e.Tools.Register(t); err != nil {
 			db.Close()
@@ -203,14 +203,14 @@ func New(ctx context.Context, dir string, opt Options) (*Env, error) {
 }
 
 // Close stops every run and closes the store.
-func (e *Env) Close() error {
+func (e *Bench) Close() error {
 	e.Runner.Shutdown("benchmark end")
 	e.Runner.Wait()
 	return e.DB.Close()
 }
 
 // NewSession creates a session whose model replays script (registered under name).
-func (e *Env) NewSession(ctx context.Context, name string, script *models.Script) (agent.Session, error) {
+func (e *Bench) NewSession(ctx context.Context, name string, script *models.Script) (agent.Session, error) {
 	e.Models.Add(name, script)
 	return e.Runner.CreateSession(ctx, name, "faux:"+name, e.Dir)
 }
@@ -239,7 +239,7 @@ func CPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func (e *Env) tools() []*tool.Tool {
+func (e *Bench) tools() []*tool.Tool {
 	return []*tool.Tool{
 		{
 			Name: "echo", Title: "Echo", Description: "Echo the input back",

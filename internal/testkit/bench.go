@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,7 +180,7 @@ func NewBench(ctx context.Context, dir string, opt BenchOptions) (*Bench, error)
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	e := &Bench{Dir: dir, DB: db, Broker: agent.NewBroker(), Tools: tool.NewRegistry(), Models: &Scripts{m: map[string]*models.Script{}}}
+	e := &Bench{Dir: dir, DB: db, Broker: agent.NewBroker(), Tools: tool.NewRegistry(), Models: NewScripts()}
 	for _, t := range e.tools() {
 		if err := e.Tools.Register(t); err != nil {
 			db.Close()
@@ -319,8 +320,10 @@ func (e *Bench) tools() []*tool.Tool {
 	}
 }
 
-// Scripts offers "faux:<name>" models replaying scripts generated in code, with no chunk delay.
-// It implements agent.Models.
+// Scripts offers "faux:<name>" models replaying scripts (generated in code or parsed from JSON),
+// with no chunk delay unless ChunkDelay says, and any other model put under a name of its own
+// (Put). It implements agent.Models; an unknown name is an apperr.Invalid error
+// `unknown model "<name>"`. The zero value is not ready: use NewScripts (New and NewBench do).
 type Scripts struct {
 	// OnText, when set before the runs start, is called as the model hands each text delta to
 	// the loop, just before the loop publishes it as message_update: the session, the model
@@ -330,11 +333,17 @@ type Scripts struct {
 	// ChunkDelay is the faux model's pause between text chunks (zero: none).
 	ChunkDelay time.Duration
 
-	mu sync.RWMutex
-	m  map[string]*models.Script
+	mu     sync.RWMutex
+	m      map[string]*models.Script // by name, without "faux:"
+	others map[string]agent.Model    // by the whole name
 }
 
-// Add registers script under name.
+// NewScripts returns an empty registry.
+func NewScripts() *Scripts {
+	return &Scripts{m: map[string]*models.Script{}, others: map[string]agent.Model{}}
+}
+
+// Add registers script under name: the model "faux:<name>" replays it (every session anew).
 func (s *Scripts) Add(name string, script *models.Script) {
 	script.Name = name
 	s.mu.Lock()
@@ -342,29 +351,46 @@ func (s *Scripts) Add(name string, script *models.Script) {
 	s.mu.Unlock()
 }
 
+// Put offers m as the model named name (the whole name, e.g. "test:model"), ahead of any script.
+func (s *Scripts) Put(name string, m agent.Model) {
+	s.mu.Lock()
+	s.others[name] = m
+	s.mu.Unlock()
+}
+
 // Model implements agent.Models.
 func (s *Scripts) Model(name string) (agent.Model, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if sc := s.m[name[min(len(name), len("faux:")):]]; sc != nil {
-		faux := &models.Faux{Script: sc, ChunkDelay: s.ChunkDelay}
-		if s.OnText != nil {
-			return stamped{faux, s.OnText}, nil
+	if m := s.others[name]; m != nil {
+		return m, nil
+	}
+	if rest, ok := strings.CutPrefix(name, "faux:"); ok {
+		if sc := s.m[rest]; sc != nil {
+			faux := &models.Faux{Script: sc, ChunkDelay: s.ChunkDelay}
+			if s.OnText != nil {
+				return stamped{faux, s.OnText}, nil
+			}
+			return faux, nil
 		}
-		return faux, nil
 	}
 	return nil, apperr.Errorf(apperr.Invalid, "unknown model %q", name)
 }
 
-// Names implements agent.Models.
+// Names implements agent.Models: the faux scripts' names, then the others', each sorted.
 func (s *Scripts) Names() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var out []string
+	var out, others []string
 	for n := range s.m {
 		out = append(out, "faux:"+n)
 	}
-	return out
+	for n := range s.others {
+		others = append(others, n)
+	}
+	slices.Sort(out)
+	slices.Sort(others)
+	return append(out, others...)
 }
 
 // stamped reports each text delta to onText before passing it on.

@@ -35,6 +35,7 @@ type testServer struct {
 	*httptest.Server
 	env     *testkit.Env
 	db      *store.DB
+	dbPath  string // the SQLite file behind db
 	runner  *agent.Runner
 	broker  *agent.Broker
 	runs    atomic.Int32
@@ -77,7 +78,7 @@ func newTestServerAgent(t testing.TB, scripts map[string]string, configure func(
 			agentCfg(c)
 		}
 	}})
-	ts.env, ts.db, ts.runner, ts.broker, ts.workDir = env, env.DB, env.Runner, env.Broker, env.Workspace
+	ts.env, ts.db, ts.dbPath, ts.runner, ts.broker, ts.workDir = env, env.DB, env.DB.Path(), env.Runner, env.Broker, env.Workspace
 	db, ms := env.DB, env.Scripts
 	key := make([]byte, 32)
 	for i := range key {

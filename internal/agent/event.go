@@ -24,6 +24,10 @@ const (
 	ToolExecutionEnd    EventType = "tool_execution_end"
 	ApprovalRequested   EventType = "approval_requested"
 	ApprovalResolved    EventType = "approval_resolved"
+	// ApprovalUpdated is Countersign's own (SPEC §15): a person's vote on an approval that needs
+	// several approvers was counted and it stays pending; Approval carries it whole, Votes
+	// included.
+	ApprovalUpdated EventType = "approval_updated"
 	TurnEnd             EventType = "turn_end"
 	AgentEnd            EventType = "agent_end"
 	// SessionUpdated is Countersign's own: the session's state, title or active tools changed.

@@ -189,6 +189,9 @@ type ApprovalView struct {
 	ArgumentsJSON    string
 	// DecideURL is where the decision form posts; "" when the viewer may not decide.
 	DecideURL string
+	// VotesText is the votes line of an approval that needs several approvers (SPEC §15):
+	// "1 of 2 approvals — approved by alice" (gate.Approval.VotesText); "" otherwise.
+	VotesText string
 	// CanEdit, CanRemember: the decider may edit the arguments (the Edit button), approve for
 	// the session and make rules (the "Approve for session" and "Always allow…" buttons).
 	CanEdit, CanRemember bool
@@ -363,11 +366,14 @@ type SharesView struct {
 type ShareForm struct {
 	Role, Label, ExpiresIn string
 	CanEdit, CanRemember   bool
+	// For is the person an approver link is made for (SPEC §15), "" for none.
+	For string
 }
 
 // ShareRow is one share link in the panel.
 type ShareRow struct {
 	ID, URL, Role, Label      string
+	For                       string // the person an approver link was made for; "" for none
 	CanEdit, CanRemember      bool
 	Expires, LastUsed, Status string // Status: active, expired or revoked
 	RevokeURL                 string
@@ -395,6 +401,9 @@ type RulesView struct {
 // RuleForm is what the add-rule form holds: the rule's text, effect, scope choice and note.
 type RuleForm struct {
 	Text, Effect, Scope, Note string
+	// Approvers (a number, "" for one person) and Reviewers (names, comma-separated) as typed
+	// (SPEC §15; ask rules only).
+	Approvers, Reviewers string
 }
 
 // RuleRow is one rule on the Rules page. Text is gate.Rule.Text ("run_command(git diff:*)", with

@@ -147,6 +147,16 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 		if via := a.DecidedVia; via != nil {
 			row.LinkID, row.LinkLabel = via.LinkID, via.Label
 		}
+		if a.Quorum() {
+			row.Approvers = a.Approvers
+		}
+		for _, vt := range a.Votes {
+			av := templates.AuditVote{Decision: string(vt.Decision), By: vt.By, Reason: vt.Reason, At: vt.At}
+			if vt.Via != nil {
+				av.LinkID, av.LinkLabel = vt.Via.LinkID, vt.Via.Label
+			}
+			row.Votes = append(row.Votes, av)
+		}
 		v.Rows = append(v.Rows, row)
 	}
 	slices.Sort(v.Tools)

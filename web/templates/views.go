@@ -337,6 +337,18 @@ type AuditRow struct {
 	// LinkID, LinkLabel name the share link a reviewer decided through ("" for the owner and
 	// for rules).
 	LinkID, LinkLabel string
+	// Approvers is how many distinct people the call needed (SPEC §15; 0 for one); Votes are
+	// their answers, one line each, in the order they came.
+	Approvers int
+	Votes     []AuditVote
+}
+
+// AuditVote is one person's vote on a call that needed several approvers (SPEC §15).
+type AuditVote struct {
+	Decision          string // approved | denied
+	By, Reason        string
+	LinkID, LinkLabel string
+	At                time.Time
 }
 
 // GrantsView is the owner's list of a session's grants ("Approve for session", SPEC §3), each

@@ -52,8 +52,8 @@ func (db *DB) CreateRule(ctx context.Context, r gate.Rule) (err error) {
 	case isForeignKey(err):
 		return apperr.Errorf(apperr.NotFound, "session %s not found", r.SessionID)
 	case isCheck(err):
-		return apperr.Errorf(apperr.Invalid, "rule %s cannot be stored: effect %q, scope %q (session %q), source %q or approvers %d",
-			r.ID, r.Effect, r.Scope, r.SessionID, r.Source, r.Approvers)
+		return apperr.Errorf(apperr.Invalid, "rule %s cannot be stored: effect %q, scope %q (session %q) or source %q",
+			r.ID, r.Effect, r.Scope, r.SessionID, r.Source)
 	}
 	return err
 }

@@ -592,9 +592,14 @@ func (s *Server) toolsView(sess agent.Session, ignored []string) templates.Tools
 func outcomeText(a gate.Approval) string {
 	var b strings.Builder
 	b.WriteString(a.Status.Word())
-	if a.Automatic {
+	switch {
+	case a.Automatic:
 		b.WriteString(" automatically (" + a.DecidedBy + ")")
-	} else if a.DecidedBy != "" {
+	case a.Status == gate.Approved && a.Approvals() > 1:
+		// Several approvers (SPEC §15): every person who approved, "approved by alice and bob".
+		b.Reset()
+		b.WriteString(a.Outcome())
+	case a.DecidedBy != "":
 		b.WriteString(" by " + a.DecidedBy)
 	}
 	switch {

@@ -585,20 +585,20 @@ func AddRuleForm(v RulesView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 60, "\" maxlength=\"1024\" placeholder=\"optional: why\"></label><fieldset class=\"rule-people\"><legend>People <span class=\"note\">(ask rules only)</span></legend> <label>Approvers <input type=\"number\" name=\"approvers\" value=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 60, "\" maxlength=\"1024\" placeholder=\"optional: why\"></label><fieldset class=\"rule-people\"><legend>People <span class=\"note\">(ask rules only)</span></legend> <label>Approvers <input type=\"text\" name=\"approvers\" value=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var29 string
 		templ_7745c5c3_Var29, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.Form.Approvers).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/rules.templ`, Line: 131, Col: 66}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/rules.templ`, Line: 131, Col: 64}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var29)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 61, "\" min=\"2\" max=\"20\" inputmode=\"numeric\" placeholder=\"1\"></label> <label>Reviewers <input type=\"text\" name=\"reviewers\" value=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 61, "\" maxlength=\"2\" inputmode=\"numeric\" autocomplete=\"off\" placeholder=\"optional: 2 or more (empty: one person)\"></label> <label>Reviewers <input type=\"text\" name=\"reviewers\" value=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

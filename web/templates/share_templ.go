@@ -116,20 +116,20 @@ func SharesPanel(v SharesView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, " aria-describedby=\"share-right-remember\"> Can remember</label><p class=\"note\" id=\"share-right-remember\">make rules from a prompt: \"Approve for session\" and \"Always allow…\"</p><label>For <input type=\"text\" name=\"for\" value=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, " aria-describedby=\"share-right-remember\"> Can remember</label><p class=\"note\" id=\"share-right-remember\">make rules from a prompt: \"Approve for session\" and \"Always allow…\"</p></fieldset><label>For <input type=\"text\" name=\"for\" value=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var5 string
 		templ_7745c5c3_Var5, templ_7745c5c3_Err = templruntime.NewAttributeExpression(v.Form.For).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/share.templ`, Line: 38, Col: 54}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/templates/share.templ`, Line: 39, Col: 53}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var5)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "\" maxlength=\"60\" autocomplete=\"off\" placeholder=\"optional: the person's name, e.g. alice\" aria-describedby=\"share-for-note\"></label><p class=\"note\" id=\"share-for-note\">the link decides as this person, name fixed (rules may list them as reviewers); empty: its holder gives a name</p></fieldset><div class=\"form-errors\">")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "\" maxlength=\"60\" autocomplete=\"off\" placeholder=\"optional, e.g. alice\" aria-describedby=\"share-for-note\"></label><p class=\"note\" id=\"share-for-note\">an approver link made for a person decides as them, name fixed (rules may list them as reviewers); empty: its holder gives a name</p><div class=\"form-errors\">")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -202,3 +202,37 @@ func TestRulesAPIRefusesApproversOutsideAskRules(t *testing.T) {
 		})
 	}
 }
+
+// TestRulesPageSetsApproversAndReviewers: the add form's Approvers and Reviewers make an ask rule
+// that needs them, shown in the rule's text; on an allow rule they are refused in an alert; a
+// reviewer name with markup is refused, never shown as markup.
+func TestRulesPageSetsApproversAndReviewers(t *testing.T) {
+	ts := rulesServer(t, map[string]string{"x": `{"steps":[{"content":[{"type":"text","text":"hi"}],"stopReason":"stop"}]}`})
+	for _, tc := range []struct {
+		name string
+		form url.Values
+		st   int
+		want string
+	}{
+		{"an ask rule with two reviewers", url.Values{"rule": {"shell"}, "effect": {"ask"}, "scope": {"server"}, "approvers": {"2"}, "reviewers": {"alice, bob"}},
+			200, "shell approvers=2 reviewers=alice,bob"},
+		{"in the text form", url.Values{"rule": {"deploy approvers=3"}, "effect": {"ask"}, "scope": {"server"}},
+			200, "deploy approvers=3"},
+		{"an allow rule with approvers", url.Values{"rule": {"shell"}, "effect": {"allow"}, "scope": {"server"}, "approvers": {"2"}},
+			400, "approvers and reviewers apply to ask rules only: this allow rule decides without asking anyone"},
+		{"not a number", url.Values{"rule": {"shell"}, "effect": {"ask"}, "scope": {"server"}, "approvers": {"two"}},
+			400, "Approvers must be a number such as 2"},
+		{"a reviewer with markup", url.Values{"rule": {"shell"}, "effect": {"ask"}, "scope": {"server"}, "reviewers": {"<img src=x>"}},
+			400, "A name may hold letters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, body := ts.do(t, "POST", "/rules", formType, tc.form.Encode(), nil)
+			if st != tc.st || !strings.Contains(html.UnescapeString(body), tc.want) {
+				t.Fatalf("= %d, want %d with %q: %.2000s", st, tc.st, tc.want, body)
+			}
+			if strings.Contains(body, "<img src=x>") {
+				t.Fatal("a reviewer's name is shown as markup")
+			}
+		})
+	}
+}

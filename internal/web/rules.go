@@ -8,6 +8,7 @@ import (
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/share"
 	"countersign/web/templates"
 )
 
@@ -131,6 +132,9 @@ func (s *Server) apiCreateRule(w http.ResponseWriter, r *http.Request) error {
 	} else if strings.TrimSpace(in.Workspace) != "" {
 		return apperr.Errorf(apperr.Invalid, "Only a workspace rule names a workspace.")
 	}
+	if err := normalizeReviewers(&rl); err != nil {
+		return err
+	}
 	rl, err := s.cfg.Runner.AddRule(r.Context(), rl)
 	if err != nil {
 		return err
@@ -168,4 +172,21 @@ func (s *Server) parseRuleText(text string, rl *gate.Rule) (toolPattern, specifi
 		rl.Reviewers = reviewers
 	}
 	return s.cfg.Runner.ParseRule(pattern)
+}
+
+// normalizeReviewers puts a rule's reviewer names in the form share links record them
+// (share.NormalizeName; "owner" is the owner), so a rule's "alice" and a link made for
+// "alice" compare equal. Errors: apperr.Invalid naming the refused name.
+func normalizeReviewers(rl *gate.Rule) error {
+	for i, n := range rl.Reviewers {
+		n = strings.TrimSpace(n)
+		if n != gate.ByOwner {
+			var err error
+			if n, err = share.NormalizeName(n); err != nil {
+				return apperr.Errorf(apperr.Invalid, "Reviewer %q: %s", rl.Reviewers[i], apperr.MessageOf(err))
+			}
+		}
+		rl.Reviewers[i] = n
+	}
+	return nil
 }

@@ -163,6 +163,9 @@ func (s *Server) makeRule(ctx context.Context, f templates.RuleForm) (gate.Rule,
 	if rl.Tool, rl.Specifier, err = s.parseRuleText(text, &rl); err != nil {
 		return gate.Rule{}, apperr.Errorf(apperr.Invalid, "Rule %q: %s", text, apperr.MessageOf(err))
 	}
+	if err := normalizeReviewers(&rl); err != nil {
+		return gate.Rule{}, err
+	}
 	return s.cfg.Runner.AddRule(ctx, rl)
 }
 

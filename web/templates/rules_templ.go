@@ -598,7 +598,7 @@ func AddRuleForm(v RulesView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 61, "\" maxlength=\"2\" inputmode=\"numeric\" autocomplete=\"off\" placeholder=\"optional: 2 or more (empty: one person)\"></label> <label>Reviewers <input type=\"text\" name=\"reviewers\" value=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 61, "\" maxlength=\"2\" inputmode=\"numeric\" autocomplete=\"off\" placeholder=\"optional: 2 or more\"></label> <label>Reviewers <input type=\"text\" name=\"reviewers\" value=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -28,8 +28,8 @@ const (
 	// several approvers was counted and it stays pending; Approval carries it whole, Votes
 	// included.
 	ApprovalUpdated EventType = "approval_updated"
-	TurnEnd             EventType = "turn_end"
-	AgentEnd            EventType = "agent_end"
+	TurnEnd         EventType = "turn_end"
+	AgentEnd        EventType = "agent_end"
 	// SessionUpdated is Countersign's own: the session's state, title or active tools changed.
 	SessionUpdated EventType = "session_updated"
 	// SessionDeleted is Countersign's own: the session was deleted; its viewers' live

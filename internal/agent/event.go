@@ -24,17 +24,17 @@ const (
 	ToolExecutionEnd    EventType = "tool_execution_end"
 	ApprovalRequested   EventType = "approval_requested"
 	ApprovalResolved    EventType = "approval_resolved"
-	// ApprovalUpdated is Countersign's own (SPEC §15): a person's vote on an approval that needs
-	// several approvers was counted and it stays pending; Approval carries it whole, Votes
-	// included.
-	ApprovalUpdated EventType = "approval_updated"
-	TurnEnd         EventType = "turn_end"
-	AgentEnd        EventType = "agent_end"
+	TurnEnd             EventType = "turn_end"
+	AgentEnd            EventType = "agent_end"
 	// SessionUpdated is Countersign's own: the session's state, title or active tools changed.
 	SessionUpdated EventType = "session_updated"
 	// SessionDeleted is Countersign's own: the session was deleted; its viewers' live
 	// connections close.
 	SessionDeleted EventType = "session_deleted"
+	// ApprovalUpdated is Countersign's own (SPEC §15): a person's vote on an approval that needs
+	// several approvers was counted and it stays pending; Approval carries it whole, Votes
+	// included.
+	ApprovalUpdated EventType = "approval_updated"
 )
 
 // Event is one streamed event. Which fields are set depends on Type: message events carry

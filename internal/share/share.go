@@ -40,20 +40,20 @@ const (
 // approver link's rights besides deciding once (SPEC §7, §14): edit a call's arguments before
 // approving, approve a tool for the session. Both are false unless the link was created with them.
 type Link struct {
-	ID          string `json:"id"`
-	SessionID   string `json:"sessionId"`
-	Role        Role   `json:"role"`
-	Label       string `json:"label"`
-	CanEdit     bool   `json:"canEdit"`
-	CanRemember bool   `json:"canRemember"`
+	ID          string     `json:"id"`
+	SessionID   string     `json:"sessionId"`
+	Role        Role       `json:"role"`
+	Label       string     `json:"label"`
+	CanEdit     bool       `json:"canEdit"`
+	CanRemember bool       `json:"canRemember"`
+	TokenHash   string     `json:"-"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	ExpiresAt   *time.Time `json:"expiresAt,omitempty"`
+	RevokedAt   *time.Time `json:"revokedAt,omitempty"`
+	LastUsedAt  *time.Time `json:"lastUsedAt,omitempty"`
 	// For is the person an approver link was created for (SPEC §15): their name, fixed by the
 	// owner, shown and never asked; "" for a link whose holder gives a name.
-	For        string     `json:"for,omitempty"`
-	TokenHash  string     `json:"-"`
-	CreatedAt  time.Time  `json:"createdAt"`
-	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
-	RevokedAt  *time.Time `json:"revokedAt,omitempty"`
-	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+	For string `json:"for,omitempty"`
 }
 
 // Active reports whether the link still opens the session at now: not revoked, not expired.

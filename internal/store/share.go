@@ -13,7 +13,7 @@ import (
 const shareColumns = `id, session_id, role, label, token_hash, created_at, expires_at, revoked_at, last_used_at, can_edit, can_remember, for_name`
 
 // CreateShare stores a share link (its token hash, never the token) with its rights and the
-// person it was made for (For, '' for none). Errors: apperr.NotFound
+// person it was made for (For, empty for none). Errors: apperr.NotFound
 // for an unknown session, apperr.Conflict for a duplicate id or hash.
 func (db *DB) CreateShare(ctx context.Context, l share.Link) (err error) {
 	defer apperr.Wrap(&err, "store.CreateShare")

@@ -114,6 +114,10 @@ func TestTwoNamedReviewersMustApproveAndTheOwnerIsNotOne(t *testing.T) {
 	if a, _ := ts.db.Approval(context.Background(), id); a.Status != gate.Pending || len(a.Votes) != 1 || ts.runs.Load() != 0 {
 		t.Fatalf("after alice: %s with %d votes, %d runs", a.Status, len(a.Votes), ts.runs.Load())
 	}
+	if _, audit := get(t, ts, nil, "/sessions/"+sid+"/audit"); !strings.Contains(html.UnescapeString(audit), "approved by alice") ||
+		strings.Contains(audit, "saved rule") {
+		t.Errorf("the pending row's audit: want alice's vote, and no \"saved rule\" for the ask rule it waits on")
+	}
 	if _, page := get(t, ts, cb, bob.URL); !strings.Contains(html.UnescapeString(page), "1 of 2 approvals — approved by alice") {
 		t.Errorf("bob's page does not show alice's approval")
 	}

@@ -133,7 +133,9 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 		if row.RequestedBy != "model" && a.ParentToolCallID != "" {
 			row.RequestedBy += " · call " + a.ParentToolCallID
 		}
-		if a.RuleText != "" && (a.DecisionSource == gate.FromRule || !a.Automatic && a.RuleScope != "") {
+		// A rule that decided, or that a person's decision saved; not the ask rule a pending
+		// call waits on (its reason already says "asks because rule …").
+		if a.RuleText != "" && (a.DecisionSource == gate.FromRule && a.Status != gate.Pending || !a.Automatic && a.RuleScope != "") {
 			row.RuleText, row.RuleID, row.RuleSource = a.RuleText, a.RuleID, string(a.RuleSource)
 			row.RuleURL = "/rules#rule-" + a.RuleID
 		}

@@ -34,6 +34,10 @@ type Reader interface {
 	Entries(ctx context.Context, sessionID string) ([]agent.Entry, error)
 	Approval(ctx context.Context, id string) (gate.Approval, error)
 	Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error)
+	// Inbox lists the pending approvals of every session (sessionID "") or one, oldest first,
+	// with their sessions' titles; PendingCount counts them (SPEC §15).
+	Inbox(ctx context.Context, sessionID string) ([]agent.InboxItem, error)
+	PendingCount(ctx context.Context, sessionID string) (int, error)
 }
 
 // Config wires a Server.

@@ -12,3 +12,12 @@ type InboxItem struct {
 	SessionTitle string        `json:"sessionTitle"`
 	Workspace    string        `json:"workspace"`
 }
+
+// InboxQuery selects a page of the inbox: the pending approvals of session SessionID ("" for
+// every session), oldest first, after approval After ("" from the oldest), at most Limit of them
+// (0: all).
+type InboxQuery struct {
+	SessionID string
+	After     string
+	Limit     int
+}

@@ -21,22 +21,31 @@ var inboxColumns = func() string {
 // inboxQuery reads the pending approvals oldest first (ties in insertion order) with their
 // sessions, through the partial index approvals_pending_all (migration 0014): the literal
 // 'pending' lets SQLite use it (a bound parameter would not), and the index's order is the
-// ORDER BY's (rowid is its last column), so nothing is sorted. ?1 = '' reads every session;
-// else only session ?1 (an approver link's inbox).
+// ORDER BY's (rowid is its last column), so nothing is sorted. ?1 = '' reads every session, else
+// only session ?1 (an approver link's inbox); ?2 = '' starts at the oldest, else after approval
+// ?2 (the next page); ?3 is the most rows read (-1: no limit).
 const inboxQuery = `FROM approvals a INDEXED BY approvals_pending_all JOIN sessions s ON s.id = a.session_id
-	WHERE a.status = 'pending' AND (?1 = '' OR a.session_id = ?1)`
+	WHERE a.status = 'pending' AND (?1 = '' OR a.session_id = ?1)
+		AND (?2 = '' OR (a.created_at, a.rowid) > (SELECT created_at, rowid FROM approvals WHERE id = ?2))
+	ORDER BY a.created_at, a.rowid LIMIT ?3`
 
-// Inbox lists the pending approvals of every session (sessionID "") or of one session, oldest
-// first (CreatedAt, then insertion order), each with its session's title and workspace, in one
-// query through an index (SPEC §15 "The inbox"; TestInboxUsesItsIndex). Empty when nothing waits.
-func (db *DB) Inbox(ctx context.Context, sessionID string) (_ []agent.InboxItem, err error) {
-	defer apperr.Wrap(&err, "store.Inbox(%q)", sessionID)
+// Inbox lists the pending approvals of every session (q.SessionID "") or of one, oldest first
+// (CreatedAt, then insertion order), each with its session's title and workspace, in one query
+// through an index (SPEC §15 "The inbox"; TestInboxUsesItsIndex): at most q.Limit of them (0: no
+// limit), after approval q.After when set (the inbox's next page; an After that is no longer
+// pending or unknown reads from the oldest after it, or nothing). Empty when nothing waits.
+func (db *DB) Inbox(ctx context.Context, q agent.InboxQuery) (_ []agent.InboxItem, err error) {
+	defer apperr.Wrap(&err, "store.Inbox(%+v)", q)
+	limit := q.Limit
+	if limit <= 0 {
+		limit = -1
+	}
 	return queryAll(ctx, db.read, func(r scanner) (agent.InboxItem, error) {
 		var it agent.InboxItem
 		a, err := scanApproval(extraScanner{r, []any{&it.SessionTitle, &it.Workspace}})
 		it.Approval = a
 		return it, err
-	}, `SELECT `+inboxColumns+` `+inboxQuery+` ORDER BY a.created_at, a.rowid`, sessionID)
+	}, `SELECT `+inboxColumns+` `+inboxQuery, q.SessionID, q.After, limit)
 }
 
 // PendingCount is how many approvals wait for a person in every session (sessionID "") or in

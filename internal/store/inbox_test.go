@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"countersign/internal/agent"
 	"countersign/internal/gate"
 )
 
@@ -44,7 +45,7 @@ func TestInboxListsPendingApprovalsAcrossSessionsOldestFirst(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			items, err := db.Inbox(ctx, tt.sessionID)
+			items, err := db.Inbox(ctx, agent.InboxQuery{SessionID: tt.sessionID})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,8 +71,34 @@ func TestInboxListsPendingApprovalsAcrossSessionsOldestFirst(t *testing.T) {
 			}
 		})
 	}
+	// Pages: after an approval, at most a limit.
+	for _, tt := range []struct {
+		name string
+		q    agent.InboxQuery
+		want string
+	}{
+		{"the first page", agent.InboxQuery{Limit: 2}, "a4,a1"},
+		{"the next page", agent.InboxQuery{After: "a1", Limit: 2}, "a6"},
+		{"after the tie's first", agent.InboxQuery{After: "a4"}, "a1,a6"},
+		{"after the last", agent.InboxQuery{After: "a6"}, ""},
+		{"one session's page", agent.InboxQuery{SessionID: "s1", Limit: 1}, "a1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			items, err := db.Inbox(ctx, tt.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, it := range items {
+				got = append(got, it.Approval.ID)
+			}
+			if strings.Join(got, ",") != tt.want {
+				t.Errorf("Inbox(%+v) = %q, want %q", tt.q, got, tt.want)
+			}
+		})
+	}
 	// The whole approval comes back, as Approval reads it.
-	items, _ := db.Inbox(ctx, "s2")
+	items, _ := db.Inbox(ctx, agent.InboxQuery{SessionID: "s2"})
 	want, _ := db.Approval(ctx, "a4")
 	if len(items) != 1 || string(items[0].Approval.Arguments) != string(want.Arguments) ||
 		!items[0].Approval.CreatedAt.Equal(want.CreatedAt) || items[0].Approval.ToolName != want.ToolName {
@@ -85,7 +112,8 @@ func TestInboxUsesItsIndex(t *testing.T) {
 	db := MustOpenDB(t)
 	ctx := context.Background()
 	for _, q := range []string{
-		`SELECT ` + inboxColumns + ` ` + strings.ReplaceAll(inboxQuery, "?1", "''") + ` ORDER BY a.created_at, a.rowid`,
+		`SELECT ` + inboxColumns + ` ` + strings.NewReplacer("?1", "''", "?2", "''", "?3", "100").Replace(inboxQuery),
+		`SELECT ` + inboxColumns + ` ` + strings.NewReplacer("?1", "''", "?2", "'a1'", "?3", "100").Replace(inboxQuery),
 		`SELECT COUNT(*) FROM approvals INDEXED BY approvals_pending_all WHERE status = 'pending'`,
 	} {
 		rows, err := db.read.QueryContext(ctx, `EXPLAIN QUERY PLAN `+q)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/a-h/templ"
@@ -37,32 +38,86 @@ func (s *Server) ownerPage(ctx context.Context, title string, ownSocket bool) te
 }
 
 // inboxPage is the owner's inbox (SPEC §15): every pending approval of every session, oldest
-// first, each with the session page's prompt, kept live by one socket (inboxLive).
+// first, a page at a time (Config.InboxPageSize), each with the session page's prompt, kept
+// live by one socket (inboxLive).
 func (s *Server) inboxPage(w http.ResponseWriter, r *http.Request) error {
-	items, err := s.cfg.Store.Inbox(r.Context(), "")
+	v, n, err := s.inboxView(r.Context(), "", ownerInbox)
 	if err != nil {
 		return err
 	}
-	v := templates.InboxView{LiveURL: "/inbox/live", Cards: s.inboxCards(r.Context(), items, ownerInbox)}
-	p := templates.Page{Title: "Inbox", Owner: true, Inbox: templates.BadgeView{Count: len(items)}}
+	v.LiveURL = "/inbox/live"
+	p := templates.Page{Title: "Inbox", Owner: true, Inbox: templates.BadgeView{Count: n}}
 	s.render(w, r, http.StatusOK, templates.Layout(p, templates.InboxPage(v)))
+	return nil
+}
+
+// inboxView is the first page of the inbox of session sessionID ("" every session) as iv sees
+// it, and how many approvals wait in all.
+func (s *Server) inboxView(ctx context.Context, sessionID string, iv inboxViewer) (templates.InboxView, int, error) {
+	n, err := s.cfg.Store.PendingCount(ctx, sessionID)
+	if err != nil {
+		return templates.InboxView{}, 0, err
+	}
+	return s.inboxChunk(ctx, agent.InboxQuery{SessionID: sessionID, Limit: s.cfg.InboxPageSize}, n, iv)
+}
+
+// inboxChunk is the inbox page q selects as iv sees it; total is how many wait in all, of which
+// the ones after this page are offered as the next (iv.moreURL).
+func (s *Server) inboxChunk(ctx context.Context, q agent.InboxQuery, total int, iv inboxViewer) (templates.InboxView, int, error) {
+	items, err := s.cfg.Store.Inbox(ctx, q)
+	if err != nil {
+		return templates.InboxView{}, 0, err
+	}
+	v := templates.InboxView{Cards: s.inboxCards(ctx, items, iv)}
+	if len(items) == q.Limit {
+		// At least one more, unless the last one was the last: the next page says.
+		after := items[len(items)-1].Approval.ID
+		more := total - len(items)
+		if q.After != "" {
+			more = -1 // unknown without counting what lies before; the button says "more"
+		}
+		if more != 0 {
+			v.More = &templates.InboxMore{Count: more, Next: q.Limit, URL: iv.moreURL + "?after=" + url.QueryEscape(after)}
+		}
+	}
+	return v, total, nil
+}
+
+// inboxMore is the next page of the owner's inbox after approval ?after=: its cards and, when
+// more wait, the button for the one after (htmx swaps them in place of the button).
+func (s *Server) inboxMore(w http.ResponseWriter, r *http.Request) error {
+	return s.renderInboxMore(w, r, "", ownerInbox)
+}
+
+func (s *Server) renderInboxMore(w http.ResponseWriter, r *http.Request, sessionID string, iv inboxViewer) error {
+	after := r.URL.Query().Get("after")
+	if after == "" {
+		return apperr.Errorf(apperr.Invalid, "Which page? ?after= names the last approval shown.")
+	}
+	v, _, err := s.inboxChunk(r.Context(), agent.InboxQuery{SessionID: sessionID, After: after, Limit: s.cfg.InboxPageSize}, -1, iv)
+	if err != nil {
+		return err
+	}
+	s.render(w, r, http.StatusOK, templates.InboxCards(v))
 	return nil
 }
 
 // inboxViewer is whose inbox a card is drawn for: the owner's (every session, the owner's
 // decision forms) or an approver link's (its session, the link's forms and page).
 type inboxViewer struct {
-	// who is the viewer of session sessionID ("" for the owner: each card's own session).
+	// who is the viewer of session sessionID.
 	who       func(sessionID string) viewer
 	sessionOf func(sessionID string) string // the session page's address
+	moreURL   string                        // the next page's address, without its ?after=
 }
 
 // ownerInbox is the owner's inbox.
-var ownerInbox = inboxViewer{who: ownerViewer, sessionOf: func(id string) string { return "/sessions/" + id }}
+var ownerInbox = inboxViewer{who: ownerViewer, sessionOf: func(id string) string { return "/sessions/" + id }, moreURL: "/inbox/more"}
 
 // linkInbox is the inbox of a share link (token) whose reviewer is who.
 func linkInbox(token string, who viewer) inboxViewer {
-	return inboxViewer{who: func(string) viewer { return who }, sessionOf: func(string) string { return "/r/" + token }}
+	return inboxViewer{who: func(string) viewer { return who }, sessionOf: func(string) string { return "/r/" + token },
+		moreURL: "/r/" + token + "/inbox/more"}
 }
 
 // inboxCards are items as iv sees them, measured against one clock reading.
@@ -107,13 +162,13 @@ func (s *Server) inboxLive(w http.ResponseWriter, r *http.Request) error {
 			return s.cfg.Broker.SubscribeApprovals()
 		},
 		first: func(ctx context.Context) ([][]byte, bool) {
-			items, err := s.cfg.Store.Inbox(ctx, "")
+			v, n, err := s.inboxView(ctx, "", ownerInbox)
 			if err != nil {
 				s.log.Error("inbox resync", "err", err)
 				return nil, false
 			}
-			return s.renderFragment(ctx, nil, fragments(inboxList(s.inboxCards(ctx, items, ownerInbox)),
-				templates.InboxBadge(templates.BadgeView{Count: len(items), OOB: true}))), true
+			return s.renderFragment(ctx, nil, fragments(inboxList(v),
+				templates.InboxBadge(templates.BadgeView{Count: n, OOB: true}))), true
 		},
 		message: func(ctx context.Context, msgs [][]byte, ev *agent.Event) [][]byte {
 			msgs = s.inboxFragment(ctx, msgs, ev, ownerInbox, inboxKey{owner: true})
@@ -160,16 +215,15 @@ func (s *Server) loginEnd(r *http.Request) (end *socketEnd, done func()) {
 	return end, func() { s.sockets.remove(key, end) }
 }
 
-// inboxList is the whole list of cards as a live update (the socket's first message).
-func inboxList(cards []templates.InboxCardView) templ.Component {
+// inboxList is the first page of the list as a live update (the socket's first message: what
+// the store holds when it connects, as a reload would show it).
+func inboxList(v templates.InboxView) templ.Component {
 	return templ.ComponentFunc(func(ctx context.Context, w io.Writer) error {
-		if _, err := w.Write([]byte(`<div id="inbox-list" class="inbox-list" hx-swap-oob="true">`)); err != nil {
+		if _, err := w.Write([]byte(`<div id="inbox-list" class="inbox-list" aria-describedby="inbox-keys" hx-swap-oob="true">`)); err != nil {
 			return err
 		}
-		for _, c := range cards {
-			if err := templates.InboxCard(c).Render(ctx, w); err != nil {
-				return err
-			}
+		if err := templates.InboxCards(v).Render(ctx, w); err != nil {
+			return err
 		}
 		_, err := w.Write([]byte(`</div>`))
 		return err
@@ -264,16 +318,15 @@ func (s *Server) reviewerInbox(w http.ResponseWriter, r *http.Request) error {
 		http.Redirect(w, r, "/r/"+token, http.StatusSeeOther)
 		return nil
 	}
-	items, err := s.cfg.Store.Inbox(r.Context(), l.SessionID)
-	if err != nil {
-		return err
-	}
 	sess, err := s.cfg.Store.Session(r.Context(), l.SessionID)
 	if err != nil {
 		return err
 	}
-	v := templates.InboxView{LiveURL: "/r/" + token + "/inbox/live", Scope: sess.Title,
-		Cards: s.inboxCards(r.Context(), items, linkInbox(token, who))}
+	v, _, err := s.inboxView(r.Context(), l.SessionID, linkInbox(token, who))
+	if err != nil {
+		return err
+	}
+	v.LiveURL, v.Scope = "/r/"+token+"/inbox/live", sess.Title
 	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: "Inbox: " + sess.Title}, templates.InboxPage(v)))
 	return nil
 }
@@ -301,11 +354,11 @@ func (s *Server) reviewerInboxLive(w http.ResponseWriter, r *http.Request) error
 		limit: linkSockets(l.ID),
 		end:   end,
 		first: func(ctx context.Context) ([][]byte, bool) {
-			items, err := s.cfg.Store.Inbox(ctx, l.SessionID)
+			v, _, err := s.inboxView(ctx, l.SessionID, iv)
 			if err != nil {
 				return nil, false
 			}
-			return s.renderFragment(ctx, nil, inboxList(s.inboxCards(ctx, items, iv))), true
+			return s.renderFragment(ctx, nil, inboxList(v)), true
 		},
 		message: func(ctx context.Context, msgs [][]byte, ev *agent.Event) [][]byte {
 			return s.inboxFragment(ctx, msgs, ev, iv, inboxKey{token: r.PathValue("token"), rights: who.rights()})
@@ -316,4 +369,17 @@ func (s *Server) reviewerInboxLive(w http.ResponseWriter, r *http.Request) error
 		what:          "link inbox",
 	})
 	return nil
+}
+
+// reviewerInboxMore is the next page of a share link's inbox (its session's), as inboxMore.
+func (s *Server) reviewerInboxMore(w http.ResponseWriter, r *http.Request) error {
+	l, err := s.link(r)
+	if err != nil {
+		return err
+	}
+	who := s.reviewerOf(r, l)
+	if who.decider.Name == "" {
+		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
+	}
+	return s.renderInboxMore(w, r, l.SessionID, linkInbox(r.PathValue("token"), who))
 }

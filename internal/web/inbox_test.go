@@ -13,6 +13,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
+	"countersign/internal/web"
 )
 
 // hostileCall is oneCall with markup in its arguments: the inbox shows them escaped.
@@ -292,5 +293,37 @@ func TestInboxSocketRefusesAnotherOrigin(t *testing.T) {
 		if err == nil || res == nil || res.StatusCode != http.StatusForbidden {
 			t.Errorf("%s from another origin: %v, want 403", path, err)
 		}
+	}
+}
+
+// TestInboxShowsAPageAtATime: the inbox shows the oldest page of approvals and a button for the
+// next, which brings the rest, oldest first; the socket's first message is the same first page.
+func TestInboxShowsAPageAtATime(t *testing.T) {
+	ts := newTestServerConfig(t, map[string]string{"one": oneCall}, func(c *web.Config, _ *http.Server) { c.InboxPageSize = 2 })
+	var ids []string
+	for _, title := range []string{"p1", "p2", "p3"} {
+		_, aid := parked(t, ts, title, "faux:one")
+		ids = append(ids, aid)
+	}
+	_, html := get(t, ts, nil, "/inbox")
+	var order []string
+	for _, m := range cardOrder.FindAllStringSubmatch(html, -1) {
+		order = append(order, m[1])
+	}
+	if strings.Join(order, ",") != ids[0]+","+ids[1] || !strings.Contains(html, "<title>(3) Inbox") ||
+		!strings.Contains(html, `hx-get="/inbox/more?after=`+ids[1]+`"`) || !strings.Contains(html, "Show the next 1 (1 more waiting)") {
+		t.Fatalf("first page: want %s and %s, the count 3 and the next page's button:\n%.4000s", ids[0], ids[1], html)
+	}
+	st, more := get(t, ts, nil, "/inbox/more?after="+ids[1])
+	if st != 200 || !strings.Contains(more, `id="inbox-`+ids[2]+`"`) || strings.Contains(more, ids[0]) || strings.Contains(more, "inbox-more") {
+		t.Errorf("next page = %d: want only %s and no further button:\n%.3000s", st, ids[2], more)
+	}
+	if st, _ := get(t, ts, nil, "/inbox/more"); st != http.StatusBadRequest {
+		t.Errorf("/inbox/more without ?after= = %d, want 400", st)
+	}
+	c := dialOwner(t, ts, "/inbox/live")
+	m := readMessage(t, c)
+	if !strings.Contains(m, ids[1]) || strings.Contains(m, `id="inbox-`+ids[2]+`"`) || !strings.Contains(m, `id="inbox-more"`) {
+		t.Errorf("socket's first message: want the first page with its button: %.3000s", m)
 	}
 }

@@ -91,6 +91,7 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"POST /rules", owner, s.addRule, nil},
 		{"POST /rules/{id}/delete", owner, s.deleteRule, nil},
 		{"GET /inbox", owner, s.inboxPage, nil},
+		{"GET /inbox/more", owner, s.inboxMore, nil},
 		{"GET /inbox/live", owner, s.inboxLive, nil},
 		{"GET /inbox/badge", owner, s.inboxBadge, nil},
 		// Everything else: 401 without the owner's cookie, 405 or 404 with it.
@@ -103,6 +104,7 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"POST /r/{token}/name", linkViewer, s.reviewerName, nil},
 		{"GET /r/{token}/live", linkViewer, s.reviewerLive, nil},
 		{"GET /r/{token}/inbox", linkViewer, s.reviewerInbox, nil},
+		{"GET /r/{token}/inbox/more", linkViewer, s.reviewerInboxMore, nil},
 		{"GET /r/{token}/inbox/live", linkViewer, s.reviewerInboxLive, nil},
 		{"POST /r/{token}/approvals/{aid}/decision", linkApprover, s.reviewerDecide, nil},
 		{"POST /r/{token}/approvals/{aid}/preview", linkApprover, s.reviewerPreview, nil},

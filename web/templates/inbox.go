@@ -16,6 +16,21 @@ type InboxView struct {
 	// Scope says whose inbox it is: "" for the owner's (every session), else the session's
 	// title (an approver link's inbox is its own session's).
 	Scope string
+	// More, when set, says more approvals wait than the page shows and loads the next page.
+	More *InboxMore
+}
+
+// InboxPageSize is how many approvals an inbox page shows (oldest first): a person decides the
+// oldest first, and 1,000 prompts would be megabytes of page (issue 20, acceptance 7).
+const InboxPageSize = 100
+
+// InboxMore is the end of an inbox page that does not hold every pending approval (the page
+// shows them a page at a time, oldest first): how many more wait, and where the next page is.
+type InboxMore struct {
+	// Count is how many more wait (-1: not counted, "more"); Next how many the next page shows
+	// at most.
+	Count, Next int
+	URL         string
 }
 
 // InboxCardView is one approval in the inbox: where it waits and its prompt (pending) or its

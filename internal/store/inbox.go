@@ -21,9 +21,9 @@ var inboxColumns = func() string {
 // inboxQuery reads the pending approvals oldest first (ties in insertion order) with their
 // sessions, through the partial index approvals_pending_all (migration 0014): the literal
 // 'pending' lets SQLite use it (a bound parameter would not), and the index's order is the
-// ORDER BY's (rowid is its last column), so nothing is sorted. ?1 = ” reads every session, else
-// only session ?1 (an approver link's inbox); ?2 = ” starts at the oldest, else after approval
-// ?2 (the next page); ?3 is the most rows read (-1: no limit).
+// ORDER BY's (rowid is its last column), so nothing is sorted. An empty ?1 reads every session,
+// else only session ?1 (an approver link's inbox); an empty ?2 starts at the oldest, else after
+// approval ?2 (the next page); ?3 is the most rows read (-1: no limit).
 const inboxQuery = `FROM approvals a INDEXED BY approvals_pending_all JOIN sessions s ON s.id = a.session_id
 	WHERE a.status = 'pending' AND (?1 = '' OR a.session_id = ?1)
 		AND (?2 = '' OR (a.created_at, a.rowid) > (SELECT created_at, rowid FROM approvals WHERE id = ?2))

@@ -84,9 +84,8 @@ test('acceptance 1: the inbox lists three parked sessions oldest first with sess
   await expect(badge(other)).toHaveText(/\(1\)/);
   await expect(other).toHaveTitle(/^\(1\) inbox second/);
 
-  // `d` focuses the reason; Enter then denies (not the form's first button, Approve).
-  await page.keyboard.press('j');
-  await page.keyboard.press('j');
+  // The current card moved on from the decided ones: `d` focuses its reason; Enter then denies
+  // (not the form's first button, Approve).
   await expect(cards.nth(2)).toHaveAttribute('data-current', '');
   await page.keyboard.press('d');
   const reason = cards.nth(2).getByRole('textbox', { name: 'Reason', exact: true });

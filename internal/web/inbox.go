@@ -142,7 +142,9 @@ func (s *Server) inboxCard(it agent.InboxItem, iv inboxViewer, now time.Time) te
 		SessionURL: iv.sessionOf(a.SessionID) + "#" + card.DOMID, ToolName: a.ToolName,
 		WaitedMs: max(now.Sub(a.CreatedAt).Milliseconds(), 0), Since: a.CreatedAt, Card: card, Status: string(a.Status)}
 	if a.Status != gate.Pending {
-		c.Outcome = outcomeText(a)
+		said := a
+		said.Reason = "" // after "in another window"
+		c.Outcome, c.Reason = outcomeText(said), a.Reason
 		c.Elsewhere = !a.Automatic && (a.Status == gate.Approved || a.Status == gate.Denied)
 	}
 	return c

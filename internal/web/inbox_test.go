@@ -200,7 +200,7 @@ func TestAnApproverLinksInboxIsItsOwnSessions(t *testing.T) {
 	if st := ts.call(t, "POST", "/api/approvals/"+aid+"/decision", map[string]string{"decision": "deny", "reason": "no"}, nil); st != 200 {
 		t.Fatalf("decide = %d", st)
 	}
-	m := readUntil(t, c, `id="inbox-`+aid+`"`, "denied by owner: no")
+	m := readUntil(t, c, `id="inbox-`+aid+`"`, `denied by owner<span data-elsewhere> in another window</span>: no`)
 	if strings.Contains(m, otherID) {
 		t.Errorf("the link's socket sent another session's approval: %.1000s", m)
 	}

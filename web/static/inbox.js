@@ -89,17 +89,18 @@
 
   // --- The inbox's keys. ---------------------------------------------------------------------
   function inbox() { return document.querySelector("[data-inbox]"); }
-  function cards() { return Array.prototype.slice.call(document.querySelectorAll("#inbox-list > .inbox-card")); }
+  // The cards the keys move over: the pending ones (a decided card shows only its outcome).
+  function cards() { return Array.prototype.slice.call(document.querySelectorAll("#inbox-list > .inbox-card:not(.inbox-resolved)")); }
   // The current card is kept by approval id, and marked with an attribute, not a class: a live
   // update replaces cards (htmx settles their classes after the swap), and the mark follows the id.
   var currentId = null;
   function current() {
     var el = currentId && document.getElementById("inbox-" + currentId);
-    return el && el.parentElement && el.parentElement.id === "inbox-list" ? el : null;
+    return el && el.parentElement && el.parentElement.id === "inbox-list" && !el.classList.contains("inbox-resolved") ? el : null;
   }
   function mark() {
     var cur = current();
-    cards().forEach(function (c) {
+    document.querySelectorAll("#inbox-list > .inbox-card").forEach(function (c) {
       if (c === cur) c.setAttribute("data-current", "");
       else c.removeAttribute("data-current");
     });
@@ -203,8 +204,16 @@
     });
     if (inbox()) {
       if (!current()) {
-        var first = document.querySelector("#inbox-list > .inbox-card:not(.inbox-resolved)");
-        currentId = first ? first.getAttribute("data-approval-id") : null;
+        // None yet, or the current one was decided: the next pending card after it, else the
+        // last pending one before it.
+        var was = currentId && document.getElementById("inbox-" + currentId);
+        var pending = cards(), next = null;
+        for (var i = 0; was && i < pending.length; i++) {
+          if (was.compareDocumentPosition(pending[i]) & Node.DOCUMENT_POSITION_FOLLOWING) { next = pending[i]; break; }
+          next = pending[i];
+        }
+        next = next || pending[0] || null;
+        currentId = next ? next.getAttribute("data-approval-id") : null;
       }
       mark();
     }

@@ -56,6 +56,9 @@ type InboxCardView struct {
 	Outcome   string
 	Status    string
 	Elsewhere bool
+	// Reason is the decision's reason, said after the outcome: "denied by alice in another
+	// window: not on main".
+	Reason string
 	// OOB makes the card a live update that replaces the page's card with the same id.
 	OOB bool
 }
@@ -97,4 +100,21 @@ func titlePrefix(n int) string {
 		return ""
 	}
 	return fmt.Sprintf("(%d) ", n)
+}
+
+// elsewhereText is what a card says of a person's decision made elsewhere: " in another window"
+// (inbox.js removes it on the page that made it); "" for any other outcome.
+func elsewhereText(elsewhere bool) string {
+	if elsewhere {
+		return " in another window"
+	}
+	return ""
+}
+
+// reasonText is a decision's reason after its outcome: ": not on main"; "" for none.
+func reasonText(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + reason
 }

@@ -108,7 +108,10 @@ test('acceptance 2: with permission granted, a new approval while the page is hi
       static permission = 'granted';
       static requestPermission() { return Promise.resolve('granted'); }
       onclick: (() => void) | null = null;
-      constructor(public title: string, public options: any) { w.__notes.push({ title, body: options?.body, tag: options?.tag }); }
+      constructor(public title: string, public options: any) {
+        w.__notes.push({ title, body: options?.body, tag: options?.tag });
+        (w.__instances ||= []).push(this);
+      }
       close() {}
     }
     w.Notification = Recorder;
@@ -141,6 +144,10 @@ test('acceptance 2: with permission granted, a new approval while the page is hi
   expect(notes[0].body).toContain('arrives while hidden');
   const aid = await second.locator('#inbox-list > .inbox-card').nth(1).getAttribute('data-approval-id');
   expect(notes[0].tag).toBe(aid);
+  // Its click focuses the window and the approval's card.
+  await second.evaluate(() => (window as any).__instances[0].onclick());
+  await expect(second.locator('#inbox-' + aid)).toBeFocused();
+  await expect(second.locator('#inbox-' + aid)).toHaveAttribute('data-current', '');
   // The decision that follows (approval_resolved) and a badge update raise nothing more.
   await page.goto(srv.baseURL + '/inbox');
   await approvalGroup(page.locator('#inbox-' + aid), 'run_command').getByRole('button', { name: 'Deny', exact: true }).click();

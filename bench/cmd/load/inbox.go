@@ -28,8 +28,9 @@ import (
 //     under 50 ms); all_pages_ms is the whole list once, page by page to the last;
 //   - round trip (rt_p50_us, rt_p99_us): the decision form's POST from the inbox (Approve), one
 //     approval at a time, oldest first, from the POST's start to the gated tool's first line
-//     (benchkit stamps it), waited for on the session's events (goal: p99 under 2 ms). rt_post
-//     is the POST alone (the handler answering).
+//     (benchkit stamps it; the call's end is waited for on the session's events before the
+//     next POST) (goal: p99 under 2 ms). rt_post is the POST alone (the handler answering,
+//     which includes the decision's durable commit).
 func inboxCase(ctx context.Context, n, loads int) (line, error) {
 	e, cleanup, err := newEnv(ctx, benchkit.Options{ApprovalTimeout: time.Hour})
 	if err != nil {
@@ -137,7 +138,7 @@ func inboxCase(ctx context.Context, n, loads int) (line, error) {
 			e.Broker.Unsubscribe(sub)
 			return nil, fmt.Errorf("decision %s = %d: %.300s", a.ID, rec.Code, rec.Body.String())
 		}
-		if err := waitStart(ctx, sub, a); err != nil {
+		if err := waitRan(ctx, sub, a); err != nil {
 			e.Broker.Unsubscribe(sub)
 			return nil, err
 		}
@@ -160,15 +161,16 @@ func inboxCase(ctx context.Context, n, loads int) (line, error) {
 // moreURL finds the inbox's "Show the next" button's address in a page.
 var moreURL = regexp.MustCompile(`id="inbox-more"[^>]*>\s*<button[^>]*hx-get="([^"]+)"`)
 
-// waitStart waits on sub (a's session's events) for the tool_execution_start of a's call.
-func waitStart(ctx context.Context, sub *agent.Subscription, a gate.Approval) error {
+// waitRan waits on sub (a's session's events) for the tool_execution_end of a's call: its
+// tool_execution_start is published before the tool runs, and so before benchkit stamps it.
+func waitRan(ctx context.Context, sub *agent.Subscription, a gate.Approval) error {
 	for {
 		select {
 		case ev, ok := <-sub.C:
 			if !ok {
 				return fmt.Errorf("approval %s: the session's subscription was dropped", a.ID)
 			}
-			if ev.Type == agent.ToolExecutionStart && ev.ToolCallID == a.ToolCallID {
+			if ev.Type == agent.ToolExecutionEnd && ev.ToolCallID == a.ToolCallID {
 				return nil
 			}
 		case <-ctx.Done():

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"countersign/internal/agent"
-	"countersign/internal/benchkit"
 	"countersign/internal/gate"
+	"countersign/internal/testkit"
 	"countersign/internal/web"
 	"countersign/web/templates"
 )
@@ -28,11 +28,11 @@ import (
 //     under 50 ms); all_pages_ms is the whole list once, page by page to the last;
 //   - round trip (rt_p50_us, rt_p99_us): the decision form's POST from the inbox (Approve), one
 //     approval at a time, oldest first, from the POST's start to the gated tool's first line
-//     (benchkit stamps it; the call's end is waited for on the session's events before the
+//     (testkit stamps it; the call's end is waited for on the session's events before the
 //     next POST) (goal: p99 under 2 ms). rt_post is the POST alone (the handler answering,
 //     which includes the decision's durable commit).
 func inboxCase(ctx context.Context, n, loads int) (line, error) {
-	e, cleanup, err := newEnv(ctx, benchkit.Options{ApprovalTimeout: time.Hour})
+	e, cleanup, err := newEnv(ctx, testkit.BenchOptions{ApprovalTimeout: time.Hour})
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func inboxCase(ctx context.Context, n, loads int) (line, error) {
 	defer e.Broker.Unsubscribe(asked)
 	t0 := time.Now()
 	for i := range n {
-		sess, err := e.NewSession(ctx, fmt.Sprintf("inbox-%d", i), benchkit.GatedScript())
+		sess, err := e.NewSession(ctx, fmt.Sprintf("inbox-%d", i), testkit.GatedScript())
 		if err != nil {
 			return nil, err
 		}
@@ -162,7 +162,7 @@ func inboxCase(ctx context.Context, n, loads int) (line, error) {
 var moreURL = regexp.MustCompile(`id="inbox-more"[^>]*>\s*<button[^>]*hx-get="([^"]+)"`)
 
 // waitRan waits on sub (a's session's events) for the tool_execution_end of a's call: its
-// tool_execution_start is published before the tool runs, and so before benchkit stamps it.
+// tool_execution_start is published before the tool runs, and so before testkit stamps it.
 func waitRan(ctx context.Context, sub *agent.Subscription, a gate.Approval) error {
 	for {
 		select {

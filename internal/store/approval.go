@@ -11,6 +11,7 @@ import (
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/notify"
 	"countersign/internal/tool"
 )
 
@@ -32,6 +33,10 @@ func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 	args, err := db.approvalRow(a)
 	if err != nil {
 		return err
+	}
+	if a.Status == gate.Pending && !a.Grouped() && len(db.notify.receivers) > 0 {
+		// With its decision links and approval.requested events (SPEC §15), in one transaction.
+		return approvalError(a, db.createNotifiedApproval(ctx, a, args))
 	}
 	insert := insertApproval
 	if a.Grouped() {
@@ -253,6 +258,7 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	}
 	// One transaction (a savepoint in a group) so that "no row updated" and the existence check
 	// that explains it see the same database.
+	var notified int64
 	err = db.commitDurable(ctx, true, func(w *writeTx) error {
 		var err error
 		viaID, viaLabel := linkColumns(r.DecidedVia)
@@ -274,10 +280,22 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 			return apperr.Errorf(apperr.Invalid,
 				"decision cannot be stored: invalid JSON edited arguments or scope %q", r.Scope)
 		}
-		return err
+		if err != nil || len(db.notify.receivers) == 0 {
+			return err
+		}
+		// The resolution's events, for the receivers told of the request (SPEC §15).
+		res, err := w.tx.ExecContext(w.ctx, outboxResolved, string(notify.EventOf(a.Status)), formatTime(r.At), id)
+		if err != nil {
+			return err
+		}
+		notified, _ = res.RowsAffected()
+		return nil
 	}, resolveApproval)
 	if err != nil {
 		return gate.Approval{}, err
+	}
+	if notified > 0 {
+		db.notify.wake()
 	}
 	return a, nil
 }

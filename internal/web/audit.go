@@ -154,6 +154,9 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 	if v.Error != "" {
 		st = http.StatusBadRequest
 	}
+	if v.Deliveries, err = s.deliveryRows(r.Context(), id); err != nil {
+		return err
+	}
 	s.render(w, r, st, templates.Layout(templates.Page{Title: "Audit: " + sess.Title, Owner: true}, templates.AuditPage(v)))
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/notify"
 	"countersign/internal/share"
 	"countersign/web/templates"
 )
@@ -61,6 +62,11 @@ type Config struct {
 	SessionTTL time.Duration
 	// Now is the clock for login expiry; nil means time.Now.
 	Now func() time.Time
+	// Notify serves decision links (/d/<token>) and the audit page's webhook deliveries (SPEC
+	// §15); nil: no links, no deliveries listed.
+	Notify NotifyStore
+	// Receivers are the webhook receivers (-notify-webhook), to name them on the audit page.
+	Receivers []notify.Receiver
 }
 
 // DefaultSessionTTL is how long an owner's browser login lasts by default: 30 days.
@@ -98,6 +104,7 @@ type Server struct {
 	// attempts per client (limits.go).
 	liveSockets socketCounts
 	failures    tokenFailures
+	receivers   map[string]notify.Receiver // Config.Receivers by id
 }
 
 // New returns a Server.
@@ -117,7 +124,11 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now}}
+	receivers := map[string]notify.Receiver{}
+	for _, r := range cfg.Receivers {
+		receivers[r.ID] = r
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now}, receivers: receivers}
 }
 
 const ownerCookieName = "countersign_owner"

@@ -171,7 +171,7 @@ func (w *Worker) attempt(ctx context.Context, d Delivery) {
 		next = &t
 	}
 	if !a.OK() {
-		w.cfg.Logger.Warn("webhook delivery failed", "delivery", d.ID, "receiver", r.URL, "attempt", n, "status", a.Status, "err", a.Error, "retry", next != nil)
+		w.cfg.Logger.Warn("webhook delivery failed", "delivery", d.ID, "receiver", d.ReceiverID, "recipient", r.Name, "attempt", n, "status", a.Status, "err", a.Error, "retry", next != nil)
 	}
 	if err := w.cfg.Outbox.RecordAttempt(context.WithoutCancel(ctx), d.ID, a, next); err != nil {
 		w.cfg.Logger.Error("webhook outbox: record attempt", "delivery", d.ID, "err", err)

@@ -25,7 +25,7 @@ import (
 
 func TestParseReceiversTakesNamedAndSlackEntriesAndRefusesBadOnes(t *testing.T) {
 	ok := []struct {
-		name, entry                 string
+		name, entry                string
 		wantName, wantURL, wantFmt string
 	}{
 		{"plain URL: named after its host", "https://hooks.example.com/x?a=1", "hooks.example.com", "https://hooks.example.com/x?a=1", "json"},

@@ -54,8 +54,8 @@ type ApprovalData struct {
 	DecidedAt        *time.Time `json:"decidedAt,omitempty"`
 }
 
-// Summary is what the prompt shows of the call: the command of run_command, the diff of
-// write_file (against the file as it was when the approval opened: the stored preview), and the
+// Summary is what the prompt shows of the call: the command of run_command (or of any tool
+// whose arguments hold a string "command"), the diff of write_file (against the file as it was when the approval opened: the stored preview), and the
 // arguments as indented JSON; each cut at MaxSummaryBytes with its *Cut flag set.
 type Summary struct {
 	Command      string `json:"command,omitempty"`
@@ -101,17 +101,14 @@ func summarize(a gate.Approval) Summary {
 	var s Summary
 	var args map[string]any
 	_ = json.Unmarshal(a.Arguments, &args)
-	switch a.ToolName {
-	case "run_command":
-		if c, ok := args["command"].(string); ok {
-			s.Command, s.CommandCut = cut(c)
-		}
-	case "write_file":
+	// run_command's command (and any tool's string "command": MCP shell tools); write_file's
+	// diff (any tool with a stored preview of the file it writes).
+	if c, ok := args["command"].(string); ok {
+		s.Command, s.CommandCut = cut(c)
+	}
+	if content, ok := args["content"].(string); ok && a.Preview != nil && a.Preview.Error == "" {
 		path, _ := args["path"].(string)
-		content, _ := args["content"].(string)
-		if a.Preview != nil && a.Preview.Error == "" {
-			s.Diff, s.DiffCut = cut(unified(render.Diff(path, a.Preview.Content, content, a.Preview.Exists)))
-		}
+		s.Diff, s.DiffCut = cut(unified(render.Diff(path, a.Preview.Content, content, a.Preview.Exists)))
 	}
 	pretty := string(a.Arguments)
 	if args != nil {

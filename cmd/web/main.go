@@ -374,13 +374,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Webhooks (SPEC §15): the signing key lives beside the database, like the share key; the
 	// store writes the outbox rows with the approvals, the worker delivers them off the gate's
 	// path, from the first start's leftovers on, and stops before the database closes.
+	newSecret := "" // printed once, after the login line
 	if len(cfg.receivers) > 0 {
 		nkey, created, err := notify.LoadKey(cfg.db + ".notify-key")
 		if err != nil {
 			return err
 		}
 		if created {
-			fmt.Fprintf(stdout, "Webhook signing secret (Standard Webhooks; give it to your receivers, shown once): %s\n", nkey.Secret())
+			newSecret = nkey.Secret()
 		}
 		public := cfg.publicURL
 		if public == "" {
@@ -429,6 +430,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cancelBase()
 	hs := newHTTPServer(srv.Handler(), baseCtx)
 	fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=%s\n", ln.Addr(), cfg.token)
+	if newSecret != "" {
+		fmt.Fprintf(stdout, "Webhook signing secret (Standard Webhooks; configure your receivers with it; shown this once, kept in %s): %s\n",
+			cfg.db+".notify-key", newSecret)
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -192,3 +192,22 @@ func BenchmarkPendingApproval(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCreatePendingApproval is the pending approval's write alone (not durable: see
+// CreateApproval), the write the gate waits for before the prompt shows; with receivers it also
+// holds their decision links and outbox rows.
+func BenchmarkCreatePendingApproval(b *testing.B) {
+	for _, n := range []int{0, 1, 3} {
+		b.Run(fmt.Sprintf("receivers=%d", n), func(b *testing.B) {
+			rs := []notify.Receiver{alice, bob, {ID: "wh-c", Name: "carol"}}[:n]
+			db, _, _ := notifyDB(b, rs...)
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := db.CreateApproval(ctx, pendingApproval(fmt.Sprintf("A%d", i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

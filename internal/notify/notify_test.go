@@ -186,9 +186,17 @@ func (r recorder) RecordAttempt(ctx context.Context, id string, a notify.Attempt
 // start runs a worker for receivers until the test ends (or stop is called).
 func (e *env) start(t *testing.T, base time.Duration, receivers ...notify.Receiver) (attempts chan notify.Attempt, stop func()) {
 	t.Helper()
+	return e.startWith(t, notify.WorkerConfig{RetryBase: base}, receivers, receivers)
+}
+
+// startWith is start with cfg's RetryBase and MaxAttempts, the store making rows for stored and
+// the worker knowing only known.
+func (e *env) startWith(t *testing.T, cfg notify.WorkerConfig, stored, known []notify.Receiver) (attempts chan notify.Attempt, stop func()) {
+	t.Helper()
 	attempts = make(chan notify.Attempt, 100)
-	w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: receivers, Key: e.key,
-		PublicURL: "https://cs.example.com/", RetryBase: base})
+	w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: known, Key: e.key,
+		PublicURL: "https://cs.example.com/", RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts})
+	receivers := stored
 	e.db.SetNotify(receivers, e.key.LinkHash, w.Wake)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -472,5 +480,42 @@ func TestResolutionsAndTimeoutsAreAnnouncedToTheReceiversToldOfTheRequest(t *tes
 		if !seen[want] {
 			t.Errorf("no %q among %v", want, seen)
 		}
+	}
+}
+
+func TestADeliveryIsGivenUpAfterItsLastAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		answers   []int
+		known     bool
+		attempts  int
+		wantError string
+	}{
+		{"every attempt fails", []int{500, 503}, true, 2, ""},
+		{"the receiver is no longer configured", nil, false, 1, "no longer configured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			for _, st := range tc.answers {
+				e.answers <- st
+			}
+			r := e.receiver(t, e.srv.URL)
+			known := []notify.Receiver{r}
+			if !tc.known {
+				known = nil
+			}
+			attempts, _ := e.startWith(t, notify.WorkerConfig{RetryBase: 10 * time.Millisecond, MaxAttempts: 2}, []notify.Receiver{r}, known)
+			if err := e.db.CreateApproval(context.Background(), pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+				t.Fatal(err)
+			}
+			for range tc.attempts {
+				wait(t, attempts, "attempt")
+			}
+			ds, _ := e.db.Deliveries(context.Background(), e.sess)
+			if len(ds) != 1 || !ds[0].Failed || ds[0].NextAt != nil || ds[0].DeliveredAt != nil || len(ds[0].Attempts) != tc.attempts ||
+				!strings.Contains(ds[0].Attempts[tc.attempts-1].Error, tc.wantError) {
+				t.Errorf("delivery %+v", ds)
+			}
+		})
 	}
 }

@@ -24,8 +24,10 @@ import (
 	"unicode/utf8"
 
 	"countersign/internal/agent"
+	"countersign/internal/apperr"
 	"countersign/internal/fixtures"
 	"countersign/internal/mcp"
+	"countersign/internal/metrics"
 	"countersign/internal/models"
 	"countersign/internal/notify"
 	"countersign/internal/procenv"
@@ -87,6 +89,14 @@ type config struct {
 	receivers []notify.Receiver
 	publicURL string
 	retryBase time.Duration
+	// logJSON: -log-format json, logs as JSON lines with an access log (SPEC §16).
+	logJSON bool
+	// trustedProxies are the proxies whose X-Forwarded-For / -Proto are believed (SPEC §16).
+	trustedProxies web.Proxies
+	// retain deletes sessions idle longer than this (SPEC §16); 0 keeps them.
+	retain time.Duration
+	// metricsAddr, when set, serves /metrics without login on its own listener (SPEC §16).
+	metricsAddr string
 }
 
 // stringList is a repeatable flag: each use appends its value.
@@ -163,6 +173,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.publicURL, "public-url", env("COUNTERSIGN_PUBLIC_URL", ""), "the server's address as webhook receivers and their people reach it, for the links in events; default http://<addr> (COUNTERSIGN_PUBLIC_URL)")
 	retryBase := env("COUNTERSIGN_NOTIFY_RETRY_BASE", notify.DefaultRetryBase.String())
 	fs.StringVar(&retryBase, "notify-retry-base", retryBase, "wait after a failed webhook delivery, doubled after each later failure (with jitter), 8 attempts in all (COUNTERSIGN_NOTIFY_RETRY_BASE)")
+	logFormat := env("COUNTERSIGN_LOG_FORMAT", "text")
+	fs.StringVar(&logFormat, "log-format", logFormat, "text, or json: JSON lines with an access log of every request, tokens redacted (COUNTERSIGN_LOG_FORMAT)")
+	proxies := env("COUNTERSIGN_TRUSTED_PROXIES", "")
+	fs.StringVar(&proxies, "trusted-proxies", proxies, "CIDRs or addresses, comma-separated, of the proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (COUNTERSIGN_TRUSTED_PROXIES)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", env("COUNTERSIGN_METRICS_ADDR", ""), "also serve GET /metrics, without login, on this address (e.g. 127.0.0.1:9090); /metrics on -addr needs the owner token either way (COUNTERSIGN_METRICS_ADDR)")
+	retain := env("COUNTERSIGN_RETAIN", "")
+	fs.StringVar(&retain, "retain", retain, "delete sessions idle longer than this, e.g. 90d or 720h (checked at start and hourly; a session whose run is busy or parked is kept); unset keeps them (COUNTERSIGN_RETAIN)")
 	// A boolean flag: -fixture-tools alone means true, -fixture-tools=false turns off what the
 	// environment turned on. The environment takes true or false (strconv.ParseBool).
 	var err error
@@ -192,6 +209,19 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.contextTokens > 0 && c.contextTokens < minContextTokens {
 		return c, fmt.Errorf("-context-tokens %d: want at least %d tokens (0: each model's own window)", c.contextTokens, minContextTokens)
+	}
+	switch logFormat {
+	case "text":
+	case "json":
+		c.logJSON = true
+	default:
+		return c, fmt.Errorf("-log-format %q: want text or json", logFormat)
+	}
+	if c.trustedProxies, err = web.ParseProxies(proxies); err != nil {
+		return c, err
+	}
+	if c.retain, err = parseRetain(retain); err != nil {
+		return c, err
 	}
 	if c.systemPrompt != "" {
 		if c.instructions, err = readSystemPrompt(c.systemPrompt); err != nil {
@@ -261,6 +291,62 @@ func readSystemPrompt(file string) (string, error) {
 	return string(b), nil
 }
 
+// parseRetain reads -retain: "" or "0" (keep sessions), a number of days ("90d"), or a Go
+// duration ("720h"); at least an hour.
+func parseRetain(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "0" {
+		return 0, nil
+	}
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("-retain %q: want a number of days such as 90d, or a Go duration such as 720h", s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("-retain %q: want a number of days such as 90d, or a Go duration such as 720h", s)
+		}
+	}
+	if d < time.Hour {
+		return 0, fmt.Errorf("-retain %q: want at least an hour (unset keeps sessions forever)", s)
+	}
+	return d, nil
+}
+
+// retainEvery is how often -retain looks for idle sessions.
+const retainEvery = time.Hour
+
+// deleteIdle deletes the sessions idle longer than keep at now (-retain, SPEC §16) through the
+// runner, as the Delete button does: with their transcript, approvals, links and audit. A
+// session whose run is busy or parked on an approval is kept (the runner refuses it) and tried
+// again next time. It returns how many were deleted.
+func deleteIdle(ctx context.Context, log *slog.Logger, db *store.DB, runner *agent.Runner, keep time.Duration, now time.Time) int {
+	ids, err := db.IdleSessions(ctx, now.Add(-keep))
+	if err != nil {
+		log.Warn("retain: listing idle sessions", "err", err)
+		return 0
+	}
+	n := 0
+	for _, id := range ids {
+		switch err := runner.DeleteSession(ctx, id); {
+		case err == nil:
+			n++
+		case apperr.CodeOf(err) == apperr.Conflict:
+			// busy or parked: kept until it is idle
+		default:
+			log.Warn("retain: deleting an idle session", "session", id, "err", err)
+		}
+	}
+	if n > 0 {
+		log.Info("retain: deleted idle sessions", "deleted", n, "idleLongerThan", keep.String())
+	}
+	return n
+}
+
 // ruleHitsEvery is how often the rules' hits and last use reach the store (the Rules page reads
 // the counts in memory, so it is current anyway; this bounds what a crash loses).
 const ruleHitsEvery = 10 * time.Second
@@ -280,6 +366,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var accessLog *slog.Logger
+	if cfg.logJSON {
+		log = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		accessLog = log.With("log", "access")
+	}
 	if cfg.tokenFlag {
 		log.Warn("the owner token was given with -token, which every user of this machine can read in the process list (ps); prefer the COUNTERSIGN_TOKEN environment variable")
 	}
@@ -319,12 +410,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer ln.Close()
+	var metricsLn net.Listener
+	if cfg.metricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", cfg.metricsAddr); err != nil {
+			return fmt.Errorf("-metrics-addr: %w", err)
+		}
+		defer metricsLn.Close()
+	}
 
 	db, err := store.Open(ctx, cfg.db)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	// Operators' series (SPEC §16); the live sockets are the web server's, made below.
+	var srv *web.Server
+	met := metrics.New(metrics.Sources{
+		PendingApprovals: func(ctx context.Context) (int, error) {
+			as, err := db.PendingApprovals(ctx)
+			return len(as), err
+		},
+		LiveSockets: func() int {
+			if srv == nil {
+				return 0
+			}
+			return srv.LiveSockets()
+		},
+	})
+	db.OnCommit = met.Commit
 
 	reg := tool.NewRegistry()
 	all := tools.Builtin(tools.Config{PassEnv: cfg.passEnv, Protected: ownFiles(cfg)})
@@ -399,7 +512,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	broker := agent.NewBroker()
-	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker,
+	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker, Observer: met,
 		ApprovalTimeout: cfg.approvalTimeout, Logger: log,
 		// Rules (SPEC §14): compiled, parsed and suggested by internal/rules.
 		CompileRules: rules.NewCompiler(ownFiles(cfg)), ParseRule: rules.Parse, SuggestRule: rules.Suggest,
@@ -421,9 +534,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	flushed := make(chan struct{})
 	go func() { defer close(flushed); runner.FlushRuleHitsEvery(flushCtx, ruleHitsEvery) }()
 	defer func() { stopFlush(); <-flushed }()
-	srv := web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
+	if cfg.retain > 0 {
+		retainCtx, stopRetain := context.WithCancel(ctx)
+		retained := make(chan struct{})
+		go func() {
+			defer close(retained)
+			t := time.NewTicker(retainEvery)
+			defer t.Stop()
+			for {
+				deleteIdle(retainCtx, log, db, runner, cfg.retain, time.Now())
+				select {
+				case <-retainCtx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		defer func() { stopRetain(); <-retained }()
+	}
+	met.SetActiveRuns(runner.ActiveRuns)
+	srv = web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
-		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers})
+		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
+		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler()})
 
 	// Requests (and the WebSockets they became) end when the server shuts down.
 	baseCtx, cancelBase := context.WithCancel(context.Background())
@@ -435,8 +568,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			cfg.db+".notify-key", newSecret)
 	}
 
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ln) }()
+	if metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", met.Handler())
+		ms := newHTTPServer(mux, baseCtx)
+		go func() { errc <- ms.Serve(metricsLn) }()
+		defer ms.Close()
+		log.Info("metrics", "url", "http://"+metricsLn.Addr().String()+"/metrics")
+	}
 	select {
 	case err := <-errc:
 		return err

@@ -201,7 +201,37 @@ func (rn *run) complete(ctx context.Context, inv *invocation) tool.Result {
 	if res.Interrupted == nil { // a call a restart interrupted: it ran in the earlier process
 		res.DurationMs = time.Since(inv.start).Milliseconds()
 	}
+	if o := rn.r.cfg.Observer; o != nil && !inv.parked {
+		observe(o, inv, res)
+	}
 	return res
+}
+
+// observe tells o how inv ended (Observer.ToolCall) and, when a person decided it, how long the
+// decision took and how soon the call started after it (Observer.Decided).
+func observe(o Observer, inv *invocation, res tool.Result) {
+	outcome := inv.status
+	switch {
+	case res.Interrupted != nil:
+		outcome = "interrupted"
+	case inv.decision != nil && inv.decision.Status == gate.TimedOut:
+		outcome = "timed_out"
+	case inv.decision != nil && inv.decision.Status == gate.Cancelled, outcome == "unfinished":
+		outcome = "cancelled"
+	case outcome == "" && res.IsError:
+		outcome = "error"
+	case outcome == "":
+		outcome = "ok"
+	}
+	o.ToolCall(inv.call.Name, outcome)
+	if a := inv.decision; a != nil && !a.Automatic && a.DecidedAt != nil &&
+		(a.Status == gate.Approved || a.Status == gate.Denied) {
+		var start time.Duration
+		if a.Status == gate.Approved && !inv.start.IsZero() {
+			start = max(inv.start.Sub(*a.DecidedAt), 0)
+		}
+		o.Decided(max(a.DecidedAt.Sub(a.CreatedAt), 0), start)
+	}
 }
 
 func (rn *run) decideAndExecute(ctx context.Context, inv *invocation) tool.Result {

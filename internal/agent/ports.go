@@ -132,3 +132,17 @@ type Store interface {
 	// SessionsInState lists the sessions in a state (used at restart).
 	SessionsInState(ctx context.Context, st State) ([]Session, error)
 }
+
+// Observer is told what operators count (SPEC §16 metrics: cmd/web wires a Prometheus one);
+// Config.Observer nil tells nobody. Its methods are called on the calls' path: they must be
+// quick and must not block.
+type Observer interface {
+	// RunStarted: a run started (a message sent, or a parked run resumed at start).
+	RunStarted()
+	// ToolCall: a call of tool (model-issued or nested) ended with outcome: ok, error (its
+	// result has isError), denied, blocked, timed_out, cancelled or interrupted.
+	ToolCall(tool, outcome string)
+	// Decided: a person decided an approval: wait is from the prompt's creation to the
+	// decision, start from the decision to the call's start (0 when it was not approved).
+	Decided(wait, start time.Duration)
+}

@@ -160,6 +160,9 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 	}
 	r.mu.Lock()
 	r.runs[sessionID] = rn
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.RunStarted()
+	}
 	r.mu.Unlock()
 	if err := r.setState(ctx, sessionID, Running); err != nil {
 		return err

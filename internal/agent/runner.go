@@ -56,6 +56,8 @@ type Config struct {
 	// §17, -context-tokens); 0 means the model's own (ContextWindow), and no limit for a model
 	// that does not say.
 	ContextTokens int
+	// Observer is told of runs, calls and decisions for metrics (SPEC §16); nil: nobody.
+	Observer Observer
 }
 
 // Runner runs agent sessions: at most one run per session, each with its own cancellable
@@ -321,6 +323,9 @@ func (r *Runner) Send(ctx context.Context, sessionID, text string) (err error) {
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	rn := &run{r: r, session: sess, model: model, ctx: runCtx, cancel: cancel}
 	r.runs[sessionID] = rn
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.RunStarted()
+	}
 	r.mu.Unlock()
 
 	msg := Message{ID: newID(), Role: User, Content: []Block{{Type: "text", Text: text}}, Timestamp: time.Now().UTC()}
@@ -680,3 +685,10 @@ func (r *Runner) publish(ev Event) {
 }
 
 func newID() string { return strings.ToLower(rand.Text()[:16]) }
+
+// ActiveRuns counts the sessions with a run: streaming, executing, or parked on an approval.
+func (r *Runner) ActiveRuns() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.runs)
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // The write queue: the hot writes (transcript entries, approvals and their decisions, audit
@@ -142,7 +143,13 @@ func (db *DB) enqueue(op *writeOp) error {
 	c.queue = c.queue[:rest]
 	c.mu.Unlock()
 
-	db.commitGroup(group)
+	if db.OnCommit != nil {
+		start := time.Now()
+		db.commitGroup(group)
+		db.OnCommit(time.Since(start), len(group))
+	} else {
+		db.commitGroup(group)
+	}
 
 	c.mu.Lock()
 	if len(c.queue) > 0 {

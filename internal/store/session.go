@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
@@ -337,4 +338,28 @@ func activeToolsJSON(names []string) (any, error) {
 		return nil, err
 	}
 	return string(b), nil
+}
+
+// IdleSessions lists the ids of the sessions idle since before (-retain, SPEC §16): nothing was
+// added to their transcript after it, and they were created before it. Oldest activity first.
+func (db *DB) IdleSessions(ctx context.Context, before time.Time) (_ []string, err error) {
+	defer apperr.Wrap(&err, "store.IdleSessions")
+	rows, err := db.read.QueryContext(ctx, `
+		SELECT id FROM (
+			SELECT s.id, max(s.created_at, COALESCE((SELECT max(e.created_at) FROM entries e WHERE e.session_id = s.id), '')) AS last
+			FROM sessions s)
+		WHERE last < ? ORDER BY last`, formatTime(before))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }

@@ -47,6 +47,10 @@ type DB struct {
 	// CreatedAt or a resolution's At left zero. Open sets time.Now; tests may replace it before
 	// first use.
 	Now func() time.Time
+	// OnCommit, when set before the first write, is told how long each commit of a group of
+	// writes took (the transaction with its sync, or a lone statement) and how many writes it
+	// held: the store commit latency of SPEC §16's metrics.
+	OnCommit func(d time.Duration, writes int)
 
 	path  string
 	write *sql.DB // exactly one connection: every write, and every transaction
@@ -347,3 +351,21 @@ func isForeignKey(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CON
 
 // isCheck reports whether err is a CHECK constraint failure (a value the schema refuses).
 func isCheck(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_CHECK }
+
+// Ready reports whether the database answers and has every embedded migration applied (GET
+// /readyz, SPEC §16): nil, or an error saying which part failed.
+func (db *DB) Ready(ctx context.Context) (err error) {
+	defer apperr.Wrap(&err, "store.Ready")
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	var applied int
+	if err := db.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM migrations`).Scan(&applied); err != nil {
+		return err
+	}
+	if applied < len(names) {
+		return fmt.Errorf("%d of %d migrations applied", applied, len(names))
+	}
+	return nil
+}

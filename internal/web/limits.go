@@ -68,6 +68,17 @@ type socketCounts struct {
 	n  map[string]int
 }
 
+// total counts the open sockets under every key.
+func (c *socketCounts) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, k := range c.n {
+		n += k
+	}
+	return n
+}
+
 // acquire counts one more socket under l unless l's cap is reached; release uncounts it.
 func (c *socketCounts) acquire(l socketLimit) (release func(), ok bool) {
 	c.mu.Lock()
@@ -111,6 +122,9 @@ const (
 // people already in.
 type tokenFailures struct {
 	now func() time.Time
+	// client is a request's client address (Server.clientIP: behind a trusted proxy, the one
+	// it forwarded); nil: the connection's (clientAddr).
+	client func(*http.Request) string
 
 	mu      sync.Mutex
 	clients map[string]*rate.Limiter
@@ -130,7 +144,7 @@ func (f *tokenFailures) wrap(next http.Handler, trusted func(*http.Request) bool
 			next.ServeHTTP(w, r)
 			return
 		}
-		if wait := f.wait(clientAddr(r)); wait > 0 && !trusted(r) {
+		if wait := f.wait(f.clientOf(r)); wait > 0 && !trusted(r) {
 			secs := int(math.Ceil(wait.Seconds()))
 			w.Header().Set("Retry-After", strconv.Itoa(secs))
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -159,7 +173,7 @@ func (f *tokenFailures) wait(client string) time.Duration {
 
 // fail counts a failed token attempt of r's client.
 func (f *tokenFailures) fail(r *http.Request) {
-	client := clientAddr(r)
+	client := f.clientOf(r)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
@@ -179,6 +193,13 @@ func (f *tokenFailures) fail(r *http.Request) {
 		f.clients[client] = l
 	}
 	l.AllowN(now, 1)
+}
+
+func (f *tokenFailures) clientOf(r *http.Request) string {
+	if f.client != nil {
+		return f.client(r)
+	}
+	return clientAddr(r)
 }
 
 // clientAddr is the client's IP address (the connection's; X-Forwarded-For is not believed).

@@ -182,7 +182,7 @@ func (s *Server) reviewerName(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	http.SetCookie(w, &http.Cookie{Name: reviewerCookie, Value: url.QueryEscape(name) + "." + s.cfg.Shares.SignName(l.ID, name), Path: "/r/" + r.PathValue("token"),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: 30 * 24 * 3600})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r), MaxAge: 30 * 24 * 3600})
 	http.Redirect(w, r, "/r/"+r.PathValue("token"), http.StatusSeeOther)
 	return nil
 }

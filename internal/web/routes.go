@@ -63,6 +63,7 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		})},
 		{"GET /login", public, s.login, nil},
 		{"GET /logged-out", public, s.loggedOut, nil},
+		{"GET /readyz", public, nil, http.HandlerFunc(s.readyz)},
 		{"GET /static/", public, nil, http.StripPrefix("/static/", http.FileServerFS(static.FS))},
 		{"GET /favicon.ico", public, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/static/favicon.svg", http.StatusMovedPermanently)
@@ -88,6 +89,7 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"POST /sessions/{id}/tools", owner, s.setTools, nil},
 		{"POST /sessions/{id}/mode", owner, s.setMode, nil},
 		{"GET /sessions/{id}/audit", owner, s.auditPage, nil},
+		{"GET /sessions/{id}/export.md", owner, s.exportMarkdown, nil},
 		{"GET /sessions/{id}/live", owner, s.live, nil},
 		{"POST /sessions/{id}/shares", owner, s.createShare, nil},
 		{"POST /sessions/{id}/shares/{sid}/revoke", owner, s.revokeShare, nil},
@@ -122,6 +124,8 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"GET /api/sessions/{id}/tools", ownerAPI, s.apiTools, nil},
 		{"PUT /api/sessions/{id}/tools", ownerAPI, s.apiSetTools, nil},
 		{"GET /api/sessions/{id}/approvals", ownerAPI, s.apiApprovals, nil},
+		{"GET /api/sessions/{id}/export", ownerAPI, s.apiExport, nil},
+		{"GET /metrics", ownerAPI, s.metrics, nil},
 		{"POST /api/approvals/{id}/decision", ownerAPI, s.apiDecide, nil},
 		{"GET /api/sessions/{id}/events", ownerAPI, s.apiEvents, nil},
 		{"POST /api/sessions/{id}/shares", ownerAPI, s.apiCreateShare, nil},

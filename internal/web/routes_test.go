@@ -39,7 +39,7 @@ func TestRouteTableHasNoDuplicatesAndFewPublicRoutes(t *testing.T) {
 			t.Errorf("%s: unknown access class %q", rt.Pattern, rt.Access)
 		}
 	}
-	want := []string{"GET /healthz", "GET /login", "GET /logged-out", "GET /static/", "GET /favicon.ico", "GET /static/chroma.css"}
+	want := []string{"GET /healthz", "GET /readyz", "GET /login", "GET /logged-out", "GET /static/", "GET /favicon.ico", "GET /static/chroma.css"}
 	slices.Sort(public)
 	slices.Sort(want)
 	if !slices.Equal(public, want) {

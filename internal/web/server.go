@@ -67,6 +67,15 @@ type Config struct {
 	Notify NotifyStore
 	// Receivers are the webhook receivers (-notify-webhook), to name them on the audit page.
 	Receivers []notify.Receiver
+	// TrustedProxies are the proxies whose X-Forwarded-For / -Proto are believed (SPEC §16).
+	TrustedProxies Proxies
+	// AccessLog, when set, gets one line per request (accessLog: tokens redacted).
+	AccessLog *slog.Logger
+	// Metrics serves GET /metrics to the owner (the Prometheus handler, SPEC §16); nil: 404.
+	Metrics http.Handler
+	// Ready reports whether the store answers with its migrations applied (GET /readyz); nil:
+	// always ready.
+	Ready func(context.Context) error
 }
 
 // DefaultSessionTTL is how long an owner's browser login lasts by default: 30 days.
@@ -124,11 +133,13 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	receivers := map[string]notify.Receiver{}
+	s := &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now},
+		receivers: map[string]notify.Receiver{}}
 	for _, r := range cfg.Receivers {
-		receivers[r.ID] = r
+		s.receivers[r.ID] = r
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now}, receivers: receivers}
+	s.failures.client = s.clientIP
+	return s
 }
 
 const ownerCookieName = "countersign_owner"
@@ -145,7 +156,11 @@ func (s *Server) Handler() http.Handler {
 	}
 
 	csrf := http.NewCrossOriginProtection()
-	return securityHeaders(s.failures.wrap(csrf.Handler(mux), s.trusted))
+	h := securityHeaders(s.failures.wrap(csrf.Handler(mux), s.trusted))
+	if s.cfg.AccessLog != nil {
+		h = accessLog(s.cfg.AccessLog, s.cfg.TrustedProxies, h)
+	}
+	return h
 }
 
 // securityHeaders sets the headers every answer carries: a Content-Security-Policy with no
@@ -291,7 +306,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) error {
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: ownerCookieName, Value: id, Path: "/", MaxAge: int(s.cfg.SessionTTL / time.Second),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secure(r),
 	})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 	return nil
@@ -479,4 +494,18 @@ func tooLarge(err error) error {
 		return apperr.Errorf(apperr.TooLarge, "The request is too large (at most %d bytes).", mbe.Limit)
 	}
 	return err
+}
+
+// clientIP is r's client address (Proxies.client: the connection's, or the one a trusted proxy
+// forwarded).
+func (s *Server) clientIP(r *http.Request) string {
+	ip, _ := s.cfg.TrustedProxies.client(r)
+	return ip
+}
+
+// secure reports whether r reached us over TLS, directly or through a trusted proxy that says
+// so: cookies set in answer to it are Secure.
+func (s *Server) secure(r *http.Request) bool {
+	_, tls := s.cfg.TrustedProxies.client(r)
+	return tls
 }

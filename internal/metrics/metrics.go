@@ -1,0 +1,143 @@
+// Package metrics exposes Countersign's operational series in the Prometheus text format
+// (SPEC §16: GET /metrics with the owner token, or -metrics-addr on a separate listener), through
+// github.com/prometheus/client_golang. It implements agent.Observer for what the agent counts on
+// the calls' path and reads the rest (pending approvals, runs, live sockets) when scraped.
+//
+// Series (all prefixed countersign_):
+//
+//	pending_approvals                 gauge      approvals waiting for a person, every session
+//	decision_wait_seconds             histogram  a prompt's creation to a person's decision
+//	approval_round_trip_seconds       histogram  a person's approval to the call's start
+//	tool_calls_total{tool,outcome}    counter    calls ended: ok, error, denied, blocked,
+//	                                             timed_out, cancelled, interrupted
+//	runs_started_total                counter    runs started (messages sent, runs resumed)
+//	runs_active                       gauge      sessions with a run (streaming, executing, parked)
+//	live_sockets                      gauge      open live WebSockets (pages and the JSON API)
+//	store_commit_seconds              histogram  one commit of a group of writes
+//	store_commit_writes               histogram  writes per commit
+//
+// Plus the Go runtime's and the process's collectors (go_*, process_*). The cross-replica
+// notification lag of §16 belongs to the PostgreSQL store and is not exported yet.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Sources are what the scrape reads: each returns the current value (nil: the series is 0).
+type Sources struct {
+	PendingApprovals func(context.Context) (int, error)
+	ActiveRuns       func() int
+	LiveSockets      func() int
+}
+
+// Metrics holds the series; its zero value is not usable: use New.
+type Metrics struct {
+	reg           *prometheus.Registry
+	decisionWait  prometheus.Histogram
+	roundTrip     prometheus.Histogram
+	toolCalls     *prometheus.CounterVec
+	runsStarted   prometheus.Counter
+	commitSeconds prometheus.Histogram
+	commitWrites  prometheus.Histogram
+	activeRuns    atomic.Pointer[func() int]
+}
+
+// New registers every series of the package doc on a registry of its own (not the global one:
+// two servers in one test process do not collide).
+func New(src Sources) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.decisionWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "countersign_decision_wait_seconds", Help: "Time from a prompt's creation to a person's decision.",
+		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600},
+	})
+	m.roundTrip = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "countersign_approval_round_trip_seconds", Help: "Time from a person's approval to the call's start.",
+		Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .5, 1},
+	})
+	m.toolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "countersign_tool_calls_total", Help: "Tool calls ended, model-issued and nested, by tool and outcome.",
+	}, []string{"tool", "outcome"})
+	m.runsStarted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "countersign_runs_started_total", Help: "Runs started: messages sent and parked runs resumed.",
+	})
+	m.commitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "countersign_store_commit_seconds", Help: "Duration of one store commit (a group of writes).",
+		Buckets: []float64{.00005, .0001, .0002, .0005, .001, .002, .005, .01, .02, .05, .1, .5},
+	})
+	m.commitWrites = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "countersign_store_commit_writes", Help: "Writes per store commit.",
+		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+	})
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	m.reg.MustRegister(m.decisionWait, m.roundTrip, m.toolCalls, m.runsStarted, m.commitSeconds, m.commitWrites,
+		gauge("countersign_pending_approvals", "Approvals waiting for a person, in every session.", func() float64 {
+			if src.PendingApprovals == nil {
+				return 0
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			n, err := src.PendingApprovals(ctx)
+			if err != nil {
+				return -1 // the store did not answer: /readyz says why
+			}
+			return float64(n)
+		}),
+		gauge("countersign_runs_active", "Sessions with a run: streaming, executing, or parked on an approval.", func() float64 {
+			if f := m.activeRuns.Load(); f != nil {
+				return float64((*f)())
+			}
+			if src.ActiveRuns == nil {
+				return 0
+			}
+			return float64(src.ActiveRuns())
+		}),
+		gauge("countersign_live_sockets", "Open live WebSockets: pages and the JSON API's events.", func() float64 {
+			if src.LiveSockets == nil {
+				return 0
+			}
+			return float64(src.LiveSockets())
+		}),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// SetActiveRuns sets the source of runs_active once the runner exists (it takes the Metrics as
+// its Observer, so it is made after them). Call it before serving.
+func (m *Metrics) SetActiveRuns(f func() int) { m.activeRuns.Store(&f) }
+
+// Handler serves the registry in the Prometheus text (or OpenMetrics) format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// RunStarted implements agent.Observer.
+func (m *Metrics) RunStarted() { m.runsStarted.Inc() }
+
+// ToolCall implements agent.Observer.
+func (m *Metrics) ToolCall(tool, outcome string) { m.toolCalls.WithLabelValues(tool, outcome).Inc() }
+
+// Decided implements agent.Observer.
+func (m *Metrics) Decided(wait, start time.Duration) {
+	m.decisionWait.Observe(wait.Seconds())
+	if start > 0 {
+		m.roundTrip.Observe(start.Seconds())
+	}
+}
+
+// Commit is store.DB.OnCommit: one commit of writes writes that took d.
+func (m *Metrics) Commit(d time.Duration, writes int) {
+	m.commitSeconds.Observe(d.Seconds())
+	m.commitWrites.Observe(float64(writes))
+}

@@ -260,6 +260,9 @@ func (f serverFiles) args(addr string) []string {
 // for and waits until the command runs (and waits for "release"). It returns the session id.
 func startExecutingCall(t *testing.T, p *proc, f serverFiles) string {
 	t.Helper()
+	// A test that kills the server (or fails) leaves the command waiting: release it at the
+	// end, so no shell loop outlives the test.
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(f.workspace, "release"), nil, 0o644) })
 	var sess struct{ ID string }
 	p.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "first", "model": "faux:blocking"}, &sess)
 	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)

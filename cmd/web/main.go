@@ -284,7 +284,7 @@ const retainEvery = time.Hour
 // runner, as the Delete button does: with their transcript, approvals, links and audit. A
 // session whose run is busy or parked on an approval is kept (the runner refuses it) and tried
 // again next time. It returns how many were deleted.
-func deleteIdle(ctx context.Context, log *slog.Logger, db *store.DB, runner *agent.Runner, keep time.Duration, now time.Time) int {
+func deleteIdle(ctx context.Context, log *slog.Logger, db store.Backend, runner *agent.Runner, keep time.Duration, now time.Time) int {
 	ids, err := db.IdleSessions(ctx, now.Add(-keep))
 	if err != nil {
 		log.Warn("retain: listing idle sessions", "err", err)
@@ -378,7 +378,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer metricsLn.Close()
 	}
 
-	db, err := store.Open(ctx, cfg.db)
+	// The program uses the store through its contract (store.Backend), so the PostgreSQL store
+	// can stand in for SQLite (issue 21); -db selects SQLite only until that is wired.
+	var db store.Backend
+	db, err = store.Open(ctx, cfg.db)
 	if err != nil {
 		return err
 	}
@@ -397,7 +400,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return srv.LiveSockets()
 		},
 	})
-	db.OnCommit = met.Commit
+	db.SetOnCommit(met.Commit)
 
 	reg := tool.NewRegistry()
 	all := tools.Builtin(tools.Config{PassEnv: cfg.passEnv, Protected: ownFiles(cfg)})

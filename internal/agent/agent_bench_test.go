@@ -14,21 +14,21 @@ import (
 	"time"
 
 	"countersign/internal/agent"
-	"countersign/internal/benchkit"
 	"countersign/internal/gate"
 	"countersign/internal/gate/gatetest"
 	"countersign/internal/rules"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
 
-func newBenchEnv(b *testing.B) *benchkit.Env {
+func newBenchEnv(b *testing.B) *testkit.Bench {
 	b.Helper()
-	return newBenchEnvWith(b, benchkit.Options{})
+	return newBenchEnvWith(b, testkit.BenchOptions{})
 }
 
-func newBenchEnvWith(b *testing.B, opt benchkit.Options) *benchkit.Env {
+func newBenchEnvWith(b *testing.B, opt testkit.BenchOptions) *testkit.Bench {
 	b.Helper()
-	e, err := benchkit.New(context.Background(), b.TempDir(), opt)
+	e, err := testkit.NewBench(context.Background(), b.TempDir(), opt)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -68,20 +68,20 @@ func BenchmarkNested(b *testing.B) { benchNested(b, newBenchEnv(b)) }
 func BenchmarkNestedRules(b *testing.B) {
 	for _, n := range []int{0, 1000} {
 		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
-			benchNested(b, newBenchEnvWith(b, benchkit.Options{Rules: benchkit.RulesOn("run_checks", n), CompileRules: gatetest.Compile}))
+			benchNested(b, newBenchEnvWith(b, testkit.BenchOptions{Rules: testkit.RulesOn("run_checks", n), CompileRules: gatetest.Compile}))
 		})
 	}
-	// The real compiler (internal/rules) with benchkit.RealRulesOn: ten rules of every kind on
+	// The real compiler (internal/rules) with testkit.RealRulesOn: ten rules of every kind on
 	// run_checks, one of which allows it (the `make bench` rules case measures the same).
 	b.Run("real-rules=1000", func(b *testing.B) {
-		benchNested(b, newBenchEnvWith(b, benchkit.Options{Rules: benchkit.RealRulesOn("run_checks", 1000), CompileRules: rules.Compiler}))
+		benchNested(b, newBenchEnvWith(b, testkit.BenchOptions{Rules: testkit.RealRulesOn("run_checks", 1000), CompileRules: rules.Compiler}))
 	})
 }
 
-func benchNested(b *testing.B, e *benchkit.Env) {
+func benchNested(b *testing.B, e *testkit.Bench) {
 	ctx := context.Background()
 	n := max(b.N/2, 1)
-	sess, err := e.NewSession(ctx, "nested", benchkit.NestedScript(n))
+	sess, err := e.NewSession(ctx, "nested", testkit.NestedScript(n))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func benchNested(b *testing.B, e *benchkit.Env) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var d benchkit.NestedDetails
+	var d testkit.NestedDetails
 	for _, en := range entries {
 		if en.Message.Role == agent.ToolResult {
 			_ = json.Unmarshal(en.Message.Result.Details, &d)
@@ -118,7 +118,7 @@ func BenchmarkDirect(b *testing.B) {
 			ctx := context.Background()
 			var first, last int64
 			for i := 0; b.Loop(); i++ {
-				sess, err := e.NewSession(ctx, fmt.Sprintf("direct-%d", i), benchkit.DirectScript(k))
+				sess, err := e.NewSession(ctx, fmt.Sprintf("direct-%d", i), testkit.DirectScript(k))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -134,7 +134,7 @@ func BenchmarkDirect(b *testing.B) {
 				if len(ts) != k {
 					b.Fatalf("echo ran %d times, want %d", len(ts), k)
 				}
-				f, l := benchkit.TurnSpread(ts)
+				f, l := testkit.TurnSpread(ts)
 				first, last = first+f, last+l
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*k), "µs/call")
@@ -152,7 +152,7 @@ func BenchmarkApproval(b *testing.B) {
 	ctx := context.Background()
 	var total time.Duration
 	for i := 0; b.Loop(); i++ {
-		sess, err := e.NewSession(ctx, fmt.Sprintf("gated-%d", i), benchkit.GatedScript())
+		sess, err := e.NewSession(ctx, fmt.Sprintf("gated-%d", i), testkit.GatedScript())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -183,7 +183,7 @@ func BenchmarkApproval(b *testing.B) {
 }
 
 // BenchmarkCheckRealRules: gate.Checker.Check alone for the nested loop's two tools, with no rules
-// and with benchkit.RealRulesOn's 1,000 rules compiled by internal/rules in a Rulebook — where
+// and with testkit.RealRulesOn's 1,000 rules compiled by internal/rules in a Rulebook — where
 // the rules case of `make bench` spends its added time (run_checks has ten rules, failing_tests
 // none; both pass the glob patterns).
 func BenchmarkCheckRealRules(b *testing.B) {
@@ -191,7 +191,7 @@ func BenchmarkCheckRealRules(b *testing.B) {
 	for _, n := range []int{0, 1000} {
 		for _, name := range []string{"run_checks", "failing_tests"} {
 			b.Run(fmt.Sprintf("rules=%d/%s", n, name), func(b *testing.B) {
-				ck := gate.Checker{Rules: gate.NewRulebook(rules.Compiler, nil, benchkit.RealRulesOn("run_checks", n))}
+				ck := gate.Checker{Rules: gate.NewRulebook(rules.Compiler, nil, testkit.RealRulesOn("run_checks", n))}
 				c := gate.CheckCall{SessionID: "s", ToolCallID: "rd/1", ParentToolCallID: "rd", Parent: "review_diff",
 					Tool: &tool.Tool{Name: name, Annotations: ro}, Arguments: json.RawMessage(`{}`), Workspace: "/w"}
 				b.ReportAllocs()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,31 +12,21 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
-	"countersign/internal/models"
 	"countersign/internal/store"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
 
-// harness is a Runner over a real SQLite store in a temp dir, with the faux model replaying one
-// script and test tools.
+// harness is a testkit.Env whose one session's model replays one script, with test tools.
 type harness struct {
 	t      *testing.T
+	env    *testkit.Env
 	db     *store.DB
 	runner *agent.Runner
 	broker *agent.Broker
 	sess   agent.Session
 	events *agent.Subscription
 }
-
-type scriptModels struct{ script *models.Script }
-
-func (m scriptModels) Model(name string) (agent.Model, error) {
-	if name != "faux:test" {
-		return nil, apperr.Errorf(apperr.Invalid, "unknown model %q", name)
-	}
-	return &models.Faux{Script: m.script}, nil
-}
-func (m scriptModels) Names() []string { return []string{"faux:test"} }
 
 func newHarness(t *testing.T, script string, handlers gate.Handlers, tools ...*tool.Tool) *harness {
 	t.Helper()
@@ -53,84 +42,42 @@ func newHarnessWith(t *testing.T, script string, cfg agent.Config, tools ...*too
 // newHarnessOver is newHarnessWith with the runner's store wrapped by wrap (nil: the store).
 func newHarnessOver(t *testing.T, script string, cfg agent.Config, wrap func(*store.DB) agent.Store, tools ...*tool.Tool) *harness {
 	t.Helper()
-	sc, err := models.ParseScript("test.json", []byte(script))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc.Name = "test"
-	return newHarnessModels(t, scriptModels{sc}, "faux:test", cfg, wrap, tools...)
+	sc := testkit.Script(t, script)
+	return newHarnessModels(t, func(ms *testkit.Scripts) { ms.Add("test", sc) }, "faux:test", cfg, wrap, tools...)
 }
 
-// newHarnessModels is newHarnessOver with the models given, its session on the model named
-// model.
-func newHarnessModels(t *testing.T, ms agent.Models, model string, cfg agent.Config, wrap func(*store.DB) agent.Store, tools ...*tool.Tool) *harness {
+// newHarnessModels is newHarnessOver with the models added by offer, its session on the model
+// named model. cfg's Store, Models, Tools and Broker are the Env's; an ApprovalTimeout of 0 is a
+// minute.
+func newHarnessModels(t *testing.T, offer func(*testkit.Scripts), model string, cfg agent.Config, wrap func(*store.DB) agent.Store, tools ...*tool.Tool) *harness {
 	t.Helper()
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	reg := tool.NewRegistry()
-	for _, tl := range tools {
-		if err := reg.Register(tl); err != nil {
-			t.Fatal(err)
+	env := testkit.New(t, testkit.Options{Tools: tools, Store: wrap, Agent: func(c *agent.Config) {
+		kit := *c
+		*c = cfg
+		c.Store, c.Models, c.Tools, c.Broker = kit.Store, kit.Models, kit.Tools, kit.Broker
+		if c.ApprovalTimeout == 0 {
+			c.ApprovalTimeout = kit.ApprovalTimeout
 		}
-	}
-	broker := agent.NewBroker()
-	cfg.Store, cfg.Models, cfg.Tools, cfg.Broker = db, ms, reg, broker
-	if wrap != nil {
-		cfg.Store = wrap(db)
-	}
-	if cfg.ApprovalTimeout == 0 {
-		cfg.ApprovalTimeout = time.Minute
-	}
-	r := agent.New(cfg)
-	sess, err := r.CreateSession(ctx, "test", model, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, db: db, runner: r, broker: broker, sess: sess, events: broker.Subscribe(sess.ID)}
-	t.Cleanup(func() {
-		r.Shutdown("test cleanup")
-		r.Wait()
-	})
-	return h
+	}})
+	offer(env.Scripts)
+	sess := env.Session("test", model)
+	return &harness{t: t, env: env, db: env.DB, runner: env.Runner, broker: env.Broker, sess: sess, events: env.Broker.Subscribe(sess.ID)}
 }
 
 // await returns the next event of type typ, failing the test after 10 s.
 func (h *harness) await(typ agent.EventType) agent.Event {
 	h.t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case ev := <-h.events.C:
-			if ev.Type == typ {
-				return *ev
-			}
-		case <-timeout:
-			h.t.Fatalf("no %s event within 10s", typ)
-		}
-	}
+	return testkit.Await(h.t, h.events, typ, 10*time.Second, nil)
 }
 
 func (h *harness) entries() []agent.Entry {
 	h.t.Helper()
-	es, err := h.db.Entries(context.Background(), h.sess.ID)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return es
+	return h.env.Entries(h.sess.ID)
 }
 
 func (h *harness) toolResults() []agent.Message {
-	var out []agent.Message
-	for _, e := range h.entries() {
-		if e.Message.Role == agent.ToolResult {
-			out = append(out, e.Message)
-		}
-	}
-	return out
+	h.t.Helper()
+	return h.env.ToolResults(h.sess.ID)
 }
 
 var objectSchema = json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"additionalProperties":false}`)

@@ -3,7 +3,6 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +12,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/models"
-	"countersign/internal/store"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
 
@@ -107,58 +106,31 @@ func (m *recordingModel) Stream(ctx context.Context, req agent.Request, onDelta 
 	return m.inner.Stream(ctx, req, onDelta)
 }
 
-type oneModel struct{ m agent.Model }
-
-func (o oneModel) Model(string) (agent.Model, error) { return o.m, nil }
-func (o oneModel) Names() []string                   { return []string{"faux:test"} }
-
 func TestSetActiveToolsAndExposure(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "t.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	sc, err := models.ParseScript("s.json", []byte(`{"steps":[
+	sc := testkit.Script(t, `{"steps":[
 	  {"content":[{"type":"toolCall","id":"a","name":"lazy"},{"type":"toolCall","id":"b","name":"secret"},{"type":"toolCall","id":"c","name":"plain"}],"stopReason":"toolUse"},
 	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"},
 	  {"content":[{"type":"toolCall","id":"d","name":"lazy"},{"type":"toolCall","id":"e","name":"plain"}],"stopReason":"toolUse"},
-	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`)
 	ok := func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
 		return tool.Result{Content: []tool.Content{tool.Text("ran")}}, nil
 	}
 	ro := tool.Annotations{ReadOnlyHint: tool.Bool(true)}
-	reg := tool.NewRegistry()
-	for _, tl := range []*tool.Tool{
+	tools := []*tool.Tool{
 		{Name: "plain", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: ro, Execute: ok},
 		{Name: "lazy", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: ro, Exposure: tool.Deferred, Execute: ok},
 		{Name: "secret", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: ro, Exposure: tool.Hidden, Execute: ok},
-	} {
-		if err := reg.Register(tl); err != nil {
-			t.Fatal(err)
-		}
 	}
+	env := testkit.New(t, testkit.Options{Tools: tools})
 	rec := &recordingModel{inner: &models.Faux{Script: sc}}
-	broker := agent.NewBroker()
-	r := agent.New(agent.Config{Store: db, Models: oneModel{rec}, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
-	defer func() { r.Shutdown("test"); r.Wait() }()
-	sess, err := r.CreateSession(ctx, "t", "faux:test", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := broker.Subscribe(sess.ID)
-	waitEnd := func() {
-		for ev := range sub.C {
-			if ev.Type == agent.AgentEnd {
-				return
-			}
-		}
-	}
+	env.Scripts.Put("faux:test", rec)
+	r := env.Runner
+	sess := env.Session("t", "faux:test")
+	sub := env.Broker.Subscribe(sess.ID)
+	waitEnd := func() { testkit.Await(t, sub, agent.AgentEnd, 0, nil) }
 	results := func() map[string]string {
-		es, _ := db.Entries(ctx, sess.ID)
+		es := env.Entries(sess.ID)
 		out := map[string]string{}
 		for _, e := range es {
 			if e.Message.Role == agent.ToolResult {

@@ -6,10 +6,8 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,82 +15,21 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
 
-// step is one model request's answer: it may stream deltas and returns the message or an error.
-type step func(ctx context.Context, req agent.Request, onDelta func(agent.Delta)) (agent.Message, error)
-
-// stepModel answers its n-th request with steps[n] and records every request.
-type stepModel struct {
-	steps []step
-	mu    sync.Mutex
-	reqs  []agent.Request
-}
-
-func (m *stepModel) Stream(ctx context.Context, req agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
-	m.mu.Lock()
-	m.reqs = append(m.reqs, req)
-	n := len(m.reqs) - 1
-	m.mu.Unlock()
-	if n >= len(m.steps) {
-		return agent.Message{}, errors.New("test model: no step left")
-	}
-	return m.steps[n](ctx, req, onDelta)
-}
-
-func (m *stepModel) requests() []agent.Request {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]agent.Request(nil), m.reqs...)
-}
-
-// windowed is a stepModel that says its context window (agent.ContextWindow).
+// windowed is a testkit.Steps that says its context window (agent.ContextWindow).
 type windowed struct {
-	*stepModel
+	*testkit.Steps
 	window int
 }
 
 func (w windowed) ContextWindow() int { return w.window }
 
-// testModel offers one model, "test:model".
-type testModel struct{ m agent.Model }
-
-func (o testModel) Model(name string) (agent.Model, error) {
-	if name != "test:model" {
-		return nil, apperr.Errorf(apperr.Invalid, "unknown model %q", name)
-	}
-	return o.m, nil
-}
-func (o testModel) Names() []string { return []string{"test:model"} }
-
 func newModelHarness(t *testing.T, m agent.Model, cfg agent.Config, tools ...*tool.Tool) *harness {
 	t.Helper()
-	return newHarnessModels(t, testModel{m}, "test:model", cfg, nil, tools...)
-}
-
-// say answers with text, streamed in one delta, and usage (nil: none).
-func say(text string, usage *agent.Usage) step {
-	return func(_ context.Context, _ agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
-		onDelta(agent.Delta{Text: text})
-		return agent.Message{Content: []agent.Block{{Type: "text", Text: text}}, StopReason: agent.Stop, Usage: usage}, nil
-	}
-}
-
-// callTool answers with one call of name, arguments args.
-func callTool(id, name, args string) step {
-	return func(_ context.Context, _ agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
-		b := agent.Block{Type: "toolCall", ID: id, Name: name, Arguments: json.RawMessage(args)}
-		onDelta(agent.Delta{ToolCall: &b})
-		return agent.Message{Content: []agent.Block{b}, StopReason: agent.ToolUse}, nil
-	}
-}
-
-// fail answers with err.
-func fail(err error) step {
-	return func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
-		return agent.Message{}, err
-	}
+	return newHarnessModels(t, func(ms *testkit.Scripts) { ms.Put("test:model", m) }, "test:model", cfg, nil, tools...)
 }
 
 // bigTool is a read-only tool whose result is size bytes of text, each call's its own letter
@@ -126,7 +63,7 @@ func (h *harness) session() agent.Session {
 }
 
 func TestTheBuiltinInstructionsNameTheWorkspaceAndTheRulesOfConsent(t *testing.T) {
-	h := newModelHarness(t, &stepModel{}, agent.Config{})
+	h := newModelHarness(t, testkit.Model(), agent.Config{})
 	got := h.sess.Instructions
 	if !strings.Contains(got, "Your workspace is the folder "+h.sess.Workspace+".") {
 		t.Errorf("the default instructions do not name the workspace %s:\n%s", h.sess.Workspace, got)
@@ -145,7 +82,7 @@ func TestTheBuiltinInstructionsNameTheWorkspaceAndTheRulesOfConsent(t *testing.T
 }
 
 func TestCreateSessionInstructions(t *testing.T) {
-	h := newModelHarness(t, &stepModel{}, agent.Config{Instructions: "Work in {{workspace}}. Marker 7f3a."})
+	h := newModelHarness(t, testkit.Model(), agent.Config{Instructions: "Work in {{workspace}}. Marker 7f3a."})
 	ctx := context.Background()
 	str := func(s string) *string { return &s }
 	tests := []struct {
@@ -184,13 +121,13 @@ func TestCreateSessionInstructions(t *testing.T) {
 }
 
 func TestInstructionsAreTheSystemPromptOfEveryRequest(t *testing.T) {
-	m := &stepModel{steps: []step{callTool("c1", "peek", `{}`), say("done", nil)}}
+	m := testkit.Model(testkit.CallTool("c1", "peek", `{}`), testkit.Say("done", nil))
 	var runs atomic.Int32
 	h := newModelHarness(t, m, agent.Config{Instructions: "Work in {{workspace}}. Marker 7f3a."}, readOnlyTool("peek", &runs))
 	if end := h.run("go"); end.Error != "" {
 		t.Fatal(end.Error)
 	}
-	reqs := m.requests()
+	reqs := m.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d requests, want 2", len(reqs))
 	}
@@ -202,7 +139,7 @@ func TestInstructionsAreTheSystemPromptOfEveryRequest(t *testing.T) {
 }
 
 func TestInstructionsChangeUntilTheFirstMessageOnly(t *testing.T) {
-	m := &stepModel{steps: []step{say("hi", nil)}}
+	m := testkit.Model(testkit.Say("hi", nil))
 	h := newModelHarness(t, m, agent.Config{})
 	ctx := context.Background()
 	s, err := h.runner.SetInstructions(ctx, h.sess.ID, "Answer like a pirate in {{workspace}}.")
@@ -219,7 +156,7 @@ func TestInstructionsChangeUntilTheFirstMessageOnly(t *testing.T) {
 	if end := h.run("ahoy"); end.Error != "" {
 		t.Fatal(end.Error)
 	}
-	if got := m.requests()[0].System; got != want {
+	if got := m.Requests()[0].System; got != want {
 		t.Errorf("the request's System %q, want the edited %q", got, want)
 	}
 	_, err = h.runner.SetInstructions(ctx, h.sess.ID, "changed")
@@ -234,7 +171,7 @@ func TestInstructionsChangeUntilTheFirstMessageOnly(t *testing.T) {
 func TestUsageIsStoredWithItsMessageAndSummedPerSession(t *testing.T) {
 	u1 := &agent.Usage{Input: 1200, Output: 34, CacheRead: 800}
 	u2 := &agent.Usage{Input: 40, Output: 22, CacheWrite: 5}
-	m := &stepModel{steps: []step{say("one", u1), say("two", u2)}}
+	m := testkit.Model(testkit.Say("one", u1), testkit.Say("two", u2))
 	h := newModelHarness(t, m, agent.Config{})
 	h.run("first")
 	var end agent.Event
@@ -264,12 +201,12 @@ func TestUsageIsStoredWithItsMessageAndSummedPerSession(t *testing.T) {
 
 func TestThinkingIsKeptApartFromTheAnswer(t *testing.T) {
 	thinking := agent.Block{Type: "thinking", Thinking: "The user wants a greeting.", Signature: "sig-1"}
-	m := &stepModel{steps: []step{func(_ context.Context, _ agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
+	m := testkit.Model(func(_ context.Context, _ agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
 		onDelta(agent.Delta{Thinking: "The user wants "})
 		onDelta(agent.Delta{Thinking: "a greeting."})
 		onDelta(agent.Delta{Text: "Hello."})
 		return agent.Message{Content: []agent.Block{thinking, {Type: "text", Text: "Hello."}}, StopReason: agent.Stop}, nil
-	}}}
+	})
 	h := newModelHarness(t, m, agent.Config{})
 	if err := h.runner.Send(context.Background(), h.sess.ID, "hi"); err != nil {
 		t.Fatal(err)
@@ -298,7 +235,7 @@ func TestThinkingIsKeptApartFromTheAnswer(t *testing.T) {
 
 // blockingStep streams first, then waits for release (or the run's Stop) before finishing with
 // then.
-func blockingStep(first []agent.Delta, release <-chan struct{}, then step) step {
+func blockingStep(first []agent.Delta, release <-chan struct{}, then testkit.Step) testkit.Step {
 	return func(ctx context.Context, req agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
 		for _, d := range first {
 			onDelta(d)
@@ -318,7 +255,7 @@ func TestToolCallsStreamIntoTheirCardButAreGatedOnlyWhenComplete(t *testing.T) {
 		{Partial: &agent.PartialCall{Index: 0, ID: "c1", Name: "shell", Arguments: `{"comm`}},
 		{Partial: &agent.PartialCall{Index: 0, ID: "c1", Name: "shell", Arguments: `{"command": "touch`}},
 	}
-	m := &stepModel{steps: []step{blockingStep(partial, release, callTool("c1", "shell", `{"command": "touch x"}`)), say("done", nil)}}
+	m := testkit.Model(blockingStep(partial, release, testkit.CallTool("c1", "shell", `{"command": "touch x"}`)), testkit.Say("done", nil))
 	var runs atomic.Int32
 	h := newModelHarness(t, m, agent.Config{}, riskyTool("shell", &runs))
 	if err := h.runner.Send(context.Background(), h.sess.ID, "go"); err != nil {
@@ -367,7 +304,7 @@ func TestARetryIsShownUntilTheNextDeltaAndStopCancelsItsWait(t *testing.T) {
 	for _, stop := range []bool{false, true} {
 		t.Run(map[bool]string{false: "the next delta ends the status", true: "Stop ends the wait"}[stop], func(t *testing.T) {
 			release := make(chan struct{})
-			m := &stepModel{steps: []step{blockingStep([]agent.Delta{retry}, release, say("after the wait", nil))}}
+			m := testkit.Model(blockingStep([]agent.Delta{retry}, release, testkit.Say("after the wait", nil)))
 			h := newModelHarness(t, m, agent.Config{})
 			if err := h.runner.Send(context.Background(), h.sess.ID, "go"); err != nil {
 				t.Fatal(err)
@@ -440,22 +377,22 @@ func TestALongRunKeepsRunningWithinItsContextBudget(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		cfg   agent.Config
-		model func(*stepModel) agent.Model
+		model func(*testkit.Steps) agent.Model
 	}{
-		{name: "-context-tokens 2000", cfg: agent.Config{ContextTokens: 2000}, model: func(m *stepModel) agent.Model { return m }},
-		{name: "the model's own window of 2000", model: func(m *stepModel) agent.Model { return windowed{m, 2000} }},
+		{name: "-context-tokens 2000", cfg: agent.Config{ContextTokens: 2000}, model: func(m *testkit.Steps) agent.Model { return m }},
+		{name: "the model's own window of 2000", model: func(m *testkit.Steps) agent.Model { return windowed{m, 2000} }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var steps []step
+			var steps []testkit.Step
 			for i := range turns {
-				steps = append(steps, callTool(fmt.Sprintf("c%d", i), "big", `{}`))
+				steps = append(steps, testkit.CallTool(fmt.Sprintf("c%d", i), "big", `{}`))
 			}
-			m := &stepModel{steps: append(steps, say("all read", nil))}
+			m := testkit.Model(append(steps, testkit.Say("all read", nil))...)
 			h := newModelHarness(t, tt.model(m), tt.cfg, bigTool("big", size))
 			if end := h.run("read everything"); end.Error != "" {
 				t.Fatalf("the run ended with %q", end.Error)
 			}
-			reqs := m.requests()
+			reqs := m.Requests()
 			if len(reqs) != turns+1 {
 				t.Fatalf("%d requests, want %d", len(reqs), turns+1)
 			}
@@ -500,14 +437,14 @@ func TestALongRunKeepsRunningWithinItsContextBudget(t *testing.T) {
 }
 
 func TestARequestThatCannotFitIsNeverSent(t *testing.T) {
-	m := &stepModel{steps: []step{callTool("c1", "huge", `{}`), say("never", nil)}}
+	m := testkit.Model(testkit.CallTool("c1", "huge", `{}`), testkit.Say("never", nil))
 	h := newModelHarness(t, m, agent.Config{ContextTokens: 2000}, bigTool("huge", 20_000))
 	end := h.run("read the huge file")
 	if !strings.HasPrefix(end.Error, "Not sent to the model: the conversation does not fit the model's context window: about ") ||
 		!strings.Contains(end.Error, "budget 1,750 (2,000 minus 250 kept for the answer)") {
 		t.Fatalf("agent_end error %q, want the clear context error", end.Error)
 	}
-	if n := len(m.requests()); n != 1 {
+	if n := len(m.Requests()); n != 1 {
 		t.Fatalf("the model got %d requests, want 1: the one that does not fit is never sent", n)
 	}
 	es := h.entries()
@@ -521,23 +458,23 @@ func TestAProviderContextLengthErrorShortensHarderOnce(t *testing.T) {
 	refusal := fmt.Errorf("test: 400 Bad Request: prompt is too long: %w", agent.ErrContextLength)
 	tests := []struct {
 		name      string
-		final     []step // the steps after the refusal
+		final     []testkit.Step // the steps after the refusal
 		wantReqs  int
 		wantError string
 	}{
-		{name: "the harder-shortened request is answered", final: []step{say("fits now", nil)}, wantReqs: 4},
-		{name: "refused again: the run ends with a clear error", final: []step{fail(refusal)}, wantReqs: 4,
+		{name: "the harder-shortened request is answered", final: []testkit.Step{testkit.Say("fits now", nil)}, wantReqs: 4},
+		{name: "refused again: the run ends with a clear error", final: []testkit.Step{testkit.Fail(refusal)}, wantReqs: 4,
 			wantError: "test: 400 Bad Request: prompt is too long: the request does not fit the model's context window — the request was too long for the model's context window even when tried again with "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := &stepModel{steps: append([]step{callTool("c1", "big", `{}`), callTool("c2", "big", `{}`), fail(refusal)}, tt.final...)}
+			m := testkit.Model(append([]testkit.Step{testkit.CallTool("c1", "big", `{}`), testkit.CallTool("c2", "big", `{}`), testkit.Fail(refusal)}, tt.final...)...)
 			h := newModelHarness(t, m, agent.Config{}, bigTool("big", 4000))
 			end := h.run("go")
 			if !strings.HasPrefix(end.Error, tt.wantError) || (tt.wantError == "") != (end.Error == "") {
 				t.Fatalf("agent_end error %q, want %q", end.Error, tt.wantError)
 			}
-			reqs := m.requests()
+			reqs := m.Requests()
 			if len(reqs) != tt.wantReqs {
 				t.Fatalf("%d requests, want %d (one retry, no more)", len(reqs), tt.wantReqs)
 			}
@@ -556,13 +493,13 @@ func TestAProviderContextLengthErrorShortensHarderOnce(t *testing.T) {
 
 func TestAfterARefusalTheRestOfTheRunIsFittedToWhatTheProviderTook(t *testing.T) {
 	refusal := fmt.Errorf("test: too long: %w", agent.ErrContextLength)
-	m := &stepModel{steps: []step{callTool("c1", "big", `{}`), callTool("c2", "big", `{}`), fail(refusal),
-		callTool("c3", "big", `{}`), say("done", nil)}}
+	m := testkit.Model(testkit.CallTool("c1", "big", `{}`), testkit.CallTool("c2", "big", `{}`), testkit.Fail(refusal),
+		testkit.CallTool("c3", "big", `{}`), testkit.Say("done", nil))
 	h := newModelHarness(t, m, agent.Config{}, bigTool("big", 4000))
 	if end := h.run("go"); end.Error != "" {
 		t.Fatalf("the run ended with %q", end.Error)
 	}
-	reqs := m.requests()
+	reqs := m.Requests()
 	if len(reqs) != 5 {
 		t.Fatalf("%d requests, want 5", len(reqs))
 	}
@@ -575,13 +512,13 @@ func TestAfterARefusalTheRestOfTheRunIsFittedToWhatTheProviderTook(t *testing.T)
 
 func TestAContextLengthErrorWithNothingLeftToShortenEndsTheRun(t *testing.T) {
 	refusal := fmt.Errorf("test: too long: %w", agent.ErrContextLength)
-	m := &stepModel{steps: []step{fail(refusal), say("never", nil)}}
+	m := testkit.Model(testkit.Fail(refusal), testkit.Say("never", nil))
 	h := newModelHarness(t, m, agent.Config{})
 	end := h.run("go")
 	if !strings.HasPrefix(end.Error, "test: too long: ") || !strings.Contains(end.Error, "even when tried again with 0 older tool results shortened") {
 		t.Fatalf("agent_end error %q", end.Error)
 	}
-	if n := len(m.requests()); n != 1 {
+	if n := len(m.Requests()); n != 1 {
 		t.Fatalf("%d requests, want 1: with nothing to shorten there is nothing to try again", n)
 	}
 }

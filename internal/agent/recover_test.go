@@ -10,8 +10,8 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
-	"countersign/internal/models"
 	"countersign/internal/store"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
 
@@ -26,10 +26,8 @@ func (h *harness) restart(t *testing.T, script string, tools ...*tool.Tool) (*ag
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	sc, err := models.ParseScript("test.json", []byte(script))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ms := testkit.NewScripts()
+	ms.Add("test", testkit.Script(t, script))
 	reg := tool.NewRegistry()
 	for _, tl := range tools {
 		if err := reg.Register(tl); err != nil {
@@ -38,7 +36,7 @@ func (h *harness) restart(t *testing.T, script string, tools ...*tool.Tool) (*ag
 	}
 	broker := agent.NewBroker()
 	sub := broker.Subscribe(h.sess.ID)
-	r := agent.New(agent.Config{Store: db, Models: scriptModels{sc}, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
+	r := agent.New(agent.Config{Store: db, Models: ms, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
 	t.Cleanup(func() { r.Shutdown("test cleanup"); r.Wait() })
 	if err := r.Recover(ctx); err != nil {
 		t.Fatal(err)
@@ -48,17 +46,7 @@ func (h *harness) restart(t *testing.T, script string, tools ...*tool.Tool) (*ag
 
 func awaitOn(t *testing.T, sub *agent.Subscription, typ agent.EventType) agent.Event {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case ev := <-sub.C:
-			if ev.Type == typ {
-				return *ev
-			}
-		case <-timeout:
-			t.Fatalf("no %s within 10s", typ)
-		}
-	}
+	return testkit.Await(t, sub, typ, 10*time.Second, nil)
 }
 
 func TestRestartKeepsAParkedApprovalAndResumesTheRun(t *testing.T) {

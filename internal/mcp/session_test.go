@@ -3,29 +3,16 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"countersign/internal/agent"
-	"countersign/internal/apperr"
 	"countersign/internal/gate"
-	"countersign/internal/models"
-	"countersign/internal/store"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
-
-type oneScript struct{ sc *models.Script }
-
-func (o oneScript) Model(name string) (agent.Model, error) {
-	if name != "faux:mcp" {
-		return nil, apperr.Errorf(apperr.Invalid, "unknown model %q", name)
-	}
-	return &models.Faux{Script: o.sc}, nil
-}
-func (o oneScript) Names() []string { return []string{"faux:mcp"} }
 
 // TestSessionCallsMCPTools is SPEC §13 through a real session: the model calls tools of a stdio
 // server and of a streamable HTTP server; an untrusted server's read-only tool still asks, the
@@ -40,10 +27,6 @@ func TestSessionCallsMCPTools(t *testing.T) {
 	}}
 	m, _ := newTestManager(t, cfg)
 	ctx := context.Background()
-	reg := tool.NewRegistry()
-	if _, err := m.RegisterTools(reg); err != nil {
-		t.Fatal(err)
-	}
 	script := `{"steps":[
 	  {"content":[
 	    {"type":"toolCall","id":"a","name":"files__echo","arguments":{"text":"untrusted"}},
@@ -53,23 +36,13 @@ func TestSessionCallsMCPTools(t *testing.T) {
 	    {"type":"toolCall","id":"e","name":"local__bad_output","arguments":{}}
 	  ],"stopReason":"toolUse"},
 	  {"content":[{"type":"text","text":"done"}],"stopReason":"stop"}]}`
-	sc, err := models.ParseScript("mcp.json", []byte(script))
-	if err != nil {
+	env := testkit.New(t, testkit.Options{Scripts: map[string]string{"mcp": script}})
+	if _, err := m.RegisterTools(env.Tools); err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "s.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	broker := agent.NewBroker()
-	r := agent.New(agent.Config{Store: db, Models: oneScript{sc}, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
-	defer func() { r.Shutdown("test"); r.Wait() }()
-	sess, err := r.CreateSession(ctx, "mcp", "faux:mcp", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := broker.Subscribe(sess.ID)
+	r, db := env.Runner, env.DB
+	sess := env.Session("mcp", "faux:mcp")
+	sub := env.Broker.Subscribe(sess.ID)
 	if err := r.Send(ctx, sess.ID, "go"); err != nil {
 		t.Fatal(err)
 	}

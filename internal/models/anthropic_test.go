@@ -116,23 +116,9 @@ func TestAnthropicStream(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeVendor(t, serveSSE(tt.body))
-			var d deltas
-			got, err := newTestAnthropic(f, 0).Stream(context.Background(), tt.req, d.on)
-			if err != nil {
-				t.Fatalf("Stream: %v", err)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("message:\ngot  %+v\nwant %+v", got, tt.want)
-			}
-			if !reflect.DeepEqual(got.Usage, tt.want.Usage) {
-				t.Errorf("usage: got %+v, want %+v", got.Usage, tt.want.Usage)
-			}
-			d.expect(t, deltas{text: tt.wantText, thinking: tt.wantThinking, calls: tt.wantCalls,
-				partials: tt.wantPartials, order: tt.wantOrder})
-			if strings.Contains(got.Text(), "The user wants") {
-				t.Errorf("the thinking is in the answer text: %q", got.Text())
-			}
+			f := streamAndCompare(t, tt.body, func(f *fakeVendor) agent.Model { return newTestAnthropic(f, 0) }, tt.req, tt.want,
+				deltas{text: tt.wantText, thinking: tt.wantThinking, calls: tt.wantCalls, partials: tt.wantPartials, order: tt.wantOrder},
+				"The user wants")
 			r, body := f.only(t)
 			if got, want := r.Path, "/v1/messages"; got != want {
 				t.Errorf("path: got %q, want %q", got, want)

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -275,4 +276,31 @@ func toolResult(js string) *tool.Result {
 		panic(err)
 	}
 	return &r
+}
+
+// streamAndCompare is the head of each provider's stream test: a fake vendor serves body, the
+// model made by newModel over it streams req, and the message (its usage compared apart, for a
+// clearer failure), the deltas and their order must be want and wantDeltas; thought, a phrase of
+// the recorded reasoning, must not be in the answer text. It returns the fake vendor, whose one
+// request the caller checks.
+func streamAndCompare(t *testing.T, body string, newModel func(*fakeVendor) agent.Model, req agent.Request,
+	want agent.Message, wantDeltas deltas, thought string) *fakeVendor {
+	t.Helper()
+	f := newFakeVendor(t, serveSSE(body))
+	var d deltas
+	got, err := newModel(f).Stream(context.Background(), req, d.on)
+	if err != nil {
+		t.Fatalf("Stream: %v", err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("message:\ngot  %+v\nwant %+v", got, want)
+	}
+	if !reflect.DeepEqual(got.Usage, want.Usage) {
+		t.Errorf("usage: got %+v, want %+v", got.Usage, want.Usage)
+	}
+	d.expect(t, wantDeltas)
+	if strings.Contains(got.Text(), thought) {
+		t.Errorf("the reasoning is in the answer text: %q", got.Text())
+	}
+	return f
 }

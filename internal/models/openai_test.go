@@ -125,23 +125,9 @@ func TestOpenAIStream(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeVendor(t, serveSSE(tt.body))
-			var d deltas
-			got, err := newTestOpenAI(f, 0).Stream(context.Background(), tt.req, d.on)
-			if err != nil {
-				t.Fatalf("Stream: %v", err)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("message:\ngot  %+v\nwant %+v", got, tt.want)
-			}
-			if !reflect.DeepEqual(got.Usage, tt.want.Usage) {
-				t.Errorf("usage: got %+v, want %+v", got.Usage, tt.want.Usage)
-			}
-			d.expect(t, deltas{text: tt.wantText, thinking: tt.wantThinking, calls: tt.wantCalls,
-				partials: tt.wantPartials, order: tt.wantOrder})
-			if strings.Contains(got.Text(), "The user asks") {
-				t.Errorf("the reasoning is in the answer text: %q", got.Text())
-			}
+			f := streamAndCompare(t, tt.body, func(f *fakeVendor) agent.Model { return newTestOpenAI(f, 0) }, tt.req, tt.want,
+				deltas{text: tt.wantText, thinking: tt.wantThinking, calls: tt.wantCalls, partials: tt.wantPartials, order: tt.wantOrder},
+				"The user asks")
 			r, body := f.only(t)
 			if got, want := r.Path, "/v1/chat/completions"; got != want {
 				t.Errorf("path: got %q, want %q", got, want)

@@ -2,11 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"io/fs"
-	"path"
-	"path/filepath"
-	"sort"
 	"testing"
 
 	"countersign/internal/gate"
@@ -17,28 +12,7 @@ import (
 // they granted through, and drops the grants table; the grants views read the rules.
 func TestMigrationTurnsGrantsIntoSessionRules(t *testing.T) {
 	ctx := context.Background()
-	p := filepath.Join(t.TempDir(), "old.db")
-	raw, err := sql.Open("sqlite", "file:"+p+"?_pragma=foreign_keys(1)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, _ := fs.Glob(migrationFS, "migrations/*.sql")
-	sort.Strings(names)
-	if _, err := raw.Exec(`CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		if path.Base(n) >= "0009" {
-			break
-		}
-		body, _ := migrationFS.ReadFile(n)
-		if _, err := raw.Exec(string(body)); err != nil {
-			t.Fatalf("%s: %v", n, err)
-		}
-		if _, err := raw.Exec(`INSERT INTO migrations VALUES (?, '2025-01-01T00:00:00.000000000Z')`, path.Base(n)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	p, raw := migratedBefore(t, "0009")
 	for _, q := range []string{
 		`INSERT INTO sessions (id, title, model, workspace, state, created_at) VALUES ('s1', 't', 'm', '/w', 'idle', '2025-01-01T00:00:00.000000000Z')`,
 		`INSERT INTO grants VALUES ('s1', 'run_command', 'a1', 'bob', '2025-01-02T00:00:00.000000000Z', 'L1', 'for bob')`,

@@ -2,17 +2,22 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"countersign/internal/agent"
+	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/tool"
 )
@@ -47,6 +52,48 @@ func mustOpenPath(tb testing.TB, path string) *DB {
 		}
 	})
 	return db
+}
+
+// migratedBefore makes a database file in a temporary folder with the embedded migrations
+// applied and recorded up to, not including, the one whose name starts with first ("0011"), as a
+// store of an older release left it; it returns the file's path and a raw handle to fill it with
+// that release's rows (close it before opening the store on path).
+func migratedBefore(t *testing.T, first string) (string, *sql.DB) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "old.db")
+	raw, err := sql.Open("sqlite", "file:"+p+"?_pragma=foreign_keys(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := fs.Glob(migrationFS, "migrations/*.sql")
+	sort.Strings(names)
+	if _, err := raw.Exec(`CREATE TABLE migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if path.Base(n) >= first {
+			break
+		}
+		body, _ := migrationFS.ReadFile(n)
+		if _, err := raw.Exec(string(body)); err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		if _, err := raw.Exec(`INSERT INTO migrations VALUES (?, '2025-01-01T00:00:00.000000000Z')`, path.Base(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p, raw
+}
+
+// assertErr checks an error's code and user message.
+func assertErr(t *testing.T, err error, code apperr.Code, msg string) {
+	t.Helper()
+	if got := apperr.CodeOf(err); got != code {
+		t.Fatalf("code = %q (err %v), want %q", got, err, code)
+	}
+	if got := apperr.MessageOf(err); got != msg {
+		t.Fatalf("message = %q, want %q", got, msg)
+	}
 }
 
 func assertEqual[T any](t *testing.T, name string, got, want T) {

@@ -20,10 +20,9 @@ import (
 	"time"
 
 	"countersign/internal/agent"
-	"countersign/internal/apperr"
 	"countersign/internal/gate"
-	"countersign/internal/models"
 	"countersign/internal/store"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 	"countersign/internal/tools"
 )
@@ -32,6 +31,7 @@ import (
 // model replaying one script, and a spy tool_call handler.
 type pipeline struct {
 	t      *testing.T
+	env    *testkit.Env
 	db     *store.DB
 	runner *agent.Runner
 	reg    *tool.Registry
@@ -64,17 +64,6 @@ func (s *callSpy) calls() []string {
 	return out
 }
 
-type fauxModels struct{ script *models.Script }
-
-func (m fauxModels) Model(name string) (agent.Model, error) {
-	if name != "faux:test" {
-		return nil, apperr.Errorf(apperr.Invalid, "unknown model %q", name)
-	}
-	return &models.Faux{Script: m.script}, nil
-}
-func (m fauxModels) Names() []string { return []string{"faux:test"} }
-
-// fauxStep is one step of a faux script: one tool call, or a final text.
 type fauxStep struct {
 	id, name string
 	args     any
@@ -114,37 +103,14 @@ func fauxScript(t *testing.T, steps ...fauxStep) string {
 
 func newPipeline(t *testing.T, script, workspace string, cfg tools.Config, extra ...*tool.Tool) *pipeline {
 	t.Helper()
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "test.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	sc, err := models.ParseScript("test.json", []byte(script))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc.Name = "test"
-	reg := tool.NewRegistry()
-	for _, tl := range append(tools.Builtin(cfg), extra...) {
-		if err := reg.Register(tl); err != nil {
-			t.Fatal(err)
-		}
-	}
 	spy := &callSpy{}
-	broker := agent.NewBroker()
-	r := agent.New(agent.Config{Store: db, Models: fauxModels{sc}, Tools: reg, Broker: broker,
-		CallHandlers: gate.Handlers{spy.handle}, ApprovalTimeout: time.Minute})
-	sess, err := r.CreateSession(ctx, "test", "faux:test", workspace)
+	env := testkit.New(t, testkit.Options{Tools: append(tools.Builtin(cfg), extra...), Scripts: map[string]string{"test": script},
+		Agent: func(c *agent.Config) { c.CallHandlers = gate.Handlers{spy.handle} }})
+	sess, err := env.Runner.CreateSession(context.Background(), "test", "faux:test", workspace)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pipeline{t: t, db: db, runner: r, reg: reg, sess: sess, events: broker.Subscribe(sess.ID), spy: spy}
-	t.Cleanup(func() {
-		r.Shutdown("test cleanup")
-		r.Wait()
-	})
-	return p
+	return &pipeline{t: t, env: env, db: env.DB, runner: env.Runner, reg: env.Tools, sess: sess, events: env.Broker.Subscribe(sess.ID), spy: spy}
 }
 
 // send starts a run with a user message.
@@ -159,42 +125,17 @@ func (p *pipeline) send() {
 // receives every event read on the way.
 func (p *pipeline) await(typ agent.EventType, seen *[]agent.Event) agent.Event {
 	p.t.Helper()
-	timeout := time.After(20 * time.Second)
-	for {
-		select {
-		case ev, ok := <-p.events.C:
-			if !ok {
-				p.t.Fatal("the subscription was dropped")
-			}
-			if seen != nil {
-				*seen = append(*seen, *ev)
-			}
-			if ev.Type == typ {
-				return *ev
-			}
-		case <-timeout:
-			p.t.Fatalf("no %s event within 20s", typ)
-		}
-	}
+	return testkit.Await(p.t, p.events, typ, 20*time.Second, seen)
 }
 
 func (p *pipeline) entries() []agent.Entry {
 	p.t.Helper()
-	es, err := p.db.Entries(context.Background(), p.sess.ID)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return es
+	return p.env.Entries(p.sess.ID)
 }
 
 func (p *pipeline) toolResults() []agent.Message {
-	var out []agent.Message
-	for _, e := range p.entries() {
-		if e.Message.Role == agent.ToolResult {
-			out = append(out, e.Message)
-		}
-	}
-	return out
+	p.t.Helper()
+	return p.env.ToolResults(p.sess.ID)
 }
 
 // approvalsOf lists the session's approvals (prompts and automatic decisions) of tool name.

@@ -6,14 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"countersign/internal/agent"
-	"countersign/internal/store"
-	"countersign/internal/tool"
+	"countersign/internal/testkit"
 	"countersign/internal/web"
 )
 
@@ -34,27 +31,13 @@ func (failingModels) Names() []string                   { return []string{"opena
 // message shown, and nothing half-written is stored.
 func TestProviderErrorEndsTheRunWithItsMessage(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "p.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	broker := agent.NewBroker()
-	r := agent.New(agent.Config{Store: db, Models: failingModels{}, Tools: tool.NewRegistry(), Broker: broker, ApprovalTimeout: time.Minute})
-	defer func() { r.Shutdown("test"); r.Wait() }()
+	env := testkit.New(t, testkit.Options{Models: failingModels{}})
+	r, db, broker := env.Runner, env.DB, env.Broker
 	srv := web.New(web.Config{Runner: r, Store: db, Broker: broker, Models: failingModels{}, OwnerToken: token, Workspace: t.TempDir()})
-	sess, err := r.CreateSession(ctx, "p", "openai:test", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := env.Session("p", "openai:test")
 	sub := broker.Subscribe(sess.ID)
-	if err := r.Send(ctx, sess.ID, "hello"); err != nil {
-		t.Fatal(err)
-	}
-	var end agent.Event
-	for end.Type != agent.AgentEnd {
-		end = *<-sub.C
-	}
+	env.Send(sess.ID, "hello")
+	end := testkit.Await(t, sub, agent.AgentEnd, 0, nil)
 	if !strings.Contains(end.Error, "429 Too Many Requests") {
 		t.Errorf("agent_end error %q", end.Error)
 	}

@@ -6,63 +6,25 @@ package web_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"countersign/internal/agent"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
 
-// step is one answer of a stepModel.
-type step func(ctx context.Context, req agent.Request, onDelta func(agent.Delta)) (agent.Message, error)
-
-// stepModel answers its n-th request with steps[n] and records the requests.
-type stepModel struct {
-	steps []step
-	mu    sync.Mutex
-	reqs  []agent.Request
-}
-
-func (m *stepModel) Stream(ctx context.Context, req agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
-	m.mu.Lock()
-	m.reqs = append(m.reqs, req)
-	n := len(m.reqs) - 1
-	m.mu.Unlock()
-	if n >= len(m.steps) {
-		return agent.Message{}, errors.New("test model: no step left")
-	}
-	return m.steps[n](ctx, req, onDelta)
-}
-
-// withModel offers "test:model" besides base's models.
-type withModel struct {
-	base agent.Models
-	m    agent.Model
-}
-
-func (w withModel) Model(name string) (agent.Model, error) {
-	if name == "test:model" {
-		return w.m, nil
-	}
-	return w.base.Model(name)
-}
-func (w withModel) Names() []string { return append(w.base.Names(), "test:model") }
-
-// newModelServer is a test server whose runner also offers m as "test:model", configured by cfg.
+// newModelServer is a test server whose models also offer m as "test:model", its runner
+// configured by cfg.
 func newModelServer(t *testing.T, m agent.Model, cfg func(*agent.Config), extra ...*tool.Tool) *testServer {
 	t.Helper()
-	return newTestServerAgent(t, map[string]string{"one": oneCall}, nil, func(c *agent.Config) {
-		c.Models = withModel{c.Models, m}
-		if cfg != nil {
-			cfg(c)
-		}
-	}, extra...)
+	ts := newTestServerAgent(t, map[string]string{"one": oneCall}, nil, cfg, extra...)
+	ts.env.Scripts.Put("test:model", m)
+	return ts
 }
 
 func (ts *testServer) createSession(t *testing.T, body map[string]any) agent.Session {
@@ -224,7 +186,7 @@ func messageHTML(page, id string) string {
 
 func TestUsageAndThinkingAreShownApartFromTheAnswer(t *testing.T) {
 	thinking := agent.Block{Type: "thinking", Thinking: "SECRET-PLAN: greet them.", Signature: "sig"}
-	m := &stepModel{steps: []step{func(_ context.Context, _ agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
+	m := testkit.Model(func(_ context.Context, _ agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
 		onDelta(agent.Delta{Thinking: thinking.Thinking})
 		onDelta(agent.Delta{Text: "Hello **there**."})
 		return agent.Message{Content: []agent.Block{thinking, {Type: "text", Text: "Hello **there**."}}, StopReason: agent.Stop,
@@ -232,7 +194,7 @@ func TestUsageAndThinkingAreShownApartFromTheAnswer(t *testing.T) {
 	}, func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
 		return agent.Message{Content: []agent.Block{{Type: "text", Text: "Again."}}, StopReason: agent.Stop,
 			Usage: &agent.Usage{Input: 2000, Output: 10}}, nil
-	}}}
+	})
 	ts := newModelServer(t, m, nil)
 	sess := ts.createSession(t, map[string]any{"title": "u", "model": "test:model"})
 	live := ts.ownerLive(t, sess.ID)
@@ -289,7 +251,7 @@ func TestUsageAndThinkingAreShownApartFromTheAnswer(t *testing.T) {
 
 func TestRetryStatusAndStreamingCardsAreShownLiveAndOnReload(t *testing.T) {
 	retried, streamed, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	m := &stepModel{steps: []step{func(ctx context.Context, _ agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
+	m := testkit.Model(func(ctx context.Context, _ agent.Request, onDelta func(agent.Delta)) (agent.Message, error) {
 		onDelta(agent.Delta{Retry: &agent.Retry{Attempt: 1, Status: 429, Wait: 2 * time.Second}})
 		select {
 		case <-retried:
@@ -306,7 +268,7 @@ func TestRetryStatusAndStreamingCardsAreShownLiveAndOnReload(t *testing.T) {
 		onDelta(agent.Delta{ToolCall: &b})
 		<-done
 		return agent.Message{Content: []agent.Block{b}, StopReason: agent.ToolUse}, nil
-	}}}
+	})
 	ts := newModelServer(t, m, nil)
 	sess := ts.createSession(t, map[string]any{"title": "r", "model": "test:model"})
 	live := ts.ownerLive(t, sess.ID)
@@ -438,10 +400,10 @@ func TestALongRunShowsItsShortenedResultsAndKeepsThemWhole(t *testing.T) {
 }
 
 func TestANotSentErrorIsShownAsItIs(t *testing.T) {
-	m := &stepModel{steps: []step{func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
+	m := testkit.Model(func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
 		b := agent.Block{Type: "toolCall", ID: "c1", Name: "huge", Arguments: json.RawMessage(`{}`)}
 		return agent.Message{Content: []agent.Block{b}, StopReason: agent.ToolUse}, nil
-	}}}
+	})
 	huge := &tool.Tool{Name: "huge", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(true)},
 		Execute: func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
 			return tool.Result{Content: []tool.Content{tool.Text(strings.Repeat("h", 40_000))}}, nil

@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"countersign/internal/agent"
-	"countersign/internal/store"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 	"countersign/internal/web"
 )
@@ -19,32 +16,21 @@ import (
 // TestToolsPanelGroupsBySourceAndShowsServerState: MCP tools are grouped under their server,
 // whose state (down, with its error) the panel shows (SPEC §13).
 func TestToolsPanelGroupsBySourceAndShowsServerState(t *testing.T) {
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "t.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	reg := tool.NewRegistry()
 	ok := func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
 		return tool.Result{}, nil
 	}
+	var tools []*tool.Tool
 	for _, name := range []string{"read_file", "files__echo"} {
-		if err := reg.Register(&tool.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`), Execute: ok, AlwaysAsk: name == "files__echo"}); err != nil {
-			t.Fatal(err)
-		}
+		tools = append(tools, &tool.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`), Execute: ok, AlwaysAsk: name == "files__echo"})
 	}
-	broker := agent.NewBroker()
-	ms := testModels{scripts: nil}
-	r := agent.New(agent.Config{Store: db, Models: failingModels{}, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
+	env := testkit.New(t, testkit.Options{Tools: tools, Models: failingModels{}})
+	db, broker := env.DB, env.Broker
+	ms := testkit.NewScripts() // the page's models: none
 	sources := func() []web.ToolSource {
 		return []web.ToolSource{{Name: "files", Kind: "MCP stdio", State: "down", Error: "MCP server files is down: signal: killed", Tools: []string{"files__echo"}}}
 	}
-	srv := web.New(web.Config{Runner: r, Store: db, Broker: broker, Models: ms, OwnerToken: token, Workspace: t.TempDir(), Sources: sources})
-	sess, err := r.CreateSession(ctx, "panel", "openai:test", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := web.New(web.Config{Runner: env.Runner, Store: db, Broker: broker, Models: ms, OwnerToken: token, Workspace: t.TempDir(), Sources: sources})
+	sess := env.Session("panel", "openai:test")
 	base := newHTTPTest(t, srv.Handler())
 	req, _ := http.NewRequest("GET", base+"/sessions/"+sess.ID, nil)
 	req.Header.Set("Authorization", "Bearer "+token)

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,38 +19,21 @@ import (
 	"github.com/coder/websocket/wsjson"
 
 	"countersign/internal/agent"
-	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/gate/gatetest"
-	"countersign/internal/models"
 	"countersign/internal/share"
 	"countersign/internal/store"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 	"countersign/internal/web"
 )
 
 const token = "test-owner-token"
 
-type testModels struct{ scripts map[string]*models.Script }
-
-func (m testModels) Model(name string) (agent.Model, error) {
-	if sc, ok := m.scripts[strings.TrimPrefix(name, "faux:")]; ok {
-		return &models.Faux{Script: sc}, nil
-	}
-	return nil, apperr.Errorf(apperr.Invalid, "Unknown model %q", name)
-}
-
-func (m testModels) Names() []string {
-	var names []string
-	for n := range m.scripts {
-		names = append(names, "faux:"+n)
-	}
-	return names
-}
-
-// testServer is the whole server over a real store, with test tools and inline faux scripts.
+// testServer is the whole server over a testkit.Env, with test tools and inline faux scripts.
 type testServer struct {
 	*httptest.Server
+	env     *testkit.Env
 	db      *store.DB
 	dbPath  string // the SQLite file behind db
 	runner  *agent.Runner
@@ -84,46 +66,25 @@ func newTestServerConfig(t testing.TB, scripts map[string]string, configure func
 func newTestServerAgent(t testing.TB, scripts map[string]string, configure func(*web.Config, *http.Server),
 	agentCfg func(*agent.Config), extra ...*tool.Tool) *testServer {
 	t.Helper()
-	ctx := context.Background()
-	dbPath := filepath.Join(t.TempDir(), "web.db")
-	db, err := store.Open(ctx, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := &testServer{db: db, dbPath: dbPath, workDir: t.TempDir()}
-	ms := testModels{scripts: map[string]*models.Script{}}
-	for name, src := range scripts {
-		sc, err := models.ParseScript(name+".json", []byte(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc.Name = name
-		ms.scripts[name] = sc
-	}
-	reg := tool.NewRegistry()
+	ts := &testServer{}
 	shell := &tool.Tool{Name: "shell", InputSchema: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}`),
 		Execute: func(_ context.Context, args json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
 			ts.runs.Add(1)
 			return tool.Result{Content: []tool.Content{tool.Text("ran " + string(args))}}, nil
 		}}
-	for _, tl := range append([]*tool.Tool{shell}, extra...) {
-		if err := reg.Register(tl); err != nil {
-			t.Fatal(err)
+	env := testkit.New(t, testkit.Options{Tools: append([]*tool.Tool{shell}, extra...), Scripts: scripts, Agent: func(c *agent.Config) {
+		c.CompileRules, c.ParseRule = gatetest.Compile, gatetest.Parse
+		if agentCfg != nil {
+			agentCfg(c)
 		}
-	}
-	broker := agent.NewBroker()
-	ts.broker = broker
-	acfg := agent.Config{Store: db, Models: ms, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute,
-		CompileRules: gatetest.Compile, ParseRule: gatetest.Parse}
-	if agentCfg != nil {
-		agentCfg(&acfg)
-	}
-	ts.runner = agent.New(acfg)
+	}})
+	ts.env, ts.db, ts.dbPath, ts.runner, ts.broker, ts.workDir = env, env.DB, env.DB.Path(), env.Runner, env.Broker, env.Workspace
+	db, ms := env.DB, env.Scripts
 	key := make([]byte, 32)
 	for i := range key {
 		key[i] = byte(i)
 	}
-	cfg := web.Config{Runner: ts.runner, Store: db, Broker: broker, Models: ms, OwnerToken: token,
+	cfg := web.Config{Runner: ts.runner, Store: db, Broker: ts.broker, Models: ms, OwnerToken: token,
 		Workspace: ts.workDir, Shares: share.NewService(db, key), OwnerSessions: db}
 	ts.Server = httptest.NewUnstartedServer(nil)
 	if configure != nil {
@@ -132,10 +93,10 @@ func newTestServerAgent(t testing.TB, scripts map[string]string, configure func(
 	ts.Server.Config.Handler = web.New(cfg).Handler()
 	ts.Server.Start()
 	t.Cleanup(func() {
+		// The runner stops before the server closes, as ever; the Env closes the store after.
 		ts.runner.Shutdown("test cleanup")
 		ts.runner.Wait()
 		ts.Server.Close()
-		db.Close()
 	})
 	return ts
 }

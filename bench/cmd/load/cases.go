@@ -11,18 +11,18 @@ import (
 	"time"
 
 	"countersign/internal/agent"
-	"countersign/internal/benchkit"
 	"countersign/internal/gate"
 	"countersign/internal/rules"
+	"countersign/internal/testkit"
 )
 
-// newEnv is a benchkit environment in a fresh temporary folder; cleanup closes and removes it.
-func newEnv(ctx context.Context, opt benchkit.Options) (*benchkit.Env, func(), error) {
+// newEnv is a testkit environment in a fresh temporary folder; cleanup closes and removes it.
+func newEnv(ctx context.Context, opt testkit.BenchOptions) (*testkit.Bench, func(), error) {
 	dir, err := os.MkdirTemp("", "countersign-bench-")
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := benchkit.New(ctx, dir, opt)
+	e, err := testkit.NewBench(ctx, dir, opt)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err
@@ -33,29 +33,29 @@ func newEnv(ctx context.Context, opt benchkit.Options) (*benchkit.Env, func(), e
 // nested: one model call to review_diff, which runs run_checks and failing_tests n times each
 // through ExecuteTool. No viewer is connected (pi-bench.mjs has none either).
 func nested(ctx context.Context, n int) (line, error) {
-	l, _, err := nestedRun(ctx, n, benchkit.Options{})
+	l, _, err := nestedRun(ctx, n, testkit.BenchOptions{})
 	return l, err
 }
 
 // nestedRun is the nested case with opt (the rules case loads rules through it). Besides the
 // line it returns the loop's time per call and how many nested calls' audit rows name a rule
 // as what decided them.
-func nestedRun(ctx context.Context, n int, opt benchkit.Options) (line, nestedStats, error) {
+func nestedRun(ctx context.Context, n int, opt testkit.BenchOptions) (line, nestedStats, error) {
 	e, cleanup, err := newEnv(ctx, opt)
 	if err != nil {
 		return nil, nestedStats{}, err
 	}
 	defer cleanup()
-	sess, err := e.NewSession(ctx, "nested", benchkit.NestedScript(n))
+	sess, err := e.NewSession(ctx, "nested", testkit.NestedScript(n))
 	if err != nil {
 		return nil, nestedStats{}, err
 	}
-	c0, t0 := benchkit.CPU(), time.Now()
+	c0, t0 := testkit.CPU(), time.Now()
 	if err := e.Runner.Send(ctx, sess.ID, "go"); err != nil {
 		return nil, nestedStats{}, err
 	}
 	e.Runner.Wait()
-	total, cpu := time.Since(t0), benchkit.CPU()-c0
+	total, cpu := time.Since(t0), testkit.CPU()-c0
 
 	entries, err := e.DB.Entries(ctx, sess.ID)
 	if err != nil {
@@ -84,7 +84,7 @@ func nestedRun(ctx context.Context, n int, opt benchkit.Options) (line, nestedSt
 	if rd == nil || rd.Result == nil {
 		return nil, nestedStats{}, fmt.Errorf("no review_diff result in the transcript")
 	}
-	var d benchkit.NestedDetails
+	var d testkit.NestedDetails
 	if err := json.Unmarshal(rd.Result.Details, &d); err != nil {
 		return nil, nestedStats{}, fmt.Errorf("review_diff details: %v (result %s)", err, rd.Result.TextOf())
 	}
@@ -136,7 +136,7 @@ type nestedStats struct {
 }
 
 // rulesCase (issue 17, acceptance 7): the nested loop (n run_checks and n failing_tests calls)
-// with 1,000 policy rules loaded through the real compiler (benchkit.RealRulesOn: ten on
+// with 1,000 policy rules loaded through the real compiler (testkit.RealRulesOn: ten on
 // run_checks, one of which allows it), against the same loop with no rules. The runs alternate,
 // pairs times, to spread a shared machine's noise over both; the medians are compared, of the
 // loop's wall time per call and of the process's CPU time per call (every thread: the audit
@@ -144,12 +144,12 @@ type nestedStats struct {
 // added per call.
 func rulesCase(ctx context.Context, n, pairs int) (line, error) {
 	const ruleCount, goalUs = 1000, 2.0
-	opt := benchkit.Options{Rules: benchkit.RealRulesOn("run_checks", ruleCount), CompileRules: rules.Compiler}
+	opt := testkit.BenchOptions{Rules: testkit.RealRulesOn("run_checks", ruleCount), CompileRules: rules.Compiler}
 	var none, with, cpuNone, cpuWith []float64
 	byRule := 0
 	for range pairs {
 		runtime.GC()
-		_, s0, err := nestedRun(ctx, n, benchkit.Options{})
+		_, s0, err := nestedRun(ctx, n, testkit.BenchOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("no rules: %w", err)
 		}
@@ -185,7 +185,7 @@ func rulesCase(ctx context.Context, n, pairs int) (line, error) {
 // direct: K model turns of one echo call each, then text, through the JSON API with one events
 // WebSocket connected.
 func direct(ctx context.Context, k int) (line, error) {
-	e, cleanup, err := newEnv(ctx, benchkit.Options{})
+	e, cleanup, err := newEnv(ctx, testkit.BenchOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func direct(ctx context.Context, k int) (line, error) {
 	}
 	defer stop()
 	name := fmt.Sprintf("direct-%d", k)
-	e.Models.Add(name, benchkit.DirectScript(k))
+	e.Models.Add(name, testkit.DirectScript(k))
 	id, err := a.createSession(ctx, name, "faux:"+name)
 	if err != nil {
 		return nil, err
@@ -206,12 +206,12 @@ func direct(ctx context.Context, k int) (line, error) {
 		return nil, err
 	}
 	defer closeEvents()
-	c0, t0 := benchkit.CPU(), time.Now()
+	c0, t0 := testkit.CPU(), time.Now()
 	if err := a.send(ctx, id, "go"); err != nil {
 		return nil, err
 	}
 	r := <-done
-	total, cpu := time.Since(t0), benchkit.CPU()-c0
+	total, cpu := time.Since(t0), testkit.CPU()-c0
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -223,7 +223,7 @@ func direct(ctx context.Context, k int) (line, error) {
 	if len(ts) != k || len(entries) != 2*k+2 {
 		return nil, fmt.Errorf("direct K=%d: echo ran %d times, %d entries", k, len(ts), len(entries))
 	}
-	first, last := benchkit.TurnSpread(ts)
+	first, last := testkit.TurnSpread(ts)
 	return line{}.add("peer", "countersign").add("case", "direct").add("model", "faux").add("n", k).
 		add("total_ms", ms(total)).add("cpu_ms", ms(cpu)).
 		add("us_per_call", round2(float64(total.Nanoseconds())/1e3/float64(k))).
@@ -300,7 +300,7 @@ func rss(ctx context.Context, bin string, k int) (line, error) {
 // starts a session when the previous one has ended; burst starts all n at once, so n prompts and
 // n decisions are in flight together.
 func approvals(ctx context.Context, n int, mode string) (line, error) {
-	e, cleanup, err := newEnv(ctx, benchkit.Options{ApprovalTimeout: 5 * time.Minute})
+	e, cleanup, err := newEnv(ctx, testkit.BenchOptions{ApprovalTimeout: 5 * time.Minute})
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +324,7 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 	clients := make([]*client, n)
 	for i := range clients {
 		name := fmt.Sprintf("gated-%d", i)
-		e.Models.Add(name, benchkit.GatedScript())
+		e.Models.Add(name, testkit.GatedScript())
 		id, err := a.createSession(ctx, name, "faux:"+name)
 		if err != nil {
 			return nil, err
@@ -389,7 +389,7 @@ func approvals(ctx context.Context, n int, mode string) (line, error) {
 		return nil, fmt.Errorf("unknown mode %q", mode)
 	}
 	total := time.Since(t0)
-	// server (the target): stored (the approval's insert committed, stamped by benchkit as the
+	// server (the target): stored (the approval's insert committed, stamped by testkit as the
 	// store returns) → the tool's first line; insert: createdAt (the call decided, before its
 	// assistant message's commit) → stored, and from_created the whole trip from createdAt;
 	// shown: stored → the prompt's arrival at the client; answered: arrival → decidedAt (the
@@ -455,7 +455,7 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 	var mu sync.Mutex
 	handed := map[textKey]time.Time{}
 	published := map[evKey]time.Time{}
-	e, cleanup, err := newEnv(ctx, benchkit.Options{})
+	e, cleanup, err := newEnv(ctx, testkit.BenchOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -477,7 +477,7 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 	var probes sync.WaitGroup
 	for s := range ids {
 		name := fmt.Sprintf("stream-%d", s)
-		e.Models.Add(name, benchkit.StreamScript(turns, textBytes))
+		e.Models.Add(name, testkit.StreamScript(turns, textBytes))
 		if ids[s], err = a.createSession(ctx, name, "faux:"+name); err != nil {
 			return nil, err
 		}
@@ -569,7 +569,7 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 	// benchmark; collections caused by the streaming itself still count.
 	runtime.GC()
 	close(start)
-	c0, t0 := benchkit.CPU(), time.Now()
+	c0, t0 := testkit.CPU(), time.Now()
 	errs := make(chan error, sessions)
 	for _, id := range ids {
 		go func() { errs <- a.send(ctx, id, "go") }()
@@ -580,7 +580,7 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 		}
 	}
 	wg.Wait()
-	total, cpu := time.Since(t0), benchkit.CPU()-c0
+	total, cpu := time.Since(t0), testkit.CPU()-c0
 	probes.Wait()
 	var delays, textDelays []float64
 	frames, dropped, unmatched := 0, 0, 0

@@ -21,8 +21,8 @@ import (
 	"github.com/coder/websocket"
 
 	"countersign/internal/agent"
-	"countersign/internal/benchkit"
 	"countersign/internal/gate"
+	"countersign/internal/testkit"
 	"countersign/internal/web"
 )
 
@@ -31,7 +31,7 @@ const benchToken = "bench-owner-token-0123456789abcdefghij"
 
 // serve starts the real HTTP server (pages, JSON API, event WebSockets) for e on a free loopback
 // port and returns an API client for it and a stop function.
-func serve(e *benchkit.Env) (*api, func(), error) {
+func serve(e *testkit.Bench) (*api, func(), error) {
 	shards, stop, err := serveShards(e, 1)
 	if err != nil {
 		return nil, nil, err
@@ -52,12 +52,12 @@ const socketsPerShard = 60
 // fan-out cases hold 1,000. A socket's work is the same whichever Server holds it (each
 // subscribes to the one Broker, reads the one Store and renders alike); only the cap's counter
 // and the listener are per Server.
-func serveShards(e *benchkit.Env, sockets int) ([]*api, func(), error) {
+func serveShards(e *testkit.Bench, sockets int) ([]*api, func(), error) {
 	return serveShardsOn(e, e.DB, sockets)
 }
 
 // serveShardsOn is serveShards with the servers reading store (e's store, wrapped).
-func serveShardsOn(e *benchkit.Env, store web.Reader, sockets int) ([]*api, func(), error) {
+func serveShardsOn(e *testkit.Bench, store web.Reader, sockets int) ([]*api, func(), error) {
 	n := max(1, (sockets+socketsPerShard-1)/socketsPerShard)
 	var servers []*http.Server
 	stop := func() {

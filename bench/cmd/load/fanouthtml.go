@@ -22,7 +22,7 @@ import (
 	"github.com/coder/websocket"
 
 	"countersign/internal/agent"
-	"countersign/internal/benchkit"
+	"countersign/internal/testkit"
 )
 
 // goalFanoutHTMLP99Ms is issue 19's goal 4: the p99 delivery delay of the session pages' live
@@ -36,7 +36,7 @@ const goalFanoutHTMLP99Ms = 50
 // and an echo call each).
 //
 // The viewers run in a child process (this program with -html-viewers), so this process holds
-// only the server (web.New over benchkit's Runner, its sockets spread over servers by
+// only the server (web.New over testkit's Runner, its sockets spread over servers by
 // serveShards) and cpu_ms is the server's CPU time, and -cpuprofile profiles the server alone;
 // viewer_cpu_ms is the child's.
 //
@@ -53,7 +53,7 @@ const goalFanoutHTMLP99Ms = 50
 // matches no event is counted in unmatched.
 //
 // text_p50_ms / text_p99_ms, text updates only: from the moment the model handed over the newest
-// text in the update (benchkit's OnText) to its arrival; it includes the wait for the next update
+// text in the update (testkit's OnText) to its arrival; it includes the wait for the next update
 // (at most one per 50 ms per message).
 //
 // frames_differing: of the events matched, how many reached viewers as different bytes (a
@@ -76,7 +76,7 @@ func fanoutHTML(ctx context.Context, sessions, viewersPer int, chunkDelay time.D
 	turnOf := map[string]int{}       // assistant message id → its turn (1-based, as OnText's)
 	rawLen := map[textRaw]int{}      // a text update's visible length → its text's length in bytes
 	sessionOf := map[string]string{} // message id → session
-	e, cleanup, err := newEnv(ctx, benchkit.Options{})
+	e, cleanup, err := newEnv(ctx, testkit.BenchOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func fanoutHTML(ctx context.Context, sessions, viewersPer int, chunkDelay time.D
 	probeErrs := make(chan error, sessions)
 	for s := range ids {
 		name := fmt.Sprintf("stream-%d", s)
-		e.Models.Add(name, benchkit.StreamScript(turns, textBytes))
+		e.Models.Add(name, testkit.StreamScript(turns, textBytes))
 		if ids[s], err = shards[0].createSession(ctx, name, "faux:"+name); err != nil {
 			return nil, err
 		}
@@ -158,7 +158,7 @@ func fanoutHTML(ctx context.Context, sessions, viewersPer int, chunkDelay time.D
 	defer child.kill()
 	// As the fan-out case: settle the collection that connecting the sockets set off.
 	runtime.GC()
-	c0, t0, r0 := benchkit.CPU(), time.Now(), store.reads.Load()
+	c0, t0, r0 := testkit.CPU(), time.Now(), store.reads.Load()
 	errs := make(chan error, sessions)
 	for _, id := range ids {
 		go func() { errs <- shards[0].send(ctx, id, "go") }()
@@ -179,7 +179,7 @@ func fanoutHTML(ctx context.Context, sessions, viewersPer int, chunkDelay time.D
 	if err != nil {
 		return nil, err
 	}
-	total, cpu, reads := time.Since(t0), benchkit.CPU()-c0, store.reads.Load()-r0
+	total, cpu, reads := time.Since(t0), testkit.CPU()-c0, store.reads.Load()-r0
 
 	var delays, textDelays []float64
 	frames, framesBytes, dropped, unfinished, unmatched := 0, 0, 0, 0, 0
@@ -608,7 +608,7 @@ func runHTMLViewers(ctx context.Context, stdin io.Reader, stdout io.Writer) erro
 			return err
 		}
 	}
-	fmt.Fprintf(w, "cpu %v\n", benchkit.CPU())
+	fmt.Fprintf(w, "cpu %v\n", testkit.CPU())
 	return w.Flush()
 }
 

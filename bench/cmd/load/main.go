@@ -12,7 +12,7 @@
 //     each through ExecuteTool (2n calls through the whole pipeline, one allowing tool_call
 //     handler); us_per_call is measured inside review_diff around the loop, as pi's is.
 //   - rules: the nested loop (n = 5,000: 10,000 calls) with 1,000 policy rules compiled by
-//     internal/rules, ten of them on run_checks (benchkit.RealRulesOn), against the same loop
+//     internal/rules, ten of them on run_checks (testkit.RealRulesOn), against the same loop
 //     with no rules, alternating five times; us_added_per_call is the difference of the medians
 //     of the loop's time per call, cpu_us_added_per_call of the process's CPU time per call
 //     (issue 17: under 2 µs).
@@ -97,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cases := fs.String("cases", defaultCases, "comma-separated cases to run")
 	bin := fs.String("bin", "", "server binary for the rss and sessions cases (default: go build ./cmd/web into a temporary folder)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured runs (not the warm-up) to this file")
-	sessionsInprocess := fs.Bool("sessions-inprocess", false, "run the sessions case's server in this process (benchkit and web.New), to profile it; its memory figures are then this process's")
+	sessionsInprocess := fs.Bool("sessions-inprocess", false, "run the sessions case's server in this process (testkit and web.New), to profile it; its memory figures are then this process's")
 	memprofile := fs.String("memprofile", "", "with -sessions-inprocess: write a heap profile of the server after the sessions to this file")
 	htmlViewers := fs.Bool("html-viewers", false, "internal: be the fanout_html case's child process holding the page sockets (specs on stdin)")
 	if err := fs.Parse(args); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"countersign/internal/agent"
-	"countersign/internal/benchkit"
+	"countersign/internal/testkit"
 )
 
 // The median line of a case takes a verdict (under_goal) from most runs, not from the first: five
@@ -119,7 +119,7 @@ func TestParseProcStatCPU(t *testing.T) {
 // the last one is agent_end's.
 func TestLiveFragmentsMatchTheirEvents(t *testing.T) {
 	ctx := context.Background()
-	e, err := benchkit.New(ctx, t.TempDir(), benchkit.Options{})
+	e, err := testkit.NewBench(ctx, t.TempDir(), testkit.BenchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestLiveFragmentsMatchTheirEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Models.Add("stream", benchkit.StreamScript(2, 100))
+	e.Models.Add("stream", testkit.StreamScript(2, 100))
 	id, err := a.createSession(ctx, "stream", "faux:stream")
 	if err != nil {
 		t.Fatal(err)

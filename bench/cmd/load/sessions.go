@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"countersign/internal/benchkit"
+	"countersign/internal/testkit"
 )
 
 // sessionsOptions configure the sessions case.
@@ -21,7 +21,7 @@ type sessionsOptions struct {
 	sessions, turns, parallel int
 	// bin is the server binary; empty with inprocess.
 	bin string
-	// inprocess runs the server in this process (benchkit's Runner and web.New) instead of the
+	// inprocess runs the server in this process (testkit's Runner and web.New) instead of the
 	// binary, for -cpuprofile and -memprofile; its memory is then this process's.
 	inprocess bool
 	// memprofile, when set, is where an in-process run writes a heap profile of what the server
@@ -44,7 +44,7 @@ const goalSessionsRSSMB = 80
 //
 // By default the server is the binary, built as make build builds it and started as the rss
 // case starts it (-faux-delay 0), with the script in a -scripts folder; its tool is read_file on
-// a one-line file (the binary has no echo tool). With o.inprocess it is benchkit's Runner (the
+// a one-line file (the binary has no echo tool). With o.inprocess it is testkit's Runner (the
 // echo tool) behind web.New in this process: the memory figures are then the load program's, not
 // the goal's (no under_goal), and -cpuprofile / -memprofile see the server's code.
 func sessionsCase(ctx context.Context, o sessionsOptions) (line, error) {
@@ -63,17 +63,17 @@ func sessionsCase(ctx context.Context, o sessionsOptions) (line, error) {
 		heap    func() error // an in-process run's heap profile
 	)
 	if o.inprocess {
-		e, err := benchkit.New(ctx, dir, benchkit.Options{})
+		e, err := testkit.NewBench(ctx, dir, testkit.BenchOptions{})
 		if err != nil {
 			return nil, err
 		}
 		defer e.Close()
-		e.Models.Add(name, benchkit.DirectScript(o.turns))
+		e.Models.Add(name, testkit.DirectScript(o.turns))
 		if a, stop, err = serve(e); err != nil {
 			return nil, err
 		}
 		pid, dataDir = os.Getpid(), dir
-		cpu = func() (time.Duration, error) { return benchkit.CPU(), nil }
+		cpu = func() (time.Duration, error) { return testkit.CPU(), nil }
 		if o.memprofile != "" {
 			heap = func() error { return writeHeapProfile(o.memprofile) }
 		}

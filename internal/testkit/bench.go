@@ -1,10 +1,10 @@
-// Package benchkit builds what Countersign's benchmarks run on (issue 9): a Runner over a real
+// Package testkit builds what Countersign's benchmarks run on (issue 9): a Runner over a real
 // SQLite file, the faux model replaying scripts generated in code with no chunk delay, the peer
 // benchmark's tools (echo, run_checks, failing_tests, review_diff; see ../shared/peers), a gated
 // tool that needs a person's approval, and one allowing tool_call handler. It is used by the Go
 // benchmarks in internal/agent and by the load program bench/cmd/load (which adds the real HTTP
 // server); nothing in the product imports it.
-package benchkit
+package testkit
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,9 +28,9 @@ import (
 	"countersign/internal/tool"
 )
 
-// Env is one benchmark environment: a store in Dir, a Runner with the benchmark tools, and its
-// Broker. Close releases it.
-type Env struct {
+// Bench is one benchmark environment: a store in Dir, a Runner with the benchmark tools, and
+// its Broker. Close releases it.
+type Bench struct {
 	Dir    string
 	DB     *store.DB
 	Broker *agent.Broker
@@ -50,7 +51,7 @@ type Env struct {
 // stampedStore is the store, stamping when each pending approval is stored.
 type stampedStore struct {
 	*store.DB
-	e *Env
+	e *Bench
 }
 
 func (s stampedStore) CreateApproval(ctx context.Context, a gate.Approval) error {
@@ -101,8 +102,8 @@ func TurnSpread(ts []time.Time) (first50, last50 int64) {
 	return mean(ts[:n]), mean(ts[len(ts)-n:])
 }
 
-// Options configure New.
-type Options struct {
+// BenchOptions configure NewBench.
+type BenchOptions struct {
 	// ApprovalTimeout for the gated tool; default 15 minutes.
 	ApprovalTimeout time.Duration
 	// Logger; default discards everything.
@@ -170,8 +171,8 @@ func RealRulesOn(tool string, n int) []gate.Rule {
 	return rules
 }
 
-// New opens a store at dir/bench.db and wires a Runner with the benchmark tools.
-func New(ctx context.Context, dir string, opt Options) (*Env, error) {
+// NewBench opens a store at dir/bench.db and wires a Runner with the benchmark tools.
+func NewBench(ctx context.Context, dir string, opt BenchOptions) (*Bench, error) {
 	db, err := store.Open(ctx, filepath.Join(dir, "bench.db"))
 	if err != nil {
 		return nil, err
@@ -179,7 +180,7 @@ func New(ctx context.Context, dir string, opt Options) (*Env, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	e := &Env{Dir: dir, DB: db, Broker: agent.NewBroker(), Tools: tool.NewRegistry(), Models: &Scripts{m: map[string]*models.Script{}}}
+	e := &Bench{Dir: dir, DB: db, Broker: agent.NewBroker(), Tools: tool.NewRegistry(), Models: NewScripts()}
 	for _, t := range e.tools() {
 		if err := e.Tools.Register(t); err != nil {
 			db.Close()
@@ -203,14 +204,14 @@ func New(ctx context.Context, dir string, opt Options) (*Env, error) {
 }
 
 // Close stops every run and closes the store.
-func (e *Env) Close() error {
+func (e *Bench) Close() error {
 	e.Runner.Shutdown("benchmark end")
 	e.Runner.Wait()
 	return e.DB.Close()
 }
 
 // NewSession creates a session whose model replays script (registered under name).
-func (e *Env) NewSession(ctx context.Context, name string, script *models.Script) (agent.Session, error) {
+func (e *Bench) NewSession(ctx context.Context, name string, script *models.Script) (agent.Session, error) {
 	e.Models.Add(name, script)
 	return e.Runner.CreateSession(ctx, name, "faux:"+name, e.Dir)
 }
@@ -239,7 +240,7 @@ func CPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func (e *Env) tools() []*tool.Tool {
+func (e *Bench) tools() []*tool.Tool {
 	return []*tool.Tool{
 		{
 			Name: "echo", Title: "Echo", Description: "Echo the input back",
@@ -319,8 +320,10 @@ func (e *Env) tools() []*tool.Tool {
 	}
 }
 
-// Scripts offers "faux:<name>" models replaying scripts generated in code, with no chunk delay.
-// It implements agent.Models.
+// Scripts offers "faux:<name>" models replaying scripts (generated in code or parsed from JSON),
+// with no chunk delay unless ChunkDelay says, and any other model put under a name of its own
+// (Put). It implements agent.Models; an unknown name is an apperr.Invalid error
+// `unknown model "<name>"`. The zero value is not ready: use NewScripts (New and NewBench do).
 type Scripts struct {
 	// OnText, when set before the runs start, is called as the model hands each text delta to
 	// the loop, just before the loop publishes it as message_update: the session, the model
@@ -330,11 +333,17 @@ type Scripts struct {
 	// ChunkDelay is the faux model's pause between text chunks (zero: none).
 	ChunkDelay time.Duration
 
-	mu sync.RWMutex
-	m  map[string]*models.Script
+	mu     sync.RWMutex
+	m      map[string]*models.Script // by name, without "faux:"
+	others map[string]agent.Model    // by the whole name
 }
 
-// Add registers script under name.
+// NewScripts returns an empty registry.
+func NewScripts() *Scripts {
+	return &Scripts{m: map[string]*models.Script{}, others: map[string]agent.Model{}}
+}
+
+// Add registers script under name: the model "faux:<name>" replays it (every session anew).
 func (s *Scripts) Add(name string, script *models.Script) {
 	script.Name = name
 	s.mu.Lock()
@@ -342,29 +351,46 @@ func (s *Scripts) Add(name string, script *models.Script) {
 	s.mu.Unlock()
 }
 
+// Put offers m as the model named name (the whole name, e.g. "test:model"), ahead of any script.
+func (s *Scripts) Put(name string, m agent.Model) {
+	s.mu.Lock()
+	s.others[name] = m
+	s.mu.Unlock()
+}
+
 // Model implements agent.Models.
 func (s *Scripts) Model(name string) (agent.Model, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if sc := s.m[name[min(len(name), len("faux:")):]]; sc != nil {
-		faux := &models.Faux{Script: sc, ChunkDelay: s.ChunkDelay}
-		if s.OnText != nil {
-			return stamped{faux, s.OnText}, nil
+	if m := s.others[name]; m != nil {
+		return m, nil
+	}
+	if rest, ok := strings.CutPrefix(name, "faux:"); ok {
+		if sc := s.m[rest]; sc != nil {
+			faux := &models.Faux{Script: sc, ChunkDelay: s.ChunkDelay}
+			if s.OnText != nil {
+				return stamped{faux, s.OnText}, nil
+			}
+			return faux, nil
 		}
-		return faux, nil
 	}
 	return nil, apperr.Errorf(apperr.Invalid, "unknown model %q", name)
 }
 
-// Names implements agent.Models.
+// Names implements agent.Models: the faux scripts' names, then the others', each sorted.
 func (s *Scripts) Names() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var out []string
+	var out, others []string
 	for n := range s.m {
 		out = append(out, "faux:"+n)
 	}
-	return out
+	for n := range s.others {
+		others = append(others, n)
+	}
+	slices.Sort(out)
+	slices.Sort(others)
+	return append(out, others...)
 }
 
 // stamped reports each text delta to onText before passing it on.

@@ -60,8 +60,11 @@ func main() {
 // config is the server's configuration (SPEC §11): every flag has an environment variable, and
 // the flag wins when both are set.
 type config struct {
-	addr            string
-	db              string
+	addr string
+	db   string // a SQLite file, or a postgres:// URL (isPostgres)
+	// shareKey is the file holding the key that derives share-link tokens (SPEC §7): beside a
+	// SQLite database by default; required with PostgreSQL, the same file on every replica.
+	shareKey        string
 	workspace       string
 	scripts         string
 	token           string
@@ -136,7 +139,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	cwd, _ := os.Getwd()
 	fs.StringVar(&c.addr, "addr", env("COUNTERSIGN_ADDR", "127.0.0.1:8080"), "listen address (COUNTERSIGN_ADDR)")
-	fs.StringVar(&c.db, "db", env("COUNTERSIGN_DB", "countersign.db"), "SQLite file, created with its folder (COUNTERSIGN_DB)")
+	fs.StringVar(&c.db, "db", env("COUNTERSIGN_DB", "countersign.db"), "SQLite file, created with its folder, or a postgres:// URL (PostgreSQL, SPEC §16) (COUNTERSIGN_DB)")
+	fs.StringVar(&c.shareKey, "share-key", env("COUNTERSIGN_SHARE_KEY", ""), "file of the key that derives share-link tokens, created when missing; default: the SQLite file's name + .share-key; required with a postgres:// -db (COUNTERSIGN_SHARE_KEY)")
 	fs.StringVar(&c.workspace, "workspace", env("COUNTERSIGN_WORKSPACE", cwd), "where tools read, write and run (COUNTERSIGN_WORKSPACE)")
 	fs.StringVar(&c.scripts, "scripts", env("COUNTERSIGN_SCRIPTS", ""), "folder of extra faux scripts, *.json (COUNTERSIGN_SCRIPTS)")
 	fs.StringVar(&c.token, "token", env("COUNTERSIGN_TOKEN", ""), "owner token; random when empty (COUNTERSIGN_TOKEN)")
@@ -174,6 +178,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Visit(func(f *flag.Flag) { c.tokenFlag = c.tokenFlag || f.Name == "token" })
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if c.shareKey == "" {
+		if isPostgres(c.db) {
+			return c, errors.New("-share-key: a postgres:// -db needs the share key's file named (COUNTERSIGN_SHARE_KEY), the same on every server: it is never kept in the database (SPEC §7)")
+		}
+		c.shareKey = c.db + ".share-key"
 	}
 	if c.approvalTimeout, err = time.ParseDuration(timeout); err != nil || c.approvalTimeout <= 0 {
 		return c, fmt.Errorf("-approval-timeout %q: want a positive Go duration such as 15m", timeout)
@@ -354,15 +364,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// One server per database: the lock comes before anything touches the database, the
 	// listener before recovery, so a second start (same database, or a busy port) fails having
 	// changed nothing (SPEC §8 recovery belongs to the one server that will serve).
-	unlock, err := lockDatabase(cfg.db)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	// Files an earlier version left readable by others become owner-only before SQLite opens the
-	// database, so the -wal and -shm it makes follow the database's mode.
-	if err := tightenPermissions(log, cfg.db); err != nil {
-		return err
+	// (A PostgreSQL database has its lock in the database: openStore takes it.)
+	if !isPostgres(cfg.db) {
+		unlock, err := lockDatabase(cfg.db)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		// Files an earlier version left readable by others become owner-only before SQLite
+		// opens the database, so the -wal and -shm it makes follow the database's mode.
+		if err := tightenPermissions(log, cfg.db); err != nil {
+			return err
+		}
 	}
 	// Listen before serving, so a busy port fails at once.
 	ln, err := net.Listen("tcp", cfg.addr)
@@ -378,14 +391,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer metricsLn.Close()
 	}
 
-	// The program uses the store through its contract (store.Backend), so the PostgreSQL store
-	// can stand in for SQLite (issue 21); -db selects SQLite only until that is wired.
-	var db store.Backend
-	db, err = store.Open(ctx, cfg.db)
+	db, closeDB, err := openStore(ctx, cfg.db)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer closeDB()
 	// Operators' series (SPEC §16); the live sockets are the web server's, made below.
 	var srv *web.Server
 	met := metrics.New(metrics.Sources{
@@ -460,7 +470,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7).
-	key, err := share.LoadKey(cfg.db + ".share-key")
+	key, err := share.LoadKey(cfg.shareKey)
 	if err != nil {
 		return err
 	}
@@ -538,9 +548,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // the policy file.
 func ownFiles(cfg config) tools.Protected {
 	var files tools.Protected
-	for _, suffix := range []string{"", "-wal", "-shm", "-journal", ".lock", ".share-key"} {
-		files = append(files, cfg.db+suffix)
+	if !isPostgres(cfg.db) {
+		for _, suffix := range []string{"", "-wal", "-shm", "-journal", ".lock"} {
+			files = append(files, cfg.db+suffix)
+		}
 	}
+	files = append(files, cfg.shareKey)
 	if cfg.policy != "" {
 		files = append(files, cfg.policy)
 	}

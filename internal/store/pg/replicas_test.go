@@ -233,3 +233,23 @@ func TestOpenKeepsThePasswordOutOfErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestOneServerAtATime: the server lock is held by one store at a time, and free again once
+// released.
+func TestOneServerAtATime(t *testing.T) {
+	ctx := context.Background()
+	dbs := replicas(t, 2)
+	release, err := dbs[0].LockServer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dbs[1].LockServer(ctx); apperr.CodeOf(err) != apperr.Conflict || !strings.Contains(apperr.MessageOf(err), "another Countersign server is using the PostgreSQL database") {
+		t.Fatalf("a second server: %v, want the conflict", err)
+	}
+	release()
+	again, err := dbs[1].LockServer(ctx)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	again()
+}

@@ -253,3 +253,28 @@ func TestOneServerAtATime(t *testing.T) {
 	}
 	again()
 }
+
+// TestReadyNamesMissingMigrations: Ready is nil on a migrated database and an error saying how
+// many migrations are applied when one is missing, or when the database does not answer.
+func TestReadyNamesMissingMigrations(t *testing.T) {
+	ctx := context.Background()
+	db := replicas(t, 1)[0]
+	if err := db.Ready(ctx); err != nil {
+		t.Fatalf("Ready = %v, want nil", err)
+	}
+	c, err := pgx.Connect(ctx, db.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `DELETE FROM schema_migrations WHERE name = '0001_init.sql'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ready(ctx); err == nil || !strings.Contains(err.Error(), "migrations applied") {
+		t.Fatalf("Ready with a migration missing = %v, want it named", err)
+	}
+	db.Close()
+	if err := db.Ready(ctx); err == nil {
+		t.Fatal("Ready on a closed store = nil, want an error")
+	}
+}

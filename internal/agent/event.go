@@ -31,6 +31,10 @@ const (
 	// SessionDeleted is Countersign's own: the session was deleted; its viewers' live
 	// connections close.
 	SessionDeleted EventType = "session_deleted"
+	// ApprovalUpdated is Countersign's own (SPEC §15): a person's vote on an approval that needs
+	// several approvers was counted and it stays pending; Approval carries it whole, Votes
+	// included.
+	ApprovalUpdated EventType = "approval_updated"
 )
 
 // Event is one streamed event. Which fields are set depends on Type: message events carry

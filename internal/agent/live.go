@@ -94,7 +94,7 @@ func (s *liveState) apply(ev Event) {
 		if ev.Message != nil && ev.Message.Role == Assistant {
 			l.Streaming, l.Partial, l.Retry = nil, nil, nil
 		}
-	case ToolExecutionStart, ToolExecutionUpdate, ToolExecutionEnd, ApprovalRequested, ApprovalResolved:
+	case ToolExecutionStart, ToolExecutionUpdate, ToolExecutionEnd, ApprovalRequested, ApprovalResolved, ApprovalUpdated:
 		if s.late(ev) {
 			return
 		}

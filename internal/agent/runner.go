@@ -111,7 +111,10 @@ func New(cfg Config) *Runner {
 
 func (r *Runner) approvalChanged(a gate.Approval) {
 	typ := ApprovalResolved
-	if a.Status == gate.Pending {
+	switch {
+	case a.Status == gate.Pending && len(a.Votes) > 0:
+		typ = ApprovalUpdated // a vote counted, more needed (SPEC §15)
+	case a.Status == gate.Pending:
 		typ = ApprovalRequested
 	}
 	r.publish(Event{Type: typ, SessionID: a.SessionID, MessageID: a.MessageID,
@@ -423,8 +426,19 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "decision must be approve, approve_session, remember or deny, not %q", d.Decision)
 	}
 	res.Source = gate.FromPerson
+	by := d.By
+	res.Decider = &by
 	if err := d.By.Permit(res.Scope, len(d.Arguments) > 0); err != nil {
 		return gate.Approval{}, err
+	}
+	// Several approvers (SPEC §15): who may decide, and that each of them answers the call as
+	// asked, checked before a rule is saved; the gate checks again and counts the vote.
+	if err := a.MayDecide(d.By); err != nil {
+		return gate.Approval{}, err
+	}
+	if a.Quorum() && (res.Scope == gate.Session || len(d.Arguments) > 0) {
+		return gate.Approval{}, apperr.Errorf(apperr.Invalid,
+			"This call needs %d approvals: each person approves or denies it as asked (no edits, no approving for the session).", a.Approvers)
 	}
 	// "remember" and "Approve for session" save a rule (SPEC §14). It is checked before anything
 	// changes (a rule the compiler refuses decides nothing) and stored before the decision, so

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +52,14 @@ func (a Approval) Outcome() string {
 		return a.Status.Word() + " automatically (" + string(a.Mode) + " mode)"
 	case a.Automatic:
 		return a.Status.Word() + " automatically (" + a.DecidedBy + ")"
+	case a.Status == Approved && a.Approvals() > 1:
+		var names []string
+		for _, v := range a.Votes {
+			if v.Decision == Approved {
+				names = append(names, v.By)
+			}
+		}
+		return "approved by " + strings.Join(names, " and ")
 	}
 	return a.Status.Word() + " by " + a.DecidedBy
 }
@@ -118,6 +127,14 @@ type Approval struct {
 	// LastAt is, on a grouped record, when the last call it counts was decided (UTC); nil on
 	// every other record.
 	LastAt *time.Time `json:"lastAt,omitempty"`
+	// Approvers is how many distinct people must approve (SPEC §15; ≥ 2), copied from the ask
+	// rule that opened the approval; 0 when one person decides. Reviewers are the only names
+	// that may decide ("owner" for the owner); empty: anyone who may decide the session.
+	Approvers int      `json:"approvers,omitempty"`
+	Reviewers []string `json:"reviewers,omitempty"`
+	// Votes are the people's answers so far to an approval with Approvers, in the order they
+	// came (one per name); empty otherwise.
+	Votes []Vote `json:"votes,omitempty"`
 	// Preview is what the tool showed of the call's effect when the approval opened (a
 	// write_file's file content then: tool.Preview), stored with it: the prompt's diff is drawn
 	// from it, and it says which content the call was approved against. nil when the tool has
@@ -182,6 +199,10 @@ type Resolution struct {
 	// RuleScope is the scope of the rule a person's decision saved (Approval.RuleScope); ""
 	// keeps what the approval had.
 	RuleScope RuleScope
+	// Decider is, on a person's decision, who decides (DecidedBy and DecidedVia are its Name and
+	// Via): Decide checks them against the approval's reviewers and counts their vote when it
+	// needs several approvers (SPEC §15). nil for rules, timeouts and cancellations.
+	Decider *Decider
 }
 
 // Store keeps approvals. ResolveApproval must be atomic: it changes only a pending approval
@@ -191,6 +212,13 @@ type Store interface {
 	CreateApproval(ctx context.Context, a Approval) error
 	ResolveApproval(ctx context.Context, id string, r Resolution) (Approval, error)
 	Approval(ctx context.Context, id string) (Approval, error)
+	// CastVote stores v on pending approval id that needs need approvals (SPEC §15), atomically
+	// with the count: a deny resolves it denied (DecidedBy v.By, v's reason); the need-th
+	// distinct approve resolves it approved (DecidedBy v.By); otherwise it stays pending. It
+	// returns the approval as now stored, with its Votes, and whether v was counted: false when
+	// v.By had already approved (nothing changes). Errors: apperr.NotFound, apperr.Conflict
+	// ("approval already resolved", or v.By already voted otherwise).
+	CastVote(ctx context.Context, id string, v Vote, need int) (a Approval, counted bool, err error)
 }
 
 // Gate stores approvals, shows them (through notify) and makes calls wait for their decision.
@@ -332,6 +360,9 @@ func (t *Ticket) settle(r Resolution) Approval {
 
 // Decide resolves a pending approval: the first decision wins (apperr.Conflict for later ones,
 // apperr.NotFound for unknown ids). It shows the result, then wakes the waiting call, if any.
+// A person's decision (r.Decider set) is checked against the approval's reviewers
+// (apperr.Forbidden) and, when the approval needs several approvers, counted as a vote
+// (decideVote): the approval may then come back still pending, shown with the vote.
 func (g *Gate) Decide(ctx context.Context, id string, r Resolution) (a Approval, err error) {
 	defer apperr.Wrap(&err, "Decide(%s)", id)
 	if r.At.IsZero() {
@@ -340,8 +371,22 @@ func (g *Gate) Decide(ctx context.Context, id string, r Resolution) (a Approval,
 	if r.Status == Pending || r.Status == "" {
 		return Approval{}, apperr.Errorf(apperr.Invalid, "a decision must resolve the approval")
 	}
-	a, err = g.store.ResolveApproval(ctx, id, r)
-	if err != nil {
+	if r.Decider != nil {
+		var changed bool
+		a, changed, err = g.decideVote(ctx, id, *r.Decider, r)
+		if err != nil {
+			return Approval{}, err
+		}
+		if !changed {
+			return a, nil // the same person approving again: counted once, nothing to show
+		}
+		if a.Status == Pending {
+			// A vote counted, more needed: every page shows it (approval_updated); the call
+			// keeps waiting.
+			g.notify(a)
+			return a, nil
+		}
+	} else if a, err = g.store.ResolveApproval(ctx, id, r); err != nil {
 		return Approval{}, err
 	}
 	// Shown before the call wakes: every viewer gets approval_resolved before anything the

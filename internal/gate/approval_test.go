@@ -43,6 +43,11 @@ func (s *memStore) Approval(_ context.Context, id string) (Approval, error) {
 	return s.m[id], nil
 }
 
+// CastVote is not used by these tests (votes_test.go runs the real store).
+func (s *memStore) CastVote(context.Context, string, Vote, int) (Approval, bool, error) {
+	return Approval{}, false, apperr.Errorf(apperr.Internal, "memStore counts no votes")
+}
+
 func (s *memStore) CreateGrant(context.Context, Grant) error { return nil }
 
 func (s *memStore) Grant(context.Context, string, string) (Grant, error) {

@@ -3,6 +3,8 @@ package gate
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"strings"
 
 	"countersign/internal/tool"
 )
@@ -179,13 +181,28 @@ func (r Rule) Pattern() string {
 	return r.Tool + "(" + r.Specifier + ")"
 }
 
-// Text is the rule as pages, the audit and logs show it: Pattern, then " when <When>" when there
-// is a condition ("pay__*(…) when args.amount >= 1000").
+// Text is the rule as pages, the audit and logs show it: Pattern, then its people when it
+// needs several or names reviewers (QuorumText: " approvers=2 reviewers=alice,bob"), then
+// " when <When>" when there is a condition ("pay__*(…) when args.amount >= 1000").
 func (r Rule) Text() string {
+	t := r.Pattern() + r.QuorumText()
 	if r.When != "" {
-		return r.Pattern() + " when " + r.When
+		return t + " when " + r.When
 	}
-	return r.Pattern()
+	return t
+}
+
+// QuorumText is the text form of a rule's people (SPEC §15), as rules.ParseQuorum reads it: "
+// approvers=N" when N ≥ 2, then " reviewers=a,b" when reviewers are named; "" for neither.
+func (r Rule) QuorumText() string {
+	s := ""
+	if r.Approvers >= MinApprovers {
+		s += " approvers=" + strconv.Itoa(r.Approvers)
+	}
+	if len(r.Reviewers) > 0 {
+		s += " reviewers=" + strings.Join(r.Reviewers, ",")
+	}
+	return s
 }
 
 // GrantShaped reports whether r is what "Approve for session" makes (SPEC §3, §14): a session
@@ -208,6 +225,9 @@ func (d Decision) Record(a Approval) Approval {
 	switch d.Outcome {
 	case Asked:
 		a.Status, a.AskReason = Pending, d.Reason
+		if d.Rule != nil && d.Rule.Effect == Ask {
+			a.Approvers, a.Reviewers = d.Rule.Approvers, d.Rule.Reviewers
+		}
 		return a
 	case Blocked:
 		a.Status = Denied

@@ -45,6 +45,11 @@ type Decider struct {
 	Name   string
 	Via    *LinkRef // nil for the owner
 	Rights Rights
+	// ChoseName is set when the reviewer typed Name themselves (a share link not created for a
+	// person): such a name never counts as a listed reviewer or as one of several approvers
+	// (SPEC §15 "People are the owner and the named holders of approver links"). False for the
+	// owner, a link created `for` a person and a decision link's recipient.
+	ChoseName bool
 }
 
 // Owner is the session's owner as a decider: every right, no link.

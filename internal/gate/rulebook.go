@@ -188,6 +188,9 @@ func (b *Rulebook) Check(r Rule) error {
 	if r.Source == SourcePolicyFile {
 		return apperr.Errorf(apperr.Invalid, "Only the policy file makes policy-file rules.")
 	}
+	if err := r.CheckQuorum(); err != nil {
+		return apperr.Errorf(apperr.Invalid, "%s", err.Error())
+	}
 	if _, err := b.compile([]Rule{r}); err != nil {
 		return apperr.Errorf(apperr.Invalid, "%s", err.Error())
 	}

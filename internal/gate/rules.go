@@ -77,6 +77,11 @@ type Rule struct {
 	// FromApproval is, for a rule made from a prompt, the approval whose decision made it
 	// ("Approve for session", "Always allow…"); "" otherwise.
 	FromApproval string `json:"fromApproval,omitempty"`
+	// Approvers (ask rules only; ≥ MinApprovers) is how many distinct people must approve a
+	// call the rule asks about; 0 for one person. Reviewers (ask rules only) are the only
+	// names that may decide it ("owner" for the owner); empty for anyone (SPEC §15).
+	Approvers int      `json:"approvers,omitempty"`
+	Reviewers []string `json:"reviewers,omitempty"`
 	// Pos is where a policy file's rule stands ("file:line:col"), for its errors; "" otherwise.
 	Pos string `json:"-"`
 }

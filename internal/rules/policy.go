@@ -27,8 +27,12 @@ type Policy struct {
 // LoadPolicyFile reads and checks a policy file in Claude Code's settings shape (SPEC §14):
 //
 //	{"permissions": {"allow": [texts], "ask": [texts], "deny": [texts], "defaultMode": mode},
-//	 "rules": [{"effect": "deny", "tool": "pay__*", "when": "args.amount >= 1000", "note": "…"}]}
+//	 "rules": [{"effect": "deny", "tool": "pay__*", "when": "args.amount >= 1000", "note": "…"},
+//	           {"effect": "ask", "tool": "run_command(git push:*)", "approvers": 2, "reviewers": ["alice", "bob"]}]}
 //
+// An ask rule may need several people (SPEC §15): "approvers" (2 to gate.MaxApprovers) and
+// "reviewers" in a rule object, or the text form "run_command(git push:*) approvers=2
+// reviewers=alice,bob" in "ask" (gate.SplitQuorum); on an allow or deny rule they are refused.
 // Every key is optional; "tool" may carry a specifier in text form ("write_file(docs/**)").
 // Each rule gets Source policy-file, Scope server, CreatedBy the file's base name, CreatedAt
 // the file's modification time, Pos "file:line:col" (of its text, or of its object in "rules")
@@ -246,6 +250,11 @@ func (p *policyParser) stringStart(off int64) int {
 }
 
 func (p *policyParser) addText(eff gate.Effect, text string, off int64) error {
+	full := text
+	text, approvers, reviewers, err := gate.SplitQuorum(text)
+	if err != nil {
+		return p.errAt(off, "rule %q: %v", full, err)
+	}
 	tp, spec, err := Parse(text)
 	if err != nil {
 		var se *SyntaxError
@@ -255,9 +264,9 @@ func (p *policyParser) addText(eff gate.Effect, text string, off int64) error {
 		}
 		return p.errAt(off, "rule %q: %v", text, err)
 	}
-	r := gate.Rule{Effect: eff, Tool: tp, Specifier: spec}
+	r := gate.Rule{Effect: eff, Tool: tp, Specifier: spec, Approvers: approvers, Reviewers: reviewers}
 	if err := p.add(r, off); err != nil {
-		return p.errAt(off, "rule %q: %v", text, err)
+		return p.errAt(off, "rule %q: %v", full, err)
 	}
 	return nil
 }
@@ -289,7 +298,7 @@ func (p *policyParser) rules() error {
 			return err
 		}
 		var r gate.Rule
-		var effOff, toolOff, whenOff int64 = -1, -1, -1
+		var effOff, toolOff, whenOff, peopleOff int64 = -1, -1, -1, -1
 		seen := map[string]bool{}
 		for p.d.More() {
 			key, off, err := p.str("a key")
@@ -307,8 +316,24 @@ func (p *policyParser) rules() error {
 				if err != nil {
 					return err
 				}
+			case "approvers":
+				if r.Approvers, err = p.count(`"approvers"`); err != nil {
+					return err
+				}
+				if peopleOff < 0 {
+					peopleOff = off
+				}
+				continue
+			case "reviewers":
+				if r.Reviewers, err = p.names(`"reviewers"`); err != nil {
+					return err
+				}
+				if peopleOff < 0 {
+					peopleOff = off
+				}
+				continue
 			default:
-				return p.errAt(off, "unknown key %q in a rule (want effect, tool, when or note)", key)
+				return p.errAt(off, "unknown key %q in a rule (want effect, tool, when, note, approvers or reviewers)", key)
 			}
 			switch key {
 			case "effect":
@@ -335,6 +360,9 @@ func (p *policyParser) rules() error {
 		default:
 			return p.errAt(effOff, "unknown effect %q (want allow, ask or deny)", r.Effect)
 		}
+		if err := r.CheckQuorum(); err != nil {
+			return p.errAt(peopleOff, "%v", err) // at the first of "approvers" and "reviewers"
+		}
 		tp, spec, err := Parse(r.Tool)
 		if err != nil {
 			return p.errAt(toolOff, "tool %q: %v", r.Tool, err)
@@ -346,10 +374,45 @@ func (p *policyParser) rules() error {
 			}
 		}
 		if err := p.add(r, objOff); err != nil {
+			if len(r.Reviewers) > 0 && strings.HasPrefix(err.Error(), "reviewer ") {
+				return p.errAt(peopleOff, "%v", err)
+			}
 			// the specifier is the only thing left that can fail: point at the tool.
 			return p.errAt(toolOff, "rule %q: %v", Text(r), err)
 		}
 	}
 	_, err := p.delim(']', `"rules"`)
 	return err
+}
+
+// count reads a whole number (a rule's "approvers").
+func (p *policyParser) count(what string) (int, error) {
+	t, off, err := p.token()
+	if err != nil {
+		return 0, err
+	}
+	f, ok := t.(float64)
+	if !ok || f != float64(int(f)) || f < 0 || f > 1000 {
+		return 0, p.errAt(off, "%s must be a whole number such as 2", what)
+	}
+	return int(f), nil
+}
+
+// names reads an array of strings (a rule's "reviewers").
+func (p *policyParser) names(what string) ([]string, error) {
+	if _, err := p.delim('[', what); err != nil {
+		return nil, err
+	}
+	var out []string
+	for p.d.More() {
+		s, _, err := p.str("a reviewer's name")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	if _, err := p.delim(']', what); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package rules
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"countersign/internal/gate"
@@ -83,7 +84,7 @@ func TestLoadPolicyFileErrors(t *testing.T) {
 		{"not an object", `[]`, `1:1: the policy file must be an object`},
 		{"unknown top key", "{\n  \"permission\": {}}", `2:3: unknown key "permission" (want permissions or rules)`},
 		{"unknown permissions key", `{"permissions": {"allowed": []}}`, `1:18: unknown key "allowed" in permissions (want allow, ask, deny or defaultMode)`},
-		{"unknown rule key", "{\"rules\": [\n  {\"effect\": \"deny\", \"tools\": \"x\"}]}", `2:22: unknown key "tools" in a rule (want effect, tool, when or note)`},
+		{"unknown rule key", "{\"rules\": [\n  {\"effect\": \"deny\", \"tools\": \"x\"}]}", `2:22: unknown key "tools" in a rule (want effect, tool, when, note, approvers or reviewers)`},
 		{"unknown effect", "{\"rules\": [\n  {\"effect\": \"block\", \"tool\": \"x\"}]}", `2:14: unknown effect "block" (want allow, ask or deny)`},
 		{"unknown mode", `{"permissions": {"defaultMode": "yolo"}}`, `1:33: unknown mode "yolo" (want default, plan or accept-edits)`},
 		{"rule text syntax", `{"permissions": {"deny": ["run_command(rm:*"]}}`, `1:44: rule "run_command(rm:*": missing ")" at the end of the rule`},
@@ -98,6 +99,67 @@ func TestLoadPolicyFileErrors(t *testing.T) {
 		{"duplicate top key", `{"permissions": {}, "permissions": {}}`, `1:21: duplicate key "permissions"`},
 		{"duplicate permissions key", `{"permissions": {"defaultMode": "plan", "defaultMode": "default"}}`, `1:41: duplicate key "defaultMode"`},
 		{"duplicate rule key", `{"rules": [{"effect": "deny", "tool": "x", "effect": "allow"}]}`, `1:44: duplicate key "effect"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writePolicy(t, tc.body)
+			_, err := LoadPolicyFile(p)
+			if err == nil || err.Error() != p+":"+tc.want {
+				t.Fatalf("error\n%v\nwant\n%s:%s", err, p, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadPolicyFileSeveralApprovers(t *testing.T) {
+	p := writePolicy(t, `{"permissions": {"ask": ["run_command(git push:*) approvers=2 reviewers=alice,bob"]},
+ "rules": [{"effect": "ask", "tool": "deploy", "approvers": 3, "reviewers": ["owner", "alice", "bob"]}]}`)
+	pol, err := LoadPolicyFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		approvers int
+		reviewers string
+		text      string
+	}{
+		{"text form", 2, "alice,bob", "run_command(git push:*) approvers=2 reviewers=alice,bob"},
+		{"rule object", 3, "owner,alice,bob", "deploy approvers=3 reviewers=owner,alice,bob"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := pol.Rules[i]
+			if r.Approvers != tc.approvers || strings.Join(r.Reviewers, ",") != tc.reviewers || r.Text() != tc.text {
+				t.Fatalf("got %d %v %q, want %d %s %q", r.Approvers, r.Reviewers, r.Text(), tc.approvers, tc.reviewers, tc.text)
+			}
+		})
+	}
+}
+
+func TestLoadPolicyFileRefusesApproversOutsideAskRules(t *testing.T) {
+	cases := []struct {
+		name, body string
+		want       string // after "<file>:"
+	}{
+		{"approvers on an allow rule", "{\"rules\": [\n  {\"effect\": \"allow\", \"tool\": \"deploy\", \"approvers\": 2}]}",
+			`2:41: approvers and reviewers apply to ask rules only: this allow rule decides without asking anyone`},
+		{"reviewers on a deny rule", "{\"rules\": [{\"effect\": \"deny\", \"tool\": \"x\",\n \"reviewers\": [\"alice\"]}]}",
+			`2:2: approvers and reviewers apply to ask rules only: this deny rule decides without asking anyone`},
+		{"approvers in an allow text", `{"permissions": {"allow": ["deploy approvers=2"]}}`,
+			`1:28: rule "deploy approvers=2": approvers and reviewers apply to ask rules only: this allow rule decides without asking anyone`},
+		{"one approver", `{"rules": [{"effect": "ask", "tool": "x", "approvers": 1}]}`,
+			`1:43: approvers must be from 2 to 20 (leave it out for one person), not 1`},
+		{"not a number", `{"rules": [{"effect": "ask", "tool": "x", "approvers": "2"}]}`,
+			`1:56: "approvers" must be a whole number such as 2`},
+		{"text not a number", `{"permissions": {"ask": ["x approvers=two"]}}`,
+			`1:26: rule "x approvers=two": approvers=two: want a number such as approvers=2`},
+		{"more approvers than reviewers", `{"rules": [{"effect": "ask", "tool": "x", "approvers": 3, "reviewers": ["a", "b"]}]}`,
+			`1:43: approvers=3 needs at least 3 reviewers, not 2`},
+		{"reserved reviewer name", `{"rules": [{"effect": "ask", "tool": "x", "reviewers": ["p0licy"]}]}`,
+			`1:43: reviewer "p0licy": "p0licy" is or looks like "policy", a name the audit uses for the owner or for automatic decisions; give your own name.`},
+		{"reviewer twice", `{"rules": [{"effect": "ask", "tool": "x", "reviewers": ["a", "a"]}]}`,
+			`1:43: reviewer "a" is listed twice`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

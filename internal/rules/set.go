@@ -12,7 +12,9 @@ import (
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
 
+	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/share"
 )
 
 // CommandTool is the tool whose specifiers are shell commands (its argument `command`).
@@ -132,6 +134,25 @@ func normalize(r gate.Rule) (gate.Rule, error) {
 	case "", gate.SourcePrompt, gate.SourceAPI, gate.SourcePolicyFile:
 	default:
 		return r, fmt.Errorf("unknown source %q", r.Source)
+	}
+	if len(r.Reviewers) > 0 {
+		names := make([]string, len(r.Reviewers))
+		for i, n := range r.Reviewers {
+			n = strings.TrimSpace(n)
+			if n != gate.ByOwner {
+				// A reviewer is a person a link is made for: the same checks as that link's
+				// name (no reserved names, no look-alikes), so the two compare equal.
+				var err error
+				if n, err = share.NormalizeName(n); err != nil {
+					return r, fmt.Errorf("reviewer %q: %s", r.Reviewers[i], apperr.MessageOf(err))
+				}
+			}
+			names[i] = n
+		}
+		r.Reviewers = names
+	}
+	if err := r.CheckQuorum(); err != nil {
+		return r, err
 	}
 	return r, nil
 }
@@ -375,6 +396,22 @@ func inScope(r *compiled, c *gate.RuleCall) bool {
 
 func better(cur hit, r *compiled) bool { return cur.r == nil || r.ord < cur.r.ord }
 
+// betterAsk is better for ask rules, where the most restrictive wins (SPEC §14, §15): the one
+// needing more approvers, then the one naming reviewers, then the first.
+func betterAsk(cur hit, r *compiled) bool {
+	if cur.r == nil {
+		return true
+	}
+	a, b := &cur.r.rule, &r.rule
+	if a.Approvers != b.Approvers {
+		return b.Approvers > a.Approvers
+	}
+	if (len(a.Reviewers) > 0) != (len(b.Reviewers) > 0) {
+		return len(b.Reviewers) > 0
+	}
+	return r.ord < cur.r.ord
+}
+
 // matchSpec reports whether r's specifier matches the call and what it matched; for an allow
 // rule on run_command, covers lists the simple commands it covers.
 func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int) {
@@ -448,7 +485,7 @@ func (ev *evaluation) consider(r *compiled) {
 			return
 		}
 	case gate.Ask:
-		if ev.deny.r != nil || (ev.ask.r != nil && ev.ask.r.ord < r.ord) {
+		if ev.deny.r != nil || (ev.ask.r != nil && !betterAsk(ev.ask, r)) {
 			return
 		}
 	}
@@ -486,7 +523,7 @@ func (ev *evaluation) consider(r *compiled) {
 			ev.deny = hit{r, what}
 		}
 	case gate.Ask:
-		if better(ev.ask, r) {
+		if betterAsk(ev.ask, r) {
 			ev.ask = hit{r, what}
 		}
 	case gate.Allow:

@@ -51,6 +51,9 @@ type Link struct {
 	ExpiresAt   *time.Time `json:"expiresAt,omitempty"`
 	RevokedAt   *time.Time `json:"revokedAt,omitempty"`
 	LastUsedAt  *time.Time `json:"lastUsedAt,omitempty"`
+	// For is the person an approver link was created for (SPEC §15): their name, fixed by the
+	// owner, shown and never asked; "" for a link whose holder gives a name.
+	For string `json:"for,omitempty"`
 }
 
 // Active reports whether the link still opens the session at now: not revoked, not expired.
@@ -132,8 +135,17 @@ const MaxLabel = 200
 // Create makes a link for sessionID. expiresIn "" means no expiry; otherwise a positive Go
 // duration ("24h", "90m"). rights are what an approver link may do besides deciding once
 // (the zero Rights: nothing more). Errors: apperr.Invalid for a bad role, label or duration, or
-// rights on a viewer link.
+// rights on a viewer link. It is CreateFor with no person.
 func (s *Service) Create(ctx context.Context, sessionID string, role Role, label, expiresIn string, rights gate.Rights) (l Link, token string, err error) {
+	return s.CreateFor(ctx, sessionID, role, label, expiresIn, rights, "")
+}
+
+// CreateFor is Create for an approver link made for a named person (SPEC §15): forName, after
+// NormalizeName, is the name every decision through the link is recorded with; the holder is
+// never asked for one and cannot give another. "" makes a link whose holder gives a name.
+// Errors: Create's, and apperr.Invalid for a name NormalizeName refuses ("For: …") or a viewer
+// link with a name.
+func (s *Service) CreateFor(ctx context.Context, sessionID string, role Role, label, expiresIn string, rights gate.Rights, forName string) (l Link, token string, err error) {
 	defer apperr.Wrap(&err, "share.Create")
 	if role != Viewer && role != Approver {
 		return Link{}, "", apperr.Errorf(apperr.Invalid, "Role must be viewer or approver.")
@@ -141,13 +153,23 @@ func (s *Service) Create(ctx context.Context, sessionID string, role Role, label
 	if role != Approver && (rights.Edit || rights.Remember) {
 		return Link{}, "", apperr.Errorf(apperr.Invalid, "Only an approver link can edit arguments or remember (approve for the session).")
 	}
+	if strings.TrimSpace(forName) != "" {
+		if role != Approver {
+			return Link{}, "", apperr.Errorf(apperr.Invalid, "Only an approver link is made for a person (For).")
+		}
+		if forName, err = NormalizeName(forName); err != nil {
+			return Link{}, "", apperr.Errorf(apperr.Invalid, "For: %s", apperr.MessageOf(err))
+		}
+	} else {
+		forName = ""
+	}
 	label = strings.TrimSpace(label)
 	if utf8.RuneCountInString(label) > MaxLabel {
 		return Link{}, "", apperr.Errorf(apperr.Invalid, "Label is too long (at most %d characters).", MaxLabel)
 	}
 	now := s.now().UTC()
 	l = Link{ID: strings.ToLower(rand.Text()[:16]), SessionID: sessionID, Role: role, Label: label,
-		CanEdit: rights.Edit, CanRemember: rights.Remember, CreatedAt: now}
+		CanEdit: rights.Edit, CanRemember: rights.Remember, For: forName, CreatedAt: now}
 	if expiresIn = strings.TrimSpace(expiresIn); expiresIn != "" {
 		d, err := time.ParseDuration(expiresIn)
 		if err != nil || d <= 0 {
@@ -231,9 +253,14 @@ func (l Link) Rights() gate.Rights {
 }
 
 // Decider is the reviewer called name deciding through this link: their decisions are recorded
-// with the name, the link's id and label, and limited to the link's rights.
+// with the name, the link's id and label, and limited to the link's rights. A link made for a
+// person (For) always decides as that person, whatever name is passed; on any other link the
+// name is one the reviewer chose (gate.Decider.ChoseName).
 func (l Link) Decider(name string) gate.Decider {
-	return gate.Decider{Name: name, Via: &gate.LinkRef{LinkID: l.ID, Label: l.Label}, Rights: l.Rights()}
+	if l.For != "" {
+		return gate.Decider{Name: l.For, Via: &gate.LinkRef{LinkID: l.ID, Label: l.Label}, Rights: l.Rights()}
+	}
+	return gate.Decider{Name: name, Via: &gate.LinkRef{LinkID: l.ID, Label: l.Label}, Rights: l.Rights(), ChoseName: true}
 }
 
 // MaxName is the longest reviewer name, in characters (runes) after NormalizeName.

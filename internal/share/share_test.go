@@ -96,3 +96,27 @@ func TestNormalizeNameRefusesCharactersPagesUseAroundNames(t *testing.T) {
 		}
 	}
 }
+
+// TestALinkMadeForAPersonDecidesAsThem: whatever name is passed, a link made for alice decides
+// as alice (a fixed name); an unnamed link decides with the name given, marked as chosen (it never
+// counts as a listed reviewer, SPEC §15).
+func TestALinkMadeForAPersonDecidesAsThem(t *testing.T) {
+	tests := []struct {
+		name      string
+		link      share.Link
+		given     string
+		want      string
+		choseName bool
+	}{
+		{"made for alice", share.Link{ID: "l1", Role: share.Approver, For: "alice"}, "mallory", "alice", false},
+		{"unnamed", share.Link{ID: "l2", Role: share.Approver}, "mallory", "mallory", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := tc.link.Decider(tc.given)
+			if d.Name != tc.want || d.ChoseName != tc.choseName || d.Via == nil || d.Via.LinkID != tc.link.ID {
+				t.Fatalf("decider %+v, want %s (chose name %v) through %s", d, tc.want, tc.choseName, tc.link.ID)
+			}
+		})
+	}
+}

@@ -17,7 +17,8 @@ import (
 const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_call_id, tool_name,
 	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
 	decided_by, reason, scope, created_at, decided_at, derived_from, decided_via_link_id, decided_via_link_label,
-	ask_reason, decision_source, rule_id, rule_text, rule_source, mode, rule_scope, count, last_at, preview`
+	ask_reason, decision_source, rule_id, rule_text, rule_source, mode, rule_scope, count, last_at, preview,
+	approvers, reviewers`
 
 // CreateApproval stores a, pending or already decided (automatic approvals are stored decided),
 // every field as given; a zero CreatedAt is stored as db.Now(). Arguments and EditedArguments are
@@ -158,7 +159,7 @@ func (db *DB) approvalsError(w *writeTx, chunk []gate.Approval, one string, caus
 	return cause
 }
 
-const approvalColumnCount = 31
+const approvalColumnCount = 33
 
 // insertApprovalsJSON inserts the rows of its one parameter, a JSON array with one array per row
 // holding the approvalColumnCount column values in approvalColumns order (appendApprovalsJSON).
@@ -179,7 +180,7 @@ var insertApprovalsJSON = func() string {
 var upsertApprovalsJSON = insertApprovalsJSON + ` WHERE true` + mergeGrouped
 
 const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // upsertApproval is insertApproval for one grouped record.
 const upsertApproval = insertApproval + mergeGrouped
@@ -219,7 +220,7 @@ func (db *DB) appendApprovalRow(args []any, a gate.Approval) ([]any, error) {
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
 		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel, a.AskReason,
 		string(a.DecisionSource), a.RuleID, a.RuleText, string(a.RuleSource), string(a.Mode), string(a.RuleScope),
-		a.Count, nullTime(a.LastAt), preview), nil
+		a.Count, nullTime(a.LastAt), preview, a.Approvers, namesColumn(a.Reviewers)), nil
 }
 
 // approvalError turns a driver error of an approval insert into its apperr code.
@@ -255,24 +256,9 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	// that explains it see the same database.
 	err = db.commitDurable(ctx, true, func(w *writeTx) error {
 		var err error
-		viaID, viaLabel := linkColumns(r.DecidedVia)
-		a, err = scanApproval(w.stmt(resolveApproval).QueryRowContext(w.ctx,
-			string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
-			formatTime(r.At), r.DerivedFrom, viaID, viaLabel, string(r.Source), string(r.Source), r.RuleID, r.RuleID,
-			r.RuleText, r.RuleText, string(r.RuleSource), string(r.RuleSource), string(r.RuleScope), string(r.RuleScope), id))
-		if errors.Is(err, sql.ErrNoRows) {
-			var n int
-			if err := w.tx.QueryRowContext(w.ctx, `SELECT COUNT(*) FROM approvals WHERE id = ?`, id).Scan(&n); err != nil {
-				return err
-			}
-			if n == 0 {
-				return apperr.Errorf(apperr.NotFound, "approval %s not found", id)
-			}
-			return apperr.Errorf(apperr.Conflict, "approval already resolved")
-		}
-		if isCheck(err) {
-			return apperr.Errorf(apperr.Invalid,
-				"decision cannot be stored: invalid JSON edited arguments or scope %q", r.Scope)
+		a, err = db.resolveIn(w, id, r)
+		if err == nil && a.Quorum() {
+			a.Votes, err = votesIn(w.ctx, w.tx, id)
 		}
 		return err
 	}, resolveApproval)
@@ -280,6 +266,31 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 		return gate.Approval{}, err
 	}
 	return a, nil
+}
+
+// resolveIn applies r to pending approval id inside write w (ResolveApproval's statement and
+// errors); r.At is set.
+func (db *DB) resolveIn(w *writeTx, id string, r gate.Resolution) (a gate.Approval, err error) {
+	viaID, viaLabel := linkColumns(r.DecidedVia)
+	a, err = scanApproval(w.stmt(resolveApproval).QueryRowContext(w.ctx,
+		string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
+		formatTime(r.At), r.DerivedFrom, viaID, viaLabel, string(r.Source), string(r.Source), r.RuleID, r.RuleID,
+		r.RuleText, r.RuleText, string(r.RuleSource), string(r.RuleSource), string(r.RuleScope), string(r.RuleScope), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		var n int
+		if err := w.tx.QueryRowContext(w.ctx, `SELECT COUNT(*) FROM approvals WHERE id = ?`, id).Scan(&n); err != nil {
+			return a, err
+		}
+		if n == 0 {
+			return a, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
+		}
+		return a, apperr.Errorf(apperr.Conflict, "approval already resolved")
+	}
+	if isCheck(err) {
+		return a, apperr.Errorf(apperr.Invalid,
+			"decision cannot be stored: invalid JSON edited arguments or scope %q", r.Scope)
+	}
+	return a, err
 }
 
 const resolveApproval = `UPDATE approvals
@@ -298,6 +309,9 @@ func (db *DB) Approval(ctx context.Context, id string) (a gate.Approval, err err
 		`SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
+	}
+	if err == nil && a.Quorum() {
+		a.Votes, err = votesIn(ctx, db.read, id)
 	}
 	return a, err
 }
@@ -329,7 +343,11 @@ func (db *DB) PendingApprovals(ctx context.Context) (_ []gate.Approval, err erro
 }
 
 func (db *DB) queryApprovals(ctx context.Context, query string, args ...any) ([]gate.Approval, error) {
-	return queryAll(ctx, db.read, scanApproval, query, args...)
+	as, err := queryAll(ctx, db.read, scanApproval, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return as, db.withVotes(ctx, as)
 }
 
 func scanApproval(r scanner) (gate.Approval, error) {
@@ -342,12 +360,18 @@ func scanApproval(r scanner) (gate.Approval, error) {
 		viaID, viaLabel         string
 		source, ruleSrc, mode   string
 		ruleScope               string
+		reviewers               sql.NullString
 	)
 	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
 		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
 		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel, &a.AskReason,
-		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode, &ruleScope, &a.Count, &lastAt, &preview); err != nil {
+		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode, &ruleScope, &a.Count, &lastAt, &preview,
+		&a.Approvers, &reviewers); err != nil {
 		return gate.Approval{}, err
+	}
+	var err error
+	if a.Reviewers, err = namesOf(reviewers); err != nil {
+		return gate.Approval{}, fmt.Errorf("approval %s reviewers: %w", a.ID, err)
 	}
 	a.DecidedVia = linkRef(viaID, viaLabel)
 	a.RuleScope = gate.RuleScope(ruleScope)
@@ -357,7 +381,6 @@ func scanApproval(r scanner) (gate.Approval, error) {
 	if err := json.Unmarshal([]byte(annotations), &a.Annotations); err != nil {
 		return gate.Approval{}, fmt.Errorf("approval %s annotations: %w", a.ID, err)
 	}
-	var err error
 	if a.CreatedAt, err = parseTime(createdAt); err != nil {
 		return gate.Approval{}, err
 	}

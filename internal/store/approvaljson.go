@@ -109,6 +109,13 @@ func (db *DB) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok 
 		} else {
 			text(preview.(string))
 		}
+		buf = strconv.AppendInt(buf, int64(a.Approvers), 10)
+		buf = append(buf, ',')
+		if names := namesColumn(a.Reviewers); names == nil {
+			buf = append(buf, "null,"...)
+		} else {
+			text(names.(string))
+		}
 		buf[len(buf)-1] = ']' // the last value's comma
 	}
 	return append(buf, ']'), ok, nil

@@ -15,7 +15,8 @@ import (
 // CreateGrant and DeleteGrant are views over them, kept for the issue-15 grants API.
 
 const ruleColumns = `id, effect, tool, specifier, when_expr, scope, session_id, workspace, source, created_by,
-	created_via_link_id, created_via_link_label, created_at, expires_at, note, from_approval, hits, last_used_at`
+	created_via_link_id, created_via_link_label, created_at, expires_at, note, from_approval, hits, last_used_at,
+	approvers, reviewers`
 
 // grantShaped selects the rules that are session grants (gate.Rule.GrantShaped).
 const grantShaped = `effect = 'allow' AND scope = 'session' AND source = 'prompt' AND specifier = '' AND when_expr = ''
@@ -41,7 +42,8 @@ func (db *DB) CreateRule(ctx context.Context, r gate.Rule) (err error) {
 	err = db.commitDurable(ctx, false, func(w *writeTx) error {
 		_, err := w.stmt(insertRule).ExecContext(w.ctx, r.ID, string(r.Effect), r.Tool, r.Specifier, r.When,
 			string(r.Scope), session, r.Workspace, string(r.Source), r.CreatedBy, viaID, viaLabel,
-			formatTime(r.CreatedAt), nullTime(r.ExpiresAt), r.Note, r.FromApproval, r.Hits, nullTime(r.LastUsedAt))
+			formatTime(r.CreatedAt), nullTime(r.ExpiresAt), r.Note, r.FromApproval, r.Hits, nullTime(r.LastUsedAt),
+			r.Approvers, namesColumn(r.Reviewers))
 		return err
 	}, insertRule)
 	switch {
@@ -56,7 +58,7 @@ func (db *DB) CreateRule(ctx context.Context, r gate.Rule) (err error) {
 	return err
 }
 
-const insertRule = `INSERT INTO rules (` + ruleColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const insertRule = `INSERT INTO rules (` + ruleColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // Rules lists every stored rule, oldest first (then by id).
 func (db *DB) Rules(ctx context.Context) (_ []gate.Rule, err error) {
@@ -120,14 +122,19 @@ func scanRule(sc scanner) (gate.Rule, error) {
 		effect, scope, source, created string
 		session, expires, last         sql.NullString
 		viaID, viaLabel                string
+		reviewers                      sql.NullString
 	)
 	if err := sc.Scan(&r.ID, &effect, &r.Tool, &r.Specifier, &r.When, &scope, &session, &r.Workspace, &source,
-		&r.CreatedBy, &viaID, &viaLabel, &created, &expires, &r.Note, &r.FromApproval, &r.Hits, &last); err != nil {
+		&r.CreatedBy, &viaID, &viaLabel, &created, &expires, &r.Note, &r.FromApproval, &r.Hits, &last,
+		&r.Approvers, &reviewers); err != nil {
+		return gate.Rule{}, err
+	}
+	var err error
+	if r.Reviewers, err = namesOf(reviewers); err != nil {
 		return gate.Rule{}, err
 	}
 	r.Effect, r.Scope, r.Source, r.SessionID = gate.Effect(effect), gate.RuleScope(scope), gate.RuleSource(source), session.String
 	r.CreatedVia = linkRef(viaID, viaLabel)
-	var err error
 	if r.CreatedAt, err = parseTime(created); err != nil {
 		return gate.Rule{}, err
 	}

@@ -133,7 +133,9 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 		if row.RequestedBy != "model" && a.ParentToolCallID != "" {
 			row.RequestedBy += " · call " + a.ParentToolCallID
 		}
-		if a.RuleText != "" && (a.DecisionSource == gate.FromRule || !a.Automatic && a.RuleScope != "") {
+		// A rule that decided, or that a person's decision saved; not the ask rule a pending
+		// call waits on (its reason already says "asks because rule …").
+		if a.RuleText != "" && (a.DecisionSource == gate.FromRule && a.Status != gate.Pending || !a.Automatic && a.RuleScope != "") {
 			row.RuleText, row.RuleID, row.RuleSource = a.RuleText, a.RuleID, string(a.RuleSource)
 			row.RuleURL = "/rules#rule-" + a.RuleID
 		}
@@ -146,6 +148,16 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 		}
 		if via := a.DecidedVia; via != nil {
 			row.LinkID, row.LinkLabel = via.LinkID, via.Label
+		}
+		if a.Quorum() {
+			row.Approvers = a.Approvers
+		}
+		for _, vt := range a.Votes {
+			av := templates.AuditVote{Decision: string(vt.Decision), By: vt.By, Reason: vt.Reason, At: vt.At}
+			if vt.Via != nil {
+				av.LinkID, av.LinkLabel = vt.Via.LinkID, vt.Via.Label
+			}
+			row.Votes = append(row.Votes, av)
 		}
 		v.Rows = append(v.Rows, row)
 	}

@@ -262,6 +262,13 @@ func (s *Server) fragment(ctx context.Context, ev *agent.Event, who viewer, work
 			out = append(out, appendTo(messageDOMID(ev.MessageID), templates.Card(c)))
 		}
 		return fragments(out...)
+	case agent.ApprovalUpdated:
+		// A vote counted, more needed (SPEC §15): only the votes line changes, in place, so a
+		// reason being typed into the same prompt stays.
+		if ev.Approval == nil {
+			return nil
+		}
+		return templates.ApprovalVotes(approvalView(*ev.Approval, ""), true)
 	case agent.ApprovalRequested, agent.ApprovalResolved, agent.ToolExecutionStart,
 		agent.ToolExecutionUpdate, agent.ToolExecutionEnd:
 		b.live = s.cfg.Runner.Live(ev.SessionID)

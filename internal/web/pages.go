@@ -249,6 +249,20 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID stri
 	card := templates.CardView{DOMID: cardID(a.MessageID, a.ToolCallID), ToolCallID: a.ToolCallID}
 	av := approvalView(a, "")
 	card.Approval = &av
+	if a.Status == gate.Pending {
+		// A vote on a call that needs several approvers, counted (or counted before: one
+		// person counts once), more needed (SPEC §15): the prompt stays as it is for the
+		// others; its votes line and a notice say where it stands.
+		notice = "Your approval is counted once: " + a.VotesText() + "."
+		var buf bytes.Buffer
+		if err := fragments(templates.ApprovalVotes(av, true), templates.DecisionNotice(card.DOMID, notice)).Render(r.Context(), &buf); err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("HX-Reswap", "none")
+		_, err = w.Write(buf.Bytes())
+		return err
+	}
 	// The notice goes beside the slot, not in it, and by id: the live update of the slot, which
 	// may arrive before this answer (the form is gone then) or after it, never takes it away.
 	var buf bytes.Buffer

@@ -107,6 +107,15 @@ func (s *Server) link(r *http.Request) (share.Link, error) {
 // before they gave one) and what the link lets them do (its role and rights).
 func (s *Server) reviewerOf(r *http.Request, l share.Link) viewer {
 	who := viewer{}
+	if l.For != "" {
+		// A link made for a person decides as that person (SPEC §15): no name is asked, and no
+		// cookie can give another.
+		who.decider = l.Decider("")
+		if l.Role == share.Approver {
+			who.decidePrefix = "/r/" + r.PathValue("token") + "/approvals/"
+		}
+		return who
+	}
 	// The cookie is "<name>.<signature>"; anything else (edited, forged, another link's) counts
 	// as no name, and the reviewer is asked again.
 	if c, err := r.Cookie(reviewerCookie); err == nil {
@@ -171,6 +180,15 @@ func (s *Server) reviewerName(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	name, err := share.NormalizeName(r.PostForm.Get("name"))
+	if l.For != "" {
+		// The name of a link made for a person is fixed by the owner (SPEC §15): another one is
+		// refused; the same one changes nothing.
+		if err != nil || name != l.For {
+			return apperr.Errorf(apperr.Forbidden, "This link was made for %s: the name is fixed.", l.For)
+		}
+		http.Redirect(w, r, "/r/"+r.PathValue("token"), http.StatusSeeOther)
+		return nil
+	}
 	if err != nil {
 		sess, serr := s.cfg.Store.Session(r.Context(), l.SessionID)
 		if serr != nil {
@@ -248,7 +266,7 @@ func (s *Server) sharesView(ctx context.Context, r *http.Request, sessionID, for
 	}
 	now := s.cfg.Shares.Now()
 	for _, l := range links {
-		row := templates.ShareRow{ID: l.ID, URL: s.shareURL(r, l), Role: string(l.Role), Label: l.Label,
+		row := templates.ShareRow{ID: l.ID, URL: s.shareURL(r, l), Role: string(l.Role), Label: l.Label, For: l.For,
 			CanEdit: l.CanEdit, CanRemember: l.CanRemember, Status: "active", RevokeURL: "/sessions/" + sessionID + "/shares/" + l.ID + "/revoke"}
 		switch {
 		case l.RevokedAt != nil:
@@ -289,9 +307,9 @@ func (s *Server) createShare(w http.ResponseWriter, r *http.Request) error {
 		return apperr.Errorf(apperr.NotFound, "Sharing is not configured")
 	}
 	form := templates.ShareForm{Role: r.PostForm.Get("role"), Label: r.PostForm.Get("label"), ExpiresIn: r.PostForm.Get("expiresIn"),
-		CanEdit: r.PostForm.Get("canEdit") != "", CanRemember: r.PostForm.Get("canRemember") != ""}
+		CanEdit: r.PostForm.Get("canEdit") != "", CanRemember: r.PostForm.Get("canRemember") != "", For: r.PostForm.Get("for")}
 	rights := gate.Rights{Edit: form.CanEdit, Remember: form.CanRemember}
-	_, _, err := s.cfg.Shares.Create(r.Context(), id, share.Role(form.Role), form.Label, form.ExpiresIn, rights)
+	_, _, err := s.cfg.Shares.CreateFor(r.Context(), id, share.Role(form.Role), form.Label, form.ExpiresIn, rights, form.For)
 	if apperr.CodeOf(err) == apperr.Invalid {
 		formErr = apperr.MessageOf(err)
 	} else if err != nil {
@@ -340,10 +358,13 @@ type apiShare struct {
 	ExpiresAt   *time.Time `json:"expiresAt"`
 	CanEdit     bool       `json:"canEdit"`
 	CanRemember bool       `json:"canRemember"`
+	For         string     `json:"for,omitempty"`
 }
 
-// apiCreateShare makes a share link: {role, label?, expiresIn?, canEdit?, canRemember?} → 201
-// apiShare. canEdit and canRemember (default false) are an approver link's rights.
+// apiCreateShare makes a share link: {role, label?, expiresIn?, canEdit?, canRemember?, for?} →
+// 201 apiShare. canEdit and canRemember (default false) are an approver link's rights; for
+// ("alice") makes an approver link for that person, whose name is then fixed (SPEC §15; 400
+// for a name share.NormalizeName refuses).
 func (s *Server) apiCreateShare(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
 		Role        share.Role `json:"role"`
@@ -351,6 +372,7 @@ func (s *Server) apiCreateShare(w http.ResponseWriter, r *http.Request) error {
 		ExpiresIn   string     `json:"expiresIn"`
 		CanEdit     bool       `json:"canEdit"`
 		CanRemember bool       `json:"canRemember"`
+		For         string     `json:"for"`
 	}
 	if err := decodeJSON(r, &in); err != nil {
 		return err
@@ -362,12 +384,12 @@ func (s *Server) apiCreateShare(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.Shares == nil {
 		return apperr.Errorf(apperr.NotFound, "Sharing is not configured")
 	}
-	l, _, err := s.cfg.Shares.Create(r.Context(), id, in.Role, in.Label, in.ExpiresIn, gate.Rights{Edit: in.CanEdit, Remember: in.CanRemember})
+	l, _, err := s.cfg.Shares.CreateFor(r.Context(), id, in.Role, in.Label, in.ExpiresIn, gate.Rights{Edit: in.CanEdit, Remember: in.CanRemember}, in.For)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusCreated, apiShare{ID: l.ID, URL: s.shareURL(r, l), Role: l.Role, Label: l.Label, ExpiresAt: l.ExpiresAt,
-		CanEdit: l.CanEdit, CanRemember: l.CanRemember})
+		CanEdit: l.CanEdit, CanRemember: l.CanRemember, For: l.For})
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/share"
 	"countersign/web/templates"
 )
 
@@ -84,6 +85,11 @@ type ruleInput struct {
 	Workspace string         `json:"workspace"`
 	ExpiresAt *time.Time     `json:"expiresAt"`
 	Note      string         `json:"note"`
+	// Approvers and Reviewers (ask rules only, SPEC §15): how many distinct people must
+	// approve, and the only names who may decide ("owner" for the owner). The text form may
+	// carry them instead ("deploy approvers=2 reviewers=alice,bob"), not both.
+	Approvers int      `json:"approvers"`
+	Reviewers []string `json:"reviewers"`
 }
 
 // The bounds of a rule made through the API, in bytes.
@@ -105,13 +111,14 @@ func (s *Server) apiCreateRule(w http.ResponseWriter, r *http.Request) error {
 		return apperr.Errorf(apperr.Invalid, "The rule is too long (text at most %d bytes, note %d).", maxRuleText, maxRuleNote)
 	}
 	rl := gate.Rule{Effect: in.Effect, Tool: in.Tool, Specifier: in.Specifier, When: in.When, Scope: in.Scope,
-		SessionID: in.SessionID, Source: gate.SourceAPI, CreatedBy: gate.ByOwner, ExpiresAt: in.ExpiresAt, Note: in.Note}
+		SessionID: in.SessionID, Source: gate.SourceAPI, CreatedBy: gate.ByOwner, ExpiresAt: in.ExpiresAt, Note: in.Note,
+		Approvers: in.Approvers, Reviewers: in.Reviewers}
 	switch {
 	case in.Text != "" && (in.Tool != "" || in.Specifier != ""):
 		return apperr.Errorf(apperr.Invalid, "Send a rule's text or its tool and specifier, not both.")
 	case in.Text != "":
 		var err error
-		if rl.Tool, rl.Specifier, err = s.cfg.Runner.ParseRule(in.Text); err != nil {
+		if rl.Tool, rl.Specifier, err = s.parseRuleText(in.Text, &rl); err != nil {
 			return err
 		}
 	case in.Tool == "":
@@ -124,6 +131,9 @@ func (s *Server) apiCreateRule(w http.ResponseWriter, r *http.Request) error {
 		rl.Workspace = filepath.Clean(in.Workspace)
 	} else if strings.TrimSpace(in.Workspace) != "" {
 		return apperr.Errorf(apperr.Invalid, "Only a workspace rule names a workspace.")
+	}
+	if err := normalizeReviewers(&rl); err != nil {
+		return err
 	}
 	rl, err := s.cfg.Runner.AddRule(r.Context(), rl)
 	if err != nil {
@@ -140,5 +150,43 @@ func (s *Server) apiDeleteRule(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// parseRuleText reads a rule's text form, with its people when it names them (SPEC §15:
+// "run_command(git push:*) approvers=2 reviewers=alice,bob", gate.SplitQuorum), into the tool
+// pattern and specifier it returns and rl's Approvers and Reviewers. Errors: apperr.Invalid
+// for text that does not read, or people given both in the text and beside it.
+func (s *Server) parseRuleText(text string, rl *gate.Rule) (toolPattern, specifier string, err error) {
+	pattern, approvers, reviewers, err := gate.SplitQuorum(text)
+	if err != nil {
+		return "", "", apperr.Errorf(apperr.Invalid, "Rule %q: %s", text, err.Error())
+	}
+	if (approvers != 0 && rl.Approvers != 0) || (len(reviewers) > 0 && len(rl.Reviewers) > 0) {
+		return "", "", apperr.Errorf(apperr.Invalid, "Give approvers and reviewers in the rule's text or beside it, not both.")
+	}
+	if approvers != 0 {
+		rl.Approvers = approvers
+	}
+	if len(reviewers) > 0 {
+		rl.Reviewers = reviewers
+	}
+	return s.cfg.Runner.ParseRule(pattern)
+}
+
+// normalizeReviewers puts a rule's reviewer names in the form share links record them
+// (share.NormalizeName; "owner" is the owner), so a rule's "alice" and a link made for
+// "alice" compare equal. Errors: apperr.Invalid naming the refused name.
+func normalizeReviewers(rl *gate.Rule) error {
+	for i, n := range rl.Reviewers {
+		n = strings.TrimSpace(n)
+		if n != gate.ByOwner {
+			var err error
+			if n, err = share.NormalizeName(n); err != nil {
+				return apperr.Errorf(apperr.Invalid, "Reviewer %q: %s", rl.Reviewers[i], apperr.MessageOf(err))
+			}
+		}
+		rl.Reviewers[i] = n
+	}
 	return nil
 }

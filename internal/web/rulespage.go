@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"countersign/internal/agent"
@@ -105,7 +106,8 @@ func (s *Server) addRule(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	form := templates.RuleForm{Text: r.PostForm.Get("rule"), Effect: r.PostForm.Get("effect"),
-		Scope: r.PostForm.Get("scope"), Note: r.PostForm.Get("note")}
+		Scope: r.PostForm.Get("scope"), Note: r.PostForm.Get("note"),
+		Approvers: r.PostForm.Get("approvers"), Reviewers: r.PostForm.Get("reviewers")}
 	if _, err := s.makeRule(r.Context(), form); err != nil {
 		if c := apperr.CodeOf(err); c == apperr.Invalid || c == apperr.NotFound {
 			return s.renderRules(w, r, http.StatusBadRequest, form, apperr.MessageOf(err))
@@ -144,9 +146,25 @@ func (s *Server) makeRule(ctx context.Context, f templates.RuleForm) (gate.Rule,
 	default:
 		return gate.Rule{}, apperr.Errorf(apperr.Invalid, "Scope must be server, workspace:<folder> or session:<id>, not %q.", f.Scope)
 	}
+	// Several approvers (SPEC §15): the form's fields, or the text form's.
+	if a := strings.TrimSpace(f.Approvers); a != "" {
+		n, err := strconv.Atoi(a)
+		if err != nil {
+			return gate.Rule{}, apperr.Errorf(apperr.Invalid, "Approvers must be a number such as 2, not %q.", a)
+		}
+		rl.Approvers = n
+	}
+	for _, n := range strings.Split(f.Reviewers, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			rl.Reviewers = append(rl.Reviewers, n)
+		}
+	}
 	var err error
-	if rl.Tool, rl.Specifier, err = s.cfg.Runner.ParseRule(text); err != nil {
+	if rl.Tool, rl.Specifier, err = s.parseRuleText(text, &rl); err != nil {
 		return gate.Rule{}, apperr.Errorf(apperr.Invalid, "Rule %q: %s", text, apperr.MessageOf(err))
+	}
+	if err := normalizeReviewers(&rl); err != nil {
+		return gate.Rule{}, err
 	}
 	return s.cfg.Runner.AddRule(ctx, rl)
 }

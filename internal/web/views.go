@@ -387,6 +387,10 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	}
 	av.DecideURL = b.who.decidePrefix + a.ID + "/decision"
 	av.CanEdit, av.CanRemember = b.who.decider.Rights.Edit, b.who.decider.Rights.Remember
+	if a.Quorum() {
+		// Several approvers each answer the call as asked (SPEC §15): no edit, no "for session".
+		av.CanEdit, av.CanRemember = false, false
+	}
 	if av.CanRemember {
 		av.SuggestedRule = b.s.cfg.Runner.SuggestRule(a).Pattern()
 		av.SessionScopeOnly = b.who.decider.Via != nil
@@ -505,7 +509,7 @@ func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
 		Reason: a.Reason, Scope: string(a.Scope), Automatic: a.Automatic, Edited: len(a.EditedArguments) > 0,
 		RequestedBy: a.RequestedBy, ParentToolCallID: a.ParentToolCallID, ToolName: a.ToolName,
 		ToolTitle: a.ToolTitle, Hints: a.Annotations.Effective(), ArgumentsJSON: prettyJSON(a.Arguments),
-		DecideURL: decideURL, AskReason: a.AskReason,
+		DecideURL: decideURL, AskReason: a.AskReason, VotesText: a.VotesText(),
 		Quiet: a.Automatic && a.Status == gate.Approved && (a.DecisionSource == gate.FromAnnotations ||
 			a.DecisionSource == "" && a.DecidedBy == gate.ByPolicy), // "": recorded before rules existed
 	}
@@ -588,9 +592,14 @@ func (s *Server) toolsView(sess agent.Session, ignored []string) templates.Tools
 func outcomeText(a gate.Approval) string {
 	var b strings.Builder
 	b.WriteString(a.Status.Word())
-	if a.Automatic {
+	switch {
+	case a.Automatic:
 		b.WriteString(" automatically (" + a.DecidedBy + ")")
-	} else if a.DecidedBy != "" {
+	case a.Status == gate.Approved && a.Approvals() > 1:
+		// Several approvers (SPEC §15): every person who approved, "approved by alice and bob".
+		b.Reset()
+		b.WriteString(a.Outcome())
+	case a.DecidedBy != "":
 		b.WriteString(" by " + a.DecidedBy)
 	}
 	switch {

@@ -189,6 +189,9 @@ type ApprovalView struct {
 	ArgumentsJSON    string
 	// DecideURL is where the decision form posts; "" when the viewer may not decide.
 	DecideURL string
+	// VotesText is the votes line of an approval that needs several approvers (SPEC §15):
+	// "1 of 2 approvals — approved by alice" (gate.Approval.VotesText); "" otherwise.
+	VotesText string
 	// CanEdit, CanRemember: the decider may edit the arguments (the Edit button), approve for
 	// the session and make rules (the "Approve for session" and "Always allow…" buttons).
 	CanEdit, CanRemember bool
@@ -334,6 +337,18 @@ type AuditRow struct {
 	// LinkID, LinkLabel name the share link a reviewer decided through ("" for the owner and
 	// for rules).
 	LinkID, LinkLabel string
+	// Approvers is how many distinct people the call needed (SPEC §15; 0 for one); Votes are
+	// their answers, one line each, in the order they came.
+	Approvers int
+	Votes     []AuditVote
+}
+
+// AuditVote is one person's vote on a call that needed several approvers (SPEC §15).
+type AuditVote struct {
+	Decision          string // approved | denied
+	By, Reason        string
+	LinkID, LinkLabel string
+	At                time.Time
 }
 
 // GrantsView is the owner's list of a session's grants ("Approve for session", SPEC §3), each
@@ -363,11 +378,14 @@ type SharesView struct {
 type ShareForm struct {
 	Role, Label, ExpiresIn string
 	CanEdit, CanRemember   bool
+	// For is the person an approver link is made for (SPEC §15), "" for none.
+	For string
 }
 
 // ShareRow is one share link in the panel.
 type ShareRow struct {
 	ID, URL, Role, Label      string
+	For                       string // the person an approver link was made for; "" for none
 	CanEdit, CanRemember      bool
 	Expires, LastUsed, Status string // Status: active, expired or revoked
 	RevokeURL                 string
@@ -395,6 +413,9 @@ type RulesView struct {
 // RuleForm is what the add-rule form holds: the rule's text, effect, scope choice and note.
 type RuleForm struct {
 	Text, Effect, Scope, Note string
+	// Approvers (a number, "" for one person) and Reviewers (names, comma-separated) as typed
+	// (SPEC §15; ask rules only).
+	Approvers, Reviewers string
 }
 
 // RuleRow is one rule on the Rules page. Text is gate.Rule.Text ("run_command(git diff:*)", with

@@ -40,6 +40,9 @@ type Backend interface {
 	Approval(ctx context.Context, id string) (gate.Approval, error)
 	Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error)
 	PendingApprovals(ctx context.Context) ([]gate.Approval, error)
+	// CastVote stores a person's vote on an approval that needs need approvals (SPEC §15): a
+	// deny resolves it at once, the need-th approve resolves it approved (gate.Store.CastVote).
+	CastVote(ctx context.Context, id string, v gate.Vote, need int) (gate.Approval, bool, error)
 
 	// Rules and session grants (rules.go).
 	CreateRule(ctx context.Context, r gate.Rule) error

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,11 +16,12 @@ import (
 const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_call_id, tool_name,
 	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
 	decided_by, reason, scope, created_at, decided_at, derived_from, decided_via_link_id, decided_via_link_label,
-	ask_reason, decision_source, rule_id, rule_text, rule_source, mode, rule_scope, count, last_at, preview`
+	ask_reason, decision_source, rule_id, rule_text, rule_source, mode, rule_scope, count, last_at, preview,
+	approvers, reviewers`
 
 const insertApproval = `INSERT INTO approvals (` + approvalColumns + `)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-		$21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31)`
+		$21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33)`
 
 // upsertApproval is insertApproval for a grouped record (issue 19): a row whose id exists is
 // merged — its count grows by the record's, its last_at becomes the later of the two (greatest
@@ -125,7 +125,7 @@ func (db *DB) approvalRow(a gate.Approval) ([]any, error) {
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
 		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel, a.AskReason,
 		string(a.DecisionSource), a.RuleID, a.RuleText, string(a.RuleSource), string(a.Mode), string(a.RuleScope),
-		a.Count, nullTime(a.LastAt), preview}, nil
+		a.Count, nullTime(a.LastAt), preview, a.Approvers, namesColumn(a.Reviewers)}, nil
 }
 
 // approvalError turns a server error of an approval insert into its apperr code, with the SQLite
@@ -159,36 +159,44 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	if r.At.IsZero() {
 		r.At = db.Now()
 	}
-	viaID, viaLabel := linkColumns(r.DecidedVia)
-	a, err = db.resolve(ctx, id, r, viaID, viaLabel)
-	if errors.Is(err, pgx.ErrNoRows) {
-		var n int
-		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM approvals WHERE id = $1`, id).Scan(&n); err != nil {
-			return gate.Approval{}, err
+	err = db.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		if a, err = db.resolveIn(ctx, tx, id, r); err != nil {
+			return err
 		}
-		if n == 0 {
-			return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
+		if a.Quorum() {
+			a.Votes, err = votesIn(ctx, tx, id)
 		}
-		return gate.Approval{}, apperr.Errorf(apperr.Conflict, "approval already resolved")
-	}
-	if isInvalid(err) {
-		return gate.Approval{}, apperr.Errorf(apperr.Invalid,
-			"decision cannot be stored: invalid JSON edited arguments or scope %q", r.Scope)
-	}
+		return err
+	})
 	if err != nil {
 		return gate.Approval{}, err
 	}
 	return a, nil
 }
 
-// resolve runs resolveApproval, one statement, committed by itself.
-func (db *DB) resolve(ctx context.Context, id string, r gate.Resolution, viaID, viaLabel string) (gate.Approval, error) {
-	start := time.Now()
-	a, err := scanApproval(db.pool.QueryRow(ctx, resolveApproval,
+// resolveIn applies r (its At set) to pending approval id through q, with ResolveApproval's
+// errors.
+func (db *DB) resolveIn(ctx context.Context, q querier, id string, r gate.Resolution) (gate.Approval, error) {
+	viaID, viaLabel := linkColumns(r.DecidedVia)
+	a, err := scanApproval(q.QueryRow(ctx, resolveApproval,
 		string(r.Status), r.DecidedBy, r.Reason, string(r.Scope), nullJSON(r.EditedArguments), r.Automatic,
 		formatTime(r.At), r.DerivedFrom, viaID, viaLabel, string(r.Source), r.RuleID, r.RuleText,
 		string(r.RuleSource), string(r.RuleScope), id))
-	db.committed(start, err)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var n int
+		if err := q.QueryRow(ctx, `SELECT count(*) FROM approvals WHERE id = $1`, id).Scan(&n); err != nil {
+			return a, err
+		}
+		if n == 0 {
+			return a, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
+		}
+		return a, apperr.Errorf(apperr.Conflict, "approval already resolved")
+	}
+	if isInvalid(err) {
+		return a, apperr.Errorf(apperr.Invalid,
+			"decision cannot be stored: invalid JSON edited arguments or scope %q", r.Scope)
+	}
 	return a, err
 }
 
@@ -212,6 +220,9 @@ func (db *DB) Approval(ctx context.Context, id string) (a gate.Approval, err err
 	if errors.Is(err, pgx.ErrNoRows) {
 		return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
 	}
+	if err == nil && a.Quorum() {
+		a.Votes, err = votesIn(ctx, db.pool, id)
+	}
 	return a, err
 }
 
@@ -221,22 +232,32 @@ func (db *DB) Approvals(ctx context.Context, sessionID string, status gate.Statu
 	defer apperr.Wrap(&err, "store.Approvals(%s, %q)", sessionID, status)
 	switch status {
 	case "":
-		return queryAll(ctx, db, scanApproval, `SELECT `+approvalColumns+` FROM approvals
+		return db.queryApprovals(ctx, `SELECT `+approvalColumns+` FROM approvals
 			WHERE session_id = $1 ORDER BY created_at, ord`, sessionID)
 	case gate.Pending:
 		// The literal matches the partial index approvals_pending.
-		return queryAll(ctx, db, scanApproval, `SELECT `+approvalColumns+` FROM approvals
+		return db.queryApprovals(ctx, `SELECT `+approvalColumns+` FROM approvals
 			WHERE session_id = $1 AND status = 'pending' ORDER BY created_at, ord`, sessionID)
 	}
-	return queryAll(ctx, db, scanApproval, `SELECT `+approvalColumns+` FROM approvals
+	return db.queryApprovals(ctx, `SELECT `+approvalColumns+` FROM approvals
 		WHERE session_id = $1 AND status = $2 ORDER BY created_at, ord`, sessionID, string(status))
 }
 
 // PendingApprovals lists the pending approvals of every session in creation order.
 func (db *DB) PendingApprovals(ctx context.Context) (_ []gate.Approval, err error) {
 	defer apperr.Wrap(&err, "store.PendingApprovals")
-	return queryAll(ctx, db, scanApproval, `SELECT `+approvalColumns+` FROM approvals
+	return db.queryApprovals(ctx, `SELECT `+approvalColumns+` FROM approvals
 		WHERE status = 'pending' ORDER BY created_at, ord`)
+}
+
+// queryApprovals runs a query of approvalColumns and fills in the votes of those that need
+// several approvers.
+func (db *DB) queryApprovals(ctx context.Context, query string, args ...any) ([]gate.Approval, error) {
+	as, err := queryAll(ctx, db, scanApproval, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return as, db.withVotes(ctx, as)
 }
 
 func scanApproval(r pgx.Row) (gate.Approval, error) {
@@ -247,12 +268,18 @@ func scanApproval(r pgx.Row) (gate.Approval, error) {
 		annotations, status, scope, at   string
 		viaID, viaLabel, source, ruleSrc string
 		mode, ruleScope                  string
+		reviewers                        *string
 	)
 	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
 		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
 		&a.DecidedBy, &a.Reason, &scope, &at, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel, &a.AskReason,
-		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode, &ruleScope, &a.Count, &lastAt, &preview); err != nil {
+		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode, &ruleScope, &a.Count, &lastAt, &preview,
+		&a.Approvers, &reviewers); err != nil {
 		return gate.Approval{}, err
+	}
+	var err error
+	if a.Reviewers, err = namesOf(reviewers); err != nil {
+		return gate.Approval{}, fmt.Errorf("approval %s reviewers: %w", a.ID, err)
 	}
 	a.DecidedVia = linkRef(viaID, viaLabel)
 	a.RuleScope = gate.RuleScope(ruleScope)
@@ -262,7 +289,6 @@ func scanApproval(r pgx.Row) (gate.Approval, error) {
 	if err := json.Unmarshal([]byte(annotations), &a.Annotations); err != nil {
 		return gate.Approval{}, fmt.Errorf("approval %s annotations: %w", a.ID, err)
 	}
-	var err error
 	if a.CreatedAt, err = parseTime(at); err != nil {
 		return gate.Approval{}, err
 	}

@@ -11,7 +11,8 @@ import (
 )
 
 const ruleColumns = `id, effect, tool, specifier, when_expr, scope, session_id, workspace, source, created_by,
-	created_via_link_id, created_via_link_label, created_at, expires_at, note, from_approval, hits, last_used_at`
+	created_via_link_id, created_via_link_label, created_at, expires_at, note, from_approval, hits, last_used_at,
+	approvers, reviewers`
 
 // grantShaped selects the rules that are session grants (gate.Rule.GrantShaped).
 const grantShaped = `effect = 'allow' AND scope = 'session' AND source = 'prompt' AND specifier = '' AND when_expr = ''
@@ -35,10 +36,10 @@ func (db *DB) CreateRule(ctx context.Context, r gate.Rule) (err error) {
 	}
 	viaID, viaLabel := linkColumns(r.CreatedVia)
 	_, err = db.exec(ctx, `INSERT INTO rules (`+ruleColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`,
 		r.ID, string(r.Effect), r.Tool, r.Specifier, r.When, string(r.Scope), session, r.Workspace, string(r.Source),
 		r.CreatedBy, viaID, viaLabel, formatTime(r.CreatedAt), nullTime(r.ExpiresAt), r.Note, r.FromApproval, r.Hits,
-		nullTime(r.LastUsedAt))
+		nullTime(r.LastUsedAt), r.Approvers, namesColumn(r.Reviewers))
 	switch {
 	case isUnique(err):
 		return apperr.Errorf(apperr.Conflict, "rule %s already exists", r.ID)
@@ -91,9 +92,15 @@ func scanRule(sc pgx.Row) (gate.Rule, error) {
 		effect, scope, source, created string
 		session, expires, last         *string
 		viaID, viaLabel                string
+		reviewers                      *string
 	)
 	if err := sc.Scan(&r.ID, &effect, &r.Tool, &r.Specifier, &r.When, &scope, &session, &r.Workspace, &source,
-		&r.CreatedBy, &viaID, &viaLabel, &created, &expires, &r.Note, &r.FromApproval, &r.Hits, &last); err != nil {
+		&r.CreatedBy, &viaID, &viaLabel, &created, &expires, &r.Note, &r.FromApproval, &r.Hits, &last,
+		&r.Approvers, &reviewers); err != nil {
+		return gate.Rule{}, err
+	}
+	var err error
+	if r.Reviewers, err = namesOf(reviewers); err != nil {
 		return gate.Rule{}, err
 	}
 	r.Effect, r.Scope, r.Source = gate.Effect(effect), gate.RuleScope(scope), gate.RuleSource(source)
@@ -101,7 +108,6 @@ func scanRule(sc pgx.Row) (gate.Rule, error) {
 		r.SessionID = *session
 	}
 	r.CreatedVia = linkRef(viaID, viaLabel)
-	var err error
 	if r.CreatedAt, err = parseTime(created); err != nil {
 		return gate.Rule{}, err
 	}

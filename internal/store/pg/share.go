@@ -11,15 +11,15 @@ import (
 	"countersign/internal/share"
 )
 
-const shareColumns = `id, session_id, role, label, token_hash, created_at, expires_at, revoked_at, last_used_at, can_edit, can_remember`
+const shareColumns = `id, session_id, role, label, token_hash, created_at, expires_at, revoked_at, last_used_at, can_edit, can_remember, for_name`
 
 // CreateShare stores a share link (its token hash, never the token) with its rights. Errors:
 // apperr.NotFound for an unknown session, apperr.Conflict for a duplicate id or hash.
 func (db *DB) CreateShare(ctx context.Context, l share.Link) (err error) {
 	defer apperr.Wrap(&err, "store.CreateShare")
-	_, err = db.exec(ctx, `INSERT INTO shares (`+shareColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+	_, err = db.exec(ctx, `INSERT INTO shares (`+shareColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		l.ID, l.SessionID, string(l.Role), l.Label, l.TokenHash, formatTime(l.CreatedAt),
-		nullTime(l.ExpiresAt), nullTime(l.RevokedAt), nullTime(l.LastUsedAt), l.CanEdit, l.CanRemember)
+		nullTime(l.ExpiresAt), nullTime(l.RevokedAt), nullTime(l.LastUsedAt), l.CanEdit, l.CanRemember, l.For)
 	switch {
 	case isForeignKey(err):
 		return apperr.Errorf(apperr.NotFound, "session %s not found", l.SessionID)
@@ -82,7 +82,7 @@ func scanShare(r pgx.Row) (share.Link, error) {
 		expires, revoked, lastUsed *string
 	)
 	if err := r.Scan(&l.ID, &l.SessionID, &role, &l.Label, &l.TokenHash, &created, &expires, &revoked, &lastUsed,
-		&l.CanEdit, &l.CanRemember); err != nil {
+		&l.CanEdit, &l.CanRemember, &l.For); err != nil {
 		return share.Link{}, err
 	}
 	l.Role = share.Role(role)

@@ -86,6 +86,10 @@ var tests = []struct {
 	{"DeleteSessionTakesEverythingOfIt", testDeleteSessionTakesEverythingOfIt},
 	{"IdleSessions", testIdleSessions},
 	{"Ready", testReady},
+	{"VotesRoundTrip", testVotesRoundTrip},
+	{"OneVotePerPerson", testOneVotePerPerson},
+	{"VotesRacingMakeTheQuorumOnce", testVotesRacingMakeTheQuorumOnce},
+	{"RuleAndShareKeepTheirPeople", testRuleAndShareKeepTheirPeople},
 }
 
 // t0 is the tests' epoch: nanoseconds set, so a lossy time round trip shows.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,6 +160,8 @@ func (ev Event) Shared(key any, build func() any) any {
 type Broker struct {
 	mu   sync.RWMutex
 	subs map[string]map[*Subscription]struct{}
+	// approvals are the subscribers of every session's approval events (SubscribeApprovals).
+	approvals map[*Subscription]struct{}
 }
 
 // Subscription is one subscriber's event channel. C is closed when the subscriber is dropped or
@@ -170,6 +173,7 @@ type Subscription struct {
 	C         <-chan *Event
 	c         chan *Event
 	sessionID string
+	approvals bool // a SubscribeApprovals subscriber, of every session
 	once      sync.Once
 }
 
@@ -192,9 +196,35 @@ func (b *Broker) Subscribe(sessionID string) *Subscription {
 	return s
 }
 
+// SubscribeApprovals registers a subscriber for the approval events of every session: each
+// event whose type starts with "approval_" (IsApproval: approval_requested, approval_resolved and
+// any added later), whatever its session — the inbox's one socket per page (SPEC §15). Like
+// Subscribe's, its buffer is bounded and a subscriber that falls behind is dropped (C closed).
+func (b *Broker) SubscribeApprovals() *Subscription {
+	c := make(chan *Event, subscriberBuffer)
+	s := &Subscription{C: c, c: c, approvals: true}
+	b.mu.Lock()
+	if b.approvals == nil {
+		b.approvals = map[*Subscription]struct{}{}
+	}
+	b.approvals[s] = struct{}{}
+	b.mu.Unlock()
+	return s
+}
+
+// IsApproval reports whether t is an approval event (its name starts with "approval_"): the
+// events SubscribeApprovals forwards.
+func (t EventType) IsApproval() bool { return strings.HasPrefix(string(t), "approval_") }
+
 // Unsubscribe removes s and closes its channel. It is safe to call more than once.
 func (b *Broker) Unsubscribe(s *Subscription) {
 	b.mu.Lock()
+	if s.approvals {
+		delete(b.approvals, s)
+		b.mu.Unlock()
+		s.once.Do(func() { close(s.c) })
+		return
+	}
 	delete(b.subs[s.sessionID], s)
 	if len(b.subs[s.sessionID]) == 0 {
 		delete(b.subs, s.sessionID)
@@ -203,19 +233,31 @@ func (b *Broker) Unsubscribe(s *Subscription) {
 	s.once.Do(func() { close(s.c) })
 }
 
-// Publish sends ev to every subscriber of ev.SessionID without blocking.
+// Publish sends ev to every subscriber of ev.SessionID, and an approval event also to every
+// SubscribeApprovals subscriber, without blocking.
 func (b *Broker) Publish(ev Event) {
 	var slow []*Subscription
 	b.mu.RLock()
 	subs := b.subs[ev.SessionID]
+	var all map[*Subscription]struct{}
+	if ev.Type.IsApproval() {
+		all = b.approvals
+	}
 	var shared *Event
-	if len(subs) > 0 {
+	if len(subs)+len(all) > 0 {
 		// Allocated here only: a session nobody watches costs no allocation.
 		e := ev
 		e.pub = &publication{at: time.Now()}
 		shared = &e
 	}
 	for s := range subs {
+		select {
+		case s.c <- shared:
+		default:
+			slow = append(slow, s)
+		}
+	}
+	for s := range all {
 		select {
 		case s.c <- shared:
 		default:

@@ -166,7 +166,7 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 	if v.Error != "" {
 		st = http.StatusBadRequest
 	}
-	s.render(w, r, st, templates.Layout(templates.Page{Title: "Audit: " + sess.Title, Owner: true}, templates.AuditPage(v)))
+	s.render(w, r, st, templates.Layout(s.ownerPage(r.Context(), "Audit: "+sess.Title, false), templates.AuditPage(v)))
 	return nil
 }
 

@@ -46,12 +46,16 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 	// which the fragments tolerate (replacements by id, appends deduplicated by id), rather
 	// than never.
 	var workspace string
-	s.pumpEvents(w, r, id, eventSocket{
+	k := eventSocket{
 		limit: limit,
 		end:   end,
 		first: func(ctx context.Context) ([][]byte, bool) {
 			ws, frag := s.resync(ctx, id, who)
 			workspace = ws
+			if who.owner {
+				// The owner's header badge rides on this socket (SPEC §15).
+				frag = fragments(frag, s.badge(ctx, nil))
+			}
 			return s.renderFragment(ctx, nil, frag), true
 		},
 		message: func(ctx context.Context, msgs [][]byte, ev *agent.Event) [][]byte {
@@ -64,7 +68,11 @@ func (s *Server) serveLive(w http.ResponseWriter, r *http.Request, id string, wh
 		deletedStatus: websocket.StatusPolicyViolation,
 		deletedReason: endedDeleted,
 		what:          "live",
-	})
+	}
+	if who.owner {
+		k.badge = s.badgeFragment
+	}
+	s.pumpEvents(w, r, id, k)
 	return nil
 }
 

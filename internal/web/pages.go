@@ -57,7 +57,7 @@ func (s *Server) renderSessions(w http.ResponseWriter, r *http.Request, st int, 
 		v.Sessions = append(v.Sessions, templates.SessionRow{ID: x.ID, Title: x.Title, Model: x.Model,
 			Workspace: x.Workspace, State: string(x.State), Pending: x.PendingApprovals, CreatedAt: x.CreatedAt})
 	}
-	s.render(w, r, st, templates.Layout(templates.Page{Title: "Sessions", Owner: true}, templates.SessionsPage(v)))
+	s.render(w, r, st, templates.Layout(s.ownerPage(r.Context(), "Sessions", false), templates.SessionsPage(v)))
 	return nil
 }
 
@@ -180,7 +180,7 @@ func (s *Server) sessionPage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: v.Title, Owner: true}, templates.SessionPage(v)))
+	s.render(w, r, http.StatusOK, templates.Layout(s.ownerPage(r.Context(), v.Title, true), templates.SessionPage(v)))
 	return nil
 }
 

@@ -92,6 +92,10 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"GET /rules", owner, s.rulesPage, nil},
 		{"POST /rules", owner, s.addRule, nil},
 		{"POST /rules/{id}/delete", owner, s.deleteRule, nil},
+		{"GET /inbox", owner, s.inboxPage, nil},
+		{"GET /inbox/more", owner, s.inboxMore, nil},
+		{"GET /inbox/live", owner, s.inboxLive, nil},
+		{"GET /inbox/badge", owner, s.inboxBadge, nil},
 		// Everything else: 401 without the owner's cookie, 405 or 404 with it.
 		{"/", owner, noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
 			return apperr.Errorf(apperr.NotFound, "Page not found")
@@ -101,6 +105,9 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"GET /r/{token}", linkViewer, s.reviewerPage, nil},
 		{"POST /r/{token}/name", linkViewer, s.reviewerName, nil},
 		{"GET /r/{token}/live", linkViewer, s.reviewerLive, nil},
+		{"GET /r/{token}/inbox", linkViewer, s.reviewerInbox, nil},
+		{"GET /r/{token}/inbox/more", linkViewer, s.reviewerInboxMore, nil},
+		{"GET /r/{token}/inbox/live", linkViewer, s.reviewerInboxLive, nil},
 		{"POST /r/{token}/approvals/{aid}/decision", linkApprover, s.reviewerDecide, nil},
 		{"POST /r/{token}/approvals/{aid}/preview", linkApprover, s.reviewerPreview, nil},
 

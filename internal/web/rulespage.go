@@ -42,7 +42,7 @@ func (s *Server) renderRules(w http.ResponseWriter, r *http.Request, st int, for
 	for _, rl := range s.cfg.Runner.Rules() {
 		v.Rows = append(v.Rows, ruleRow(rl, titles))
 	}
-	s.render(w, r, st, templates.Layout(templates.Page{Title: "Rules", Owner: true}, templates.RulesPage(v)))
+	s.render(w, r, st, templates.Layout(s.ownerPage(r.Context(), "Rules", false), templates.RulesPage(v)))
 	return nil
 }
 

@@ -34,6 +34,10 @@ type Reader interface {
 	Entries(ctx context.Context, sessionID string) ([]agent.Entry, error)
 	Approval(ctx context.Context, id string) (gate.Approval, error)
 	Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error)
+	// Inbox lists a page of the pending approvals of every session or one, oldest first, with
+	// their sessions' titles; PendingCount counts them (sessionID "": every session; SPEC §15).
+	Inbox(ctx context.Context, q agent.InboxQuery) ([]agent.InboxItem, error)
+	PendingCount(ctx context.Context, sessionID string) (int, error)
 }
 
 // Config wires a Server.
@@ -61,6 +65,9 @@ type Config struct {
 	SessionTTL time.Duration
 	// Now is the clock for login expiry; nil means time.Now.
 	Now func() time.Time
+	// InboxPageSize is how many approvals a page of the inbox shows; zero means
+	// templates.InboxPageSize.
+	InboxPageSize int
 	// TrustedProxies are the proxies whose X-Forwarded-For / -Proto are believed (SPEC §16).
 	TrustedProxies Proxies
 	// AccessLog, when set, gets one line per request (accessLog: tokens redacted).
@@ -125,6 +132,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.InboxPageSize <= 0 {
+		cfg.InboxPageSize = templates.InboxPageSize
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now}}
 	s.failures.client = s.clientIP

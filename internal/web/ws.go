@@ -213,6 +213,13 @@ type eventSocket struct {
 	sendDeleted   bool
 	// what names the socket in the debug log of a failed write.
 	what string
+	// subscribe subscribes the socket to its events; nil means session id's (Broker.Subscribe).
+	// The inbox's socket hears every session's approval events (Broker.SubscribeApprovals).
+	subscribe func() *agent.Subscription
+	// badge, when set, is the owner's inbox badge (SPEC §15) for an approval event of any
+	// session, heard on a second subscription (Broker.SubscribeApprovals): a session page's
+	// socket carries the header's count so the page needs no second socket.
+	badge func(ctx context.Context, msgs [][]byte, ev *agent.Event) [][]byte
 }
 
 // pumpEvents serves session id's events on a WebSocket as k says, until the client leaves, k.end
@@ -236,8 +243,20 @@ func (s *Server) pumpEvents(w http.ResponseWriter, r *http.Request, id string, k
 	c.SetReadLimit(1 << 10)
 	ctx := c.CloseRead(r.Context())
 
-	sub := s.cfg.Broker.Subscribe(id)
+	var sub *agent.Subscription
+	if k.subscribe != nil {
+		sub = k.subscribe()
+	} else {
+		sub = s.cfg.Broker.Subscribe(id)
+	}
 	defer s.cfg.Broker.Unsubscribe(sub)
+	// A nil channel never receives: without a badge the loop waits on the one subscription.
+	var badges <-chan *agent.Event
+	if k.badge != nil {
+		bs := s.cfg.Broker.SubscribeApprovals()
+		defer s.cfg.Broker.Unsubscribe(bs)
+		badges = bs.C
+	}
 	first, ok := k.first(ctx)
 	if !ok {
 		return
@@ -256,6 +275,18 @@ func (s *Server) pumpEvents(w http.ResponseWriter, r *http.Request, id string, k
 		case <-k.end.Done():
 			c.Close(websocket.StatusPolicyViolation, k.end.reason)
 			return
+		case ev, ok := <-badges:
+			if !ok {
+				c.Close(websocket.StatusTryAgainLater, k.behind)
+				return
+			}
+			// The badge reads the count when it is rendered: the latest event's is current.
+			msgs = k.badge(ctx, msgs[:0], ev)
+			err := s.writeBatch(ctx, c, msgs, k.what)
+			clear(msgs)
+			if err != nil {
+				return
+			}
 		case ev, ok := <-sub.C:
 			if !ok {
 				c.Close(websocket.StatusTryAgainLater, k.behind)

@@ -59,6 +59,8 @@
   });
 
   document.addEventListener("htmx:wsAfterMessage", dedupe);
+  // A page of the inbox loaded after live cards arrived may hold them too (issue 20).
+  document.addEventListener("htmx:afterSettle", dedupe);
 
   // A message that was accepted leaves the box; a refused one stays in it.
   document.addEventListener("htmx:afterRequest", function (e) {

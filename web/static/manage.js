@@ -143,7 +143,10 @@
   // --- The tab's title follows a rename ---------------------------------------------------
   function syncTitle() {
     var h = document.getElementById("session-title");
-    if (h) document.title = h.textContent.trim() + " · Countersign";
+    if (!h) return;
+    // The inbox's count leads the title ("(3) …", inbox.js): keep it.
+    var count = /^\(\d+\) /.exec(document.title);
+    document.title = (count ? count[0] : "") + h.textContent.trim() + " · Countersign";
   }
 
   function afterSwap() {

@@ -15,6 +15,11 @@ type Page struct {
 	Title string
 	// Owner is true on the owner's pages (shows the owner navigation).
 	Owner bool
+	// Inbox is the owner's inbox badge (SPEC §15): the pending count, also in the tab title.
+	Inbox BadgeView
+	// BadgeURL, on an owner page without a socket of its own, is the small socket that keeps the
+	// badge and the title live; "" where the page's socket carries them.
+	BadgeURL string
 }
 
 // SessionsView is the session list with the New-session form.

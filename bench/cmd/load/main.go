@@ -88,7 +88,7 @@ type options struct {
 }
 
 // defaultCases are the cases run when -cases is not given (make bench, bench/peers.sh).
-const defaultCases = "nested,rules,direct,rss,approval,fanout,sessions,fanout_html"
+const defaultCases = "nested,rules,direct,rss,approval,fanout,sessions,fanout_html,inbox"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
@@ -207,6 +207,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if opt.cases["fanout_html"] {
 			// paced as fanout's paced mode (15 ms between text chunks)
 			steps = append(steps, step{"fanout_html chunk delay 15ms", func() (line, error) { return fanoutHTML(ctx, 10, 100, 15*time.Millisecond) }})
+		}
+		if opt.cases["inbox"] {
+			steps = append(steps, step{"inbox n=1000", func() (line, error) { return inboxCase(ctx, 1000, 20) }})
 		}
 		for _, s := range steps {
 			if err := ctx.Err(); err != nil {

@@ -310,6 +310,15 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 			target("approval round trip p99 ≤ 2 ms ("+mode+")", fmt.Sprintf("p50 %s µs, p99 %s µs", f(num(c, "p50_us")), f(num(c, "p99_us"))), num(c, "p99_us") <= 2000, true)
 		}
 	}
+	if c, ok := find(cs, "countersign", "inbox", nil); ok {
+		target("inbox (issue 20): GET /inbox with 1,000 pending approvals < 50 ms (p99 of the loads)",
+			fmt.Sprintf("p50 %s ms, p99 %s ms, %s KB", f(num(c, "page_p50_ms")), f(num(c, "page_p99_ms")), f(num(c, "page_kb"))),
+			num(c, "page_p99_ms") < 50, true)
+		target("inbox (issue 20): decision round trip from the inbox p99 < 2 ms (one at a time)",
+			fmt.Sprintf("p50 %s µs, p99 %s µs (the POST alone p50 %s µs, p99 %s µs)", f(num(c, "rt_p50_us")), f(num(c, "rt_p99_us")),
+				f(num(c, "rt_post_p50_us")), f(num(c, "rt_post_p99_us"))),
+			num(c, "rt_p99_us") < 2000, true)
+	}
 	for _, mode := range []string{"paced", "burst"} {
 		if c, ok := find(cs, "countersign", "fanout", map[string]string{"mode": mode}); ok {
 			target("fan-out p99 ≤ 50 ms ("+mode+")", fmt.Sprintf("delivery p50 %s ms, p99 %s ms; text p99 %s ms", f(num(c, "p50_ms")), f(num(c, "p99_ms")), f(num(c, "text_p99_ms"))), num(c, "p99_ms") <= 50, true)

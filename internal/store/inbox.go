@@ -1,0 +1,71 @@
+package store
+
+import (
+	"context"
+	"strings"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+)
+
+// inboxColumns are approvalColumns read from the approvals table aliased a (the inbox joins
+// sessions, whose id and created_at would be ambiguous), then the session's title and workspace.
+var inboxColumns = func() string {
+	cols := strings.Split(approvalColumns, ",")
+	for i, c := range cols {
+		cols[i] = "a." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ") + ", s.title, s.workspace"
+}()
+
+// inboxQuery reads the pending approvals oldest first (ties in insertion order) with their
+// sessions, through the partial index approvals_pending_all (migration 0014): the literal
+// 'pending' lets SQLite use it (a bound parameter would not), and the index's order is the
+// ORDER BY's (rowid is its last column), so nothing is sorted. An empty ?1 reads every session,
+// else only session ?1 (an approver link's inbox); an empty ?2 starts at the oldest, else after
+// approval ?2 (the next page); ?3 is the most rows read (-1: no limit).
+const inboxQuery = `FROM approvals a INDEXED BY approvals_pending_all JOIN sessions s ON s.id = a.session_id
+	WHERE a.status = 'pending' AND (?1 = '' OR a.session_id = ?1)
+		AND (?2 = '' OR (a.created_at, a.rowid) > (SELECT created_at, rowid FROM approvals WHERE id = ?2))
+	ORDER BY a.created_at, a.rowid LIMIT ?3`
+
+// Inbox lists the pending approvals of every session (q.SessionID "") or of one, oldest first
+// (CreatedAt, then insertion order), each with its session's title and workspace, in one query
+// through an index (SPEC §15 "The inbox"; TestInboxUsesItsIndex): at most q.Limit of them (0: no
+// limit), after approval q.After when set (the inbox's next page; an After that is no longer
+// pending or unknown reads from the oldest after it, or nothing). Empty when nothing waits.
+func (db *DB) Inbox(ctx context.Context, q agent.InboxQuery) (_ []agent.InboxItem, err error) {
+	defer apperr.Wrap(&err, "store.Inbox(%+v)", q)
+	limit := q.Limit
+	if limit <= 0 {
+		limit = -1
+	}
+	return queryAll(ctx, db.read, func(r scanner) (agent.InboxItem, error) {
+		var it agent.InboxItem
+		a, err := scanApproval(extraScanner{r, []any{&it.SessionTitle, &it.Workspace}})
+		it.Approval = a
+		return it, err
+	}, `SELECT `+inboxColumns+` `+inboxQuery, q.SessionID, q.After, limit)
+}
+
+// PendingCount is how many approvals wait for a person in every session (sessionID "") or in
+// one: the inbox badge's count (SPEC §15). Counted in the partial index, not the table.
+func (db *DB) PendingCount(ctx context.Context, sessionID string) (n int, err error) {
+	defer apperr.Wrap(&err, "store.PendingCount(%q)", sessionID)
+	if sessionID == "" {
+		err = db.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM approvals INDEXED BY approvals_pending_all WHERE status = 'pending'`).Scan(&n)
+		return n, err
+	}
+	err = db.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM approvals WHERE session_id = ? AND status = 'pending'`, sessionID).Scan(&n)
+	return n, err
+}
+
+// extraScanner scans a row whose first columns are another scanner's and whose last are extra.
+type extraScanner struct {
+	r     scanner
+	extra []any
+}
+
+func (e extraScanner) Scan(dest ...any) error {
+	return e.r.Scan(append(dest, e.extra...)...)
+}

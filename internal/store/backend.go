@@ -40,6 +40,11 @@ type Backend interface {
 	Approval(ctx context.Context, id string) (gate.Approval, error)
 	Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error)
 	PendingApprovals(ctx context.Context) ([]gate.Approval, error)
+	// Inbox lists a page of the pending approvals of every session or one, oldest first, with
+	// their sessions' titles and workspaces; PendingCount counts them (sessionID "": every
+	// session; SPEC §15).
+	Inbox(ctx context.Context, q agent.InboxQuery) ([]agent.InboxItem, error)
+	PendingCount(ctx context.Context, sessionID string) (int, error)
 	// CastVote stores a person's vote on an approval that needs need approvals (SPEC §15): a
 	// deny resolves it at once, the need-th approve resolves it approved (gate.Store.CastVote).
 	CastVote(ctx context.Context, id string, v gate.Vote, need int) (gate.Approval, bool, error)

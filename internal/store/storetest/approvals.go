@@ -2,14 +2,15 @@ package storetest
 
 import (
 	"context"
-	"countersign/internal/apperr"
-	"countersign/internal/gate"
-	"countersign/internal/tool"
 	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
 )
 
 // previewed are write_file approvals with each kind of stored preview (issue 19): a file's

@@ -2,14 +2,15 @@ package storetest
 
 import (
 	"context"
-	"countersign/internal/agent"
-	"countersign/internal/apperr"
-	"countersign/internal/gate"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"testing"
 	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
 )
 
 func testCreateApprovalsIsAllOrNothing(t *testing.T, h Harness) {

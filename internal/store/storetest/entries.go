@@ -2,11 +2,12 @@ package storetest
 
 import (
 	"context"
-	"countersign/internal/agent"
-	"countersign/internal/apperr"
 	"fmt"
 	"sync"
 	"testing"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
 )
 
 func testEntries(t *testing.T, h Harness) {

@@ -2,9 +2,10 @@ package storetest
 
 import (
 	"context"
-	"countersign/internal/apperr"
 	"testing"
 	"time"
+
+	"countersign/internal/apperr"
 )
 
 func testOwnerSessionsExpireAndEnd(t *testing.T, h Harness) {

@@ -2,13 +2,14 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/share"
 	"countersign/internal/tool"
-	"encoding/json"
-	"testing"
-	"time"
 )
 
 // testLinkRightsDecidedViaAndGrantsRoundTrip: migration 0006's columns keep a link's rights, the

@@ -2,12 +2,13 @@ package storetest
 
 import (
 	"context"
-	"countersign/internal/agent"
-	"countersign/internal/apperr"
-	"countersign/internal/gate"
 	"sync"
 	"testing"
 	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
 )
 
 func testSessions(t *testing.T, h Harness) {

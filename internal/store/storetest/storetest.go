@@ -86,6 +86,7 @@ var tests = []struct {
 	{"DeleteSessionTakesEverythingOfIt", testDeleteSessionTakesEverythingOfIt},
 	{"IdleSessions", testIdleSessions},
 	{"Ready", testReady},
+	{"InboxListsPendingApprovalsAcrossSessionsOldestFirst", testInboxListsPendingApprovalsAcrossSessionsOldestFirst},
 	{"VotesRoundTrip", testVotesRoundTrip},
 	{"OneVotePerPerson", testOneVotePerPerson},
 	{"VotesRacingMakeTheQuorumOnce", testVotesRacingMakeTheQuorumOnce},

@@ -2,12 +2,13 @@ package storetest
 
 import (
 	"context"
-	"countersign/internal/apperr"
-	"countersign/internal/gate"
-	"countersign/internal/share"
 	"fmt"
 	"sync"
 	"testing"
+
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/share"
 )
 
 // testVotesRoundTrip: an approval's approvers and reviewers, and each vote with its link,

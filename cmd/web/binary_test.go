@@ -229,7 +229,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // that says it started by creating the file "started", then waits for the file "release".
 const blockingScript = `{"steps":[
  {"content":[{"type":"text","text":"Running it."},
-   {"type":"toolCall","id":"call-1","name":"run_command","arguments":{"command":"touch started; while [ ! -e release ]; do sleep 0.05; done; echo ran-after-release"}}],
+   {"type":"toolCall","id":"call-1","name":"run_command","arguments":{"command":"touch started; while [ ! -e release ]; do sleep 0.05; done; touch finished; echo ran-after-release"}}],
   "stopReason":"toolUse"},
  {"content":[{"type":"text","text":"All done: {{lastResult.stdout}}"}],"stopReason":"stop"}
 ]}`
@@ -260,6 +260,16 @@ func (f serverFiles) args(addr string) []string {
 // for and waits until the command runs (and waits for "release"). It returns the session id.
 func startExecutingCall(t *testing.T, p *proc, f serverFiles) string {
 	t.Helper()
+	// A test that kills the server (or fails) leaves the command waiting: release it at the
+	// end and let it finish before the workspace goes, so no shell loop outlives the test.
+	t.Cleanup(func() {
+		_ = os.WriteFile(filepath.Join(f.workspace, "release"), nil, 0o644)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(f.workspace, "finished")); err == nil {
+				return
+			}
+		}
+	})
 	var sess struct{ ID string }
 	p.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "first", "model": "faux:blocking"}, &sess)
 	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)

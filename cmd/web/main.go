@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 	"countersign/internal/mcp"
 	"countersign/internal/metrics"
 	"countersign/internal/models"
+	"countersign/internal/notify"
 	"countersign/internal/procenv"
 	"countersign/internal/rules"
 	"countersign/internal/share"
@@ -62,8 +64,8 @@ func main() {
 type config struct {
 	addr string
 	db   string // a SQLite file, or a postgres:// URL (isPostgres)
-	// shareKey is the file holding the key that derives share-link tokens (SPEC §7): beside a
-	// SQLite database by default; required with PostgreSQL, the same file on every replica.
+	// shareKey is -share-key, the file of the key that derives share-link tokens (SPEC §7); "" for
+	// the default beside a SQLite file (shareKeyFile); required with PostgreSQL.
 	shareKey        string
 	workspace       string
 	scripts         string
@@ -84,6 +86,12 @@ type config struct {
 	systemPrompt, instructions string
 	// contextTokens is the context window requests are fitted into (SPEC §17); 0: each model's.
 	contextTokens int
+	// receivers are the -notify-webhook entries (SPEC §15); publicURL the base of the links
+	// their events carry ("" until run knows the listen address: http://<addr>); retryBase the
+	// delay after a failed delivery, doubled after each later one.
+	receivers []notify.Receiver
+	publicURL string
+	retryBase time.Duration
 	// logJSON: -log-format json, logs as JSON lines with an access log (SPEC §16).
 	logJSON bool
 	// trustedProxies are the proxies whose X-Forwarded-For / -Proto are believed (SPEC §16).
@@ -93,6 +101,12 @@ type config struct {
 	// metricsAddr, when set, serves /metrics without login on its own listener (SPEC §16).
 	metricsAddr string
 }
+
+// stringList is a repeatable flag: each use appends its value.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // Owner tokens the server accepts: the token is the only secret between the network and a shell
 // in the workspace, so it must not be guessable. minTokenLen is the fewest characters, and
@@ -157,6 +171,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.systemPrompt, "system-prompt", env("COUNTERSIGN_SYSTEM_PROMPT", ""), "file with the default instructions (system prompt) of new sessions; {{workspace}} in it becomes the session's folder; built-in when unset (COUNTERSIGN_SYSTEM_PROMPT)")
 	contextTokens := env("COUNTERSIGN_CONTEXT_TOKENS", "0")
 	fs.StringVar(&contextTokens, "context-tokens", contextTokens, "context window, in tokens, that each model request is fitted into by shortening older tool results; 0 means each model's own (COUNTERSIGN_CONTEXT_TOKENS)")
+	// -notify-webhook is repeatable; any use of it replaces the environment's list.
+	var webhooks stringList
+	fs.Var(&webhooks, "notify-webhook", "webhook receiver of approval events, [name=]URL, repeatable; ?format=slack sends Slack's message shape; name is who decisions through its links are recorded as (COUNTERSIGN_NOTIFY_WEBHOOK, comma-separated)")
+	fs.StringVar(&c.publicURL, "public-url", env("COUNTERSIGN_PUBLIC_URL", ""), "the server's address as webhook receivers and their people reach it, for the links in events; default http://<addr> (COUNTERSIGN_PUBLIC_URL)")
+	retryBase := env("COUNTERSIGN_NOTIFY_RETRY_BASE", notify.DefaultRetryBase.String())
+	fs.StringVar(&retryBase, "notify-retry-base", retryBase, "wait after a failed webhook delivery, doubled after each later failure (with jitter), 8 attempts in all (COUNTERSIGN_NOTIFY_RETRY_BASE)")
 	logFormat := env("COUNTERSIGN_LOG_FORMAT", "text")
 	fs.StringVar(&logFormat, "log-format", logFormat, "text, or json: JSON lines with an access log of every request, tokens redacted (COUNTERSIGN_LOG_FORMAT)")
 	proxies := env("COUNTERSIGN_TRUSTED_PROXIES", "")
@@ -179,11 +199,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	if c.shareKey == "" {
-		if isPostgres(c.db) {
-			return c, errors.New("-share-key: a postgres:// -db needs the share key's file named (COUNTERSIGN_SHARE_KEY), the same on every server: it is never kept in the database (SPEC §7)")
-		}
-		c.shareKey = c.db + ".share-key"
+	if c.shareKey == "" && isPostgres(c.db) {
+		return c, errors.New("-share-key: a postgres:// -db needs the share key's file named (COUNTERSIGN_SHARE_KEY), the same on every server: it is never kept in the database (SPEC §7)")
 	}
 	if c.approvalTimeout, err = time.ParseDuration(timeout); err != nil || c.approvalTimeout <= 0 {
 		return c, fmt.Errorf("-approval-timeout %q: want a positive Go duration such as 15m", timeout)
@@ -217,6 +234,26 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		if c.instructions, err = readSystemPrompt(c.systemPrompt); err != nil {
 			return c, err
 		}
+	}
+	if len(webhooks) == 0 {
+		for _, e := range strings.Split(getenv("COUNTERSIGN_NOTIFY_WEBHOOK"), ",") {
+			if strings.TrimSpace(e) != "" {
+				webhooks = append(webhooks, e)
+			}
+		}
+	}
+	if c.receivers, err = notify.ParseReceivers(webhooks); err != nil {
+		return c, err
+	}
+	if c.retryBase, err = time.ParseDuration(retryBase); err != nil || c.retryBase <= 0 {
+		return c, fmt.Errorf("-notify-retry-base %q: want a positive Go duration such as 5s", retryBase)
+	}
+	if c.publicURL != "" {
+		u, err := url.Parse(c.publicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return c, fmt.Errorf("-public-url %q: want http(s)://host[:port][/path], the server's address as others reach it", c.publicURL)
+		}
+		c.publicURL = strings.TrimRight(c.publicURL, "/")
 	}
 	if c.passEnv, err = procenv.ParseNames(passEnv); err != nil {
 		return c, fmt.Errorf("-pass-env: %v", err)
@@ -457,6 +494,33 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	mods := models.NewCatalog(faux, vendors)
 	log.Info("models offered", "models", strings.Join(mods.Names(), ", "))
+	// Webhooks (SPEC §15): the signing key lives beside the database, like the share key; the
+	// store writes the outbox rows with the approvals, the worker delivers them off the gate's
+	// path, from the first start's leftovers on, and stops before the database closes.
+	newSecret := "" // printed once, after the login line
+	if len(cfg.receivers) > 0 {
+		nkey, created, err := notify.LoadKey(cfg.notifyKeyFile())
+		if err != nil {
+			return err
+		}
+		if created {
+			newSecret = nkey.Secret()
+		}
+		public := cfg.publicURL
+		if public == "" {
+			public = "http://" + ln.Addr().String()
+		}
+		worker := notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: cfg.receivers, Key: nkey, PublicURL: public,
+			RetryBase: cfg.retryBase, Logger: log.With("component", "webhooks")})
+		db.SetNotify(cfg.receivers, nkey.LinkHash, worker.Wake)
+		workerCtx, stopWorker := context.WithCancel(ctx)
+		workerDone := make(chan struct{})
+		go func() { defer close(workerDone); worker.Run(workerCtx) }()
+		defer func() { stopWorker(); <-workerDone }()
+		for _, r := range cfg.receivers {
+			log.Info("webhook receiver", "recipient", r.Name, "id", r.ID, "format", r.Format, "key", cfg.notifyKeyFile(), "publicURL", public)
+		}
+	}
 	broker := agent.NewBroker()
 	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker, Observer: met,
 		ApprovalTimeout: cfg.approvalTimeout, Logger: log,
@@ -470,7 +534,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7).
-	key, err := share.LoadKey(cfg.shareKey)
+	key, err := share.LoadKey(cfg.shareKeyFile())
 	if err != nil {
 		return err
 	}
@@ -501,7 +565,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	met.SetActiveRuns(runner.ActiveRuns)
 	srv = web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
-		OwnerSessions: db, SessionTTL: cfg.sessionTTL,
+		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
 		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler()})
 
 	// Requests (and the WebSockets they became) end when the server shuts down.
@@ -509,6 +573,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cancelBase()
 	hs := newHTTPServer(srv.Handler(), baseCtx)
 	fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=%s\n", ln.Addr(), cfg.token)
+	if newSecret != "" {
+		fmt.Fprintf(stdout, "Webhook signing secret (Standard Webhooks; configure your receivers with it; shown this once, kept in %s): %s\n",
+			cfg.notifyKeyFile(), newSecret)
+	}
 
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ln) }()
@@ -542,6 +610,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
+// shareKeyFile is the file of the key that derives share-link tokens: -share-key, else beside
+// the SQLite file (SPEC §7: never in the database).
+func (c config) shareKeyFile() string {
+	if c.shareKey != "" {
+		return c.shareKey
+	}
+	return c.db + ".share-key"
+}
+
+// notifyKeyFile is the file of the webhooks' signing key (SPEC §15): beside the SQLite file, or,
+// with PostgreSQL, beside the share key (its name with .notify-key for .share-key), so the
+// servers of one database that share the one share the other.
+func (c config) notifyKeyFile() string {
+	if isPostgres(c.db) {
+		return strings.TrimSuffix(c.shareKeyFile(), ".share-key") + ".notify-key"
+	}
+	return c.db + ".notify-key"
+}
+
 // ownFiles are the files of the server that the file tools must never read or write and that
 // no command allowed by a rule may redirect to (SPEC §14: the agent can never write its own
 // rules): the database with its -wal, -shm and -journal files and its lock, the share key, and
@@ -553,7 +640,7 @@ func ownFiles(cfg config) tools.Protected {
 			files = append(files, cfg.db+suffix)
 		}
 	}
-	files = append(files, cfg.shareKey)
+	files = append(files, cfg.shareKeyFile(), cfg.notifyKeyFile())
 	if cfg.policy != "" {
 		files = append(files, cfg.policy)
 	}

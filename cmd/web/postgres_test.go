@@ -72,3 +72,20 @@ func TestPostgresDB(t *testing.T) {
 		t.Fatalf("postgres -db without -share-key: %v, want it refused", err)
 	}
 }
+
+// TestKeyFilesWithPostgres: with a PostgreSQL -db the keys live where -share-key says (the
+// webhook key beside it), and the file tools' protected files are those keys and the policy,
+// never a path made from the URL; with SQLite they stay beside the database.
+func TestKeyFilesWithPostgres(t *testing.T) {
+	pgCfg := config{db: "postgres://u:p@db.example/cs", shareKey: "/etc/cs/team.share-key", policy: "/etc/cs/policy.json"}
+	if got := pgCfg.notifyKeyFile(); got != "/etc/cs/team.notify-key" {
+		t.Errorf("notify key with PostgreSQL = %q", got)
+	}
+	if got := strings.Join(ownFiles(pgCfg), " "); got != "/etc/cs/team.share-key /etc/cs/team.notify-key /etc/cs/policy.json" {
+		t.Errorf("ownFiles with PostgreSQL = %q", got)
+	}
+	sq := config{db: "/var/cs/cs.db"}
+	if sq.shareKeyFile() != "/var/cs/cs.db.share-key" || sq.notifyKeyFile() != "/var/cs/cs.db.notify-key" {
+		t.Errorf("SQLite keys: %q, %q", sq.shareKeyFile(), sq.notifyKeyFile())
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/notify"
 	"countersign/internal/tool"
 )
 
@@ -33,6 +34,10 @@ func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 	args, err := db.approvalRow(a)
 	if err != nil {
 		return err
+	}
+	if a.Status == gate.Pending && !a.Grouped() && len(db.notify.receivers) > 0 {
+		// With its decision links and approval.requested events (SPEC §15), in one transaction.
+		return approvalError(a, db.createNotifiedApproval(ctx, a, args))
 	}
 	insert := insertApproval
 	if a.Grouped() {
@@ -254,16 +259,29 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	}
 	// One transaction (a savepoint in a group) so that "no row updated" and the existence check
 	// that explains it see the same database.
+	var notified int64
 	err = db.commitDurable(ctx, true, func(w *writeTx) error {
 		var err error
 		a, err = db.resolveIn(w, id, r)
 		if err == nil && a.Quorum() {
 			a.Votes, err = votesIn(w.ctx, w.tx, id)
 		}
-		return err
+		if err != nil || len(db.notify.receivers) == 0 {
+			return err
+		}
+		// The resolution's events, for the receivers told of the request (SPEC §15).
+		res, err := w.tx.ExecContext(w.ctx, outboxResolved, string(notify.EventOf(a.Status)), formatTime(r.At), id)
+		if err != nil {
+			return err
+		}
+		notified, _ = res.RowsAffected()
+		return nil
 	}, resolveApproval)
 	if err != nil {
 		return gate.Approval{}, err
+	}
+	if notified > 0 {
+		db.notify.wake()
 	}
 	return a, nil
 }

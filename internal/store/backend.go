@@ -6,6 +6,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
+	"countersign/internal/notify"
 	"countersign/internal/share"
 )
 
@@ -45,6 +46,17 @@ type Backend interface {
 	// session; SPEC §15).
 	Inbox(ctx context.Context, q agent.InboxQuery) ([]agent.InboxItem, error)
 	PendingCount(ctx context.Context, sessionID string) (int, error)
+	// Webhook notifications (SPEC §15): SetNotify turns the outbox on (call it before the store
+	// is used concurrently); the delivery worker reads DueDeliveries and NextDeliveryAt and
+	// writes RecordAttempt (notify.Outbox); the audit page lists Deliveries; a decision link is
+	// read by its token's hash and used once (DecisionLink, UseDecisionLink).
+	SetNotify(receivers []notify.Receiver, linkHash func(linkID string) string, wake func())
+	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]notify.Delivery, error)
+	NextDeliveryAt(ctx context.Context) (time.Time, bool, error)
+	RecordAttempt(ctx context.Context, id string, a notify.Attempt, next *time.Time) error
+	Deliveries(ctx context.Context, sessionID string) ([]notify.Delivery, error)
+	DecisionLink(ctx context.Context, tokenHash string) (notify.Link, error)
+	UseDecisionLink(ctx context.Context, id string, at time.Time) error
 	// CastVote stores a person's vote on an approval that needs need approvals (SPEC §15): a
 	// deny resolves it at once, the need-th approve resolves it approved (gate.Store.CastVote).
 	CastVote(ctx context.Context, id string, v gate.Vote, need int) (gate.Approval, bool, error)

@@ -63,7 +63,8 @@ type DB struct {
 	// approval, a session) once per connection instead of once per call: compiling the SQL
 	// cost as much as running it.
 	writes, reads *stmtCache
-	commits       committer // the hot writes' FIFO queue to the write connection (commit.go)
+	commits       committer   // the hot writes' FIFO queue to the write connection (commit.go)
+	notify        notifySetup // webhook receivers (SetNotify); none: no outbox rows
 
 	stopCheckpoints context.CancelFunc
 	checkpointsDone chan struct{}

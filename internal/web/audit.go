@@ -166,6 +166,9 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 	if v.Error != "" {
 		st = http.StatusBadRequest
 	}
+	if v.Deliveries, err = s.deliveryRows(r.Context(), id); err != nil {
+		return err
+	}
 	s.render(w, r, st, templates.Layout(s.ownerPage(r.Context(), "Audit: "+sess.Title, false), templates.AuditPage(v)))
 	return nil
 }

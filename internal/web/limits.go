@@ -132,7 +132,8 @@ type tokenFailures struct {
 
 // presentsToken reports whether a request offers a token that tokenFailures limits.
 func presentsToken(r *http.Request) bool {
-	return r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/r/") || r.Header.Get("Authorization") != ""
+	return r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/r/") || strings.HasPrefix(r.URL.Path, "/d/") ||
+		r.Header.Get("Authorization") != ""
 }
 
 // wrap answers 429 to a request that presents a token from a client whose allowance is spent,

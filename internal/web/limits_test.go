@@ -387,3 +387,19 @@ func cookieHeader(cs []*http.Cookie) http.Header {
 	}
 	return http.Header{"Cookie": {strings.Join(parts, "; ")}}
 }
+
+// TestGuessedDecisionLinksAreRateLimited: decision-link tokens (/d/<token>, SPEC §15) are
+// guarded like share links: each unknown token counts against the address, and once its
+// allowance is spent the next guess is answered 429 without being looked up.
+func TestGuessedDecisionLinksAreRateLimited(t *testing.T) {
+	lt := newLimitTest(t)
+	const mallory = "192.0.2.66"
+	for i := range 10 {
+		if st := lt.get(mallory, "/d/guess"+fmt.Sprint(i), nil).Code; st != http.StatusNotFound {
+			t.Fatalf("guess %d = %d, want 404", i, st)
+		}
+	}
+	if rec := lt.get(mallory, "/d/guess-more", nil); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("guess 11 = %d, want 429", rec.Code)
+	}
+}

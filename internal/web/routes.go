@@ -30,6 +30,11 @@ const (
 	// the handler checks it (Server.approver): 404 for any other link, viewers included, 401
 	// before the name; 403 for a right (edit, approve for session) the link lacks.
 	linkApprover access = "link-approver"
+	// decisionLink routes (/d/{token}…, SPEC §15) are open to whoever holds a live decision
+	// link's token, with no login and no cookie: the handler resolves it (Server.decisionLink)
+	// and answers 404 with no detail for any token that names no link. A link that can no longer
+	// decide (used, its approval resolved, other arguments) shows why and refuses to decide (409).
+	decisionLink access = "decision-link"
 )
 
 // route is one row of the route table: a Go 1.22 ServeMux pattern ("METHOD /path/{wildcard}",
@@ -111,6 +116,10 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"POST /r/{token}/approvals/{aid}/decision", linkApprover, s.reviewerDecide, nil},
 		{"POST /r/{token}/approvals/{aid}/preview", linkApprover, s.reviewerPreview, nil},
 
+		// Decision links (SPEC §15): a webhook recipient decides one approval, once.
+		{"GET /d/{token}", decisionLink, s.decisionPage, nil},
+		{"POST /d/{token}", decisionLink, s.decisionLinkDecide, nil},
+
 		// The JSON API (SPEC §12).
 		{"POST /api/sessions", ownerAPI, s.apiCreateSession, nil},
 		{"GET /api/sessions", ownerAPI, s.apiSessions, nil},
@@ -152,7 +161,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		return s.owner(rt.h)
 	case ownerAPI:
 		return s.api(rt.h)
-	case public, linkViewer, linkApprover:
+	case public, linkViewer, linkApprover, decisionLink:
 		// The link classes check the link in the handler (see routes).
 		return s.handle(rt.h)
 	}

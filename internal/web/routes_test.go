@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"countersign/internal/notify"
+	"countersign/internal/store"
 	"countersign/internal/web"
 )
 
@@ -32,7 +34,7 @@ func TestRouteTableHasNoDuplicatesAndFewPublicRoutes(t *testing.T) {
 		switch rt.Access {
 		case "public":
 			public = append(public, rt.Pattern)
-		case "owner", "owner-api", "link-viewer", "link-approver":
+		case "owner", "owner-api", "link-viewer", "link-approver", "decision-link":
 		default:
 			t.Errorf("%s: unknown access class %q", rt.Pattern, rt.Access)
 		}
@@ -50,10 +52,13 @@ func TestRouteTableHasNoDuplicatesAndFewPublicRoutes(t *testing.T) {
 // own cookies, and answers 401; every link route is sent an unknown token and a revoked link's
 // and answers 404; every approver route is also sent a viewer link (with the viewer's name
 // cookie) and answers 404, and an approver link before its reviewer gave a name and answers
-// 401. None of it changes the session, its approvals, tools, grants, links or the rules, nor
+// 401; every decision-link route is sent an unknown token, a live link's token tampered with,
+// and a share link's token with its reviewer's cookies, and answers 404. None of it changes the session, its approvals, tools, grants, links or the rules, nor
 // runs a tool.
 func TestEveryRouteRefusesWhoItMust(t *testing.T) {
-	ts, sid := shareServer(t)
+	ts, sid := shareServerConfig(t, func(c *web.Config, _ *http.Server) {
+		c.Store.(*store.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
+	})
 	ctx := context.Background()
 	approver := createLink(t, ts, sid, map[string]any{"role": "approver", "label": "a", "canEdit": true, "canRemember": true})
 	viewer := createLink(t, ts, sid, map[string]any{"role": "viewer", "label": "v"})
@@ -72,6 +77,12 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 	next(t, events, "snapshot")
 	ts.call(t, "POST", "/api/sessions/"+sid+"/messages", map[string]string{"text": "go"}, nil)
 	aid := next(t, events, "approval_requested")["approval"].(map[string]any)["id"].(string)
+	ds, err := ts.db.Deliveries(ctx, sid)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("deliveries %+v, %v", ds, err)
+	}
+	live := decisionKey.LinkToken(ds[0].LinkID)
+	tampered := live[:len(live)-1] + map[bool]string{true: "b", false: "a"}[strings.HasSuffix(live, "a")]
 
 	// state is what an attack must not change, read through the owner's API and the store.
 	state := func() string {
@@ -186,6 +197,13 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 				attacks = append(attacks,
 					attack{"viewer link", fill(tokenOf(viewer.URL)), nil, cookiesFor(viewerClient, viewer.URL), http.StatusNotFound},
 					attack{"approver link before a name", fill(tokenOf(approver.URL)), nil, nil, http.StatusUnauthorized})
+			}
+		case "decision-link":
+			attacks = []attack{
+				{"unknown token", fill("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"), nil, nil, http.StatusNotFound},
+				{"a live link's token tampered with", fill(tampered), nil, nil, http.StatusNotFound},
+				{"an approver's share token and cookies", fill(tokenOf(approver.URL)), nil, cookiesFor(approverClient, approver.URL), http.StatusNotFound},
+				{"the owner's cookie and an unknown token", fill("nothing"), nil, []*http.Cookie{{Name: "countersign_owner", Value: token}}, http.StatusNotFound},
 			}
 		default:
 			t.Fatalf("%s: unknown access class %q", rt.Pattern, rt.Access)

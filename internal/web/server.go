@@ -23,6 +23,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/notify"
 	"countersign/internal/share"
 	"countersign/web/templates"
 )
@@ -68,6 +69,11 @@ type Config struct {
 	// InboxPageSize is how many approvals a page of the inbox shows; zero means
 	// templates.InboxPageSize.
 	InboxPageSize int
+	// Notify serves decision links (/d/<token>) and the audit page's webhook deliveries (SPEC
+	// §15); nil: no links, no deliveries listed.
+	Notify NotifyStore
+	// Receivers are the webhook receivers (-notify-webhook), to name them on the audit page.
+	Receivers []notify.Receiver
 	// TrustedProxies are the proxies whose X-Forwarded-For / -Proto are believed (SPEC §16).
 	TrustedProxies Proxies
 	// AccessLog, when set, gets one line per request (accessLog: tokens redacted).
@@ -114,6 +120,7 @@ type Server struct {
 	// attempts per client (limits.go).
 	liveSockets socketCounts
 	failures    tokenFailures
+	receivers   map[string]notify.Receiver // Config.Receivers by id
 }
 
 // New returns a Server.
@@ -136,7 +143,11 @@ func New(cfg Config) *Server {
 	if cfg.InboxPageSize <= 0 {
 		cfg.InboxPageSize = templates.InboxPageSize
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now}}
+	s := &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now},
+		receivers: map[string]notify.Receiver{}}
+	for _, r := range cfg.Receivers {
+		s.receivers[r.ID] = r
+	}
 	s.failures.client = s.clientIP
 	return s
 }

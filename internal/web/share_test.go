@@ -15,12 +15,19 @@ import (
 	_ "modernc.org/sqlite"
 
 	"countersign/internal/agent"
+	"countersign/internal/web"
 )
 
 // shareServer is a test server with one session to share.
 func shareServer(t *testing.T) (*testServer, string) {
 	t.Helper()
-	ts := newTestServer(t, map[string]string{"one": oneCall})
+	return shareServerConfig(t, nil)
+}
+
+// shareServerConfig is shareServer with the web.Config changed by configure.
+func shareServerConfig(t *testing.T, configure func(*web.Config, *http.Server)) (*testServer, string) {
+	t.Helper()
+	ts := newTestServerConfig(t, map[string]string{"one": oneCall}, configure)
 	var sess agent.Session
 	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "shared", "model": "faux:one"}, &sess)
 	return ts, sess.ID

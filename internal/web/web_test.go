@@ -85,7 +85,7 @@ func newTestServerAgent(t testing.TB, scripts map[string]string, configure func(
 		key[i] = byte(i)
 	}
 	cfg := web.Config{Runner: ts.runner, Store: db, Broker: ts.broker, Models: ms, OwnerToken: token,
-		Workspace: ts.workDir, Shares: share.NewService(db, key), OwnerSessions: db}
+		Workspace: ts.workDir, Shares: share.NewService(db, key), OwnerSessions: db, Notify: db}
 	ts.Server = httptest.NewUnstartedServer(nil)
 	if configure != nil {
 		configure(&cfg, ts.Server.Config)

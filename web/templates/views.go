@@ -293,6 +293,39 @@ type AuditView struct {
 	Tools                         []string
 	// Error names a filter value that was refused ("" when none).
 	Error string
+	// Deliveries are the webhook events about the session's approvals (SPEC §15), oldest first.
+	Deliveries []DeliveryRow
+}
+
+// DeliveryRow is one webhook event for one receiver, as the audit page lists it.
+type DeliveryRow struct {
+	ID, Event, ToolName, ToolCallID string
+	// Receiver is the recipient's name and the receiver's host ("alice · hooks.example.com").
+	Receiver string
+	// State says where the delivery stands: "delivered", "retrying at 12:00:05 UTC", "gave up
+	// after 8 attempts"; StateClass is its CSS word: delivered, retrying or failed.
+	State, StateClass string
+	Attempts          []AttemptRow
+}
+
+// AttemptRow is one attempt at a delivery: when, "HTTP 500" or the error, and how long it took.
+type AttemptRow struct {
+	At               time.Time
+	Result, Duration string
+}
+
+// DecisionView is a decision link's page (SPEC §15): the whole prompt of a pending approval for
+// its recipient, or, once the link is dead, why.
+type DecisionView struct {
+	SessionTitle string
+	// Recipient is who deciding here is recorded as.
+	Recipient string
+	// Card is the call with its prompt (Card.Approval, posting to the link); nil when the link
+	// can no longer decide.
+	Card *CardView
+	// Message says why the link cannot decide: "This link was already used: approved by alice at
+	// 12:01:02 UTC."
+	Message string
 }
 
 // AuditFilter is what the audit's filter form selects; "" selects everything. Decision is an

@@ -10,6 +10,7 @@ import (
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/notify"
 	"countersign/internal/tool"
 )
 
@@ -41,6 +42,10 @@ func (db *DB) CreateApproval(ctx context.Context, a gate.Approval) (err error) {
 	args, err := db.approvalRow(a)
 	if err != nil {
 		return err
+	}
+	if a.Status == gate.Pending && !a.Grouped() && len(db.notify.receivers) > 0 {
+		// With its decision links and approval.requested events (SPEC §15), in one transaction.
+		return approvalError(a, db.createNotifiedApproval(ctx, a, args))
 	}
 	query := insertApproval
 	if a.Grouped() {
@@ -159,18 +164,30 @@ func (db *DB) ResolveApproval(ctx context.Context, id string, r gate.Resolution)
 	if r.At.IsZero() {
 		r.At = db.Now()
 	}
+	var notified int64
 	err = db.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		if a, err = db.resolveIn(ctx, tx, id, r); err != nil {
 			return err
 		}
 		if a.Quorum() {
-			a.Votes, err = votesIn(ctx, tx, id)
+			if a.Votes, err = votesIn(ctx, tx, id); err != nil {
+				return err
+			}
 		}
+		if len(db.notify.receivers) == 0 {
+			return nil
+		}
+		// The resolution's events, for the receivers told of the request (SPEC §15).
+		tag, err := tx.Exec(ctx, outboxResolved, string(notify.EventOf(a.Status)), formatTime(r.At), id)
+		notified = tag.RowsAffected()
 		return err
 	})
 	if err != nil {
 		return gate.Approval{}, err
+	}
+	if notified > 0 {
+		db.notify.wake()
 	}
 	return a, nil
 }

@@ -62,8 +62,9 @@ type DB struct {
 	// 1): the store commit latency of SPEC §16's metrics.
 	OnCommit func(d time.Duration, writes int)
 
-	url  string
-	pool *pgxpool.Pool
+	url    string
+	pool   *pgxpool.Pool
+	notify notifySetup // webhook receivers (SetNotify); none: no outbox rows
 }
 
 // Open connects to the PostgreSQL database at url (postgres://user:password@host:port/db?…, as

@@ -1,0 +1,521 @@
+package notify_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"countersign/internal/agent"
+	"countersign/internal/gate"
+	"countersign/internal/notify"
+	"countersign/internal/store"
+	"countersign/internal/tool"
+)
+
+func TestParseReceiversTakesNamedAndSlackEntriesAndRefusesBadOnes(t *testing.T) {
+	ok := []struct {
+		name, entry                string
+		wantName, wantURL, wantFmt string
+	}{
+		{"plain URL: named after its host", "https://hooks.example.com/x?a=1", "hooks.example.com", "https://hooks.example.com/x?a=1", "json"},
+		{"named", "alice=https://hooks.example.com/a", "alice", "https://hooks.example.com/a", "json"},
+		{"slack: the format parameter is not sent", "bob=https://hooks.slack.com/services/T/B/X?format=slack", "bob", "https://hooks.slack.com/services/T/B/X", "slack"},
+		{"an = inside the query is not a name", "http://127.0.0.1:9/h?k=v", "127.0.0.1", "http://127.0.0.1:9/h?k=v", "json"},
+	}
+	for _, tc := range ok {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, err := notify.ParseReceivers([]string{tc.entry})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rs[0]
+			if r.Name != tc.wantName || r.URL != tc.wantURL || string(r.Format) != tc.wantFmt || !strings.HasPrefix(r.ID, "wh-") {
+				t.Errorf("got %+v, want name %q URL %q format %q", r, tc.wantName, tc.wantURL, tc.wantFmt)
+			}
+		})
+	}
+	bad := []struct{ name, entry, want string }{
+		{"not http", "ftp://x/y", "want http(s)://host/path"},
+		{"no host", "https:///path", "want http(s)://host/path"},
+		{"a reserved name", "owner=https://x.example/h", "the recipient's name"},
+		{"a name with markup", "<b>=https://x.example/h", "the recipient's name"},
+		{"unknown format", "https://x.example/h?format=teams", `unknown format "teams"`},
+		{"credentials", "https://u:p@x.example/h", "credentials"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := notify.ParseReceivers([]string{tc.entry})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "-notify-webhook") {
+				t.Errorf("ParseReceivers(%q) = %v, want an error naming -notify-webhook and %q", tc.entry, err, tc.want)
+			}
+		})
+	}
+	t.Run("the same receiver twice", func(t *testing.T) {
+		if _, err := notify.ParseReceivers([]string{"https://x.example/h", "https://x.example/h"}); err == nil || !strings.Contains(err.Error(), "twice") {
+			t.Errorf("err = %v, want given twice", err)
+		}
+	})
+}
+
+func TestLoadKeyCreatesAPrivateSecretOnceAndRefusesAForeignFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "db.notify-key")
+	k1, created, err := notify.LoadKey(path)
+	if err != nil || !created || !strings.HasPrefix(k1.Secret(), "whsec_") {
+		t.Fatalf("first LoadKey = %q, %v, %v", k1.Secret(), created, err)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("key file mode %v, want 0600", fi.Mode().Perm())
+	}
+	k2, created, err := notify.LoadKey(path)
+	if err != nil || created || k2.Secret() != k1.Secret() || k2.LinkToken("x") != k1.LinkToken("x") {
+		t.Errorf("second LoadKey = %q, %v, %v; want the same key, not created", k2.Secret(), created, err)
+	}
+	bad := filepath.Join(dir, "bad")
+	os.WriteFile(bad, []byte("hunter2"), 0o600)
+	if _, _, err := notify.LoadKey(bad); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("LoadKey(bad) = %v, want an error naming the file", err)
+	}
+	if len(k1.LinkToken("dl-1")) != 32 || k1.LinkToken("dl-1") == k1.LinkToken("dl-2") {
+		t.Errorf("link tokens %q %q: want 32 characters (160 bits), one per link", k1.LinkToken("dl-1"), k1.LinkToken("dl-2"))
+	}
+}
+
+func TestRetryDelayDoublesWithJitterAndIsBounded(t *testing.T) {
+	w := notify.NewWorker(notify.WorkerConfig{RetryBase: 100 * time.Millisecond})
+	for n := 1; n <= 8; n++ {
+		base := 100 * time.Millisecond << (n - 1)
+		for range 50 {
+			if d := w.RetryDelay(n); d < base || d >= base+base/4+1 {
+				t.Fatalf("RetryDelay(%d) = %v, want in [%v, %v]", n, d, base, base+base/4)
+			}
+		}
+	}
+	if d := w.RetryDelay(40); d > time.Hour+time.Hour/4 {
+		t.Errorf("RetryDelay(40) = %v, want at most an hour and its jitter", d)
+	}
+}
+
+func TestArgumentsDigestIgnoresKeyOrderAndSpacing(t *testing.T) {
+	a := notify.ArgumentsDigest(json.RawMessage(`{"b": 1, "a": "x"}`))
+	if b := notify.ArgumentsDigest(json.RawMessage(`{"a":"x","b":1}`)); a != b {
+		t.Errorf("same arguments, digests %s and %s", a, b)
+	}
+	if c := notify.ArgumentsDigest(json.RawMessage(`{"a":"y","b":1}`)); a == c {
+		t.Error("other arguments, same digest")
+	}
+}
+
+// env is a store with one session, a receiver server and a worker over them.
+type env struct {
+	db      *store.DB
+	path    string
+	key     notify.Key
+	sess    string
+	hits    chan hit
+	answers chan int // the status each request gets; 200 when none is queued
+	srv     *httptest.Server
+}
+
+type hit struct {
+	header http.Header
+	body   []byte
+	url    string
+	at     time.Time
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{path: filepath.Join(t.TempDir(), "cs.db"), hits: make(chan hit, 100), answers: make(chan int, 100)}
+	var err error
+	if e.key, _, err = notify.LoadKey(e.path + ".notify-key"); err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		e.hits <- hit{header: r.Header.Clone(), body: b, url: r.URL.String(), at: time.Now()}
+		st := 200
+		select {
+		case st = <-e.answers:
+		default:
+		}
+		w.WriteHeader(st)
+	}))
+	t.Cleanup(e.srv.Close)
+	e.open(t)
+	e.sess = "s1"
+	if err := e.db.CreateSession(context.Background(), agent.Session{ID: e.sess, Title: "Deploy <prod>", Model: "faux:x", Workspace: "/w"}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) open(t *testing.T) {
+	t.Helper()
+	db, err := store.Open(context.Background(), e.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.db = db
+	t.Cleanup(func() { db.Close() })
+}
+
+// recorder is the store as the worker's outbox, telling the test of every attempt stored.
+type recorder struct {
+	*store.DB
+	attempts chan notify.Attempt
+}
+
+func (r recorder) RecordAttempt(ctx context.Context, id string, a notify.Attempt, next *time.Time) error {
+	err := r.DB.RecordAttempt(ctx, id, a, next)
+	r.attempts <- a
+	return err
+}
+
+// start runs a worker for receivers until the test ends (or stop is called).
+func (e *env) start(t *testing.T, base time.Duration, receivers ...notify.Receiver) (attempts chan notify.Attempt, stop func()) {
+	t.Helper()
+	return e.startWith(t, notify.WorkerConfig{RetryBase: base}, receivers, receivers)
+}
+
+// startWith is start with cfg's RetryBase and MaxAttempts, the store making rows for stored and
+// the worker knowing only known.
+func (e *env) startWith(t *testing.T, cfg notify.WorkerConfig, stored, known []notify.Receiver) (attempts chan notify.Attempt, stop func()) {
+	t.Helper()
+	attempts = make(chan notify.Attempt, 100)
+	w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: known, Key: e.key,
+		PublicURL: "https://cs.example.com/", RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts})
+	receivers := stored
+	e.db.SetNotify(receivers, e.key.LinkHash, w.Wake)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return attempts, stop
+}
+
+func (e *env) receiver(t *testing.T, entry string) notify.Receiver {
+	t.Helper()
+	r, err := notify.ParseReceiver(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func pending(id, sess, toolName string, args string) gate.Approval {
+	return gate.Approval{ID: id, SessionID: sess, MessageID: "m1", ToolCallID: "call-" + id, ToolName: toolName,
+		Arguments: json.RawMessage(args), RequestedBy: "model", Status: gate.Pending}
+}
+
+func wait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s within 30 s", what)
+	}
+	var zero T
+	return zero
+}
+
+func TestReceiverGetsASignedApprovalRequestedWithTheCommandAndADecisionLink(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	attempts, _ := e.start(t, time.Second, e.receiver(t, "alice="+e.srv.URL+"/hook"))
+	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"rm -rf build && make"}`)); err != nil {
+		t.Fatal(err)
+	}
+	h := wait(t, e.hits, "request")
+	wh, err := standardwebhooks.NewWebhook(e.key.Secret())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wh.Verify(h.body, h.header); err != nil {
+		t.Fatalf("the library's Verify refused the signature: %v (headers %v)", err, h.header)
+	}
+	if h.header.Get("webhook-id") != "A1/"+e.receiver(t, "alice="+e.srv.URL+"/hook").ID+"/approval.requested" {
+		t.Errorf("webhook-id %q", h.header.Get("webhook-id"))
+	}
+	var p notify.Payload
+	if err := json.Unmarshal(h.body, &p); err != nil {
+		t.Fatal(err)
+	}
+	d := p.Data
+	if p.Type != notify.Requested || d.Session.Title != "Deploy <prod>" || d.Approval.ID != "A1" || d.Approval.ToolName != "run_command" ||
+		d.Approval.Status != "pending" || d.Approval.RequestedBy != "model" || d.Summary.Command != "rm -rf build && make" || d.Recipient != "alice" {
+		t.Errorf("payload %s", h.body)
+	}
+	if d.Links.Session != "https://cs.example.com/sessions/s1" || !strings.HasPrefix(d.Links.Decision, "https://cs.example.com/d/") {
+		t.Errorf("links %+v", d.Links)
+	}
+	// The link's token names the link bound to this approval; the database holds only its hash.
+	tok := strings.TrimPrefix(d.Links.Decision, "https://cs.example.com/d/")
+	l, err := e.db.DecisionLink(ctx, notify.HashToken(tok))
+	if err != nil || l.ApprovalID != "A1" || l.Recipient != "alice" || l.ArgumentsSHA256 != notify.ArgumentsDigest(json.RawMessage(`{"command":"rm -rf build && make"}`)) {
+		t.Errorf("DecisionLink = %+v, %v", l, err)
+	}
+	if a := wait(t, attempts, "attempt"); a.Status != 200 || a.N != 1 {
+		t.Errorf("attempt %+v", a)
+	}
+	ds, _ := e.db.Deliveries(ctx, e.sess)
+	if len(ds) != 1 || ds[0].DeliveredAt == nil || ds[0].NextAt != nil || len(ds[0].Attempts) != 1 {
+		t.Errorf("deliveries %+v", ds)
+	}
+	// Tampering with the body breaks the signature.
+	if err := wh.Verify(append(h.body[:len(h.body)-1:len(h.body)-1], ' '), h.header); !errors.Is(err, standardwebhooks.ErrNoMatchingSignature) {
+		t.Errorf("Verify(tampered body) = %v", err)
+	}
+}
+
+func TestWriteFileEventsCarryTheDiffCutAt8KiB(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		content string
+		cut     bool
+	}{
+		{"small", "new line\n", false},
+		{"large", strings.Repeat("0123456789abcdef\n", 1200), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.start(t, time.Second, e.receiver(t, e.srv.URL))
+			args, _ := json.Marshal(map[string]string{"path": "a.txt", "content": tc.content})
+			a := pending("W1", e.sess, "write_file", string(args))
+			a.Preview = &tool.Preview{Path: "a.txt", Exists: true, Content: "old line\n"}
+			if err := e.db.CreateApproval(context.Background(), a); err != nil {
+				t.Fatal(err)
+			}
+			var p notify.Payload
+			json.Unmarshal(wait(t, e.hits, "request").body, &p)
+			s := p.Data.Summary
+			if !strings.Contains(s.Diff, "-old line\n") || !strings.Contains(s.Diff, "+") || s.DiffCut != tc.cut || s.ArgumentsCut != tc.cut {
+				t.Errorf("diff %q (cut %v, arguments cut %v), want the change, cut %v", s.Diff[:min(len(s.Diff), 200)], s.DiffCut, s.ArgumentsCut, tc.cut)
+			}
+			if len(s.Diff) > notify.MaxSummaryBytes+64 || len(s.Arguments) > notify.MaxSummaryBytes+64 {
+				t.Errorf("diff %d bytes, arguments %d: want at most 8 KiB and the mark", len(s.Diff), len(s.Arguments))
+			}
+			if tc.cut && !strings.HasSuffix(s.Diff, "(cut at 8 KiB)") {
+				t.Errorf("a cut diff ends %q, want the mark", s.Diff[len(s.Diff)-40:])
+			}
+		})
+	}
+}
+
+func TestFailedDeliveriesAreRetriedWithGrowingDelaysAndEveryAttemptIsStored(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.answers <- 500
+	e.answers <- 500
+	base := 30 * time.Millisecond
+	attempts, _ := e.start(t, base, e.receiver(t, e.srv.URL))
+	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var got []notify.Attempt
+	for range 3 {
+		got = append(got, wait(t, attempts, "attempt"))
+	}
+	if got[0].Status != 500 || got[1].Status != 500 || got[2].Status != 200 {
+		t.Fatalf("attempts %+v, want 500, 500, 200", got)
+	}
+	ds, err := e.db.Deliveries(ctx, e.sess)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("deliveries %+v, %v", ds, err)
+	}
+	st := ds[0].Attempts
+	if len(st) != 3 || st[0].Status != 500 || st[1].Status != 500 || st[2].Status != 200 || ds[0].DeliveredAt == nil {
+		t.Fatalf("stored attempts %+v delivered %v", st, ds[0].DeliveredAt)
+	}
+	// A timer never fires early: the waits are at least the base, then twice it.
+	if g1, g2 := st[1].At.Sub(st[0].At), st[2].At.Sub(st[1].At); g1 < base || g2 < 2*base {
+		t.Errorf("waits %v then %v, want at least %v then %v", g1, g2, base, 2*base)
+	}
+	var ids []string
+	for range 3 {
+		ids = append(ids, wait(t, e.hits, "request").header.Get("webhook-id"))
+	}
+	if ids[0] != ids[1] || ids[1] != ids[2] {
+		t.Errorf("webhook-id changed across retries: %q", ids)
+	}
+}
+
+func TestTheStoreNeverWaitsForAReceiver(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	got := make(chan struct{}, 10)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- struct{}{}
+		<-release
+	}))
+	defer slow.Close()
+	defer close(release)
+	e.start(t, time.Second, e.receiver(t, slow.URL))
+	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, got, "the first request")
+	// The receiver holds the first request; the next approval is stored and readable anyway.
+	if err := e.db.CreateApproval(ctx, pending("A2", e.sess, "run_command", `{"command":"pwd"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := e.db.Approval(ctx, "A2"); err != nil || a.Status != gate.Pending {
+		t.Errorf("A2 = %+v, %v; want pending", a, err)
+	}
+	if _, err := e.db.ResolveApproval(ctx, "A2", gate.Resolution{Status: gate.Denied, DecidedBy: "owner"}); err != nil {
+		t.Errorf("deciding while the receiver hangs: %v", err)
+	}
+}
+
+func TestARestartBetweenAttemptsStillDelivers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	r := e.receiver(t, e.srv.URL)
+	e.answers <- 500
+	attempts, stop := e.start(t, 50*time.Millisecond, r)
+	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if a := wait(t, attempts, "first attempt"); a.Status != 500 {
+		t.Fatalf("first attempt %+v", a)
+	}
+	stop()
+	if err := e.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A new process: the store and a worker again, the row picked up from the outbox.
+	e.open(t)
+	attempts, _ = e.start(t, 50*time.Millisecond, r)
+	if a := wait(t, attempts, "attempt after the restart"); a.Status != 200 || a.N != 2 {
+		t.Fatalf("attempt after restart %+v, want the second, 200", a)
+	}
+	ds, _ := e.db.Deliveries(ctx, e.sess)
+	if len(ds) != 1 || len(ds[0].Attempts) != 2 || ds[0].DeliveredAt == nil {
+		t.Errorf("deliveries %+v", ds)
+	}
+	var bodies [2]notify.Payload
+	json.Unmarshal(wait(t, e.hits, "request").body, &bodies[0])
+	json.Unmarshal(wait(t, e.hits, "request").body, &bodies[1])
+	if bodies[0].Data.Links.Decision == "" || bodies[0].Data.Links.Decision != bodies[1].Data.Links.Decision {
+		t.Errorf("decision links %q and %q: want the same link on the retry", bodies[0].Data.Links.Decision, bodies[1].Data.Links.Decision)
+	}
+}
+
+func TestSlackReceiversGetTextAndBlocksWithTheLinks(t *testing.T) {
+	e := newEnv(t)
+	e.start(t, time.Second, e.receiver(t, e.srv.URL+"/services/T/B?format=slack"))
+	if err := e.db.CreateApproval(context.Background(), pending("A1", e.sess, "run_command", "{\"command\":\"echo <@U123> & ```\"}")); err != nil {
+		t.Fatal(err)
+	}
+	h := wait(t, e.hits, "request")
+	if h.url != "/services/T/B" {
+		t.Errorf("POSTed to %q, want the URL without ?format=slack", h.url)
+	}
+	var m struct {
+		Text   string           `json:"text"`
+		Blocks []map[string]any `json:"blocks"`
+	}
+	if err := json.Unmarshal(h.body, &m); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(m.Text, "Approval required: run_command") || !strings.Contains(m.Text, "/d/") || len(m.Blocks) != 3 {
+		t.Fatalf("slack body %s", h.body)
+	}
+	code := m.Blocks[1]["text"].(map[string]any)["text"].(string)
+	if code != "```echo &lt;@U123&gt; &amp; '''```" {
+		t.Errorf("command block %q: want it escaped for Slack (no mention, no early end of the code block)", code)
+	}
+	buttons := m.Blocks[2]["elements"].([]any)
+	first := buttons[0].(map[string]any)
+	if !strings.HasPrefix(first["url"].(string), "https://cs.example.com/d/") {
+		t.Errorf("first button %v, want the decision link", first)
+	}
+}
+
+func TestResolutionsAndTimeoutsAreAnnouncedToTheReceiversToldOfTheRequest(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	r1, r2 := e.receiver(t, "alice="+e.srv.URL+"/1"), e.receiver(t, "bob="+e.srv.URL+"/2")
+	e.start(t, time.Second, r1, r2)
+	for _, id := range []string{"A1", "A2"} {
+		if err := e.db.CreateApproval(ctx, pending(id, e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An automatic record (decided when stored) is not announced.
+	auto := pending("A3", e.sess, "read_file", `{}`)
+	now := time.Now()
+	auto.Status, auto.Automatic, auto.DecidedBy, auto.DecidedAt = gate.Approved, true, gate.ByPolicy, &now
+	if err := e.db.CreateApproval(ctx, auto); err != nil {
+		t.Fatal(err)
+	}
+	e.db.ResolveApproval(ctx, "A1", gate.Resolution{Status: gate.Approved, DecidedBy: "owner"})
+	e.db.ResolveApproval(ctx, "A2", gate.Resolution{Status: gate.TimedOut, DecidedBy: gate.ByTimeout})
+	seen := map[string]bool{}
+	for range 8 {
+		var p notify.Payload
+		json.Unmarshal(wait(t, e.hits, "request").body, &p)
+		seen[p.Data.Approval.ID+" "+string(p.Type)+" "+p.Data.Recipient] = true
+		if p.Type != notify.Requested && p.Data.Links.Decision != "" {
+			t.Errorf("%s carries a decision link", p.Type)
+		}
+	}
+	for _, want := range []string{"A1 approval.requested alice", "A1 approval.requested bob", "A1 approval.resolved alice", "A1 approval.resolved bob",
+		"A2 approval.requested alice", "A2 approval.timed_out alice", "A2 approval.timed_out bob"} {
+		if !seen[want] {
+			t.Errorf("no %q among %v", want, seen)
+		}
+	}
+}
+
+func TestADeliveryIsGivenUpAfterItsLastAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		answers   []int
+		known     bool
+		attempts  int
+		wantError string
+	}{
+		{"every attempt fails", []int{500, 503}, true, 2, ""},
+		{"the receiver is no longer configured", nil, false, 1, "no longer configured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			for _, st := range tc.answers {
+				e.answers <- st
+			}
+			r := e.receiver(t, e.srv.URL)
+			known := []notify.Receiver{r}
+			if !tc.known {
+				known = nil
+			}
+			attempts, _ := e.startWith(t, notify.WorkerConfig{RetryBase: 10 * time.Millisecond, MaxAttempts: 2}, []notify.Receiver{r}, known)
+			if err := e.db.CreateApproval(context.Background(), pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+				t.Fatal(err)
+			}
+			for range tc.attempts {
+				wait(t, attempts, "attempt")
+			}
+			ds, _ := e.db.Deliveries(context.Background(), e.sess)
+			if len(ds) != 1 || !ds[0].Failed || ds[0].NextAt != nil || ds[0].DeliveredAt != nil || len(ds[0].Attempts) != tc.attempts ||
+				!strings.Contains(ds[0].Attempts[tc.attempts-1].Error, tc.wantError) {
+				t.Errorf("delivery %+v", ds)
+			}
+		})
+	}
+}

@@ -1,0 +1,231 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+)
+
+// Outbox is what the worker needs of the store's outbox.
+type Outbox interface {
+	// DueDeliveries lists up to limit rows whose next attempt is due at now, oldest due first,
+	// each with its approval and session title.
+	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]Delivery, error)
+	// NextDeliveryAt is when the earliest pending row is due; ok false when none is.
+	NextDeliveryAt(ctx context.Context) (at time.Time, ok bool, err error)
+	// RecordAttempt stores attempt a of row id; next is when to try again, nil when the row is
+	// done (delivered when a.OK(), given up otherwise).
+	RecordAttempt(ctx context.Context, id string, a Attempt, next *time.Time) error
+}
+
+// Defaults of WorkerConfig.
+const (
+	DefaultMaxAttempts = 8
+	DefaultRetryBase   = 5 * time.Second
+	DefaultTimeout     = 10 * time.Second
+	maxRetryDelay      = time.Hour
+	batchSize          = 50
+)
+
+// WorkerConfig wires a Worker.
+type WorkerConfig struct {
+	Outbox    Outbox
+	Receivers []Receiver
+	Key       Key
+	// PublicURL is the server's base URL as receivers reach it ("https://cs.example.com"): the
+	// links in payloads are built on it.
+	PublicURL string
+	// Client sends the POSTs; nil means a client with no redirects followed.
+	Client *http.Client
+	// RetryBase is the delay after the first failed attempt; each later one doubles it, plus up
+	// to a quarter of random jitter (so delays always grow), at most an hour. 0: DefaultRetryBase.
+	RetryBase time.Duration
+	// MaxAttempts bounds the attempts of one row; 0: DefaultMaxAttempts.
+	MaxAttempts int
+	// Timeout bounds one attempt (connect, send, answer); 0: DefaultTimeout.
+	Timeout time.Duration
+	Logger  *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Worker delivers the outbox's rows to their receivers, on its own goroutine (Run), one row at a
+// time: outside the gate's path, so a slow or dead receiver delays only other deliveries.
+type Worker struct {
+	cfg       WorkerConfig
+	receivers map[string]Receiver
+	signer    *standardwebhooks.Webhook
+	wake      chan struct{}
+}
+
+// NewWorker returns a worker for cfg; Run starts it.
+func NewWorker(cfg WorkerConfig) *Worker {
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = DefaultRetryBase
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	w := &Worker{cfg: cfg, receivers: map[string]Receiver{}, wake: make(chan struct{}, 1)}
+	for _, r := range cfg.Receivers {
+		w.receivers[r.ID] = r
+	}
+	// NewWebhookRaw never fails.
+	w.signer, _ = standardwebhooks.NewWebhookRaw(cfg.Key.raw)
+	return w
+}
+
+// Wake tells the worker new rows may be due; it never blocks (the store calls it after the
+// commit that wrote them).
+func (w *Worker) Wake() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers due rows until ctx ends: at start (rows an earlier process left), whenever Wake
+// is called, and when the earliest retry falls due.
+func (w *Worker) Run(ctx context.Context) {
+	for {
+		w.deliverDue(ctx)
+		var timer <-chan time.Time
+		if at, ok, err := w.cfg.Outbox.NextDeliveryAt(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.cfg.Logger.Error("webhook outbox", "err", err)
+			timer = time.After(time.Second)
+		} else if ok {
+			timer = time.After(max(at.Sub(w.cfg.Now()), 0))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-timer:
+		}
+	}
+}
+
+// deliverDue attempts every row due now.
+func (w *Worker) deliverDue(ctx context.Context) {
+	for ctx.Err() == nil {
+		due, err := w.cfg.Outbox.DueDeliveries(ctx, w.cfg.Now(), batchSize)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.cfg.Logger.Error("webhook outbox", "err", err)
+			}
+			return
+		}
+		for _, d := range due {
+			if ctx.Err() != nil {
+				return
+			}
+			w.attempt(ctx, d)
+		}
+		if len(due) < batchSize {
+			return
+		}
+	}
+}
+
+// attempt makes one attempt at d and records it with when to retry.
+func (w *Worker) attempt(ctx context.Context, d Delivery) {
+	n := d.Tries + 1
+	a := Attempt{N: n, At: w.cfg.Now()}
+	r, ok := w.receivers[d.ReceiverID]
+	if ok {
+		a.Status, a.Error = w.post(ctx, d, r)
+	} else {
+		a.Error = "receiver " + d.ReceiverID + " is no longer configured (-notify-webhook)"
+	}
+	if ctx.Err() != nil {
+		return // shutting down: the attempt was cut short, the row stays due for the next start
+	}
+	a.Duration = w.cfg.Now().Sub(a.At)
+	var next *time.Time
+	if !a.OK() && ok && n < w.cfg.MaxAttempts {
+		t := w.cfg.Now().Add(w.RetryDelay(n))
+		next = &t
+	}
+	if !a.OK() {
+		w.cfg.Logger.Warn("webhook delivery failed", "delivery", d.ID, "receiver", d.ReceiverID, "recipient", r.Name, "attempt", n, "status", a.Status, "err", a.Error, "retry", next != nil)
+	}
+	if err := w.cfg.Outbox.RecordAttempt(context.WithoutCancel(ctx), d.ID, a, next); err != nil {
+		w.cfg.Logger.Error("webhook outbox: record attempt", "delivery", d.ID, "err", err)
+	}
+}
+
+// RetryDelay is the wait after failed attempt n (1-based): RetryBase·2^(n-1) times a random
+// factor in [1, 1.25), at most an hour.
+func (w *Worker) RetryDelay(n int) time.Duration {
+	d := w.cfg.RetryBase << min(n-1, 30)
+	if d <= 0 || d > maxRetryDelay {
+		d = maxRetryDelay
+	}
+	return d + time.Duration(rand.Int64N(int64(d/4)+1))
+}
+
+// post sends d to r, signed: the receiver's HTTP status, or 0 and why there was none.
+func (w *Worker) post(ctx context.Context, d Delivery, r Receiver) (status int, errText string) {
+	now := w.cfg.Now()
+	decision := ""
+	if d.Event == Requested && d.LinkID != "" {
+		decision = strings.TrimRight(w.cfg.PublicURL, "/") + "/d/" + w.cfg.Key.LinkToken(d.LinkID)
+	}
+	p := BuildPayload(d, r, w.cfg.PublicURL, decision, now)
+	var body []byte
+	var err error
+	if r.Format == FormatSlack {
+		body, err = SlackBody(p)
+	} else {
+		body, err = json.Marshal(p)
+	}
+	if err != nil {
+		return 0, err.Error()
+	}
+	sig, err := w.signer.Sign(d.ID, now, body)
+	if err != nil {
+		return 0, err.Error()
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "Countersign-Webhooks/1")
+	req.Header.Set(standardwebhooks.HeaderWebhookID, d.ID)
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, fmt.Sprint(now.Unix()))
+	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	resp, err := w.cfg.Client.Do(req)
+	if err != nil {
+		return 0, strings.ReplaceAll(err.Error(), r.URL, "<receiver>") // the URL may hold a secret path
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, ""
+}

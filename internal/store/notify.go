@@ -1,0 +1,280 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/notify"
+)
+
+// Webhook notifications (SPEC §15): the outbox rows and decision links are written in the
+// transaction of the approval they are about, so an approval is never stored without its events
+// nor an event sent for an approval that is not stored; the delivery worker (notify.Worker)
+// reads them back on its own goroutine.
+
+// notifySetup is what SetNotify configures.
+type notifySetup struct {
+	receivers []notify.Receiver
+	linkHash  func(linkID string) string
+	wake      func()
+}
+
+// SetNotify makes every pending approval stored from now on write, in its own transaction, an
+// approval.requested outbox row and a decision link for each receiver, and every resolution of
+// such an approval an approval.resolved or approval.timed_out row for the receivers that were
+// told of it. linkHash is the hash of a new link's token (notify.Key.LinkHash); wake is called,
+// without blocking, after each commit that wrote rows (notify.Worker.Wake). Call it once, before
+// the store is used concurrently; no receivers turns notifications off.
+func (db *DB) SetNotify(receivers []notify.Receiver, linkHash func(linkID string) string, wake func()) {
+	if wake == nil {
+		wake = func() {}
+	}
+	db.notify = notifySetup{receivers: receivers, linkHash: linkHash, wake: wake}
+}
+
+const insertOutbox = `INSERT INTO notify_outbox (id, approval_id, receiver_id, event, link_id, created_at, next_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?)`
+
+const insertDecisionLink = `INSERT INTO decision_links (id, token_hash, approval_id, receiver_id, recipient, arguments_sha256, created_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?)`
+
+// outboxResolved queues the resolution event for every receiver told of the request: one row
+// each, due at once. A resolution is written once (first wins), so a conflict cannot happen but
+// would be skipped.
+const outboxResolved = `INSERT INTO notify_outbox (id, approval_id, receiver_id, event, created_at, next_at)
+	SELECT approval_id || '/' || receiver_id || '/' || ?1, approval_id, receiver_id, ?1, ?2, ?2
+	FROM notify_outbox WHERE approval_id = ?3 AND event = 'approval.requested'
+	ON CONFLICT DO NOTHING`
+
+// createNotifiedApproval is CreateApproval for a pending approval while receivers are set: the
+// approval, a decision link per receiver and an approval.requested outbox row per receiver, in
+// one transaction.
+func (db *DB) createNotifiedApproval(ctx context.Context, a gate.Approval, args []any) error {
+	now := formatTime(db.Now())
+	digest := notify.ArgumentsDigest(a.Arguments)
+	type row struct{ link, outbox []any }
+	rows := make([]row, len(db.notify.receivers))
+	for i, r := range db.notify.receivers {
+		linkID := "dl-" + rand.Text() // 130 random bits
+		rows[i] = row{
+			link:   []any{linkID, db.notify.linkHash(linkID), a.ID, r.ID, r.Name, digest, now},
+			outbox: []any{a.ID + "/" + r.ID + "/" + string(notify.Requested), a.ID, r.ID, string(notify.Requested), linkID, now, now},
+		}
+	}
+	err := db.commit(ctx, true, func(w *writeTx) error {
+		if _, err := w.stmt(insertApproval).ExecContext(w.ctx, args...); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if _, err := w.stmt(insertDecisionLink).ExecContext(w.ctx, r.link...); err != nil {
+				return err
+			}
+			if _, err := w.stmt(insertOutbox).ExecContext(w.ctx, r.outbox...); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, insertApproval, insertDecisionLink, insertOutbox)
+	if err == nil {
+		db.notify.wake()
+	}
+	return err
+}
+
+// outboxColumns are a delivery's columns, then its approval's (prefixed a.) and session title.
+var outboxColumns = `o.id, o.event, o.receiver_id, o.link_id, o.created_at, o.attempts, o.next_at, o.delivered_at, o.failed, s.title, ` +
+	func() string {
+		cols := strings.Split(approvalColumns, ",")
+		for i, c := range cols {
+			cols[i] = "a." + strings.TrimSpace(c)
+		}
+		return strings.Join(cols, ", ")
+	}()
+
+const outboxFrom = ` FROM notify_outbox o JOIN approvals a ON a.id = o.approval_id JOIN sessions s ON s.id = a.session_id`
+
+func scanDelivery(r scanner) (notify.Delivery, error) {
+	var (
+		d                 notify.Delivery
+		event, createdAt  string
+		nextAt, delivered sql.NullString
+	)
+	// The approval's columns follow; scanApproval reads them through a scanner that first
+	// hands the delivery's columns here.
+	a, err := scanApproval(prefixScanner{r: r, first: []any{&d.ID, &event, &d.ReceiverID, &d.LinkID, &createdAt,
+		&d.Tries, &nextAt, &delivered, &d.Failed, &d.SessionTitle}})
+	if err != nil {
+		return d, err
+	}
+	d.Approval, d.Event = a, notify.Event(event)
+	if d.CreatedAt, err = parseTime(createdAt); err != nil {
+		return d, err
+	}
+	if d.NextAt, err = parseNullTime(nextAt); err != nil {
+		return d, err
+	}
+	d.DeliveredAt, err = parseNullTime(delivered)
+	return d, err
+}
+
+// prefixScanner scans first and then the destinations it is given, from one row.
+type prefixScanner struct {
+	r     scanner
+	first []any
+}
+
+func (p prefixScanner) Scan(dest ...any) error { return p.r.Scan(append(p.first, dest...)...) }
+
+func parseNullTime(s sql.NullString) (*time.Time, error) {
+	if !s.Valid {
+		return nil, nil
+	}
+	t, err := parseTime(s.String)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// DueDeliveries lists up to limit outbox rows whose next attempt is due at now, the earliest
+// due first, each with its approval and its session's title (notify.Outbox).
+func (db *DB) DueDeliveries(ctx context.Context, now time.Time, limit int) (_ []notify.Delivery, err error) {
+	defer apperr.Wrap(&err, "store.DueDeliveries")
+	return queryAll(ctx, db.read, scanDelivery, `SELECT `+outboxColumns+outboxFrom+`
+		WHERE o.next_at IS NOT NULL AND o.next_at <= ? ORDER BY o.next_at, o.rowid LIMIT ?`, formatTime(now), limit)
+}
+
+// NextDeliveryAt is when the earliest undelivered outbox row is due; ok is false when none is
+// (notify.Outbox).
+func (db *DB) NextDeliveryAt(ctx context.Context) (at time.Time, ok bool, err error) {
+	defer apperr.Wrap(&err, "store.NextDeliveryAt")
+	var s sql.NullString
+	if err := db.read.QueryRowContext(ctx, `SELECT min(next_at) FROM notify_outbox WHERE next_at IS NOT NULL`).Scan(&s); err != nil {
+		return time.Time{}, false, err
+	}
+	if !s.Valid {
+		return time.Time{}, false, nil
+	}
+	at, err = parseTime(s.String)
+	return at, err == nil, err
+}
+
+// RecordAttempt stores attempt a of outbox row id and when the next is due: next nil ends the
+// row, delivered when a.OK(), given up otherwise (notify.Outbox). Errors: apperr.NotFound for an
+// unknown row (its approval's session was deleted meanwhile).
+func (db *DB) RecordAttempt(ctx context.Context, id string, a notify.Attempt, next *time.Time) (err error) {
+	defer apperr.Wrap(&err, "store.RecordAttempt(%s)", id)
+	var delivered any
+	if a.OK() {
+		delivered = formatTime(a.At)
+	}
+	failed := !a.OK() && next == nil
+	return db.commit(ctx, true, func(w *writeTx) error {
+		res, err := w.tx.ExecContext(w.ctx, `UPDATE notify_outbox SET attempts = attempts + 1, next_at = ?, delivered_at = ?, failed = ?
+			WHERE id = ?`, nullTime(next), delivered, failed, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return apperr.Errorf(apperr.NotFound, "delivery %s not found", id)
+		}
+		_, err = w.tx.ExecContext(w.ctx, `INSERT INTO notify_attempts (outbox_id, n, at, status, error, duration_ns)
+			VALUES (?, ?, ?, ?, ?, ?)`, id, a.N, formatTime(a.At), a.Status, a.Error, int64(a.Duration))
+		return err
+	})
+}
+
+// Deliveries lists a session's outbox rows, in the order they were written, each with its
+// attempts, for the audit page. Empty for an unknown session or when there are none.
+func (db *DB) Deliveries(ctx context.Context, sessionID string) (_ []notify.Delivery, err error) {
+	defer apperr.Wrap(&err, "store.Deliveries(%s)", sessionID)
+	ds, err := queryAll(ctx, db.read, scanDelivery, `SELECT `+outboxColumns+outboxFrom+`
+		WHERE a.session_id = ? ORDER BY o.created_at, o.rowid`, sessionID)
+	if err != nil || len(ds) == 0 {
+		return ds, err
+	}
+	type att struct {
+		id string
+		a  notify.Attempt
+	}
+	rows, err := queryAll(ctx, db.read, func(r scanner) (att, error) {
+		var x att
+		var at string
+		var ns int64
+		if err := r.Scan(&x.id, &x.a.N, &at, &x.a.Status, &x.a.Error, &ns); err != nil {
+			return x, err
+		}
+		x.a.Duration = time.Duration(ns)
+		var err error
+		x.a.At, err = parseTime(at)
+		return x, err
+	}, `SELECT t.outbox_id, t.n, t.at, t.status, t.error, t.duration_ns FROM notify_attempts t
+		JOIN notify_outbox o ON o.id = t.outbox_id JOIN approvals a ON a.id = o.approval_id
+		WHERE a.session_id = ? ORDER BY t.outbox_id, t.n`, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string][]notify.Attempt{}
+	for _, x := range rows {
+		byID[x.id] = append(byID[x.id], x.a)
+	}
+	for i := range ds {
+		ds[i].Attempts = byID[ds[i].ID]
+	}
+	return ds, nil
+}
+
+// DecisionLink returns the decision link whose token has hash tokenHash (notify.HashToken).
+// Errors: apperr.NotFound, with no detail, for any other hash.
+func (db *DB) DecisionLink(ctx context.Context, tokenHash string) (l notify.Link, err error) {
+	defer apperr.Wrap(&err, "store.DecisionLink")
+	var createdAt string
+	var used sql.NullString
+	err = db.read.QueryRowContext(ctx, `SELECT id, approval_id, receiver_id, recipient, arguments_sha256, created_at, used_at
+		FROM decision_links WHERE token_hash = ?`, tokenHash).Scan(&l.ID, &l.ApprovalID, &l.ReceiverID, &l.Recipient,
+		&l.ArgumentsSHA256, &createdAt, &used)
+	if errors.Is(err, sql.ErrNoRows) {
+		return notify.Link{}, apperr.Errorf(apperr.NotFound, "Not found")
+	}
+	if err != nil {
+		return notify.Link{}, err
+	}
+	if l.CreatedAt, err = parseTime(createdAt); err != nil {
+		return notify.Link{}, err
+	}
+	l.UsedAt, err = parseNullTime(used)
+	return l, err
+}
+
+// UseDecisionLink marks link id used at (db.Now() when zero): the one use it has. Atomic, so of
+// two racing uses exactly one gets nil. Errors: apperr.Conflict ("This link was already used.")
+// when it was used before; apperr.NotFound for an unknown id.
+func (db *DB) UseDecisionLink(ctx context.Context, id string, at time.Time) (err error) {
+	defer apperr.Wrap(&err, "store.UseDecisionLink(%s)", id)
+	if at.IsZero() {
+		at = db.Now()
+	}
+	return db.commitDurable(ctx, true, func(w *writeTx) error {
+		res, err := w.tx.ExecContext(w.ctx, `UPDATE decision_links SET used_at = ? WHERE id = ? AND used_at IS NULL`, formatTime(at), id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			return nil
+		}
+		var k int
+		if err := w.tx.QueryRowContext(w.ctx, `SELECT COUNT(*) FROM decision_links WHERE id = ?`, id).Scan(&k); err != nil {
+			return err
+		}
+		if k == 0 {
+			return apperr.Errorf(apperr.NotFound, "Not found")
+		}
+		return apperr.Errorf(apperr.Conflict, "This link was already used.")
+	})
+}

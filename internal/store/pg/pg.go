@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"path"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,9 @@ const timeFormat = "2006-01-02T15:04:05.000000000Z"
 // together apply each migration once ("cs" "mi" in ASCII).
 const migrationLock = 0x6373_6d69
 
+// defaultMaxConns is the pool's size unless the URL's pool_max_conns sets it.
+const defaultMaxConns = 16
+
 // DB is a Countersign database on a PostgreSQL server: a pgxpool pool. It is safe for concurrent
 // use, also by several processes. Create it with Open and release it with Close.
 type DB struct {
@@ -68,13 +72,18 @@ type DB struct {
 }
 
 // Open connects to the PostgreSQL database at url (postgres://user:password@host:port/db?…, as
-// pgxpool.ParseConfig reads it, pool settings included) and applies any migration not yet
-// applied. Errors: the URL's, the connection's (the password redacted), a migration's.
+// pgxpool.ParseConfig reads it, pool settings included; defaultMaxConns connections unless
+// pool_max_conns says otherwise) and applies any migration not yet applied. Errors: the URL's, the connection's (the password redacted), a migration's.
 func Open(ctx context.Context, url string) (_ *DB, err error) {
 	defer apperr.Wrap(&err, "pg.Open(%s)", redact(url))
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, errors.New("not a PostgreSQL URL") // ParseConfig's error may quote the password
+	}
+	// pgxpool's default is max(4, CPUs) connections: on a small machine a few slow page renders
+	// would queue every write behind them. pool_max_conns in the URL still wins.
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = defaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

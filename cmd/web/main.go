@@ -62,8 +62,11 @@ func main() {
 // config is the server's configuration (SPEC §11): every flag has an environment variable, and
 // the flag wins when both are set.
 type config struct {
-	addr            string
-	db              string
+	addr string
+	db   string // a SQLite file, or a postgres:// URL (isPostgres)
+	// shareKey is -share-key, the file of the key that derives share-link tokens (SPEC §7); "" for
+	// the default beside a SQLite file (shareKeyFile); required with PostgreSQL.
+	shareKey        string
 	workspace       string
 	scripts         string
 	token           string
@@ -150,7 +153,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	cwd, _ := os.Getwd()
 	fs.StringVar(&c.addr, "addr", env("COUNTERSIGN_ADDR", "127.0.0.1:8080"), "listen address (COUNTERSIGN_ADDR)")
-	fs.StringVar(&c.db, "db", env("COUNTERSIGN_DB", "countersign.db"), "SQLite file, created with its folder (COUNTERSIGN_DB)")
+	fs.StringVar(&c.db, "db", env("COUNTERSIGN_DB", "countersign.db"), "SQLite file, created with its folder, or a postgres:// URL (PostgreSQL, SPEC §16) (COUNTERSIGN_DB)")
+	fs.StringVar(&c.shareKey, "share-key", env("COUNTERSIGN_SHARE_KEY", ""), "file of the key that derives share-link tokens, created when missing; default: the SQLite file's name + .share-key; required with a postgres:// -db (COUNTERSIGN_SHARE_KEY)")
 	fs.StringVar(&c.workspace, "workspace", env("COUNTERSIGN_WORKSPACE", cwd), "where tools read, write and run (COUNTERSIGN_WORKSPACE)")
 	fs.StringVar(&c.scripts, "scripts", env("COUNTERSIGN_SCRIPTS", ""), "folder of extra faux scripts, *.json (COUNTERSIGN_SCRIPTS)")
 	fs.StringVar(&c.token, "token", env("COUNTERSIGN_TOKEN", ""), "owner token; random when empty (COUNTERSIGN_TOKEN)")
@@ -194,6 +198,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Visit(func(f *flag.Flag) { c.tokenFlag = c.tokenFlag || f.Name == "token" })
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if c.shareKey == "" && isPostgres(c.db) {
+		return c, errors.New("-share-key: a postgres:// -db needs the share key's file named (COUNTERSIGN_SHARE_KEY), the same on every server: it is never kept in the database (SPEC §7)")
 	}
 	if c.approvalTimeout, err = time.ParseDuration(timeout); err != nil || c.approvalTimeout <= 0 {
 		return c, fmt.Errorf("-approval-timeout %q: want a positive Go duration such as 15m", timeout)
@@ -324,7 +331,7 @@ const retainEvery = time.Hour
 // runner, as the Delete button does: with their transcript, approvals, links and audit. A
 // session whose run is busy or parked on an approval is kept (the runner refuses it) and tried
 // again next time. It returns how many were deleted.
-func deleteIdle(ctx context.Context, log *slog.Logger, db *store.DB, runner *agent.Runner, keep time.Duration, now time.Time) int {
+func deleteIdle(ctx context.Context, log *slog.Logger, db store.Backend, runner *agent.Runner, keep time.Duration, now time.Time) int {
 	ids, err := db.IdleSessions(ctx, now.Add(-keep))
 	if err != nil {
 		log.Warn("retain: listing idle sessions", "err", err)
@@ -394,15 +401,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// One server per database: the lock comes before anything touches the database, the
 	// listener before recovery, so a second start (same database, or a busy port) fails having
 	// changed nothing (SPEC §8 recovery belongs to the one server that will serve).
-	unlock, err := lockDatabase(cfg.db)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	// Files an earlier version left readable by others become owner-only before SQLite opens the
-	// database, so the -wal and -shm it makes follow the database's mode.
-	if err := tightenPermissions(log, cfg.db); err != nil {
-		return err
+	// (A PostgreSQL database has its lock in the database: openStore takes it.)
+	if !isPostgres(cfg.db) {
+		unlock, err := lockDatabase(cfg.db)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		// Files an earlier version left readable by others become owner-only before SQLite
+		// opens the database, so the -wal and -shm it makes follow the database's mode.
+		if err := tightenPermissions(log, cfg.db); err != nil {
+			return err
+		}
 	}
 	// Listen before serving, so a busy port fails at once.
 	ln, err := net.Listen("tcp", cfg.addr)
@@ -418,11 +428,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer metricsLn.Close()
 	}
 
-	db, err := store.Open(ctx, cfg.db)
+	db, closeDB, err := openStore(ctx, cfg.db)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer closeDB()
 	// Operators' series (SPEC §16); the live sockets are the web server's, made below.
 	var srv *web.Server
 	met := metrics.New(metrics.Sources{
@@ -437,7 +447,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return srv.LiveSockets()
 		},
 	})
-	db.OnCommit = met.Commit
+	db.SetOnCommit(met.Commit)
 
 	reg := tool.NewRegistry()
 	all := tools.Builtin(tools.Config{PassEnv: cfg.passEnv, Protected: ownFiles(cfg)})
@@ -489,7 +499,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// path, from the first start's leftovers on, and stops before the database closes.
 	newSecret := "" // printed once, after the login line
 	if len(cfg.receivers) > 0 {
-		nkey, created, err := notify.LoadKey(cfg.db + ".notify-key")
+		nkey, created, err := notify.LoadKey(cfg.notifyKeyFile())
 		if err != nil {
 			return err
 		}
@@ -508,7 +518,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		go func() { defer close(workerDone); worker.Run(workerCtx) }()
 		defer func() { stopWorker(); <-workerDone }()
 		for _, r := range cfg.receivers {
-			log.Info("webhook receiver", "recipient", r.Name, "id", r.ID, "format", r.Format, "key", cfg.db+".notify-key", "publicURL", public)
+			log.Info("webhook receiver", "recipient", r.Name, "id", r.ID, "format", r.Format, "key", cfg.notifyKeyFile(), "publicURL", public)
 		}
 	}
 	broker := agent.NewBroker()
@@ -524,7 +534,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7).
-	key, err := share.LoadKey(cfg.db + ".share-key")
+	key, err := share.LoadKey(cfg.shareKeyFile())
 	if err != nil {
 		return err
 	}
@@ -565,7 +575,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=%s\n", ln.Addr(), cfg.token)
 	if newSecret != "" {
 		fmt.Fprintf(stdout, "Webhook signing secret (Standard Webhooks; configure your receivers with it; shown this once, kept in %s): %s\n",
-			cfg.db+".notify-key", newSecret)
+			cfg.notifyKeyFile(), newSecret)
 	}
 
 	errc := make(chan error, 2)
@@ -600,15 +610,37 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
+// shareKeyFile is the file of the key that derives share-link tokens: -share-key, else beside
+// the SQLite file (SPEC §7: never in the database).
+func (c config) shareKeyFile() string {
+	if c.shareKey != "" {
+		return c.shareKey
+	}
+	return c.db + ".share-key"
+}
+
+// notifyKeyFile is the file of the webhooks' signing key (SPEC §15): beside the SQLite file, or,
+// with PostgreSQL, beside the share key (its name with .notify-key for .share-key), so the
+// servers of one database that share the one share the other.
+func (c config) notifyKeyFile() string {
+	if isPostgres(c.db) {
+		return strings.TrimSuffix(c.shareKeyFile(), ".share-key") + ".notify-key"
+	}
+	return c.db + ".notify-key"
+}
+
 // ownFiles are the files of the server that the file tools must never read or write and that
 // no command allowed by a rule may redirect to (SPEC §14: the agent can never write its own
 // rules): the database with its -wal, -shm and -journal files and its lock, the share key, and
 // the policy file.
 func ownFiles(cfg config) tools.Protected {
 	var files tools.Protected
-	for _, suffix := range []string{"", "-wal", "-shm", "-journal", ".lock", ".share-key", ".notify-key"} {
-		files = append(files, cfg.db+suffix)
+	if !isPostgres(cfg.db) {
+		for _, suffix := range []string{"", "-wal", "-shm", "-journal", ".lock"} {
+			files = append(files, cfg.db+suffix)
+		}
 	}
+	files = append(files, cfg.shareKeyFile(), cfg.notifyKeyFile())
 	if cfg.policy != "" {
 		files = append(files, cfg.policy)
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
@@ -89,66 +87,6 @@ func TestAPendingApprovalIsStoredWithItsEventsAndLinksOrNotAtAll(t *testing.T) {
 	ds, _ = db.Deliveries(ctx, "s1")
 	if len(ds) != 4 || ds[2].Event != notify.Resolved || ds[3].Event != notify.Resolved || ds[2].LinkID != "" || wakes.Load() != 2 {
 		t.Errorf("after the decision: %+v (wakes %d)", ds, wakes.Load())
-	}
-}
-
-func TestWithoutReceiversNothingIsQueued(t *testing.T) {
-	ctx := context.Background()
-	db, _, wakes := notifyDB(t)
-	if err := db.CreateApproval(ctx, pendingApproval("A1")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ResolveApproval(ctx, "A1", gate.Resolution{Status: gate.Approved, DecidedBy: "owner"}); err != nil {
-		t.Fatal(err)
-	}
-	if ds, _ := db.Deliveries(ctx, "s1"); len(ds) != 0 || wakes.Load() != 0 {
-		t.Errorf("deliveries %+v, wakes %d; want none", ds, wakes.Load())
-	}
-}
-
-func TestADecisionLinkIsUsedOnceEvenWhenRacing(t *testing.T) {
-	ctx := context.Background()
-	db, key, _ := notifyDB(t, alice)
-	if err := db.CreateApproval(ctx, pendingApproval("A1")); err != nil {
-		t.Fatal(err)
-	}
-	ds, _ := db.Deliveries(ctx, "s1")
-	l, err := db.DecisionLink(ctx, key.LinkHash(ds[0].LinkID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wins atomic.Int32
-	var wg sync.WaitGroup
-	for range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			switch err := db.UseDecisionLink(ctx, l.ID, time.Time{}); apperr.CodeOf(err) {
-			case "":
-				wins.Add(1)
-			case apperr.Conflict:
-				if apperr.MessageOf(err) != "This link was already used." {
-					t.Errorf("message %q", apperr.MessageOf(err))
-				}
-			default:
-				t.Errorf("UseDecisionLink = %v", err)
-			}
-		}()
-	}
-	wg.Wait()
-	if wins.Load() != 1 {
-		t.Errorf("%d uses won, want exactly one", wins.Load())
-	}
-	if l, _ := db.DecisionLink(ctx, key.LinkHash(ds[0].LinkID)); l.UsedAt == nil {
-		t.Error("used_at not stored")
-	}
-	for name, hash := range map[string]string{"unknown hash": notify.HashToken("guess"), "the raw link id": l.ID, "empty": ""} {
-		if _, err := db.DecisionLink(ctx, hash); apperr.CodeOf(err) != apperr.NotFound || apperr.MessageOf(err) != "Not found" {
-			t.Errorf("%s: DecisionLink = %v, want a bare not found", name, err)
-		}
-	}
-	if err := db.UseDecisionLink(ctx, "dl-nope", time.Time{}); apperr.CodeOf(err) != apperr.NotFound {
-		t.Errorf("UseDecisionLink(unknown) = %v", err)
 	}
 }
 

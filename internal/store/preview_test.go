@@ -25,43 +25,6 @@ func previewed() []gate.Approval {
 	}
 }
 
-// TestApprovalPreviewRoundTrips: the preview stored with an approval comes back as stored — one
-// at a time, in a batch (the JSON-parameter insert), in the pending list and after its decision,
-// which does not change it (the approval says which content it was decided against).
-func TestApprovalPreviewRoundTrips(t *testing.T) {
-	ctx := context.Background()
-	for _, batch := range []bool{false, true} {
-		db := MustOpenDB(t)
-		mustCreateSession(t, db, session("s1", t0))
-		want := previewed()
-		if batch {
-			if err := db.CreateApprovals(ctx, want); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			mustCreateApprovals(t, db, want...)
-		}
-		for _, w := range want {
-			got, err := db.Approval(ctx, w.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			assertEqual(t, "approval "+w.ID, got, w)
-		}
-		pending, err := db.PendingApprovals(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		assertEqual(t, "pending approvals", pending, want)
-		decided, err := db.ResolveApproval(ctx, "p1", gate.Resolution{Status: gate.Approved, DecidedBy: "owner",
-			EditedArguments: json.RawMessage(`{"path":"notes.txt","content":"edited\n"}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		assertEqual(t, "the decided approval's preview", decided.Preview, want[0].Preview)
-	}
-}
-
 // TestPreviewMigrationKeepsEveryRow: a database from before 0013 keeps its approvals, none with a
 // preview, and stores previews after it.
 func TestPreviewMigrationKeepsEveryRow(t *testing.T) {

@@ -2,6 +2,9 @@
 // (modernc.org/sqlite, pure Go, WAL mode; SPEC §8). It implements agent.Store and gate.Store and
 // turns driver errors into apperr codes: a duplicate key is apperr.Conflict, an unknown id
 // apperr.NotFound, a value the schema refuses apperr.Invalid; anything else is internal.
+//
+// Backend is the store contract the program uses; the PostgreSQL store (internal/store/pg)
+// implements it too, and both pass one conformance suite (internal/store/storetest; SPEC §16).
 package store
 
 import (

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/gate"
+	"countersign/internal/notify"
+	"countersign/internal/share"
+)
+
+// Backend is the store contract (issue 21, SPEC §16): every method of the store the program
+// uses, implemented by the SQLite store (*DB, the default) and the PostgreSQL store
+// (internal/store/pg). Both pass one conformance suite (internal/store/storetest), which is
+// where the contract's behaviour is pinned down: the same results, orders and apperr codes
+// (and user messages) for the same calls. The methods' doc comments on *DB are the contract's
+// documentation; an implementation differs only where it says so.
+//
+// Times are UTC with nanoseconds on both backends; ids are the caller's.
+type Backend interface {
+	// Sessions (session.go).
+	CreateSession(ctx context.Context, s agent.Session) error
+	Session(ctx context.Context, id string) (agent.Session, error)
+	Sessions(ctx context.Context) ([]agent.Session, error)
+	SessionsInState(ctx context.Context, st agent.State) ([]agent.Session, error)
+	SetSessionState(ctx context.Context, id string, st agent.State) error
+	SetSessionTitle(ctx context.Context, id, title string) error
+	SetSessionInstructions(ctx context.Context, id, instructions string) error
+	SetSessionMode(ctx context.Context, id string, mode gate.Mode) error
+	SetActiveTools(ctx context.Context, id string, names []string) error
+	DeleteSession(ctx context.Context, id string) error
+	IdleSessions(ctx context.Context, before time.Time) ([]string, error)
+	AppendEntry(ctx context.Context, sessionID string, m agent.Message, records ...gate.Approval) (agent.Entry, error)
+	Entries(ctx context.Context, sessionID string) ([]agent.Entry, error)
+
+	// Approvals (approval.go).
+	CreateApproval(ctx context.Context, a gate.Approval) error
+	CreateApprovals(ctx context.Context, as []gate.Approval) error
+	ResolveApproval(ctx context.Context, id string, r gate.Resolution) (gate.Approval, error)
+	Approval(ctx context.Context, id string) (gate.Approval, error)
+	Approvals(ctx context.Context, sessionID string, status gate.Status) ([]gate.Approval, error)
+	PendingApprovals(ctx context.Context) ([]gate.Approval, error)
+	// Inbox lists a page of the pending approvals of every session or one, oldest first, with
+	// their sessions' titles and workspaces; PendingCount counts them (sessionID "": every
+	// session; SPEC §15).
+	Inbox(ctx context.Context, q agent.InboxQuery) ([]agent.InboxItem, error)
+	PendingCount(ctx context.Context, sessionID string) (int, error)
+	// Webhook notifications (SPEC §15): SetNotify turns the outbox on (call it before the store
+	// is used concurrently); the delivery worker reads DueDeliveries and NextDeliveryAt and
+	// writes RecordAttempt (notify.Outbox); the audit page lists Deliveries; a decision link is
+	// read by its token's hash and used once (DecisionLink, UseDecisionLink).
+	SetNotify(receivers []notify.Receiver, linkHash func(linkID string) string, wake func())
+	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]notify.Delivery, error)
+	NextDeliveryAt(ctx context.Context) (time.Time, bool, error)
+	RecordAttempt(ctx context.Context, id string, a notify.Attempt, next *time.Time) error
+	Deliveries(ctx context.Context, sessionID string) ([]notify.Delivery, error)
+	DecisionLink(ctx context.Context, tokenHash string) (notify.Link, error)
+	UseDecisionLink(ctx context.Context, id string, at time.Time) error
+	// CastVote stores a person's vote on an approval that needs need approvals (SPEC §15): a
+	// deny resolves it at once, the need-th approve resolves it approved (gate.Store.CastVote).
+	CastVote(ctx context.Context, id string, v gate.Vote, need int) (gate.Approval, bool, error)
+
+	// Rules and session grants (rules.go).
+	CreateRule(ctx context.Context, r gate.Rule) error
+	Rules(ctx context.Context) ([]gate.Rule, error)
+	DeleteRule(ctx context.Context, id string) error
+	AddRuleHits(ctx context.Context, hits []gate.RuleHits) error
+	CreateGrant(ctx context.Context, g gate.Grant) error
+	Grant(ctx context.Context, sessionID, toolName string) (gate.Grant, error)
+	Grants(ctx context.Context, sessionID string) ([]gate.Grant, error)
+	DeleteGrant(ctx context.Context, sessionID, toolName string) error
+
+	// Share links (share.go).
+	CreateShare(ctx context.Context, l share.Link) error
+	Share(ctx context.Context, id string) (share.Link, error)
+	ShareByHash(ctx context.Context, tokenHash string) (share.Link, error)
+	Shares(ctx context.Context, sessionID string) ([]share.Link, error)
+	RevokeShare(ctx context.Context, id string, at time.Time) (share.Link, error)
+	TouchShare(ctx context.Context, id string, at time.Time) error
+
+	// Owner logins (owner.go).
+	CreateOwnerSession(ctx context.Context, idHash string, createdAt, expiresAt time.Time) error
+	OwnerSessionExpiry(ctx context.Context, idHash string) (time.Time, error)
+	DeleteOwnerSession(ctx context.Context, idHash string) error
+
+	// Operations.
+
+	// SetOnCommit sets the observer told how long each commit took and how many writes it held
+	// (the store commit latency of SPEC §16's metrics); nil for none. Call it before the first
+	// write.
+	SetOnCommit(fn func(d time.Duration, writes int))
+	// Ready reports whether the database answers and has every migration applied (GET /readyz):
+	// nil, or an error saying which part failed.
+	Ready(ctx context.Context) error
+	// Close releases the database's connections; statements in flight finish first.
+	Close() error
+}
+
+// Compile-time checks: the SQLite store is a Backend, and a Backend is what the agent (and
+// through it the gate and the rulebook) and share links need.
+var (
+	_ Backend     = (*DB)(nil)
+	_ agent.Store = Backend(nil)
+	_ share.Store = Backend(nil)
+)
+
+// SetOnCommit sets db.OnCommit (Backend).
+func (db *DB) SetOnCommit(fn func(d time.Duration, writes int)) { db.OnCommit = fn }

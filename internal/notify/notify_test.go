@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -517,5 +518,41 @@ func TestADeliveryIsGivenUpAfterItsLastAttempt(t *testing.T) {
 				t.Errorf("delivery %+v", ds)
 			}
 		})
+	}
+}
+
+// TestAHangingReceiverDelaysNoOtherReceiver (found in review: one goroutine posted every row in
+// turn, so a receiver that never answered held every other receiver's deliveries for its timeout,
+// attempt after attempt — decision links arrived minutes late). Each receiver has its own lane:
+// while bob's receiver holds its first request, alice gets both approvals' requests.
+func TestAHangingReceiverDelaysNoOtherReceiver(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	var returned atomic.Bool
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body) // then the server notices the worker hanging up (r.Context)
+		select {
+		case <-release:
+		case <-r.Context().Done(): // the worker gave up on the attempt (its timeout)
+			returned.Store(true)
+		}
+	}))
+	defer slow.Close()
+	defer close(release)
+	alice, bob := e.receiver(t, "alice="+e.srv.URL), e.receiver(t, "bob="+slow.URL)
+	e.start(t, time.Hour, alice, bob)
+	for _, id := range []string{"A1", "A2"} {
+		if err := e.db.CreateApproval(ctx, pending(id, e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+			t.Fatal(err)
+		}
+		var p notify.Payload
+		json.Unmarshal(wait(t, e.hits, "alice's request for "+id).body, &p)
+		if p.Data.Approval.ID != id || p.Data.Recipient != "alice" {
+			t.Fatalf("alice got %s for %s, want %s", p.Type, p.Data.Approval.ID, id)
+		}
+		if returned.Load() {
+			t.Fatalf("alice's request for %s came only after bob's hanging attempt was given up", id)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -58,14 +59,25 @@ type WorkerConfig struct {
 	Now func() time.Time
 }
 
-// Worker delivers the outbox's rows to their receivers, on its own goroutine (Run), one row at a
-// time: outside the gate's path, so a slow or dead receiver delays only other deliveries.
+// Worker delivers the outbox's rows to their receivers outside the gate's path. Run reads the
+// due rows and hands each to its receiver's lane: one goroutine per receiver, posting that
+// receiver's rows one at a time in the order they fell due. A receiver that hangs holds only its
+// own lane (each attempt is bounded by Timeout); the others' deliveries go on.
 type Worker struct {
 	cfg       WorkerConfig
 	receivers map[string]Receiver
 	signer    *standardwebhooks.Webhook
 	wake      chan struct{}
+
+	// lanes are the receivers' queues (laneSize rows each); inflight the rows handed to a lane
+	// and not yet recorded, which later reads of the due rows skip. Both under mu.
+	mu       sync.Mutex
+	lanes    map[string]chan Delivery
+	inflight map[string]bool
 }
+
+// laneSize bounds the rows queued for one receiver; more stay due in the outbox for a later read.
+const laneSize = batchSize
 
 // NewWorker returns a worker for cfg; Run starts it.
 func NewWorker(cfg WorkerConfig) *Worker {
@@ -87,7 +99,8 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	w := &Worker{cfg: cfg, receivers: map[string]Receiver{}, wake: make(chan struct{}, 1)}
+	w := &Worker{cfg: cfg, receivers: map[string]Receiver{}, wake: make(chan struct{}, 1),
+		lanes: map[string]chan Delivery{}, inflight: map[string]bool{}}
 	for _, r := range cfg.Receivers {
 		w.receivers[r.ID] = r
 	}
@@ -107,9 +120,14 @@ func (w *Worker) Wake() {
 
 // Run delivers due rows until ctx ends: at start (rows an earlier process left), whenever Wake
 // is called, and when the earliest retry falls due.
+//
+// Run returns once ctx has ended and every lane has stopped (an attempt in flight is cut short
+// and its row stays due for the next start).
 func (w *Worker) Run(ctx context.Context) {
+	var lanes sync.WaitGroup
+	defer lanes.Wait()
 	for {
-		w.deliverDue(ctx)
+		w.deliverDue(ctx, &lanes)
 		var timer <-chan time.Time
 		if at, ok, err := w.cfg.Outbox.NextDeliveryAt(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -118,7 +136,13 @@ func (w *Worker) Run(ctx context.Context) {
 			w.cfg.Logger.Error("webhook outbox", "err", err)
 			timer = time.After(time.Second)
 		} else if ok {
-			timer = time.After(max(at.Sub(w.cfg.Now()), 0))
+			wait := max(at.Sub(w.cfg.Now()), 0)
+			if wait == 0 && w.busy() {
+				// What is due is in a lane already (or its lane is full): a lane's end wakes
+				// Run; the timer only guards against a missed wake.
+				wait = time.Second
+			}
+			timer = time.After(wait)
 		}
 		select {
 		case <-ctx.Done():
@@ -129,24 +153,66 @@ func (w *Worker) Run(ctx context.Context) {
 	}
 }
 
-// deliverDue attempts every row due now.
-func (w *Worker) deliverDue(ctx context.Context) {
-	for ctx.Err() == nil {
-		due, err := w.cfg.Outbox.DueDeliveries(ctx, w.cfg.Now(), batchSize)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.cfg.Logger.Error("webhook outbox", "err", err)
-			}
-			return
+// busy reports whether some row is in a lane, queued or being attempted.
+func (w *Worker) busy() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.inflight) > 0
+}
+
+// deliverDue hands every row due now to its receiver's lane (starting the lane's goroutine on
+// first use), skipping rows already in a lane; a full lane leaves its rows due for a later read.
+//
+// The read runs under mu: a lane records its attempt before it takes mu to leave inflight, so a
+// row this read sees as due either is still in inflight (skipped) or was read after its attempt
+// was recorded — never sent twice.
+func (w *Worker) deliverDue(ctx context.Context, lanes *sync.WaitGroup) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	due, err := w.cfg.Outbox.DueDeliveries(ctx, w.cfg.Now(), batchSize*max(len(w.receivers), 1))
+	if err != nil {
+		if ctx.Err() == nil {
+			w.cfg.Logger.Error("webhook outbox", "err", err)
 		}
-		for _, d := range due {
+		return
+	}
+	for _, d := range due {
+		if ctx.Err() != nil || w.inflight[d.ID] {
+			continue
+		}
+		lane := w.lanes[d.ReceiverID]
+		if lane == nil {
+			lane = make(chan Delivery, laneSize)
+			w.lanes[d.ReceiverID] = lane
+			lanes.Add(1)
+			go func() {
+				defer lanes.Done()
+				w.runLane(ctx, lane)
+			}()
+		}
+		select {
+		case lane <- d:
+			w.inflight[d.ID] = true
+		default: // full: the row stays due
+		}
+	}
+}
+
+// runLane attempts one receiver's rows in order until ctx ends, waking Run after each.
+func (w *Worker) runLane(ctx context.Context, lane chan Delivery) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d := <-lane:
 			if ctx.Err() != nil {
 				return
 			}
 			w.attempt(ctx, d)
-		}
-		if len(due) < batchSize {
-			return
+			w.mu.Lock()
+			delete(w.inflight, d.ID)
+			w.mu.Unlock()
+			w.Wake()
 		}
 	}
 }

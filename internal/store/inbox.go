@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"countersign/internal/agent"
+	"countersign/internal/gate"
 	"countersign/internal/apperr"
 )
 
@@ -40,12 +41,32 @@ func (db *DB) Inbox(ctx context.Context, q agent.InboxQuery) (_ []agent.InboxIte
 	if limit <= 0 {
 		limit = -1
 	}
-	return queryAll(ctx, db.read, func(r scanner) (agent.InboxItem, error) {
+	items, err := queryAll(ctx, db.read, func(r scanner) (agent.InboxItem, error) {
 		var it agent.InboxItem
 		a, err := scanApproval(extraScanner{r, []any{&it.SessionTitle, &it.Workspace}})
 		it.Approval = a
 		return it, err
 	}, `SELECT `+inboxColumns+` `+inboxQuery, q.SessionID, q.After, limit)
+	if err != nil {
+		return nil, err
+	}
+	return items, db.inboxVotes(ctx, items)
+}
+
+// inboxVotes fills in the votes of the items' approvals that need several approvers, as
+// Approvals does: the inbox shows "1 of 2 approvals — approved by alice" like every page.
+func (db *DB) inboxVotes(ctx context.Context, items []agent.InboxItem) error {
+	as := make([]gate.Approval, len(items))
+	for i := range items {
+		as[i] = items[i].Approval
+	}
+	if err := db.withVotes(ctx, as); err != nil {
+		return err
+	}
+	for i := range items {
+		items[i].Approval = as[i]
+	}
+	return nil
 }
 
 // PendingCount is how many approvals wait for a person in every session (sessionID "") or in

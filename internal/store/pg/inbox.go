@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"countersign/internal/agent"
+	"countersign/internal/gate"
 	"countersign/internal/apperr"
 )
 
@@ -40,7 +41,26 @@ func (db *DB) Inbox(ctx context.Context, q agent.InboxQuery) (_ []agent.InboxIte
 		WHERE a.status = 'pending' AND ($1 = '' OR a.session_id = $1)
 			AND ($2 = '' OR (a.created_at, a.ord) > (SELECT created_at, ord FROM approvals WHERE id = $2))
 		ORDER BY a.created_at, a.ord LIMIT $3`, q.SessionID, q.After, limit)
-	return items, err
+	if err != nil {
+		return nil, err
+	}
+	return items, db.inboxVotes(ctx, items)
+}
+
+// inboxVotes fills in the votes of the items' approvals that need several approvers, as
+// Approvals does: the inbox shows "1 of 2 approvals — approved by alice" like every page.
+func (db *DB) inboxVotes(ctx context.Context, items []agent.InboxItem) error {
+	as := make([]gate.Approval, len(items))
+	for i := range items {
+		as[i] = items[i].Approval
+	}
+	if err := db.withVotes(ctx, as); err != nil {
+		return err
+	}
+	for i := range items {
+		items[i].Approval = as[i]
+	}
+	return nil
 }
 
 // PendingCount is how many approvals wait for a person in every session (sessionID "") or in

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"countersign/internal/apperr"
+	"countersign/internal/agent"
 	"countersign/internal/gate"
 	"countersign/internal/share"
 )
@@ -56,6 +57,12 @@ func testVotesRoundTrip(t *testing.T, h Harness) {
 		t.Fatal(pending, err)
 	}
 	check("PendingApprovals", pending[0])
+	// The inbox's cards show the votes too (found in review: a fresh /inbox said "0 of 2").
+	inbox, err := db.Inbox(ctx, agent.InboxQuery{})
+	if err != nil || len(inbox) != 1 {
+		t.Fatal(inbox, err)
+	}
+	check("Inbox", inbox[0].Approval)
 
 	got, counted, err = db.CastVote(ctx, "a1", gate.Vote{By: "bob", Decision: gate.Approved}, 2)
 	if err != nil || !counted || got.Status != gate.Approved || got.DecidedBy != "bob" || got.DecisionSource != gate.FromPerson ||

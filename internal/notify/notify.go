@@ -77,7 +77,7 @@ func ParseReceivers(entries []string) ([]Receiver, error) {
 			return nil, err
 		}
 		if seen[r.ID] {
-			return nil, fmt.Errorf("-notify-webhook %q is given twice", e)
+			return nil, fmt.Errorf("-notify-webhook %q is given twice", shownEntry(e))
 		}
 		seen[r.ID] = true
 		out = append(out, r)
@@ -85,12 +85,35 @@ func ParseReceivers(entries []string) ([]Receiver, error) {
 	return out, nil
 }
 
+// shownEntry is a -notify-webhook entry as an error message may show it: the recipient's name
+// and the URL's scheme and host, its path and query cut ("/…"), since a webhook URL's path is
+// often its secret (Slack's /services/T…/B…/<secret>); the host stays, to say which entry.
+func shownEntry(entry string) string {
+	raw := strings.TrimSpace(entry)
+	name := ""
+	if i := strings.Index(raw, "="); i >= 0 && !strings.Contains(raw[:i], "://") && !strings.ContainsAny(raw[:i], "/?") {
+		name, raw = raw[:i]+"=", raw[i+1:]
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		if len(raw) > 12 {
+			raw = raw[:12] + "…"
+		}
+		return name + raw
+	}
+	shown := u.Scheme + "://" + u.Host
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		shown += "/…"
+	}
+	return name + shown
+}
+
 // ParseReceiver parses one -notify-webhook entry: "URL" or "name=URL", the URL http or https,
 // optionally with ?format=slack (or format=json), which selects the body and is not sent.
 func ParseReceiver(entry string) (Receiver, error) {
 	raw := strings.TrimSpace(entry)
 	bad := func(format string, args ...any) (Receiver, error) {
-		return Receiver{}, fmt.Errorf("-notify-webhook %q: %s", entry, fmt.Sprintf(format, args...))
+		return Receiver{}, fmt.Errorf("-notify-webhook %q: %s", shownEntry(entry), fmt.Sprintf(format, args...))
 	}
 	name, rawURL := "", raw
 	if i := strings.Index(raw, "="); i >= 0 && !strings.Contains(raw[:i], "://") && !strings.ContainsAny(raw[:i], "/?") {

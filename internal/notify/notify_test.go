@@ -62,6 +62,15 @@ func TestParseReceiversTakesNamedAndSlackEntriesAndRefusesBadOnes(t *testing.T) 
 			}
 		})
 	}
+	t.Run("an error never shows the URL's path or query, often its secret", func(t *testing.T) {
+		for _, entry := range []string{"ops=ftp://hooks.slack.com/services/T0/B0/SECRETPATH", "https://hooks.example.com/h/SECRETPATH?format=teams",
+			"https://u:SECRETPATH@hooks.example.com/h", "owner=https://hooks.example.com/SECRETPATH"} {
+			_, err := notify.ParseReceivers([]string{entry})
+			if err == nil || strings.Contains(err.Error(), "SECRETPATH") || !strings.Contains(err.Error(), "hooks.") {
+				t.Errorf("ParseReceivers(%q) = %v, want an error naming the host without the secret", entry, err)
+			}
+		}
+	})
 	t.Run("the same receiver twice", func(t *testing.T) {
 		if _, err := notify.ParseReceivers([]string{"https://x.example/h", "https://x.example/h"}); err == nil || !strings.Contains(err.Error(), "twice") {
 			t.Errorf("err = %v, want given twice", err)

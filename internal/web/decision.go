@@ -77,6 +77,8 @@ func decidedAt(a gate.Approval) string {
 
 // decisionPage shows the link's prompt, or why it is dead.
 func (s *Server) decisionPage(w http.ResponseWriter, r *http.Request) error {
+	// The page holds the whole prompt (a command, a diff): no cache keeps it (found in review).
+	w.Header().Set("Cache-Control", "no-store")
 	l, a, err := s.decisionLink(r)
 	if err != nil {
 		return err
@@ -107,6 +109,7 @@ func (s *Server) decisionPage(w http.ResponseWriter, r *http.Request) error {
 // answers 409 with why. An htmx request gets the slot that replaces the prompt; a plain form post
 // is sent back to the page, which then says what happened.
 func (s *Server) decisionLinkDecide(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Cache-Control", "no-store")
 	l, a, err := s.decisionLink(r)
 	if err != nil {
 		return err

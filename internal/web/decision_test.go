@@ -297,3 +297,18 @@ func TestTheGateNeverWaitsForAWebhookReceiver(t *testing.T) {
 		t.Errorf("runs %d", ts.runs.Load())
 	}
 }
+
+// TestADecisionLinksPageIsNeverCached (found in review): the page holds the whole prompt, a
+// command or a diff; no browser or proxy cache keeps it.
+func TestADecisionLinksPageIsNeverCached(t *testing.T) {
+	e := newLinkEnv(t, "touch x", nil)
+	req, _ := http.NewRequest("GET", e.URL+"/d/"+e.token, nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 || res.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("GET /d/… = %d, Cache-Control %q; want 200 and no-store", res.StatusCode, res.Header.Get("Cache-Control"))
+	}
+}

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"countersign/internal/agent"
-	"countersign/internal/gate"
 	"countersign/internal/apperr"
+	"countersign/internal/gate"
 )
 
 // inboxColumns are approvalColumns read from the approvals table aliased a (the inbox joins

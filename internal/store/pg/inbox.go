@@ -7,8 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"countersign/internal/agent"
-	"countersign/internal/gate"
 	"countersign/internal/apperr"
+	"countersign/internal/gate"
 )
 
 // inboxColumns are approvalColumns read from the approvals table aliased a, then the session's

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"countersign/internal/apperr"
 	"countersign/internal/agent"
+	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/share"
 )

@@ -50,23 +50,7 @@ func (db *DB) Inbox(ctx context.Context, q agent.InboxQuery) (_ []agent.InboxIte
 	if err != nil {
 		return nil, err
 	}
-	return items, db.inboxVotes(ctx, items)
-}
-
-// inboxVotes fills in the votes of the items' approvals that need several approvers, as
-// Approvals does: the inbox shows "1 of 2 approvals — approved by alice" like every page.
-func (db *DB) inboxVotes(ctx context.Context, items []agent.InboxItem) error {
-	as := make([]gate.Approval, len(items))
-	for i := range items {
-		as[i] = items[i].Approval
-	}
-	if err := db.withVotes(ctx, as); err != nil {
-		return err
-	}
-	for i := range items {
-		items[i].Approval = as[i]
-	}
-	return nil
+	return items, InboxVotes(ctx, items, db.withVotes)
 }
 
 // PendingCount is how many approvals wait for a person in every session (sessionID "") or in
@@ -89,4 +73,21 @@ type extraScanner struct {
 
 func (e extraScanner) Scan(dest ...any) error {
 	return e.r.Scan(append(dest, e.extra...)...)
+}
+
+// InboxVotes fills in the votes of items' approvals through withVotes (a store's own reader of
+// votes for a list of approvals): the inbox shows "1 of 2 approvals — approved by alice" like
+// every page. Both stores' Inbox use it.
+func InboxVotes(ctx context.Context, items []agent.InboxItem, withVotes func(context.Context, []gate.Approval) error) error {
+	as := make([]gate.Approval, len(items))
+	for i := range items {
+		as[i] = items[i].Approval
+	}
+	if err := withVotes(ctx, as); err != nil {
+		return err
+	}
+	for i := range items {
+		items[i].Approval = as[i]
+	}
+	return nil
 }

@@ -8,7 +8,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
-	"countersign/internal/gate"
+	"countersign/internal/store"
 )
 
 // inboxColumns are approvalColumns read from the approvals table aliased a, then the session's
@@ -44,23 +44,7 @@ func (db *DB) Inbox(ctx context.Context, q agent.InboxQuery) (_ []agent.InboxIte
 	if err != nil {
 		return nil, err
 	}
-	return items, db.inboxVotes(ctx, items)
-}
-
-// inboxVotes fills in the votes of the items' approvals that need several approvers, as
-// Approvals does: the inbox shows "1 of 2 approvals — approved by alice" like every page.
-func (db *DB) inboxVotes(ctx context.Context, items []agent.InboxItem) error {
-	as := make([]gate.Approval, len(items))
-	for i := range items {
-		as[i] = items[i].Approval
-	}
-	if err := db.withVotes(ctx, as); err != nil {
-		return err
-	}
-	for i := range items {
-		items[i].Approval = as[i]
-	}
-	return nil
+	return items, store.InboxVotes(ctx, items, db.withVotes)
 }
 
 // PendingCount is how many approvals wait for a person in every session (sessionID "") or in

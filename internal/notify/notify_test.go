@@ -565,3 +565,40 @@ func TestAHangingReceiverDelaysNoOtherReceiver(t *testing.T) {
 		}
 	}
 }
+
+// TestARequestIsNotRetriedOnceItsApprovalIsDecided (found in review: a request retried after
+// the decision reached the receiver after approval.resolved, with a dead link). The first
+// attempt fails, the owner decides, and the request's retry is given up, saying why; the
+// resolution is delivered.
+func TestARequestIsNotRetriedOnceItsApprovalIsDecided(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.answers <- 500
+	attempts, _ := e.start(t, 50*time.Millisecond, e.receiver(t, "alice="+e.srv.URL))
+	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if a := wait(t, attempts, "the first attempt"); a.Status != 500 {
+		t.Fatalf("first attempt %+v", a)
+	}
+	if _, err := e.db.ResolveApproval(ctx, "A1", gate.Resolution{Status: gate.Approved, DecidedBy: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, attempts, "the second attempt")
+	wait(t, attempts, "the third attempt")
+	ds, err := e.db.Deliveries(ctx, e.sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byEvent := map[notify.Event]notify.Delivery{}
+	for _, d := range ds {
+		byEvent[d.Event] = d
+	}
+	req, res := byEvent[notify.Requested], byEvent[notify.Resolved]
+	if len(req.Attempts) != 2 || !req.Failed || req.NextAt != nil || !strings.Contains(req.Attempts[1].Error, "not sent again: the approval was approved") {
+		t.Errorf("the request's delivery %+v, want given up after its second attempt, saying why", req)
+	}
+	if res.DeliveredAt == nil || len(res.Attempts) != 1 {
+		t.Errorf("the resolution's delivery %+v, want delivered at once", res)
+	}
+}

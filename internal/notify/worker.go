@@ -14,6 +14,8 @@ import (
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"countersign/internal/gate"
 )
 
 // Outbox is what the worker needs of the store's outbox.
@@ -222,10 +224,17 @@ func (w *Worker) attempt(ctx context.Context, d Delivery) {
 	n := d.Tries + 1
 	a := Attempt{N: n, At: w.cfg.Now()}
 	r, ok := w.receivers[d.ReceiverID]
-	if ok {
-		a.Status, a.Error = w.post(ctx, d, r)
-	} else {
+	switch {
+	case !ok:
 		a.Error = "receiver " + d.ReceiverID + " is no longer configured (-notify-webhook)"
+	case d.Event == Requested && d.Tries > 0 && d.Approval.Status != gate.Pending:
+		// A request retried after its approval was decided would reach the receiver after the
+		// approval.resolved its lane sends next, with a dead link: given up instead. (The first
+		// attempt is made: its lane sends it before the resolution, in order.)
+		ok = false
+		a.Error = "not sent again: the approval was " + string(d.Approval.Status) + " meanwhile"
+	default:
+		a.Status, a.Error = w.post(ctx, d, r)
 	}
 	if ctx.Err() != nil {
 		return // shutting down: the attempt was cut short, the row stays due for the next start

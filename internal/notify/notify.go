@@ -96,8 +96,11 @@ func shownEntry(entry string) string {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		if len(raw) > 12 {
-			raw = raw[:12] + "…"
+		// Not a URL with a host: what comes before a path or a query, which may be secret.
+		if i := strings.IndexAny(raw, "/?@"); i >= 0 && !strings.HasPrefix(raw[i:], "//") {
+			return name + raw[:i] + "/…"
+		} else if i >= 0 {
+			return name + raw[:i] + "//…"
 		}
 		return name + raw
 	}

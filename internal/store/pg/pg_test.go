@@ -15,7 +15,8 @@ import (
 // on a fresh database of the test server (pgtest; skipped without one, failed under CI=true).
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
-		Name: "postgres",
+		Name:    "postgres",
+		Require: func(t *testing.T) { pgtest.ServerURL(t) },
 		Open: func(t *testing.T, now func() time.Time) store.Backend {
 			return open(t, pgtest.Database(t), now)
 		},

@@ -32,6 +32,10 @@ type Harness struct {
 	// Reopen opens the database of db (made by Open, and closed by the suite already) again, as
 	// a restart would, with clock now. The suite closes it.
 	Reopen func(t *testing.T, db store.Backend, now func() time.Time) store.Backend
+	// Require, when set, runs first in the implementation's subtest: it skips (or fails) the
+	// whole backend when what it needs is missing (a PostgreSQL server), so the run says
+	// "SKIP: TestConformance/postgres" rather than a pass of skipped tests.
+	Require func(t *testing.T)
 }
 
 // open opens a fresh store with the suite's clock (t0, advancing one second per reading) and
@@ -50,6 +54,9 @@ func (h Harness) open(t *testing.T) store.Backend {
 // Run runs every test of the suite on h's stores, as subtests named h.Name/<test>.
 func Run(t *testing.T, h Harness) {
 	t.Run(h.Name, func(t *testing.T) {
+		if h.Require != nil {
+			h.Require(t)
+		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 		}

@@ -127,7 +127,14 @@ func (w *Worker) Wake() {
 // and its row stays due for the next start).
 func (w *Worker) Run(ctx context.Context) {
 	var lanes sync.WaitGroup
-	defer lanes.Wait()
+	defer func() {
+		lanes.Wait()
+		// The lanes' goroutines are gone: a later Run starts them again with nothing in flight.
+		w.mu.Lock()
+		clear(w.lanes)
+		clear(w.inflight)
+		w.mu.Unlock()
+	}()
 	for {
 		w.deliverDue(ctx, &lanes)
 		var timer <-chan time.Time

@@ -19,7 +19,7 @@ import (
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/store"
-	"countersign/internal/tool"
+	"countersign/internal/store/fixture"
 )
 
 // Harness opens the stores of one implementation for the suite.
@@ -105,7 +105,7 @@ var tests = []struct {
 }
 
 // t0 is the tests' epoch: nanoseconds set, so a lossy time round trip shows.
-var t0 = time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC)
+var t0 = fixture.T0
 
 // clock is a store clock that starts at t0 and advances one second per reading.
 func clock() func() time.Time {
@@ -152,10 +152,7 @@ func mustCreateSession(t *testing.T, db store.Backend, s agent.Session) {
 	}
 }
 
-func session(id string, at time.Time) agent.Session {
-	return agent.Session{ID: id, Title: "Title " + id, Model: "faux:demo", Workspace: "/work/" + id,
-		State: agent.Idle, CreatedAt: at, Mode: gate.ModeDefault}
-}
+func session(id string, at time.Time) agent.Session { return fixture.Session(id, at) }
 
 func mustCreateApprovals(t *testing.T, db store.Backend, as ...gate.Approval) {
 	t.Helper()
@@ -166,67 +163,7 @@ func mustCreateApprovals(t *testing.T, db store.Backend, as ...gate.Approval) {
 	}
 }
 
-// transcript is one of each kind of message, tool result fields all set.
-func transcript() []agent.Message {
-	return []agent.Message{
-		{ID: "m1", Role: agent.User, Content: []agent.Block{
-			{Type: "text", Text: "List the files, then <b>delete</b> tmp & logs."},
-			{Type: "image", Data: "iVBORw0KGgo=", MimeType: "image/png"},
-		}, Timestamp: t0},
-		{ID: "m2", Role: agent.Assistant, Model: "faux:demo", StopReason: agent.ToolUse, Content: []agent.Block{
-			{Type: "text", Text: "Listing."},
-			{Type: "toolCall", ID: "call_1", Name: "run_js", Arguments: json.RawMessage(`{"code":"1+1"}`)},
-		}, Timestamp: t0.Add(time.Second)},
-		{ID: "m3", Role: agent.ToolResult, ToolCallID: "call_1", ToolName: "run_js", Result: &tool.Result{
-			Content:           []tool.Content{tool.Text("partial"), {Type: "image", Data: "AAAA", MimeType: "image/png"}},
-			StructuredContent: json.RawMessage(`{"files":["a.txt","b.txt"],"count":2}`),
-			IsError:           true,
-			Details:           json.RawMessage(`{"stderr":"boom","exitCode":1}`),
-			DurationMs:        1234,
-			NestedCalls: &tool.NestedCalls{Complete: false, Calls: []tool.NestedCall{
-				{ID: "n1", Name: "list_files", Arguments: json.RawMessage(`{"path":"."}`), Status: "ok", DurationMs: 3},
-				{ID: "n2", Name: "delete_file", Status: "denied", DurationMs: 0, Error: "Denied by ana: no"},
-			}},
-			ContractViolation: &tool.ContractViolation{
-				Violations:        []tool.Violation{},
-				Content:           []tool.Content{tool.Text("raw")},
-				StructuredContent: json.RawMessage(`{"x":1}`),
-			},
-		}, Timestamp: t0.Add(2 * time.Second)},
-		{ID: "m4", Role: agent.Assistant, StopReason: agent.Error, ErrorMessage: "provider failed",
-			Timestamp: t0.Add(3 * time.Second)},
-	}
-}
+// transcript, approvals: the shared fixture (internal/store/fixture).
+func transcript() []agent.Message { return fixture.Transcript() }
 
-// approvals are one pending and several decided approvals, every field set somewhere, with
-// annotations absent, false, true and mixed.
-func approvals() []gate.Approval {
-	decided := t0.Add(90 * time.Second)
-	return []gate.Approval{
-		{ID: "a1", SessionID: "s1", MessageID: "m2", ToolCallID: "call_1", ToolName: "run_command",
-			ToolTitle: "Run a command", Arguments: json.RawMessage(`{"command": "rm -rf tmp"}`),
-			Annotations: tool.Annotations{}, RequestedBy: "model", Status: gate.Pending, CreatedAt: t0,
-			AskReason: "it is not marked read-only, and destructiveHint defaults to true"},
-		{ID: "a2", SessionID: "s1", MessageID: "m2", ToolCallID: "n1", ParentToolCallID: "call_2",
-			ToolName: "write_file", Arguments: json.RawMessage(`{"path":"a.txt","content":"x"}`),
-			EditedArguments: json.RawMessage(`{"path":"b.txt","content":"x"}`),
-			Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(false), DestructiveHint: tool.Bool(false),
-				IdempotentHint: tool.Bool(false), OpenWorldHint: tool.Bool(false)},
-			RequestedBy: "run_js", Status: gate.Approved, DecidedBy: "ana", Reason: "looks fine",
-			Scope: gate.Session, CreatedAt: t0.Add(time.Millisecond), DecidedAt: &decided},
-		{ID: "a3", SessionID: "s1", MessageID: "m5", ToolCallID: "call_3", ToolName: "fetch",
-			Arguments: json.RawMessage(`{}`),
-			Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(true), DestructiveHint: tool.Bool(true),
-				IdempotentHint: tool.Bool(true), OpenWorldHint: tool.Bool(true)},
-			RequestedBy: "model", Status: gate.Approved, Automatic: true, DecidedBy: "policy",
-			Scope: gate.Once, CreatedAt: t0.Add(2 * time.Millisecond), DecidedAt: &decided},
-		{ID: "a4", SessionID: "s2", MessageID: "m9", ToolCallID: "call_9", ToolName: "run_command",
-			Arguments:   json.RawMessage(`{"command":"ls"}`),
-			Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(false), OpenWorldHint: tool.Bool(true)},
-			RequestedBy: "model", Status: gate.Pending, CreatedAt: t0.Add(-time.Hour)},
-		{ID: "a5", SessionID: "s1", MessageID: "m6", ToolCallID: "call_4", ToolName: "run_command",
-			Annotations: tool.Annotations{DestructiveHint: tool.Bool(false)},
-			RequestedBy: "model", Status: gate.Denied, Automatic: true, DecidedBy: "handler",
-			Reason: "Tool execution was blocked", CreatedAt: t0.Add(3 * time.Millisecond), DecidedAt: &decided},
-	}
-}
+func approvals() []gate.Approval { return fixture.Approvals() }

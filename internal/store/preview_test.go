@@ -2,28 +2,13 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
 	"countersign/internal/gate"
-	"countersign/internal/tool"
+	"countersign/internal/store/fixture"
 )
 
-// previewed are write_file approvals with each kind of stored preview (issue 19): a file's
-// content then, a new file, a file it could not show; and one without a preview.
-func previewed() []gate.Approval {
-	w := func(id, path string, p *tool.Preview) gate.Approval {
-		return gate.Approval{ID: id, SessionID: "s1", MessageID: "m1", ToolCallID: "call_" + id, ToolName: "write_file",
-			Arguments: json.RawMessage(`{"path":"` + path + `","content":"new\n"}`), RequestedBy: "model",
-			Status: gate.Pending, CreatedAt: t0, Preview: p}
-	}
-	return []gate.Approval{
-		w("p1", "notes.txt", &tool.Preview{Path: "notes.txt", Exists: true, Content: "old \"line\"\n\ttab\\ é\n"}),
-		w("p2", "new.txt", &tool.Preview{Path: "new.txt"}),
-		w("p3", "big.bin", &tool.Preview{Path: "big.bin", Exists: true, Error: "big.bin is too large to preview (2000000 bytes)"}),
-		w("p4", "none.txt", nil),
-	}
-}
+func previewed() []gate.Approval { return fixture.Previewed() }
 
 // TestPreviewMigrationKeepsEveryRow: a database from before 0013 keeps its approvals, none with a
 // preview, and stores previews after it.

@@ -336,21 +336,11 @@ func (s *Server) reviewerInbox(w http.ResponseWriter, r *http.Request) error {
 // reviewerInboxLive is a share link's inbox socket: its session's approval events only, drawn
 // with the link's forms; it closes when the link is revoked or expires, as the link's page's.
 func (s *Server) reviewerInboxLive(w http.ResponseWriter, r *http.Request) error {
-	l, err := s.link(r)
+	l, who, end, done, err := s.linkSocketEnd(r)
 	if err != nil {
 		return err
 	}
-	who := s.reviewerOf(r, l)
-	if who.decider.Name == "" {
-		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
-	}
-	end := newSocketEnd()
-	s.sockets.add("link:"+l.ID, end)
-	defer s.sockets.remove("link:"+l.ID, end)
-	if l.ExpiresAt != nil {
-		t := time.AfterFunc(time.Until(*l.ExpiresAt), func() { end.end(endedLink) })
-		defer t.Stop()
-	}
+	defer done()
 	iv := linkInbox(r.PathValue("token"), who)
 	s.pumpEvents(w, r, l.SessionID, eventSocket{
 		limit: linkSockets(l.ID),

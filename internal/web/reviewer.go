@@ -207,22 +207,36 @@ func (s *Server) reviewerName(w http.ResponseWriter, r *http.Request) error {
 
 // reviewerLive is a reviewer's live socket; it closes when the link is revoked or expires.
 func (s *Server) reviewerLive(w http.ResponseWriter, r *http.Request) error {
-	l, err := s.link(r)
+	l, who, end, done, err := s.linkSocketEnd(r)
 	if err != nil {
 		return err
 	}
-	who := s.reviewerOf(r, l)
-	if who.decider.Name == "" {
-		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
-	}
-	end := newSocketEnd()
-	s.sockets.add("link:"+l.ID, end)
-	defer s.sockets.remove("link:"+l.ID, end)
-	if l.ExpiresAt != nil {
-		t := time.AfterFunc(time.Until(*l.ExpiresAt), func() { end.end(endedLink) })
-		defer t.Stop()
-	}
+	defer done()
 	return s.serveLive(w, r, l.SessionID, who, linkSockets(l.ID), end)
+}
+
+// linkSocketEnd checks r's share link and its reviewer's name for a live socket (401 "Give your
+// name first" without one) and registers the socket's end: it ends when the link is revoked or
+// expires. done releases it, when the socket closes.
+func (s *Server) linkSocketEnd(r *http.Request) (l share.Link, who viewer, end *socketEnd, done func(), err error) {
+	if l, err = s.link(r); err != nil {
+		return l, who, nil, nil, err
+	}
+	if who = s.reviewerOf(r, l); who.decider.Name == "" {
+		return l, who, nil, nil, apperr.Errorf(apperr.Unauthorized, "Give your name first")
+	}
+	end = newSocketEnd()
+	s.sockets.add("link:"+l.ID, end)
+	var expiry *time.Timer
+	if l.ExpiresAt != nil {
+		expiry = time.AfterFunc(time.Until(*l.ExpiresAt), func() { end.end(endedLink) })
+	}
+	return l, who, end, func() {
+		if expiry != nil {
+			expiry.Stop()
+		}
+		s.sockets.remove("link:"+l.ID, end)
+	}, nil
 }
 
 // reviewerDecide is an approver's decision, recorded with their name and the link, within the

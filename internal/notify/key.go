@@ -1,17 +1,14 @@
 package notify
 
 import (
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base32"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"countersign/internal/share"
 )
 
 // Key is the webhook signing secret (Standard Webhooks v1: "whsec_" and the base64 of 32 random
@@ -54,40 +51,26 @@ func LoadKey(path string) (k Key, created bool, err error) {
 		return Key{}, false, err
 	}
 	k = Key{secret: "whsec_" + base64.StdEncoding.EncodeToString(raw), raw: raw}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := share.WriteNewKeyFile(path, []byte(k.secret+"\n")); err != nil {
 		return Key{}, false, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return Key{}, false, err
-	}
-	if _, err := f.WriteString(k.secret + "\n"); err != nil {
-		f.Close()
-		return Key{}, false, err
-	}
-	return k, true, f.Close()
+	return k, true, nil
 }
 
 // Secret is the signing secret as receivers configure it: "whsec_…".
 func (k Key) Secret() string { return k.secret }
-
-var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // LinkToken is the token of decision link id: 160 bits of HMAC-SHA256(key, id), base32, lower
 // case (32 characters). The link id itself is 128 random bits, so the token cannot be guessed
 // without the key, and the worker can put it in a payload again on every retry without the
 // database holding it.
 func (k Key) LinkToken(linkID string) string {
-	mac := hmac.New(sha256.New, k.raw)
-	mac.Write([]byte("countersign decision link v1\x00" + linkID))
-	return strings.ToLower(b32.EncodeToString(mac.Sum(nil)[:20]))
+	return share.DeriveToken(k.raw, "countersign decision link v1", linkID)
 }
 
-// HashToken is what the store keeps of a decision link's token: its hex SHA-256.
-func HashToken(token string) string {
-	h := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(h[:])
-}
+// HashToken is what the store keeps of a decision link's token: its hex SHA-256 (share.Hash, as
+// for share links).
+func HashToken(token string) string { return share.Hash(token) }
 
 // LinkHash is HashToken(k.LinkToken(linkID)): the stored hash of a new link's token.
 func (k Key) LinkHash(linkID string) string { return HashToken(k.LinkToken(linkID)) }

@@ -100,28 +100,40 @@ func LoadKey(path string) ([]byte, error) {
 	if _, err := rand.Read(b); err != nil {
 		return nil, err
 	}
+	return b, WriteNewKeyFile(path, b)
+}
+
+// WriteNewKeyFile writes a new secret file: its folder made owner-only (0700) when missing, the
+// file created owner-only (0600) and only if it does not exist yet (O_EXCL: a second writer gets
+// an error rather than replacing a key in use). The share key and the webhook key are kept so.
+func WriteNewKeyFile(path string, contents []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
+		return err
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := f.Write(b); err != nil {
+	if _, err := f.Write(contents); err != nil {
 		f.Close()
-		return nil, err
+		return err
 	}
-	return b, f.Close()
+	return f.Close()
 }
 
 var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// Token is the secret of link id: 160 bits of HMAC-SHA256(key, id), base32, lower case.
-func (s *Service) Token(id string) string {
-	mac := hmac.New(sha256.New, s.key)
-	mac.Write([]byte("countersign share link v1\x00" + id))
+// DeriveToken is the token of id for a purpose ("countersign share link v1"): 160 bits of
+// HMAC-SHA256(key, purpose NUL id), base32, lower case (32 characters). Share links and
+// decision links (internal/notify) derive theirs so: the store keeps only Hash of it.
+func DeriveToken(key []byte, purpose, id string) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(purpose + "\x00" + id))
 	return strings.ToLower(b32.EncodeToString(mac.Sum(nil)[:20]))
 }
+
+// Token is the secret of link id: DeriveToken for "countersign share link v1".
+func (s *Service) Token(id string) string { return DeriveToken(s.key, "countersign share link v1", id) }
 
 // Hash is what the store keeps of a token: hex SHA-256.
 func Hash(token string) string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 
 	"countersign/internal/store"
@@ -15,25 +16,20 @@ func isPostgres(db string) bool {
 }
 
 // openStore opens the store -db names, migrated: the PostgreSQL store for a postgres:// URL,
-// holding the database's server lock (pg.DB.LockServer: one server per database until replicas
-// hold leases), else the SQLite store on that file (whose lock run takes before). close releases
-// the lock and the store.
-func openStore(ctx context.Context, dsn string) (_ store.Backend, close func(), err error) {
+// with its link to the other replicas of the database (SPEC §16: any number of servers may share
+// it; leases decide who drives each session's run), else the SQLite store on that file (whose
+// lock run takes before; replicas is nil). close releases the store.
+func openStore(ctx context.Context, dsn string, log *slog.Logger) (_ store.Backend, replicas *pg.Replicas, close func(), err error) {
 	if !isPostgres(dsn) {
 		db, err := store.Open(ctx, dsn)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		return db, func() { db.Close() }, nil
+		return db, nil, func() { db.Close() }, nil
 	}
 	db, err := pg.Open(ctx, dsn)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	unlock, err := db.LockServer(ctx)
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return db, func() { db.Close(); unlock() }, nil
+	return db, pg.NewReplicas(db, log.With("component", "replicas")), func() { db.Close() }, nil
 }

@@ -428,7 +428,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer metricsLn.Close()
 	}
 
-	db, closeDB, err := openStore(ctx, cfg.db)
+	db, replicas, closeDB, err := openStore(ctx, cfg.db, log)
 	if err != nil {
 		return err
 	}
@@ -522,16 +522,42 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	broker := agent.NewBroker()
-	runner := agent.New(agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker, Observer: met,
+	acfg := agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker, Observer: met,
 		ApprovalTimeout: cfg.approvalTimeout, Logger: log,
 		// Rules (SPEC §14): compiled, parsed and suggested by internal/rules.
 		CompileRules: rules.NewCompiler(ownFiles(cfg)), ParseRule: rules.Parse, SuggestRule: rules.Suggest,
 		PolicyRules: policy.Rules, DefaultMode: policy.DefaultMode,
 		// Instructions and the context budget (SPEC §17).
-		Instructions: cfg.instructions, ContextTokens: cfg.contextTokens})
-	// What the last process left behind is settled before anything is served (SPEC §8).
+		Instructions: cfg.instructions, ContextTokens: cfg.contextTokens}
+	if replicas != nil {
+		acfg.Replicas = replicas // several servers on one PostgreSQL database (SPEC §16)
+	}
+	runner := agent.New(acfg)
+	if replicas != nil {
+		// Listening before recovery: what another replica publishes from now on reaches this
+		// one's viewers. Stopped after the runner's last event (deferred before the runner's
+		// wait below is, so it runs after it).
+		replicas.OnLag, replicas.OnReread = met.ReplicaLag, met.Reread
+		relayCtx, stopRelay := context.WithCancel(context.Background())
+		relayed := make(chan struct{})
+		go func() { defer close(relayed); _ = replicas.Run(relayCtx, runner) }()
+		defer func() { stopRelay(); <-relayed }()
+		select {
+		case <-replicas.Listening():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// What the last process left behind is settled before anything is served (SPEC §8); with
+	// replicas, what dead replicas left, whose leases expired.
 	if err := runner.Recover(ctx); err != nil {
 		return err
+	}
+	if replicas != nil {
+		leaseCtx, stopLeases := context.WithCancel(ctx)
+		leased := make(chan struct{})
+		go func() { defer close(leased); runner.RunLeases(leaseCtx, agent.LeaseEvery) }()
+		defer func() { stopLeases(); <-leased }()
 	}
 	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7).
 	key, err := share.LoadKey(cfg.shareKeyFile())

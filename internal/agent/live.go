@@ -198,8 +198,11 @@ func (r *Runner) Live(sessionID string) Live {
 	r.mu.Lock()
 	rn := r.runs[sessionID]
 	r.mu.Unlock()
-	if rn == nil {
-		return Live{}
+	if rn != nil {
+		return rn.live.snapshot()
 	}
-	return rn.live.snapshot()
+	if s := r.remote.get(sessionID); s != nil {
+		return s.snapshot() // another replica drives it (SPEC §16)
+	}
+	return Live{}
 }

@@ -58,21 +58,25 @@ func (r *Runner) Recover(ctx context.Context) (err error) {
 		}
 	}
 	for _, id := range order {
-		if err := r.recoverSession(ctx, id, bySession[id]); err != nil {
+		// With replicas (SPEC §16), only the sessions no live replica drives: the others' leases
+		// hold theirs. A session with no pending approval gets an empty, non-nil list.
+		if err := r.recoverLeased(ctx, id, append([]gate.Approval{}, bySession[id]...)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending []gate.Approval) error {
+// recoverSession applies SPEC §8 to one session whose lease (token lease, "" without replicas)
+// this replica holds; started reports whether a parked run resumed (and now holds the lease).
+func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending []gate.Approval, lease string) (started bool, _ error) {
 	sess, err := r.cfg.Store.Session(ctx, sessionID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	entries, err := r.cfg.Store.Entries(ctx, sessionID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// The last assistant message and the calls of it that have no result yet.
 	var last *Message
@@ -105,7 +109,7 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 		_, err := r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: gate.BySystem,
 			Automatic: true, Reason: InterruptedText})
 		if err != nil && apperr.CodeOf(err) != apperr.Conflict {
-			return err
+			return false, err
 		}
 	}
 	if len(parked) == 0 {
@@ -114,7 +118,7 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 			res := r.interrupted(ctx, sessionID, last.ID, c.ID)
 			m := Message{ID: newID(), Role: ToolResult, ToolCallID: c.ID, ToolName: c.Name, Result: &res, Timestamp: time.Now().UTC()}
 			if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, m); err != nil {
-				return err
+				return false, err
 			}
 		}
 		if sess.State.Active() && runWasCut(entries) {
@@ -123,13 +127,13 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 			m := Message{ID: newID(), Role: Assistant, StopReason: Aborted, Model: sess.Model,
 				ErrorMessage: RestartedText, Timestamp: time.Now().UTC()}
 			if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, m); err != nil {
-				return err
+				return false, err
 			}
 		}
 		if sess.State != Idle {
-			return r.cfg.Store.SetSessionState(ctx, sessionID, Idle)
+			return false, r.setState(ctx, sessionID, Idle)
 		}
-		return nil
+		return false, nil
 	}
 	model, err := r.cfg.Models.Model(sess.Model)
 	if err != nil {
@@ -138,7 +142,7 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 		r.log.Error("recover: model unavailable", "session", sessionID, "model", sess.Model, "err", err)
 	}
 	runCtx, cancel := context.WithCancelCause(context.Background())
-	rn := &run{r: r, session: sess, model: model, ctx: runCtx, cancel: cancel}
+	rn := &run{r: r, session: sess, model: model, ctx: runCtx, cancel: cancel, lease: lease, leased: time.Now()}
 	invs := make([]*invocation, len(open))
 	for i, c := range open {
 		inv := &invocation{call: tool.Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments},
@@ -155,6 +159,10 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 		default:
 			inv.tool = t
 			inv.ticket = r.gate.Attach(a)
+			// Decided on another replica since it was read (SPEC §16): that decision stands.
+			if err := r.gate.Wake(ctx, a.ID); err != nil {
+				r.log.Error("recover: read a parked approval", "approval", a.ID, "err", err)
+			}
 		}
 		invs[i] = inv
 	}
@@ -165,7 +173,9 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 	}
 	r.mu.Unlock()
 	if err := r.setState(ctx, sessionID, Running); err != nil {
-		return err
+		r.finishRun(rn)
+		cancel(nil)
+		return false, err
 	}
 	msg := *last
 	r.wg.Add(1)
@@ -181,7 +191,7 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 			return nil
 		})
 	}()
-	return nil
+	return true, nil
 }
 
 func isOpen(open []Block, id string) bool {

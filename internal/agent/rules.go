@@ -186,6 +186,7 @@ func (r *Runner) addRule(ctx context.Context, rl gate.Rule) (_ gate.Rule, err er
 	if err != nil {
 		return gate.Rule{}, err
 	}
+	r.rulesChanged()
 	if rl.Scope == gate.ScopeSession {
 		r.grantsChanged(ctx, rl.SessionID)
 	}
@@ -200,6 +201,7 @@ func (r *Runner) DeleteRule(ctx context.Context, id string) (err error) {
 	if err != nil {
 		return err
 	}
+	r.rulesChanged()
 	if rl.Scope == gate.ScopeSession {
 		r.grantsChanged(ctx, rl.SessionID)
 	}
@@ -310,6 +312,7 @@ func (r *Runner) RevokeGrant(ctx context.Context, sessionID, toolName string) (e
 			if _, err := r.rules.Delete(ctx, rl.ID); err != nil {
 				return err
 			}
+			r.rulesChanged()
 			found = true
 		}
 	}

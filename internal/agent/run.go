@@ -20,6 +20,10 @@ type run struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	live    liveState
+	// lease is the token of the session's lease this run holds (Replicas.Acquire), and leased
+	// when it took it.
+	lease  string
+	leased time.Time
 	// transcript is the session's transcript as committed: loaded from the store by the run's
 	// first model request, then extended with each entry the run commits, so a turn does not
 	// re-read (and re-decode) the whole transcript. The store stays the source of truth: a new
@@ -74,12 +78,16 @@ func (rn *run) drive(resume func(store context.Context) error) {
 	parked := false // a graceful shutdown left the run parked: it stays running for Recover
 	defer func() {
 		rn.cancel(nil)
-		r.finishRun(rn)
+		// Idle before the run lets go: a message sent meanwhile is refused as busy, never
+		// started and then marked idle by this run's end.
 		if !parked {
 			if err := r.setState(store, sid, Idle); err != nil {
 				r.log.Error("set session state", "session", sid, "err", err)
 			}
 		}
+		r.finishRun(rn)
+		// Then the lease (SPEC §16): a parked run's session goes to whichever replica takes it.
+		r.releaseLease(sid, rn.lease)
 		r.publish(Event{Type: AgentEnd, SessionID: sid, Error: runErr})
 	}()
 	rn.publish(Event{Type: AgentStart, SessionID: sid})

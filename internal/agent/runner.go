@@ -58,6 +58,9 @@ type Config struct {
 	ContextTokens int
 	// Observer is told of runs, calls and decisions for metrics (SPEC §16); nil: nobody.
 	Observer Observer
+	// Replicas connects this server to the others sharing its database (SPEC §16): leases and
+	// the event relay. nil (a SQLite file): this server is the only one.
+	Replicas Replicas
 }
 
 // Runner runs agent sessions: at most one run per session, each with its own cancellable
@@ -75,6 +78,8 @@ type Runner struct {
 
 	mu   sync.Mutex
 	runs map[string]*run // by session id
+	// remote is the live state of runs other replicas drive (Deliver).
+	remote remoteRuns
 	// deleting holds the sessions being deleted (DeleteSession): Send starts no run in them.
 	deleting map[string]bool
 	wg       sync.WaitGroup
@@ -324,17 +329,28 @@ func (r *Runner) Send(ctx context.Context, sessionID, text string) (err error) {
 		return apperr.Errorf(apperr.NotFound, "session %s not found (it is being deleted)", sessionID)
 	}
 	runCtx, cancel := context.WithCancelCause(context.Background())
-	rn := &run{r: r, session: sess, model: model, ctx: runCtx, cancel: cancel}
+	rn := &run{r: r, session: sess, model: model, ctx: runCtx, cancel: cancel, lease: newID(), leased: time.Now()}
 	r.runs[sessionID] = rn
+	r.mu.Unlock()
+	// Several replicas (SPEC §16): the run is this replica's only while it holds the session's
+	// lease; another replica's run, running or parked, holds it.
+	if ok, err := r.acquire(ctx, sessionID, rn.lease); err != nil || !ok {
+		r.finishRun(rn)
+		cancel(nil)
+		if err != nil {
+			return err
+		}
+		return apperr.Errorf(apperr.Conflict, "A run is already in progress in this session (on another server); wait for it to finish or press Stop.")
+	}
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.RunStarted()
 	}
-	r.mu.Unlock()
 
 	msg := Message{ID: newID(), Role: User, Content: []Block{{Type: "text", Text: text}}, Timestamp: time.Now().UTC()}
 	if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, msg); err != nil {
 		r.finishRun(rn)
 		cancel(nil)
+		r.releaseLease(sessionID, rn.lease)
 		return err
 	}
 	r.publish(Event{Type: MessageEnd, SessionID: sessionID, MessageID: msg.ID, Message: &msg})
@@ -362,6 +378,8 @@ func (r *Runner) Stop(ctx context.Context, sessionID, who string) error {
 	r.mu.Unlock()
 	if rn != nil {
 		rn.cancel(&StoppedError{By: who})
+	} else if r.cfg.Replicas != nil {
+		r.cfg.Replicas.Stop(sessionID, who) // another replica may drive it
 	}
 	return nil
 }
@@ -480,6 +498,7 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		if _, derr := r.rules.Delete(context.WithoutCancel(ctx), remember.ID); derr != nil {
 			r.log.Error("take back the rule of a decision that lost", "rule", remember.ID, "err", derr)
 		}
+		r.rulesChanged()
 		r.grantsChanged(ctx, sessionID)
 	}
 	if apperr.CodeOf(err) == apperr.Conflict {
@@ -696,6 +715,9 @@ func (r *Runner) publish(ev Event) {
 		rn.live.apply(ev)
 	}
 	r.cfg.Broker.Publish(ev)
+	if r.cfg.Replicas != nil {
+		r.cfg.Replicas.Publish(ev)
+	}
 }
 
 func newID() string { return strings.ToLower(rand.Text()[:16]) }

@@ -404,6 +404,28 @@ func (g *Gate) Decide(ctx context.Context, id string, r Resolution) (a Approval,
 	return a, nil
 }
 
+// Wake hands approval id, as stored, to the call in this process that waits for it, if it is
+// resolved and a call waits: a decision another replica stored (SPEC §16), which this gate's
+// Decide never saw. A pending approval (a vote counted, more needed) wakes nothing. Errors: the
+// store's.
+func (g *Gate) Wake(ctx context.Context, id string) error {
+	g.mu.Lock()
+	ch, ok := g.waiters[id]
+	g.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	a, err := g.store.Approval(ctx, id)
+	if err != nil || a.Status == Pending {
+		return err
+	}
+	select {
+	case ch <- a:
+	default: // already woken (by a timeout's settle racing it, say): that answer stands
+	}
+	return nil
+}
+
 // Waiting reports whether a call in this process waits on approval id. An approval pending in
 // the store with no waiter was parked by an earlier process (SPEC §8).
 func (g *Gate) Waiting(id string) bool {

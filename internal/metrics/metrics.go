@@ -15,9 +15,12 @@
 //	live_sockets                      gauge      open live WebSockets (pages and the JSON API)
 //	store_commit_seconds              histogram  one commit of a group of writes
 //	store_commit_writes               histogram  writes per commit
+//	replica_event_lag_seconds         histogram  an event's publication on one replica to its
+//	                                             notification's arrival on another (PostgreSQL)
+//	replica_event_rereads_total       counter    reads of stored events that a lost
+//	                                             notification or a LISTEN reconnect cost
 //
-// Plus the Go runtime's and the process's collectors (go_*, process_*). The cross-replica
-// notification lag of §16 belongs to the PostgreSQL store and is not exported yet.
+// Plus the Go runtime's and the process's collectors (go_*, process_*).
 package metrics
 
 import (
@@ -47,6 +50,8 @@ type Metrics struct {
 	runsStarted   prometheus.Counter
 	commitSeconds prometheus.Histogram
 	commitWrites  prometheus.Histogram
+	replicaLag    prometheus.Histogram
+	rereads       prometheus.Counter
 	activeRuns    atomic.Pointer[func() int]
 }
 
@@ -76,10 +81,20 @@ func New(src Sources) *Metrics {
 		Name: "countersign_store_commit_writes", Help: "Writes per store commit.",
 		Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
 	})
+	m.replicaLag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "countersign_replica_event_lag_seconds",
+		Help:    "Time from an event's publication on one replica to its notification's arrival on another (PostgreSQL replicas; clocks' skew included).",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 5},
+	})
+	m.rereads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "countersign_replica_event_rereads_total",
+		Help: "Reads of stored events that a lost notification, a large event or a LISTEN reconnect cost (PostgreSQL replicas).",
+	})
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	m.reg.MustRegister(m.decisionWait, m.roundTrip, m.toolCalls, m.runsStarted, m.commitSeconds, m.commitWrites,
+		m.replicaLag, m.rereads,
 		gauge("countersign_pending_approvals", "Approvals waiting for a person, in every session.", func() float64 {
 			if src.PendingApprovals == nil {
 				return 0
@@ -112,6 +127,12 @@ func New(src Sources) *Metrics {
 	)
 	return m
 }
+
+// ReplicaLag records one cross-replica notification's lag (pg.Replicas.OnLag).
+func (m *Metrics) ReplicaLag(d time.Duration) { m.replicaLag.Observe(d.Seconds()) }
+
+// Reread counts one read of stored events a replica needed (pg.Replicas.OnReread).
+func (m *Metrics) Reread(int) { m.rereads.Inc() }
 
 // SetActiveRuns sets the source of runs_active once the runner exists (it takes the Metrics as
 // its Observer, so it is made after them). Call it before serving.

@@ -281,31 +281,3 @@ func redact(s string) string {
 	}
 	return u.Redacted()
 }
-
-// serverLock is the key of the advisory lock LockServer takes ("cs" "sv" in ASCII).
-const serverLock = 0x6373_7376
-
-// LockServer takes the database's server lock and returns its release: a session-level advisory
-// lock on a connection of its own (outside the pool), held until release is called or that
-// connection ends. Why: until replicas hold per-session leases (issue 21, SPEC §16), one server
-// at a time may serve a PostgreSQL database, as one at a time serves a SQLite file (cmd/web's
-// lockDatabase): a server's start recovers every running session (SPEC §8), which would end
-// another live server's runs. Errors: apperr.Conflict when another server holds the lock; the
-// connection's.
-func (db *DB) LockServer(ctx context.Context) (release func(), err error) {
-	defer apperr.Wrap(&err, "pg.LockServer")
-	conn, err := pgx.ConnectConfig(ctx, db.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return nil, err
-	}
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(serverLock)).Scan(&locked); err != nil {
-		conn.Close(context.Background())
-		return nil, err
-	}
-	if !locked {
-		conn.Close(context.Background())
-		return nil, apperr.Errorf(apperr.Conflict, "another Countersign server is using the PostgreSQL database %s (it holds the server lock); stop it or choose another -db (several replicas on one database are not supported yet)", redact(db.url))
-	}
-	return func() { conn.Close(context.Background()) }, nil
-}

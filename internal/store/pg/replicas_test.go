@@ -234,26 +234,6 @@ func TestOpenKeepsThePasswordOutOfErrors(t *testing.T) {
 	}
 }
 
-// TestOneServerAtATime: the server lock is held by one store at a time, and free again once
-// released.
-func TestOneServerAtATime(t *testing.T) {
-	ctx := context.Background()
-	dbs := replicas(t, 2)
-	release, err := dbs[0].LockServer(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dbs[1].LockServer(ctx); apperr.CodeOf(err) != apperr.Conflict || !strings.Contains(apperr.MessageOf(err), "another Countersign server is using the PostgreSQL database") {
-		t.Fatalf("a second server: %v, want the conflict", err)
-	}
-	release()
-	again, err := dbs[1].LockServer(ctx)
-	if err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-	again()
-}
-
 // TestReadyNamesMissingMigrations: Ready is nil on a migrated database and an error saying how
 // many migrations are applied when one is missing, or when the database does not answer.
 func TestReadyNamesMissingMigrations(t *testing.T) {

@@ -1,0 +1,235 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"countersign/internal/gate"
+)
+
+// Replicas is what several servers sharing one database need of each other (SPEC §16, issue 21):
+// leases, so one replica at a time drives a session's run, and a relay, so every replica's viewers
+// see every session's events. The PostgreSQL store provides one (pg.Replicas); a SQLite file
+// has one server, and Config.Replicas is nil.
+type Replicas interface {
+	// Acquire takes sessionID's lease for the run run (a random token), or renews it if this
+	// replica's run already holds it: true when it holds it now, false when another replica's
+	// lease has not expired.
+	Acquire(ctx context.Context, sessionID, run string) (bool, error)
+	// Release gives the lease back if run still holds it (a later run's lease stays).
+	Release(ctx context.Context, sessionID, run string) error
+	// Renew extends every lease this replica holds and returns their sessions: a local run whose
+	// session is missing lost its lease (the replica was cut off longer than a lease lasts).
+	Renew(ctx context.Context) ([]string, error)
+	// Orphans lists the sessions that need a driver: active (running or waiting) or with a
+	// pending approval, and no replica's live lease — their replica died or stopped.
+	Orphans(ctx context.Context) ([]string, error)
+
+	// Publish sends an event this replica published to the other replicas, after what it
+	// reports was committed; it must not block. Which events are stored and numbered, and which
+	// go as notifications only (text deltas, progress), is the implementation's.
+	Publish(ev Event)
+	// Stop asks the replica driving sessionID's run, if another one does, to stop it.
+	Stop(sessionID, who string)
+	// RulesChanged tells the other replicas that the stored rules changed: they read them again.
+	RulesChanged()
+}
+
+// Defaults of the lease loop (RunLeases).
+const (
+	// LeaseEvery is how often a replica renews its leases and looks for sessions whose lease
+	// expired. A lease lasts longer than a few of these (pg.LeaseTTL), so one missed renewal
+	// loses nothing, and a dead replica's sessions are taken over within the lease's life plus
+	// one of these.
+	LeaseEvery = time.Second
+)
+
+// remoteRuns is the live state of runs other replicas drive, built from their events (Deliver),
+// so a page reloaded on this replica shows a running call's progress too.
+type remoteRuns struct {
+	mu   sync.Mutex
+	runs map[string]*liveState
+}
+
+// apply updates sessionID's remote live state with ev.
+func (m *remoteRuns) apply(ev Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch ev.Type {
+	case AgentStart:
+		if m.runs == nil {
+			m.runs = map[string]*liveState{}
+		}
+		m.runs[ev.SessionID] = &liveState{}
+		return
+	case AgentEnd, SessionDeleted:
+		delete(m.runs, ev.SessionID)
+		return
+	}
+	if s := m.runs[ev.SessionID]; s != nil {
+		s.apply(ev)
+	}
+}
+
+func (m *remoteRuns) get(sessionID string) *liveState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runs[sessionID]
+}
+
+// Deliver publishes on this replica an event another replica published (SPEC §16): to this
+// replica's viewers, into the live state a reloaded page reads, and — for an approval a person
+// decided there — to the call waiting for it here, which the approval's stored row wakes (the
+// event only says where to look). Called by the Replicas implementation, in each session's event
+// order; it does not block on the store.
+func (r *Runner) Deliver(ev Event) {
+	r.remote.apply(ev)
+	switch ev.Type {
+	case SessionDeleted:
+		r.rules.ForgetSession(ev.SessionID)
+		r.modes.Delete(ev.SessionID)
+	case SessionUpdated:
+		if ev.Session != nil && ev.Session.Mode != "" {
+			r.modes.Store(ev.SessionID, ev.Session.Mode)
+		}
+	}
+	r.cfg.Broker.Publish(ev)
+	if ev.Type.IsApproval() && ev.Approval != nil && ev.Approval.Status != gate.Pending && r.gate.Waiting(ev.Approval.ID) {
+		id := ev.Approval.ID
+		go func() {
+			if err := r.gate.Wake(context.Background(), id); err != nil {
+				r.log.Error("wake a call decided on another replica", "approval", id, "err", err)
+			}
+		}()
+	}
+}
+
+// StopRun stops sessionID's run if this replica drives it: another replica's Stop (Replicas.Stop).
+func (r *Runner) StopRun(sessionID, who string) {
+	r.mu.Lock()
+	rn := r.runs[sessionID]
+	r.mu.Unlock()
+	if rn != nil {
+		rn.cancel(&StoppedError{By: who})
+	}
+}
+
+// ReloadRules reads the stored rules again: another replica changed them (Replicas.RulesChanged).
+func (r *Runner) ReloadRules(ctx context.Context) error { return r.rules.Load(ctx) }
+
+// rulesChanged tells the other replicas, if any, that a rule was added or deleted here.
+func (r *Runner) rulesChanged() {
+	if r.cfg.Replicas != nil {
+		r.cfg.Replicas.RulesChanged()
+	}
+}
+
+// acquire takes sessionID's lease for a new run with token lease; always true without replicas.
+func (r *Runner) acquire(ctx context.Context, sessionID, lease string) (bool, error) {
+	if r.cfg.Replicas == nil {
+		return true, nil
+	}
+	return r.cfg.Replicas.Acquire(ctx, sessionID, lease)
+}
+
+// releaseLease gives back the lease of a run that ended (or of a recovery that found nothing to run).
+func (r *Runner) releaseLease(sessionID, lease string) {
+	if r.cfg.Replicas == nil || lease == "" {
+		return
+	}
+	if err := r.cfg.Replicas.Release(context.Background(), sessionID, lease); err != nil {
+		r.log.Error("release a session's lease", "session", sessionID, "err", err)
+	}
+}
+
+// RunLeases keeps this replica's leases alive and takes over the sessions whose replica died
+// (SPEC §16, §8), every `every` until ctx ends: it renews the leases its runs hold, parks a run
+// whose lease another replica took (this one was cut off too long: the other one drives it now),
+// and recovers every orphaned session it can lease, as a restart recovers them (Recover). Without
+// replicas it returns at once. Errors are logged, and the next round tries again.
+func (r *Runner) RunLeases(ctx context.Context, every time.Duration) {
+	if r.cfg.Replicas == nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := r.renew(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("renew leases", "err", err)
+		}
+		if err := r.takeOver(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("take over sessions", "err", err)
+		}
+	}
+}
+
+func (r *Runner) renew(ctx context.Context) error {
+	held, err := r.cfg.Replicas.Renew(ctx)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for _, id := range held {
+		have[id] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, rn := range r.runs {
+		if !have[id] && rn.lease != "" && time.Since(rn.leased) > every2(LeaseEvery) {
+			r.log.Error("a session's lease was lost: another replica drives it now; this run parks", "session", id)
+			rn.cancel(&StoppedError{By: "lease lost", park: true})
+		}
+	}
+	return nil
+}
+
+// every2 is two periods: a lease acquired just after a renewal's read is not yet in its answer.
+func every2(d time.Duration) time.Duration { return 2 * d }
+
+// takeOver recovers the sessions no live replica drives (Replicas.Orphans) that this replica
+// can lease.
+func (r *Runner) takeOver(ctx context.Context) error {
+	ids, err := r.cfg.Replicas.Orphans(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := r.recoverLeased(ctx, id, nil); err != nil {
+			r.log.Error("take over a session", "session", id, "err", err)
+		}
+	}
+	return nil
+}
+
+// recoverLeased recovers sessionID (SPEC §8) if this replica runs nothing in it and can lease
+// it; pending are its pending approvals when the caller has them (nil: read here).
+func (r *Runner) recoverLeased(ctx context.Context, sessionID string, pending []gate.Approval) error {
+	if r.Busy(sessionID) {
+		return nil
+	}
+	lease := newID()
+	ok, err := r.acquire(ctx, sessionID, lease)
+	if err != nil || !ok {
+		return err
+	}
+	if pending == nil && r.cfg.Replicas != nil {
+		if pending, err = r.cfg.Store.Approvals(ctx, sessionID, gate.Pending); err != nil {
+			r.releaseLease(sessionID, lease)
+			return err
+		}
+	}
+	started, err := r.recoverSession(ctx, sessionID, pending, lease)
+	if !started {
+		r.releaseLease(sessionID, lease)
+	}
+	if err == nil && r.cfg.Replicas != nil {
+		r.log.Info("took over a session", "session", sessionID, "resumed", started)
+	}
+	return err
+}

@@ -1,0 +1,522 @@
+package pg
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgxlisten"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+)
+
+// Compile-time check: the PostgreSQL store's replicas are the agent's.
+var _ agent.Replicas = (*Replicas)(nil)
+
+// Channel is the NOTIFY channel the replicas of one database talk on.
+const Channel = "countersign"
+
+// Defaults of Replicas.
+const (
+	// LeaseTTL is how long a session's lease lasts without renewal (agent.RunLeases renews it
+	// every agent.LeaseEvery): a dead replica's sessions are taken over within it plus a round.
+	LeaseTTL = 8 * time.Second
+	// EventRetention is how long a published event's row stays for replicas that missed its
+	// notification; older rows are deleted every minute.
+	EventRetention = 15 * time.Minute
+	// maxNotifyBody is the largest event sent whole in its notification (PostgreSQL's payload
+	// limit is 8,000 bytes); a larger one is read from its row.
+	maxNotifyBody = 7000
+	// maxNotifyBodyText is maxNotifyBody in SQL.
+	maxNotifyBodyText = "7000"
+)
+
+// Target is what Replicas hands other replicas' messages to: the local runner (agent.Runner).
+type Target interface {
+	// Deliver publishes another replica's event here, in its session's order.
+	Deliver(ev agent.Event)
+	// StopRun stops the session's run if this replica drives it.
+	StopRun(sessionID, who string)
+	// ReloadRules reads the stored rules again.
+	ReloadRules(ctx context.Context) error
+}
+
+// Replicas connects the servers sharing one PostgreSQL database (SPEC §16, issue 21):
+//
+//   - Leases (table session_leases, migrations/0004_replicas.sql): one replica at a time drives
+//     a session's run; a lease lasts LeaseTTL from its last renewal, by the database's clock.
+//   - Events: every event a replica publishes, except text deltas and progress, is stored in
+//     session_events with the next number of its session's sequence, in a transaction whose
+//     commit sends NOTIFY countersign with {o: replica, s: session, q: seq, t: published at
+//     (Unix ns), e: the event, when it fits}. Each replica LISTENs on a connection of its own
+//     (github.com/jackc/pgxlisten, which reconnects) and delivers the others' events in order;
+//     a gap in a session's numbers, an event too large for its notification, or a reconnect
+//     (the rows after the last number delivered, and every row stored since the previous
+//     connection was made for sessions it had heard nothing of) costs a read of session_events,
+//     never an event. Deltas and progress go as notifications only (q 0), best effort.
+//   - Control: Stop of a run another replica drives, and "the rules changed".
+//
+// Create it with NewReplicas, pass it as agent.Config.Replicas, then Run it with the runner.
+type Replicas struct {
+	db  *DB
+	id  string
+	log *slog.Logger
+
+	// TTL is how long a lease lasts without renewal (LeaseTTL unless set before Run).
+	TTL time.Duration
+	// OnLag, when set before Run, is told how long each event another replica published took to
+	// arrive here through its notification (that replica's clock to this one's: skewed clocks
+	// skew it): SPEC §16's cross-replica notification lag.
+	OnLag func(d time.Duration)
+	// OnReread, when set before Run, is told of every read of session_events that a gap, a large
+	// event or a reconnect cost, with the number of events it delivered.
+	OnReread func(events int)
+
+	target Target
+
+	// Outgoing events and messages, in publication order (the writer's).
+	mu    sync.Mutex
+	queue []outgoing
+	wake  chan struct{}
+
+	// Incoming: the last sequence number delivered per session, and when the current LISTEN
+	// connection was made (by the database's clock). Only the listener's goroutine uses them.
+	last        map[string]int64
+	connectedAt time.Time
+
+	listenPID atomic.Uint32
+	listening chan struct{} // closed once the first LISTEN is in place
+	listenOne sync.Once
+}
+
+// outgoing is one queued message: an event (sequenced or not) or a control message (payload).
+type outgoing struct {
+	ev        agent.Event
+	at        time.Time
+	payload   string // a control message's whole notification
+	sequenced bool
+}
+
+// message is a notification's payload.
+type message struct {
+	Origin  string          `json:"o"`
+	Session string          `json:"s,omitempty"`
+	Seq     int64           `json:"q,omitempty"`
+	At      int64           `json:"t,omitempty"`
+	Event   json.RawMessage `json:"e,omitempty"`
+	Kind    string          `json:"k,omitempty"` // "stop" or "rules" for a control message
+	By      string          `json:"by,omitempty"`
+}
+
+// NewReplicas returns db's replica link with a new random replica id.
+func NewReplicas(db *DB, logger *slog.Logger) *Replicas {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Replicas{db: db, id: strings.ToLower(rand.Text()[:12]), log: logger, TTL: LeaseTTL,
+		wake: make(chan struct{}, 1), last: map[string]int64{}, listening: make(chan struct{})}
+}
+
+// ID is this replica's id (random per process).
+func (r *Replicas) ID() string { return r.id }
+
+// Listening is closed once this replica's LISTEN is in place: from then on it hears every event.
+func (r *Replicas) Listening() <-chan struct{} { return r.listening }
+
+// ListenPID is the server process id of the LISTEN connection (for tests that cut it with
+// pg_terminate_backend); 0 before the first connection.
+func (r *Replicas) ListenPID() uint32 { return r.listenPID.Load() }
+
+// Run relays events to and from the other replicas, for target, until ctx ends: the writer, the
+// listener (reconnecting after 250 ms when its connection breaks) and the pruning of old event
+// rows. It returns ctx's error.
+func (r *Replicas) Run(ctx context.Context, target Target) error {
+	r.target = target
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); r.write(ctx) }()
+	go func() { defer wg.Done(); r.prune(ctx) }()
+	l := &pgxlisten.Listener{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, r.db.pool.Config().ConnConfig.Copy())
+		},
+		LogError: func(ctx context.Context, err error) {
+			if ctx.Err() == nil {
+				r.log.Warn("replica events: listen", "err", err)
+			}
+		},
+		ReconnectDelay: 250 * time.Millisecond,
+	}
+	l.Handle(Channel, r)
+	err := l.Listen(ctx)
+	wg.Wait()
+	return err
+}
+
+// --- leases ---
+
+// Acquire takes sessionID's lease for run (agent.Replicas): when nobody holds it, when its lease
+// expired, or when this replica holds it (its runner runs nothing there: a run that ended and
+// has not released yet). Errors: apperr.NotFound for an unknown session; the database's.
+func (r *Replicas) Acquire(ctx context.Context, sessionID, run string) (ok bool, err error) {
+	defer apperr.Wrap(&err, "pg.Acquire(%s)", sessionID)
+	var one int
+	err = r.db.pool.QueryRow(ctx, `
+		INSERT INTO session_leases (session_id, replica, run, expires_at)
+		VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+		ON CONFLICT (session_id) DO UPDATE SET replica = EXCLUDED.replica, run = EXCLUDED.run, expires_at = EXCLUDED.expires_at
+		WHERE session_leases.expires_at < now() OR session_leases.replica = EXCLUDED.replica
+		RETURNING 1`, sessionID, r.id, run, r.TTL.Seconds()).Scan(&one)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case isForeignKey(err):
+		return false, apperr.Errorf(apperr.NotFound, "session %s not found", sessionID)
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
+// Release deletes sessionID's lease if run holds it (agent.Replicas).
+func (r *Replicas) Release(ctx context.Context, sessionID, run string) error {
+	_, err := r.db.pool.Exec(ctx, `DELETE FROM session_leases WHERE session_id = $1 AND run = $2`, sessionID, run)
+	return err
+}
+
+// Renew extends every lease this replica holds by TTL and returns their sessions (agent.Replicas).
+func (r *Replicas) Renew(ctx context.Context) ([]string, error) {
+	rows, err := r.db.pool.Query(ctx, `UPDATE session_leases SET expires_at = now() + make_interval(secs => $2)
+		WHERE replica = $1 RETURNING session_id`, r.id, r.TTL.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// Orphans lists, oldest first and at most 100 at a time, the sessions that are running or have a
+// pending approval and whose lease is missing or expired (agent.Replicas).
+func (r *Replicas) Orphans(ctx context.Context) ([]string, error) {
+	rows, err := r.db.pool.Query(ctx, `
+		SELECT s.id FROM sessions s
+		WHERE (s.state = 'running' OR EXISTS (SELECT 1 FROM approvals a WHERE a.session_id = s.id AND a.status = 'pending'))
+		  AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id AND l.expires_at >= now())
+		ORDER BY s.ord LIMIT 100`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// --- outgoing ---
+
+// Publish queues ev for the other replicas (agent.Replicas); it never blocks.
+func (r *Replicas) Publish(ev agent.Event) {
+	switch ev.Type {
+	case agent.MessageUpdate, agent.ToolExecutionUpdate, agent.SessionDeleted:
+		// Deltas and progress are never stored; a deleted session has no row to number from.
+		r.enqueue(outgoing{ev: ev, at: time.Now()})
+	default:
+		r.enqueue(outgoing{ev: ev, at: time.Now(), sequenced: true})
+	}
+}
+
+// Stop asks the replica driving sessionID's run to stop it (agent.Replicas).
+func (r *Replicas) Stop(sessionID, who string) {
+	b, _ := json.Marshal(message{Origin: r.id, Kind: "stop", Session: sessionID, By: who})
+	r.enqueue(outgoing{payload: string(b)})
+}
+
+// RulesChanged tells the other replicas to read the rules again (agent.Replicas).
+func (r *Replicas) RulesChanged() {
+	b, _ := json.Marshal(message{Origin: r.id, Kind: "rules"})
+	r.enqueue(outgoing{payload: string(b)})
+}
+
+func (r *Replicas) enqueue(o outgoing) {
+	r.mu.Lock()
+	r.queue = append(r.queue, o)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// maxBatch bounds the events one transaction of the writer carries.
+const maxBatch = 256
+
+// write sends the queue in order, a batch per transaction, until ctx ends. A batch the database
+// refuses is tried again a few times, then dropped and logged: the other replicas' viewers miss
+// those events until they reload.
+func (r *Replicas) write(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			// What the runner published last (a stopped run's end) still goes, briefly.
+			flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			r.drain(flush)
+			cancel()
+			return
+		case <-r.wake:
+		}
+		r.drain(ctx)
+	}
+}
+
+// drain sends the queue until it is empty.
+func (r *Replicas) drain(ctx context.Context) {
+	for {
+		r.mu.Lock()
+		n := min(len(r.queue), maxBatch)
+		batch := r.queue[:n:n]
+		r.queue = r.queue[n:]
+		if len(r.queue) == 0 {
+			r.queue = nil
+		}
+		r.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		r.send(ctx, batch)
+	}
+}
+
+// sequencedSQL stores one event with its session's next number and notifies, at commit, with
+// the number (and the event when it fits). Nothing happens for a session that no longer exists.
+const sequencedSQL = `
+	WITH b AS (SELECT $3::text AS body),
+	     s AS (UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq AS seq),
+	     i AS (INSERT INTO session_events (session_id, seq, origin, body) SELECT $1, s.seq, $2, b.body::json FROM s, b RETURNING seq)
+	SELECT pg_notify('` + Channel + `', json_build_object('o', $2::text, 's', $1::text, 'q', i.seq, 't', $4::bigint,
+		'e', CASE WHEN octet_length(b.body) <= ` + maxNotifyBodyText + ` THEN b.body::json END)::text)
+	FROM i, b`
+
+func (r *Replicas) send(ctx context.Context, batch []outgoing) {
+	var b pgx.Batch
+	for _, o := range batch {
+		switch {
+		case o.payload != "":
+			b.Queue(`SELECT pg_notify($1, $2)`, Channel, o.payload)
+		case o.sequenced:
+			body, err := json.Marshal(o.ev)
+			if err != nil {
+				r.log.Error("replica events: encode", "type", o.ev.Type, "err", err)
+				continue
+			}
+			b.Queue(sequencedSQL, o.ev.SessionID, r.id, string(body), o.at.UnixNano())
+		default:
+			body, err := json.Marshal(o.ev)
+			if err != nil {
+				continue
+			}
+			payload, _ := json.Marshal(message{Origin: r.id, Session: o.ev.SessionID, At: o.at.UnixNano(), Event: body})
+			if len(payload) > maxNotifyBody+900 {
+				continue // a delta too large for a notification: the message's end carries it whole
+			}
+			b.Queue(`SELECT pg_notify($1, $2)`, Channel, string(payload))
+		}
+	}
+	if b.Len() == 0 {
+		return
+	}
+	delay := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := r.db.inTx(ctx, func(tx pgx.Tx) error { return tx.SendBatch(ctx, &b).Close() })
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if attempt == 5 {
+			r.log.Error("replica events: dropped after 5 attempts; other replicas' pages miss them until reloaded", "events", b.Len(), "err", err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay *= 4
+	}
+}
+
+// prune deletes event rows older than EventRetention, every minute until ctx ends.
+func (r *Replicas) prune(ctx context.Context) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := r.db.pool.Exec(ctx, `DELETE FROM session_events WHERE created_at < now() - make_interval(secs => $1)`,
+			EventRetention.Seconds()); err != nil && ctx.Err() == nil {
+			r.log.Warn("replica events: prune", "err", err)
+		}
+	}
+}
+
+// --- incoming ---
+
+// HandleBacklog runs once LISTEN is in place on a new connection (pgxlisten.BacklogHandler):
+// after a reconnect, it delivers what the notifications lost — every row after the last number
+// delivered of each session heard of, and every row stored since the previous connection was
+// made for the others.
+func (r *Replicas) HandleBacklog(ctx context.Context, _ string, conn *pgx.Conn) error {
+	r.listenPID.Store(conn.PgConn().PID())
+	var now time.Time
+	if err := conn.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return err
+	}
+	prev := r.connectedAt
+	r.connectedAt = now
+	defer r.listenOne.Do(func() { close(r.listening) })
+	if prev.IsZero() {
+		return nil // the first connection: nothing was heard, nothing was missed
+	}
+	// A second before the previous connection: a row stored just before it whose notification
+	// came after is read again, and skipped by its number.
+	type row struct {
+		session, origin, body string
+		seq                   int64
+	}
+	var missed []row
+	rows, err := conn.Query(ctx, `SELECT session_id, seq, origin, body::text FROM session_events
+		WHERE created_at > $1 ORDER BY session_id, seq`, prev.Add(-time.Second))
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var x row
+		if err := rows.Scan(&x.session, &x.seq, &x.origin, &x.body); err != nil {
+			rows.Close()
+			return err
+		}
+		missed = append(missed, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	// Rows before that window were notified, or read, while the previous connection listened.
+	delivered := 0
+	for _, x := range missed {
+		if last, ok := r.last[x.session]; ok && x.seq <= last {
+			continue
+		}
+		r.last[x.session] = x.seq
+		if x.origin != r.id {
+			r.deliver(json.RawMessage(x.body))
+			delivered++
+		}
+	}
+	if r.OnReread != nil {
+		r.OnReread(delivered)
+	}
+	return nil
+}
+
+// HandleNotification handles one notification on Channel (pgxlisten.Handler).
+func (r *Replicas) HandleNotification(ctx context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+	var m message
+	if err := json.Unmarshal([]byte(n.Payload), &m); err != nil {
+		return fmt.Errorf("a notification that is not Countersign's: %w", err)
+	}
+	own := m.Origin == r.id
+	switch {
+	case m.Kind == "stop":
+		if !own && r.target != nil {
+			r.target.StopRun(m.Session, m.By)
+		}
+		return nil
+	case m.Kind == "rules":
+		if !own && r.target != nil {
+			return r.target.ReloadRules(ctx)
+		}
+		return nil
+	case m.Seq == 0: // a delta, progress, a deletion: notifications only
+		if !own {
+			r.lag(m)
+			r.deliver(m.Event)
+		}
+		if m.Event != nil && strings.Contains(string(m.Event), `"type":"session_deleted"`) {
+			delete(r.last, m.Session)
+		}
+		return nil
+	}
+	last, heard := r.last[m.Session]
+	switch {
+	case heard && m.Seq <= last:
+		return nil // delivered already (by a re-read)
+	case (!heard || m.Seq == last+1) && len(m.Event) > 0 && string(m.Event) != "null":
+		r.last[m.Session] = m.Seq
+		if !own {
+			r.lag(m)
+			r.deliver(m.Event)
+		}
+		return nil
+	}
+	// A gap (a notification lost) or an event too large for its notification: read the rows.
+	from := last
+	if !heard {
+		from = m.Seq - 1
+	}
+	delivered, err := r.reread(ctx, m.Session, from)
+	if r.OnReread != nil {
+		r.OnReread(delivered)
+	}
+	return err
+}
+
+// reread delivers sessionID's stored events after number after, in order, and returns how many
+// it delivered (other replicas' only).
+func (r *Replicas) reread(ctx context.Context, sessionID string, after int64) (int, error) {
+	rows, err := r.db.pool.Query(ctx, `SELECT seq, origin, body::text FROM session_events
+		WHERE session_id = $1 AND seq > $2 ORDER BY seq`, sessionID, after)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var seq int64
+		var origin, body string
+		if err := rows.Scan(&seq, &origin, &body); err != nil {
+			return n, err
+		}
+		r.last[sessionID] = seq
+		if origin != r.id {
+			r.deliver(json.RawMessage(body))
+			n++
+		}
+	}
+	return n, rows.Err()
+}
+
+func (r *Replicas) lag(m message) {
+	if r.OnLag != nil && m.At != 0 {
+		r.OnLag(time.Since(time.Unix(0, m.At)))
+	}
+}
+
+func (r *Replicas) deliver(body json.RawMessage) {
+	if r.target == nil || len(body) == 0 {
+		return
+	}
+	var ev agent.Event
+	if err := json.Unmarshal(body, &ev); err != nil {
+		r.log.Error("replica events: decode", "err", err)
+		return
+	}
+	r.target.Deliver(ev)
+}

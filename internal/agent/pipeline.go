@@ -254,6 +254,10 @@ func (rn *run) decideAndExecute(ctx context.Context, inv *invocation) tool.Resul
 		switch a.Status {
 		case gate.Approved:
 			inv.args = a.EffectiveArguments()
+			if err := rn.r.markStarted(ctx, inv, a); err != nil {
+				inv.status = "error"
+				return tool.ErrorResult("The call did not run: its start could not be recorded (%v)", err)
+			}
 		case gate.Denied:
 			inv.status = "denied"
 			if a.Reason != "" {

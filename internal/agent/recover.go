@@ -112,6 +112,15 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 			return false, err
 		}
 	}
+	// With replicas: calls a person decided while no replica drove the session never started;
+	// they get their decision now (approved ones run), as if it had just been made.
+	decided, err := r.decidedNotStarted(ctx, sessionID, lastID(last), open)
+	if err != nil {
+		return false, err
+	}
+	for call, a := range decided {
+		parked[call] = a
+	}
 	if len(parked) == 0 {
 		// Nothing to wait for: interrupted calls get their results and the session is idle.
 		for _, c := range open {
@@ -192,6 +201,14 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 		})
 	}()
 	return true, nil
+}
+
+// lastID is m's id, or "" for nil.
+func lastID(m *Message) string {
+	if m == nil {
+		return ""
+	}
+	return m.ID
 }
 
 func isOpen(open []Block, id string) bool {

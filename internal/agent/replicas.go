@@ -26,6 +26,14 @@ type Replicas interface {
 	// pending approval, and no replica's live lease — their replica died or stopped.
 	Orphans(ctx context.Context) ([]string, error)
 
+	// MarkStarted records that the model-issued call a person's approval approvalID let through
+	// starts now, before it runs: a replica taking the session over runs a decided call that
+	// never started (its replica died before the decision reached it) and ends one that did as
+	// interrupted, never running it twice (SPEC §8).
+	MarkStarted(ctx context.Context, approvalID string) error
+	// Started reports which of approvalIDs' calls MarkStarted recorded.
+	Started(ctx context.Context, approvalIDs []string) (map[string]bool, error)
+
 	// Publish sends an event this replica published to the other replicas, after what it
 	// reports was committed; it must not block. Which events are stored and numbered, and which
 	// go as notifications only (text deltas, progress), is the implementation's.
@@ -232,4 +240,48 @@ func (r *Runner) recoverLeased(ctx context.Context, sessionID string, pending []
 		r.log.Info("took over a session", "session", sessionID, "resumed", started)
 	}
 	return err
+}
+
+// markStarted records, with replicas, that a model-issued call a person approved starts
+// (Replicas.MarkStarted): without the record, a replica taking the session over could not tell a
+// call that never started from one that was running when its replica died.
+func (r *Runner) markStarted(ctx context.Context, inv *invocation, a gate.Approval) error {
+	if r.cfg.Replicas == nil || inv.call.ParentToolCallID != "" || a.Automatic {
+		return nil
+	}
+	return r.cfg.Replicas.MarkStarted(context.WithoutCancel(ctx), a.ID)
+}
+
+// decidedNotStarted returns, with replicas, the approvals of open (model-issued, unanswered)
+// calls that a person decided while no replica drove the session: their calls never started
+// (Replicas.Started), so recovery hands them their decision as if it had just been made.
+func (r *Runner) decidedNotStarted(ctx context.Context, sessionID, messageID string, open []Block) (map[string]gate.Approval, error) {
+	if r.cfg.Replicas == nil || len(open) == 0 {
+		return nil, nil
+	}
+	as, err := r.cfg.Store.Approvals(ctx, sessionID, "")
+	if err != nil {
+		return nil, err
+	}
+	own := map[string]gate.Approval{}
+	var ids []string
+	for _, a := range as {
+		if a.MessageID == messageID && a.ParentToolCallID == "" && !a.Automatic && a.Status != gate.Pending && isOpen(open, a.ToolCallID) {
+			own[a.ToolCallID] = a
+			ids = append(ids, a.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	started, err := r.cfg.Replicas.Started(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for call, a := range own {
+		if started[a.ID] || a.Status != gate.Approved && a.Status != gate.Denied && a.Status != gate.TimedOut {
+			delete(own, call)
+		}
+	}
+	return own, nil
 }

@@ -218,6 +218,27 @@ func (r *Replicas) Orphans(ctx context.Context) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+// MarkStarted records that approvalID's call starts (agent.Replicas). Recording it twice is
+// one record.
+func (r *Replicas) MarkStarted(ctx context.Context, approvalID string) error {
+	_, err := r.db.exec(ctx, `INSERT INTO call_starts (approval_id) VALUES ($1) ON CONFLICT DO NOTHING`, approvalID)
+	return err
+}
+
+// Started reports which of approvalIDs have a MarkStarted record (agent.Replicas).
+func (r *Replicas) Started(ctx context.Context, approvalIDs []string) (map[string]bool, error) {
+	rows, err := r.db.pool.Query(ctx, `SELECT approval_id FROM call_starts WHERE approval_id = ANY($1)`, approvalIDs)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	out := map[string]bool{}
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, err
+}
+
 // --- outgoing ---
 
 // Publish queues ev for the other replicas (agent.Replicas); it never blocks.

@@ -31,3 +31,12 @@ CREATE TABLE session_events (
 	PRIMARY KEY (session_id, seq)
 );
 CREATE INDEX session_events_created ON session_events (created_at);
+
+-- call_starts: the model-issued calls a person approved that started running (MarkStarted), one
+-- row each, written before the call runs. A replica taking a session over runs an approved call
+-- without a row here (its decision reached no live replica) and ends one with a row as
+-- interrupted: it may have had side effects (SPEC §8).
+CREATE TABLE call_starts (
+	approval_id text COLLATE "C" PRIMARY KEY REFERENCES approvals (id) ON DELETE CASCADE,
+	started_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);

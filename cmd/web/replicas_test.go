@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"countersign/internal/pgtest"
+)
+
+// These tests start two real server binaries on one PostgreSQL database, as a team runs them
+// behind a proxy (issue 21, SPEC §16): the same database, the same -share-key, the same
+// workspace.
+
+// countScript makes one run_command call, which the gate asks a person about, that appends a
+// line to the workspace's file "count": how many times the tool ran.
+const countScript = `{"steps":[
+ {"content":[{"type":"toolCall","id":"call-1","name":"run_command","arguments":{"command":"echo ran >> count; echo counted"}}],
+  "stopReason":"toolUse"},
+ {"content":[{"type":"text","text":"Done: {{lastResult.stdout}}"}],"stopReason":"stop"}
+]}`
+
+// replicaFiles are the files two replicas share: a database URL, a share key, a workspace and a
+// scripts folder (blockingScript and countScript).
+type replicaFiles struct {
+	serverFiles
+	url, key string
+}
+
+func newReplicaFiles(t *testing.T) replicaFiles {
+	t.Helper()
+	f := replicaFiles{serverFiles: newServerFiles(t), url: pgtest.Database(t)}
+	f.key = filepath.Join(filepath.Dir(f.workspace), "keys", "team.share-key")
+	if err := os.WriteFile(filepath.Join(f.scripts, "count.json"), []byte(countScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f replicaFiles) args() []string {
+	return []string{"-addr", "127.0.0.1:0", "-db", f.url, "-share-key", f.key, "-workspace", f.workspace,
+		"-scripts", f.scripts, "-token", testToken, "-faux-delay", "0s"}
+}
+
+// count is how many times countScript's command ran.
+func (f replicaFiles) count(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.workspace, "count"))
+	if os.IsNotExist(err) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "ran\n")
+}
+
+type apiSession struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+}
+
+// pendingOn waits until session id has one pending approval, read through p, and returns it.
+func pendingOn(t *testing.T, p *proc, id string) string {
+	t.Helper()
+	var pending struct {
+		Approvals []struct{ ID string }
+	}
+	eventually(t, "the pending approval on "+p.base, func() bool {
+		p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id+"/approvals?status=pending", nil, &pending)
+		return len(pending.Approvals) == 1
+	})
+	return pending.Approvals[0].ID
+}
+
+// transcriptText is session id's transcript as p's API shows it, without what may differ between
+// two reads (nothing should).
+func transcriptText(t *testing.T, p *proc, id string) string {
+	t.Helper()
+	var s struct {
+		State   string            `json:"state"`
+		Entries []json.RawMessage `json:"entries"`
+	}
+	p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id, nil, &s)
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// TestTwoReplicasServeOneTeam (issue 21 acceptance 2, through the API): a message sent on
+// replica A parks on an approval that replica B lists; approving on B runs the call on A, once;
+// both replicas show the same finished transcript. A Stop on B stops a run A drives; a message
+// on B while A's run holds the session is refused (409).
+func TestTwoReplicasServeOneTeam(t *testing.T) {
+	f := newReplicaFiles(t)
+	a := startServing(t, f.args()...)
+	b := startServing(t, f.args()...)
+
+	var s apiSession
+	a.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "team", "model": "faux:count"}, &s)
+	a.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+s.ID+"/messages", map[string]string{"text": "count"}, nil)
+	id := pendingOn(t, b, s.ID)
+	if st, body := b.api(t, "POST", "/api/sessions/"+s.ID+"/messages", map[string]string{"text": "again"}); st != http.StatusConflict {
+		t.Fatalf("a message on B while A's run waits = %d %s, want 409", st, body)
+	}
+	b.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+id+"/decision", map[string]string{"decision": "approve"}, nil)
+	eventually(t, "the run to finish", func() bool {
+		return strings.Contains(transcriptText(t, a, s.ID), "Done: counted") && strings.Contains(transcriptText(t, a, s.ID), `"state":"idle"`)
+	})
+	if n := f.count(t); n != 1 {
+		t.Fatalf("the tool ran %d times, want 1", n)
+	}
+	if ta, tb := transcriptText(t, a, s.ID), transcriptText(t, b, s.ID); ta != tb {
+		t.Fatalf("the replicas disagree:\nA %s\nB %s", ta, tb)
+	}
+
+	// A rule saved on B decides A's next call: A read the rules again.
+	var rule struct{ ID string }
+	b.mustAPI(t, http.StatusCreated, "POST", "/api/rules", map[string]string{"text": "run_command", "effect": "allow", "scope": "workspace", "workspace": f.workspace}, &rule)
+	eventually(t, "A to list the rule saved on B", func() bool {
+		_, body := a.api(t, "GET", "/api/rules", nil)
+		return bytes.Contains(body, []byte(`"text": "run_command"`))
+	})
+	var ruled apiSession
+	a.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "ruled", "model": "faux:count"}, &ruled)
+	a.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+ruled.ID+"/messages", map[string]string{"text": "count"}, nil)
+	eventually(t, "A to run the call the rule allows", func() bool {
+		tr := transcriptText(t, a, ruled.ID)
+		return strings.Contains(tr, "Done: counted") && strings.Contains(tr, `"state":"idle"`)
+	})
+
+	// Deleted on B, gone on A.
+	b.mustAPI(t, http.StatusNoContent, "DELETE", "/api/rules/"+rule.ID, nil, nil)
+	eventually(t, "A to drop the rule deleted on B", func() bool {
+		_, body := a.api(t, "GET", "/api/rules", nil)
+		return !bytes.Contains(body, []byte(`"text": "run_command"`))
+	})
+
+	// Stop on B reaches the run A drives (its call executing).
+	var blocked apiSession
+	a.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "stop me", "model": "faux:blocking"}, &blocked)
+	a.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+blocked.ID+"/messages", map[string]string{"text": "go"}, nil)
+	b.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+pendingOn(t, b, blocked.ID)+"/decision", map[string]string{"decision": "approve"}, nil)
+	eventually(t, "the blocking command to start", func() bool {
+		_, err := os.Stat(filepath.Join(f.workspace, "started"))
+		return err == nil
+	})
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(f.workspace, "release"), nil, 0o644) })
+	b.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+blocked.ID+"/stop", nil, nil)
+	eventually(t, "the run A drives to stop", func() bool {
+		tr := transcriptText(t, a, blocked.ID)
+		return strings.Contains(tr, "Run stopped by owner") && strings.Contains(tr, `"state":"idle"`)
+	})
+}
+
+// TestAKilledReplicasRunsAreTakenOver (issue 21 acceptance 3): replica A is killed (SIGKILL)
+// while two of its runs are parked on an approval and another's call is executing. Within 15 s
+// replica B drives the parked ones: one approved on B right after the kill (the decision reached
+// no live replica: B runs the call once it owns the session), one approved once B owns it; each
+// call ran exactly once; the executing call is not run again, and its result says it was
+// interrupted.
+func TestAKilledReplicasRunsAreTakenOver(t *testing.T) {
+	f := newReplicaFiles(t)
+	a := startServing(t, f.args()...)
+	b := startServing(t, f.args()...)
+
+	executing := startExecutingCall(t, a, f.serverFiles)
+	var parked apiSession
+	a.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "parked", "model": "faux:count"}, &parked)
+	a.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+parked.ID+"/messages", map[string]string{"text": "count"}, nil)
+	id := pendingOn(t, b, parked.ID)
+
+	var later apiSession // approved once B owns it
+	a.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "parked later", "model": "faux:count"}, &later)
+	a.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+later.ID+"/messages", map[string]string{"text": "count"}, nil)
+	laterID := pendingOn(t, b, later.ID)
+
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.exited
+	killed := time.Now()
+	// The person approves on B at once; B runs the call once it owns the session.
+	b.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+id+"/decision", map[string]string{"decision": "approve"}, nil)
+	defer func() {
+		if t.Failed() {
+			t.Logf("B's log:\n%s", b.stderr.String())
+		}
+	}()
+	eventually(t, "B to finish the parked run", func() bool {
+		tr := transcriptText(t, b, parked.ID)
+		return strings.Contains(tr, "Done: counted") && strings.Contains(tr, `"state":"idle"`)
+	})
+	took := time.Since(killed)
+	t.Logf("the parked run finished on B %v after A was killed", took)
+	if took > 15*time.Second {
+		t.Errorf("B finished the run %v after the kill, want within 15 s", took)
+	}
+	if n := f.count(t); n != 1 {
+		t.Fatalf("the tool ran %d times, want exactly 1", n)
+	}
+	eventually(t, "B to own the other parked session", func() bool {
+		return strings.Contains(b.stderr.String(), "took over a session\" session="+later.ID)
+	})
+	b.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+laterID+"/decision", map[string]string{"decision": "approve"}, nil)
+	eventually(t, "B to finish the run it owns", func() bool {
+		tr := transcriptText(t, b, later.ID)
+		return strings.Contains(tr, "Done: counted") && strings.Contains(tr, `"state":"idle"`)
+	})
+	if n := f.count(t); n != 2 {
+		t.Fatalf("the tool ran %d times for two approvals, want 2", n)
+	}
+	eventually(t, "B to end the executing call as interrupted", func() bool {
+		tr := transcriptText(t, b, executing)
+		return strings.Contains(tr, "Interrupted by server restart") && strings.Contains(tr, `"state":"idle"`)
+	})
+	if _, err := os.Stat(filepath.Join(f.workspace, "finished")); err == nil {
+		t.Fatal("the interrupted command ran again")
+	}
+	if !strings.Contains(b.stderr.String(), "took over a session") {
+		t.Errorf("B's log does not say it took over; stderr:\n%s", b.stderr.String())
+	}
+}
+
+// TestDecisionRacesAcrossReplicas (issue 21 acceptance 4, through the API): the same approval
+// decided on two replicas at once, 50 times: one 200 and one 409 each time, and the call runs
+// once per approval.
+func TestDecisionRacesAcrossReplicas(t *testing.T) {
+	f := newReplicaFiles(t)
+	a := startServing(t, f.args()...)
+	b := startServing(t, f.args()...)
+	const n = 50
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			var s apiSession
+			a.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": fmt.Sprint("race ", i), "model": "faux:count"}, &s)
+			a.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+s.ID+"/messages", map[string]string{"text": "count"}, nil)
+			ids[i] = s.ID
+		})
+	}
+	wg.Wait()
+	for i, sid := range ids {
+		id := pendingOn(t, a, sid)
+		var codes [2]int
+		var bodies [2][]byte
+		var race sync.WaitGroup
+		start := make(chan struct{})
+		for j, p := range []*proc{a, b} {
+			race.Go(func() {
+				<-start
+				codes[j], bodies[j] = p.api(t, "POST", "/api/approvals/"+id+"/decision", map[string]string{"decision": "approve"})
+			})
+		}
+		close(start)
+		race.Wait()
+		ok, conflict := 0, 0
+		for j, c := range codes {
+			switch c {
+			case http.StatusOK:
+				ok++
+			case http.StatusConflict:
+				conflict++
+				if !bytes.Contains(bodies[j], []byte("already")) {
+					t.Errorf("race %d: the 409 says %s", i, bodies[j])
+				}
+			}
+		}
+		if ok != 1 || conflict != 1 {
+			t.Fatalf("race %d: codes %v (%s / %s), want one 200 and one 409", i, codes, bodies[0], bodies[1])
+		}
+	}
+	eventually(t, "every call to run", func() bool { return f.count(t) >= n })
+	for _, sid := range ids {
+		eventually(t, "the run to end", func() bool { return strings.Contains(transcriptText(t, a, sid), `"state":"idle"`) })
+	}
+	if c := f.count(t); c != n {
+		t.Fatalf("the tool ran %d times for %d approvals", c, n)
+	}
+}

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"countersign/internal/pgtest"
 )
 
@@ -119,6 +122,22 @@ func TestTwoReplicasServeOneTeam(t *testing.T) {
 	}
 	if ta, tb := transcriptText(t, a, s.ID), transcriptText(t, b, s.ID); ta != tb {
 		t.Fatalf("the replicas disagree:\nA %s\nB %s", ta, tb)
+	}
+	// B heard A's events through notifications: its lag histogram counted them (SPEC §16).
+	req, _ := http.NewRequest("GET", b.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatalf("B's /metrics does not parse: %v", err)
+	}
+	if f := fams["countersign_replica_event_lag_seconds"]; f == nil || len(f.Metric) != 1 || f.Metric[0].GetHistogram().GetSampleCount() == 0 {
+		t.Errorf("B's countersign_replica_event_lag_seconds = %v, want A's events counted", f)
 	}
 
 	// A rule saved on B decides A's next call: A read the rules again.

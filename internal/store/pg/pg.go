@@ -13,7 +13,9 @@
 // transaction at READ COMMITTED; the races that matter are settled by row locks: a decision is
 // UPDATE … WHERE status = 'pending' (of two, the second waits for the first's row lock, sees the
 // row no longer pending and gets apperr.Conflict), and a transcript entry takes its seq by
-// incrementing its session's counter row (migrations/0001_init.sql).
+// incrementing its session's counter row (migrations/0001_init.sql). Replicas (replicas.go) is
+// what several servers on one database need of each other: session leases, the event relay and
+// the record of calls' starts.
 package pg
 
 import (

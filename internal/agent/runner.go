@@ -265,8 +265,13 @@ func (r *Runner) SetInstructions(ctx context.Context, sessionID, instructions st
 // connections close.
 func (r *Runner) DeleteSession(ctx context.Context, sessionID string) (err error) {
 	defer apperr.Wrap(&err, "DeleteSession(%s)", sessionID)
-	if _, err := r.cfg.Store.Session(ctx, sessionID); err != nil {
+	sess, err := r.cfg.Store.Session(ctx, sessionID)
+	if err != nil {
 		return err
+	}
+	if r.cfg.Replicas != nil && sess.State.Active() && !r.Busy(sessionID) {
+		// Another replica's run (SPEC §16): the same answer as for this one's, below.
+		return apperr.Errorf(apperr.Conflict, "This session has a run in progress (or waiting for an approval); press Stop first, then delete it.")
 	}
 	// Marked under the lock that Send takes to start a run, so no run starts while the rows go.
 	r.mu.Lock()

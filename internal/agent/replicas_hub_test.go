@@ -1,0 +1,334 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+// hub is an in-memory agent.Replicas for runners sharing one store in one process: the
+// protocol the runner keeps with its replicas (leases, the relay, Stop, rules, call starts),
+// tested without a database. internal/store/pg's Replicas is the real one (its own tests).
+type hub struct {
+	mu      sync.Mutex
+	leases  map[string]hubLease // by session
+	started map[string]bool
+	members []*member
+}
+
+type hubLease struct {
+	replica, run string
+	expires      time.Time
+}
+
+// member is one runner's view of the hub.
+type member struct {
+	h      *hub
+	name   string
+	runner *agent.Runner
+	dead   atomic.Bool // killed: publishes nothing, renews nothing
+	store  interface {
+		SessionsInState(context.Context, agent.State) ([]agent.Session, error)
+		PendingApprovals(context.Context) ([]gate.Approval, error)
+	}
+}
+
+const hubTTL = 300 * time.Millisecond
+
+func (m *member) Acquire(_ context.Context, sessionID, run string) (bool, error) {
+	m.h.mu.Lock()
+	defer m.h.mu.Unlock()
+	l, ok := m.h.leases[sessionID]
+	if ok && l.replica != m.name && time.Now().Before(l.expires) {
+		return false, nil
+	}
+	m.h.leases[sessionID] = hubLease{m.name, run, time.Now().Add(hubTTL)}
+	return true, nil
+}
+
+func (m *member) Release(_ context.Context, sessionID, run string) error {
+	m.h.mu.Lock()
+	defer m.h.mu.Unlock()
+	if l := m.h.leases[sessionID]; l.run == run {
+		delete(m.h.leases, sessionID)
+	}
+	return nil
+}
+
+func (m *member) Renew(context.Context) ([]string, error) {
+	if m.dead.Load() {
+		return nil, nil
+	}
+	m.h.mu.Lock()
+	defer m.h.mu.Unlock()
+	var held []string
+	for s, l := range m.h.leases {
+		if l.replica == m.name {
+			l.expires = time.Now().Add(hubTTL)
+			m.h.leases[s] = l
+			held = append(held, s)
+		}
+	}
+	return held, nil
+}
+
+func (m *member) Orphans(ctx context.Context) ([]string, error) {
+	running, err := m.store.SessionsInState(ctx, agent.Running)
+	if err != nil {
+		return nil, err
+	}
+	pending, err := m.store.PendingApprovals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, s := range running {
+		ids = append(ids, s.ID)
+	}
+	for _, a := range pending {
+		ids = append(ids, a.SessionID)
+	}
+	m.h.mu.Lock()
+	defer m.h.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		if l, ok := m.h.leases[id]; (!ok || time.Now().After(l.expires)) && !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+func (m *member) MarkStarted(_ context.Context, approvalID string) error {
+	m.h.mu.Lock()
+	defer m.h.mu.Unlock()
+	m.h.started[approvalID] = true
+	return nil
+}
+
+func (m *member) Started(_ context.Context, ids []string) (map[string]bool, error) {
+	m.h.mu.Lock()
+	defer m.h.mu.Unlock()
+	out := map[string]bool{}
+	for _, id := range ids {
+		out[id] = m.h.started[id]
+	}
+	return out, nil
+}
+
+// others are the live members other than m.
+func (m *member) others() []*member {
+	m.h.mu.Lock()
+	defer m.h.mu.Unlock()
+	var out []*member
+	for _, o := range m.h.members {
+		if o != m && !o.dead.Load() && o.runner != nil {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func (m *member) Publish(ev agent.Event) {
+	if m.dead.Load() {
+		return
+	}
+	for _, o := range m.others() {
+		o.runner.Deliver(ev)
+	}
+}
+
+func (m *member) Stop(sessionID, who string) {
+	for _, o := range m.others() {
+		o.runner.StopRun(sessionID, who)
+	}
+}
+
+func (m *member) RulesChanged() {
+	for _, o := range m.others() {
+		if err := o.runner.ReloadRules(context.Background()); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// twoReplicas is a harness (runner A) and a second runner B over the same store, joined by a
+// hub; B's events are on bEvents.
+type twoReplicas struct {
+	*harness
+	a, b    *member
+	bRunner *agent.Runner
+	bEvents *agent.Subscription
+}
+
+func newTwoReplicas(t *testing.T, script string, tools ...*tool.Tool) *twoReplicas {
+	t.Helper()
+	h := &hub{leases: map[string]hubLease{}, started: map[string]bool{}}
+	a, b := &member{h: h, name: "A"}, &member{h: h, name: "B"}
+	h.members = []*member{a, b}
+	x := &twoReplicas{a: a, b: b}
+	x.harness = newHarnessWith(t, script, agent.Config{Replicas: a}, tools...)
+	a.runner, a.store, b.store = x.runner, x.db, x.db
+	bBroker := agent.NewBroker()
+	x.bRunner = agent.New(agent.Config{Store: x.db, Models: x.env.Scripts, Tools: x.env.Tools, Broker: bBroker,
+		ApprovalTimeout: time.Minute, Replicas: b})
+	b.runner = x.bRunner
+	t.Cleanup(func() { x.bRunner.Shutdown("test end"); x.bRunner.Wait() })
+	x.bEvents = bBroker.Subscribe(x.sess.ID)
+	return x
+}
+
+func (x *twoReplicas) awaitB(typ agent.EventType) agent.Event {
+	x.t.Helper()
+	return awaitOn(x.t, x.bEvents, typ)
+}
+
+const oneShellScript = `{"steps":[
+  {"content":[{"type":"toolCall","id":"c1","name":"shell","arguments":{"command":"count"}}],"stopReason":"toolUse"},
+  {"content":[{"type":"text","text":"done"}],"stopReason":"stop"}]}`
+
+// TestADecisionOnAnotherReplicaRunsTheCall: a run on A parks on an approval; B's viewers see it
+// (and B's Live shows the run); the decision made on B runs the call on A, once; a message on B
+// meanwhile is refused as busy, and B's Stop reaches A's run.
+func TestADecisionOnAnotherReplicaRunsTheCall(t *testing.T) {
+	var runs atomic.Int32
+	x := newTwoReplicas(t, oneShellScript, riskyTool("shell", &runs))
+	ctx := context.Background()
+	if err := x.runner.Send(ctx, x.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	asked := x.awaitB(agent.ApprovalRequested)
+	if live := x.bRunner.Live(x.sess.ID); !live.Running || len(live.Calls) != 1 || live.Calls[0].Approval == nil {
+		t.Fatalf("B's Live of A's run = %+v, want running with the call waiting", live)
+	}
+	if err := x.bRunner.Send(ctx, x.sess.ID, "again"); apperr.CodeOf(err) != apperr.Conflict {
+		t.Fatalf("a message on B while A runs = %v, want a conflict", err)
+	}
+	if err := x.bRunner.DeleteSession(ctx, x.sess.ID); apperr.CodeOf(err) != apperr.Conflict {
+		t.Fatalf("deleting on B while A runs = %v, want a conflict", err)
+	}
+	if _, err := x.bRunner.Decide(ctx, x.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+		t.Fatal(err)
+	}
+	if end := x.await(agent.AgentEnd); end.Error != "" {
+		t.Fatalf("A's run ended with %q", end.Error)
+	}
+	x.awaitB(agent.AgentEnd)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times, want 1", n)
+	}
+	if live := x.bRunner.Live(x.sess.ID); live.Running {
+		t.Fatalf("B still shows a run: %+v", live)
+	}
+
+	// B's Stop reaches the run A drives.
+	if err := x.runner.Send(ctx, x.sess.ID, "again"); err != nil {
+		t.Fatal(err)
+	}
+	x.awaitB(agent.ApprovalRequested)
+	if err := x.bRunner.Stop(ctx, x.sess.ID, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if end := x.await(agent.AgentEnd); !strings.Contains(end.Error, "Run stopped by bob") {
+		t.Fatalf("A's run ended with %q, want stopped by bob", end.Error)
+	}
+}
+
+// TestRulesAndModesReachTheOtherReplica: a rule saved on B decides A's next call; a mode
+// switched on B applies to A's next call.
+func TestRulesAndModesReachTheOtherReplica(t *testing.T) {
+	var runs atomic.Int32
+	x := newTwoReplicas(t, oneShellScript, riskyTool("shell", &runs))
+	ctx := context.Background()
+	if _, err := x.bRunner.AddRule(ctx, gate.Rule{Tool: "shell", Effect: gate.Allow, Scope: gate.ScopeSession, SessionID: x.sess.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.runner.Send(ctx, x.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	if end := x.await(agent.AgentEnd); end.Error != "" || runs.Load() != 1 {
+		t.Fatalf("A's run: %q, %d runs; want the call allowed by B's rule", end.Error, runs.Load())
+	}
+	if _, err := x.bRunner.SetMode(ctx, x.sess.ID, gate.ModePlan); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.runner.Send(ctx, x.sess.ID, "again"); err != nil {
+		t.Fatal(err)
+	}
+	end := x.await(agent.AgentEnd)
+	if runs.Load() != 1 {
+		t.Fatalf("in plan mode (switched on B) the shell ran again on A (end %q)", end.Error)
+	}
+}
+
+// TestADeadReplicasSessionsAreTakenOver (SPEC §8, §16): A dies (no renewals, nothing
+// published) with one run parked and a decision made on B before B owns it; B's lease loop
+// takes the session over and runs the decided call once. A call that had started when A died
+// is not run again: its result says it was interrupted.
+func TestADeadReplicasSessionsAreTakenOver(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		started bool // the call had started on A
+	}{{"decided while nobody drove it", false}, {"executing when its replica died", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var runs atomic.Int32
+			block := make(chan struct{})
+			shell := riskyTool("shell", &runs)
+			if tc.started {
+				inner := shell.Execute
+				shell.Execute = func(ctx context.Context, args json.RawMessage, up func(tool.Update), tc tool.Context) (tool.Result, error) {
+					runs.Add(1)
+					<-block // A "dies" while it runs: the tool never returns to A's run
+					return inner(ctx, args, up, tc)
+				}
+			}
+			x := newTwoReplicas(t, oneShellScript, shell)
+			t.Cleanup(func() { close(block) }) // before the runners' teardown waits for the tool
+			ctx := context.Background()
+			if err := x.runner.Send(ctx, x.sess.ID, "go"); err != nil {
+				t.Fatal(err)
+			}
+			asked := x.awaitB(agent.ApprovalRequested)
+			if tc.started {
+				if _, err := x.runner.Decide(ctx, x.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+					t.Fatal(err)
+				}
+				x.awaitB(agent.ToolExecutionStart)
+			}
+			x.a.dead.Store(true) // A stops renewing and publishing: as killed
+			if !tc.started {
+				if _, err := x.bRunner.Decide(ctx, x.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			leases, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); x.bRunner.RunLeases(leases, 50*time.Millisecond) }()
+			t.Cleanup(func() { stop(); <-done })
+			if end := x.awaitB(agent.AgentEnd); end.Error != "" {
+				t.Fatalf("B's run ended with %q", end.Error)
+			}
+			results := x.toolResults()
+			if len(results) != 1 {
+				t.Fatalf("%d tool results, want 1", len(results))
+			}
+			text := results[0].Result.Content[0].Text
+			if runs.Load() != 1 {
+				t.Fatalf("the tool ran %d times, want exactly once", runs.Load())
+			}
+			if tc.started != strings.Contains(text, agent.InterruptedText) {
+				t.Fatalf("the result says %q (started on A: %v)", text, tc.started)
+			}
+		})
+	}
+}

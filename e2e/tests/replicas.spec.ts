@@ -164,6 +164,8 @@ test('acceptance 2: an approver link on replica B shows the prompt of a run on r
   await reviewer.setViewportSize({ width: 1280, height: 800 });
 
   // Approving on B runs the call on A: the decision is stored on B and wakes the call waiting on A.
+  const ranOn = /^countersign_tool_calls_total\{.*tool="run_command".*\}$/;
+  const ranBefore = [await metric(request, a.baseURL, ranOn), await metric(request, b.baseURL, ranOn)];
   await reviewerGroup.getByRole('button', { name: 'Approve', exact: true }).click();
   for (const p of [owner, reviewer]) {
     await expect(toolCard(p, 'run_command')).toContainText('approved by bob');
@@ -171,9 +173,8 @@ test('acceptance 2: an approver link on replica B shows the prompt of a run on r
   }
   expect(fs.readFileSync(path.join(workspace, 'replicas-counter.txt'), 'utf8'), 'the call ran exactly once').toBe('counted\n');
   // It ran on A, the replica driving the run: A counted the call, B did not.
-  const ranOn = /^countersign_tool_calls_total\{.*tool="run_command".*\}$/;
-  expect(await metric(request, a.baseURL, ranOn), 'run_command calls counted on A').toBe(1);
-  expect(await metric(request, b.baseURL, ranOn), 'run_command calls counted on B').toBe(0);
+  expect(await metric(request, a.baseURL, ranOn) - ranBefore[0], 'run_command calls counted on A').toBe(1);
+  expect(await metric(request, b.baseURL, ranOn) - ranBefore[1], 'run_command calls counted on B').toBe(0);
   expect(sockets.length, 'still one live socket on B').toBe(1);
 
   // After a reload (each page rendered from the store by its own replica) the transcripts match.

@@ -51,6 +51,9 @@ func TestReadyFollowsTheDatabaseDownAndBack(t *testing.T) {
 	proxy := pgtest.NewProxy(t, pgtest.Database(t))
 	db := open(t, withPassword(t, proxy.URL(), password), time.Now)
 	t.Cleanup(func() { db.Close() })
+	// First of all cleanups: a Ready still hanging (the failure this test looks for) holds a
+	// connection Close would wait for; down, the connection breaks and Ready returns.
+	t.Cleanup(proxy.Down)
 	if err := db.Ready(context.Background()); err != nil {
 		t.Fatalf("Ready = %v, want nil", err)
 	}

@@ -199,13 +199,13 @@ func (e *env) start(t *testing.T, base time.Duration, receivers ...notify.Receiv
 	return e.startWith(t, notify.WorkerConfig{RetryBase: base}, receivers, receivers)
 }
 
-// startWith is start with cfg's RetryBase and MaxAttempts, the store making rows for stored and
+// startWith is start with cfg's RetryBase, MaxAttempts and Now, the store making rows for stored and
 // the worker knowing only known.
 func (e *env) startWith(t *testing.T, cfg notify.WorkerConfig, stored, known []notify.Receiver) (attempts chan notify.Attempt, stop func()) {
 	t.Helper()
 	attempts = make(chan notify.Attempt, 100)
 	w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: known, Key: e.key,
-		PublicURL: "https://cs.example.com/", RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts})
+		PublicURL: "https://cs.example.com/", RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts, Now: cfg.Now})
 	receivers := stored
 	e.db.SetNotify(receivers, e.key.LinkHash, w.Wake)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -574,7 +574,12 @@ func TestARequestIsNotRetriedOnceItsApprovalIsDecided(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.answers <- 500
-	attempts, _ := e.start(t, 50*time.Millisecond, e.receiver(t, "alice="+e.srv.URL))
+	// The worker's clock jumps past the retry's time only once the decision is stored, so the
+	// retry comes after the decision however slow the machine (the retry is an hour away).
+	var ahead atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	r := e.receiver(t, "alice="+e.srv.URL)
+	attempts, _ := e.startWith(t, notify.WorkerConfig{RetryBase: time.Hour, Now: now}, []notify.Receiver{r}, []notify.Receiver{r})
 	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -584,15 +589,25 @@ func TestARequestIsNotRetriedOnceItsApprovalIsDecided(t *testing.T) {
 	if _, err := e.db.ResolveApproval(ctx, "A1", gate.Resolution{Status: gate.Approved, DecidedBy: "owner"}); err != nil {
 		t.Fatal(err)
 	}
-	wait(t, attempts, "the second attempt")
-	wait(t, attempts, "the third attempt")
+	if a := wait(t, attempts, "the resolution's attempt"); a.Status != 200 {
+		t.Fatalf("the resolution's attempt %+v", a)
+	}
+	// Two hours on, the request's retry is due; another approval wakes the worker.
+	ahead.Store(int64(2 * time.Hour))
+	if err := e.db.CreateApproval(ctx, pending("A2", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, attempts, "an attempt after the jump")
+	wait(t, attempts, "an attempt after the jump")
 	ds, err := e.db.Deliveries(ctx, e.sess)
 	if err != nil {
 		t.Fatal(err)
 	}
 	byEvent := map[notify.Event]notify.Delivery{}
 	for _, d := range ds {
-		byEvent[d.Event] = d
+		if d.Approval.ID == "A1" {
+			byEvent[d.Event] = d
+		}
 	}
 	req, res := byEvent[notify.Requested], byEvent[notify.Resolved]
 	if len(req.Attempts) != 2 || !req.Failed || req.NextAt != nil || !strings.Contains(req.Attempts[1].Error, "not sent again: the approval was approved") {

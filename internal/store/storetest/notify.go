@@ -326,6 +326,11 @@ func testOutboxRowsAreClaimedByOneWorkerAtATime(t *testing.T, h Harness) {
 	if ok, _ := db.RenewClaim(ctx, "A2/"+alice.ID+"/approval.requested", claim("y", now)); ok {
 		t.Error("y renewed a claim it never had")
 	}
+	// For a third worker nothing is claimable before the claims end, not even alice's unclaimed
+	// rows (x holds her receiver): a worker waiting for NextDeliveryAt does not spin meanwhile.
+	if at, ok, err := db.NextDeliveryAt(ctx, "z", now); err != nil || !ok || !at.Equal(now.Add(claimFor)) {
+		t.Errorf("NextDeliveryAt(z) = %v, %v, %v; want the claims' end %v", at, ok, err, now.Add(claimFor))
+	}
 }
 
 // testAnExpiredClaimIsClaimableAgain: the rows of a worker that died mid-attempt (its claim not

@@ -199,13 +199,13 @@ func (e *env) start(t *testing.T, base time.Duration, receivers ...notify.Receiv
 	return e.startWith(t, notify.WorkerConfig{RetryBase: base}, receivers, receivers)
 }
 
-// startWith is start with cfg's RetryBase and MaxAttempts, the store making rows for stored and
+// startWith is start with cfg's RetryBase, MaxAttempts and Now, the store making rows for stored and
 // the worker knowing only known.
 func (e *env) startWith(t *testing.T, cfg notify.WorkerConfig, stored, known []notify.Receiver) (attempts chan notify.Attempt, stop func()) {
 	t.Helper()
 	attempts = make(chan notify.Attempt, 100)
 	w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: known, Key: e.key,
-		PublicURL: "https://cs.example.com/", RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts})
+		PublicURL: "https://cs.example.com/", RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts, Now: cfg.Now})
 	receivers := stored
 	e.db.SetNotify(receivers, e.key.LinkHash, w.Wake)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -574,7 +574,12 @@ func TestARequestIsNotRetriedOnceItsApprovalIsDecided(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.answers <- 500
-	attempts, _ := e.start(t, 50*time.Millisecond, e.receiver(t, "alice="+e.srv.URL))
+	// The worker's clock jumps past the retry's time only once the decision is stored, so the
+	// retry comes after the decision however slow the machine (the retry is an hour away).
+	var ahead atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	r := e.receiver(t, "alice="+e.srv.URL)
+	attempts, _ := e.startWith(t, notify.WorkerConfig{RetryBase: time.Hour, Now: now}, []notify.Receiver{r}, []notify.Receiver{r})
 	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -584,15 +589,25 @@ func TestARequestIsNotRetriedOnceItsApprovalIsDecided(t *testing.T) {
 	if _, err := e.db.ResolveApproval(ctx, "A1", gate.Resolution{Status: gate.Approved, DecidedBy: "owner"}); err != nil {
 		t.Fatal(err)
 	}
-	wait(t, attempts, "the second attempt")
-	wait(t, attempts, "the third attempt")
+	if a := wait(t, attempts, "the resolution's attempt"); a.Status != 200 {
+		t.Fatalf("the resolution's attempt %+v", a)
+	}
+	// Two hours on, the request's retry is due; another approval wakes the worker.
+	ahead.Store(int64(2 * time.Hour))
+	if err := e.db.CreateApproval(ctx, pending("A2", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, attempts, "an attempt after the jump")
+	wait(t, attempts, "an attempt after the jump")
 	ds, err := e.db.Deliveries(ctx, e.sess)
 	if err != nil {
 		t.Fatal(err)
 	}
 	byEvent := map[notify.Event]notify.Delivery{}
 	for _, d := range ds {
-		byEvent[d.Event] = d
+		if d.Approval.ID == "A1" {
+			byEvent[d.Event] = d
+		}
 	}
 	req, res := byEvent[notify.Requested], byEvent[notify.Resolved]
 	if len(req.Attempts) != 2 || !req.Failed || req.NextAt != nil || !strings.Contains(req.Attempts[1].Error, "not sent again: the approval was approved") {
@@ -600,5 +615,115 @@ func TestARequestIsNotRetriedOnceItsApprovalIsDecided(t *testing.T) {
 	}
 	if res.DeliveredAt == nil || len(res.Attempts) != 1 {
 		t.Errorf("the resolution's delivery %+v, want delivered at once", res)
+	}
+}
+
+// thief is the store as a worker's outbox, where another worker takes every row the moment the
+// worker has claimed it (as when the worker's claims expired while its lane was busy): the
+// worker's renewals, which must all fail, are sent on renewed, and each claim after the first
+// (the worker's lane wakes Run once it is done with a row) on reclaimed.
+type thief struct {
+	*store.DB
+	renewed   chan bool
+	reclaimed chan struct{}
+	claims    *atomic.Int32
+}
+
+func (th thief) ClaimDeliveries(ctx context.Context, c notify.Claim, limit int) ([]notify.Delivery, error) {
+	if th.claims.Add(1) > 1 {
+		th.reclaimed <- struct{}{}
+	}
+	ds, err := th.DB.ClaimDeliveries(ctx, c, limit)
+	if err == nil && len(ds) > 0 {
+		// After the worker's claims end, another worker claims the same rows.
+		if _, err := th.DB.ClaimDeliveries(ctx, notify.Claim{By: "other", Now: c.Until, Until: c.Until.Add(time.Hour)}, limit); err != nil {
+			return nil, err
+		}
+	}
+	return ds, err
+}
+
+func (th thief) RenewClaim(ctx context.Context, id string, c notify.Claim) (bool, error) {
+	ok, err := th.DB.RenewClaim(ctx, id, c)
+	th.renewed <- ok
+	return ok, err
+}
+
+// TestAWorkerNeverSendsARowWhoseClaimItLost: a row another worker claimed after this worker's
+// claim expired is not attempted by this worker (its renewal before the attempt fails): nothing
+// is sent, nothing recorded, and the row stays the other worker's.
+func TestAWorkerNeverSendsARowWhoseClaimItLost(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := e.receiver(t, "alice="+e.srv.URL)
+	th := thief{DB: e.db, renewed: make(chan bool, 10), reclaimed: make(chan struct{}, 10), claims: new(atomic.Int32)}
+	w := notify.NewWorker(notify.WorkerConfig{Outbox: th, Receivers: []notify.Receiver{alice}, Key: e.key,
+		PublicURL: "https://cs.example.com/", ID: "mine"})
+	// Not woken by the store: the row is claimed by Run's first read, and Run reads again only
+	// when the lane is done with it.
+	e.db.SetNotify([]notify.Receiver{alice}, e.key.LinkHash, nil)
+	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(runCtx) }()
+	if ok := wait(t, th.renewed, "renewal"); ok {
+		t.Error("the worker renewed a claim another worker holds")
+	}
+	wait(t, th.reclaimed, "the lane's end") // a post after the failed renewal would have been made by now
+	cancel()
+	<-done
+	select {
+	case h := <-e.hits:
+		t.Errorf("the worker sent %s although another worker holds its claim", h.header.Get("webhook-id"))
+	default:
+	}
+	ds, _ := e.db.Deliveries(ctx, e.sess)
+	if len(ds) != 1 || ds[0].Tries != 0 || ds[0].NextAt == nil {
+		t.Errorf("deliveries %+v: want the row untouched", ds)
+	}
+}
+
+// TestAWorkerStoppedMidAttemptLeavesItsRowToTheNextAtOnce: a worker stopped while an attempt
+// hangs releases its claims as it stops, so the next worker (a restart: another id) attempts
+// the row at once, not after the claim would have expired (an hour here).
+func TestAWorkerStoppedMidAttemptLeavesItsRowToTheNextAtOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	hung := make(chan struct{}, 1)
+	var first atomic.Bool
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		if first.CompareAndSwap(false, true) {
+			hung <- struct{}{}
+			<-r.Context().Done() // until the worker stops
+			return
+		}
+		e.hits <- hit{header: r.Header.Clone()}
+	}))
+	defer slow.Close()
+	r := e.receiver(t, "bob="+slow.URL)
+	run := func(id string) (attempts chan notify.Attempt, stop func()) {
+		attempts = make(chan notify.Attempt, 10)
+		w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: []notify.Receiver{r}, Key: e.key,
+			PublicURL: "https://cs.example.com/", ID: id, Timeout: time.Hour, ClaimFor: time.Hour})
+		e.db.SetNotify([]notify.Receiver{r}, e.key.LinkHash, w.Wake)
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); w.Run(runCtx) }()
+		stop = func() { cancel(); <-done }
+		t.Cleanup(stop)
+		return attempts, stop
+	}
+	_, stop := run("first")
+	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, hung, "the hanging attempt")
+	stop()
+	attempts, _ := run("second")
+	if a := wait(t, attempts, "the next worker's attempt"); a.Status != 200 || a.N != 1 {
+		t.Fatalf("attempt %+v, want the first recorded, 200", a)
 	}
 }

@@ -3,11 +3,12 @@ package notify
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,16 +19,46 @@ import (
 	"countersign/internal/gate"
 )
 
-// Outbox is what the worker needs of the store's outbox.
+// Outbox is what the worker needs of the store's outbox. Several workers (one per replica, SPEC
+// §16) may share one outbox: a row is attempted only by the worker holding its claim, and a
+// receiver's rows are claimed by one worker at a time, so each attempt happens once and a
+// receiver gets its events in the order they fell due.
 type Outbox interface {
-	// DueDeliveries lists up to limit rows whose next attempt is due at now, oldest due first,
-	// each with its approval and session title.
-	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]Delivery, error)
-	// NextDeliveryAt is when the earliest pending row is due; ok false when none is.
-	NextDeliveryAt(ctx context.Context) (at time.Time, ok bool, err error)
-	// RecordAttempt stores attempt a of row id; next is when to try again, nil when the row is
-	// done (delivered when a.OK(), given up otherwise).
+	// ClaimDeliveries claims, atomically, up to limit rows due at c.Now, the earliest due first,
+	// for c.By until c.Until, and returns them, each with its approval and session title. A row
+	// is claimable when no other worker's claim on it is live (claimed_until after c.Now) and no
+	// other worker holds a live claim on any undelivered row of the same receiver; rows c.By
+	// claimed before are claimable again by c.By. Two concurrent calls never return the same row
+	// to two workers.
+	ClaimDeliveries(ctx context.Context, c Claim, limit int) ([]Delivery, error)
+	// RenewClaim extends c.By's claim on row id to c.Until, just before an attempt: true when it
+	// did; false when the row is no longer c.By's (its claim expired and another worker took it,
+	// or the row was recorded meanwhile), or when another worker holds a live claim on a row of
+	// the same receiver. The worker attempts a row only after a true.
+	RenewClaim(ctx context.Context, id string, c Claim) (bool, error)
+	// ReleaseClaims drops every claim by on rows not yet attempted again, so that a later worker
+	// takes them at once rather than after they expire (a worker stopping cleanly calls it).
+	ReleaseClaims(ctx context.Context, by string) error
+	// NextDeliveryAt is the earliest time, at or after a row's due time, when worker by could
+	// claim a pending row: its due time, or later when another worker's live claim holds that
+	// row or its receiver (the claim's end). ok false when no row is pending.
+	NextDeliveryAt(ctx context.Context, by string, now time.Time) (at time.Time, ok bool, err error)
+	// RecordAttempt stores attempt a of row id and ends its claim; next is when to try again,
+	// nil when the row is done (delivered when a.OK(), given up otherwise).
 	RecordAttempt(ctx context.Context, id string, a Attempt, next *time.Time) error
+}
+
+// Claim is a worker's hold on outbox rows (Outbox.ClaimDeliveries, RenewClaim).
+type Claim struct {
+	// By names the claiming worker (WorkerConfig.ID): unique per running worker.
+	By string
+	// Now is the claimer's clock reading: rows due at Now are claimable, and other workers'
+	// claims that ended at or before Now no longer count. Replicas' clocks are assumed to agree
+	// to well within a claim's length.
+	Now time.Time
+	// Until is when the claim ends unless renewed or ended by RecordAttempt: after it another
+	// worker may claim the row (a worker killed mid-attempt leaves its rows to the others).
+	Until time.Time
 }
 
 // Defaults of WorkerConfig.
@@ -35,6 +66,7 @@ const (
 	DefaultMaxAttempts = 8
 	DefaultRetryBase   = 5 * time.Second
 	DefaultTimeout     = 10 * time.Second
+	DefaultClaimGrace  = 15 * time.Second
 	maxRetryDelay      = time.Hour
 	batchSize          = 50
 )
@@ -56,7 +88,14 @@ type WorkerConfig struct {
 	MaxAttempts int
 	// Timeout bounds one attempt (connect, send, answer); 0: DefaultTimeout.
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// ClaimFor is how long a claim on outbox rows lasts (renewed before each attempt): longer
+	// than Timeout plus the time to record an attempt, and how long the rows of a worker that
+	// died mid-attempt wait for another. 0: Timeout + DefaultClaimGrace.
+	ClaimFor time.Duration
+	// ID names the worker in its claims (Claim.By); "" means a random id, new for each
+	// NewWorker. Two running workers never share one.
+	ID     string
+	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -65,6 +104,12 @@ type WorkerConfig struct {
 // due rows and hands each to its receiver's lane: one goroutine per receiver, posting that
 // receiver's rows one at a time in the order they fell due. A receiver that hangs holds only its
 // own lane (each attempt is bounded by Timeout); the others' deliveries go on.
+//
+// Several workers may share one outbox (replicas on one PostgreSQL database, SPEC §16): each
+// reads only the rows it claimed (Outbox.ClaimDeliveries) and renews a row's claim just before
+// its attempt, so every attempt is made by exactly one worker, and a receiver's rows go through
+// one worker at a time, in order. The rows of a worker killed mid-attempt are claimed by another
+// once their claim expires (ClaimFor); a worker that stops cleanly releases its claims.
 type Worker struct {
 	cfg       WorkerConfig
 	receivers map[string]Receiver
@@ -91,6 +136,12 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.ClaimFor <= 0 {
+		cfg.ClaimFor = cfg.Timeout + DefaultClaimGrace
+	}
+	if cfg.ID == "" {
+		cfg.ID = "worker-" + rand.Text()[:13] // 65 random bits
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -129,16 +180,22 @@ func (w *Worker) Run(ctx context.Context) {
 	var lanes sync.WaitGroup
 	defer func() {
 		lanes.Wait()
-		// The lanes' goroutines are gone: a later Run starts them again with nothing in flight.
+		// The lanes' goroutines are gone: a later Run starts them again with nothing in flight,
+		// and another worker may take this one's rows at once.
 		w.mu.Lock()
 		clear(w.lanes)
 		clear(w.inflight)
 		w.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Timeout)
+		defer cancel()
+		if err := w.cfg.Outbox.ReleaseClaims(rctx, w.cfg.ID); err != nil {
+			w.cfg.Logger.Warn("webhook outbox: release claims", "worker", w.cfg.ID, "err", err)
+		}
 	}()
 	for {
 		w.deliverDue(ctx, &lanes)
 		var timer <-chan time.Time
-		if at, ok, err := w.cfg.Outbox.NextDeliveryAt(ctx); err != nil {
+		if at, ok, err := w.cfg.Outbox.NextDeliveryAt(ctx, w.cfg.ID, w.cfg.Now()); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -169,16 +226,17 @@ func (w *Worker) busy() bool {
 	return len(w.inflight) > 0
 }
 
-// deliverDue hands every row due now to its receiver's lane (starting the lane's goroutine on
-// first use), skipping rows already in a lane; a full lane leaves its rows due for a later read.
+// deliverDue claims the rows due now and hands each to its receiver's lane (starting the lane's
+// goroutine on first use), skipping rows already in a lane; a full lane leaves its rows claimed
+// (and due) for a later read.
 //
-// The read runs under mu: a lane records its attempt before it takes mu to leave inflight, so a
-// row this read sees as due either is still in inflight (skipped) or was read after its attempt
-// was recorded — never sent twice.
+// The claim runs under mu: a lane records its attempt before it takes mu to leave inflight, so a
+// row this claim returns either is still in inflight (skipped) or was claimed after its attempt
+// was recorded — never sent twice by this worker. Other workers are kept off by the claim.
 func (w *Worker) deliverDue(ctx context.Context, lanes *sync.WaitGroup) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	due, err := w.cfg.Outbox.DueDeliveries(ctx, w.cfg.Now(), batchSize*max(len(w.receivers), 1))
+	due, err := w.cfg.Outbox.ClaimDeliveries(ctx, w.claim(), batchSize*max(len(w.receivers), 1))
 	if err != nil {
 		if ctx.Err() == nil {
 			w.cfg.Logger.Error("webhook outbox", "err", err)
@@ -226,8 +284,24 @@ func (w *Worker) runLane(ctx context.Context, lane chan Delivery) {
 	}
 }
 
-// attempt makes one attempt at d and records it with when to retry.
+// claim is this worker's claim from now on.
+func (w *Worker) claim() Claim {
+	now := w.cfg.Now()
+	return Claim{By: w.cfg.ID, Now: now, Until: now.Add(w.cfg.ClaimFor)}
+}
+
+// attempt renews this worker's claim on d, then makes one attempt at d and records it with when
+// to retry. A row whose claim is lost (another worker took it after it expired) is left to that
+// worker, unattempted here.
 func (w *Worker) attempt(ctx context.Context, d Delivery) {
+	if held, err := w.cfg.Outbox.RenewClaim(ctx, d.ID, w.claim()); err != nil || !held {
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Error("webhook outbox: renew claim", "delivery", d.ID, "err", err)
+		} else if err == nil {
+			w.cfg.Logger.Debug("webhook outbox: row claimed by another worker", "delivery", d.ID, "worker", w.cfg.ID)
+		}
+		return
+	}
 	n := d.Tries + 1
 	a := Attempt{N: n, At: w.cfg.Now()}
 	r, ok := w.receivers[d.ReceiverID]
@@ -267,7 +341,7 @@ func (w *Worker) RetryDelay(n int) time.Duration {
 	if d <= 0 || d > maxRetryDelay {
 		d = maxRetryDelay
 	}
-	return d + time.Duration(rand.Int64N(int64(d/4)+1))
+	return d + time.Duration(mrand.Int64N(int64(d/4)+1))
 }
 
 // post sends d to r, signed: the receiver's HTTP status, or 0 and why there was none.

@@ -47,12 +47,15 @@ type Backend interface {
 	Inbox(ctx context.Context, q agent.InboxQuery) ([]agent.InboxItem, error)
 	PendingCount(ctx context.Context, sessionID string) (int, error)
 	// Webhook notifications (SPEC §15): SetNotify turns the outbox on (call it before the store
-	// is used concurrently); the delivery worker reads DueDeliveries and NextDeliveryAt and
-	// writes RecordAttempt (notify.Outbox); the audit page lists Deliveries; a decision link is
-	// read by its token's hash and used once (DecisionLink, UseDecisionLink).
+	// is used concurrently); the delivery workers (one per replica) claim due rows
+	// (ClaimDeliveries, RenewClaim, ReleaseClaims), wait for NextDeliveryAt and write
+	// RecordAttempt (notify.Outbox); the audit page lists Deliveries; a decision link is read by
+	// its token's hash and used once (DecisionLink, UseDecisionLink).
 	SetNotify(receivers []notify.Receiver, linkHash func(linkID string) string, wake func())
-	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]notify.Delivery, error)
-	NextDeliveryAt(ctx context.Context) (time.Time, bool, error)
+	ClaimDeliveries(ctx context.Context, c notify.Claim, limit int) ([]notify.Delivery, error)
+	RenewClaim(ctx context.Context, id string, c notify.Claim) (bool, error)
+	ReleaseClaims(ctx context.Context, by string) error
+	NextDeliveryAt(ctx context.Context, by string, now time.Time) (time.Time, bool, error)
 	RecordAttempt(ctx context.Context, id string, a notify.Attempt, next *time.Time) error
 	Deliveries(ctx context.Context, sessionID string) ([]notify.Delivery, error)
 	DecisionLink(ctx context.Context, tokenHash string) (notify.Link, error)

@@ -142,20 +142,99 @@ func parseNullTime(s sql.NullString) (*time.Time, error) {
 	return &t, nil
 }
 
-// DueDeliveries lists up to limit outbox rows whose next attempt is due at now, the earliest
-// due first, each with its approval and its session's title (notify.Outbox).
-func (db *DB) DueDeliveries(ctx context.Context, now time.Time, limit int) (_ []notify.Delivery, err error) {
-	defer apperr.Wrap(&err, "store.DueDeliveries")
-	return queryAll(ctx, db.read, scanDelivery, `SELECT `+outboxColumns+outboxFrom+`
-		WHERE o.next_at IS NOT NULL AND o.next_at <= ? ORDER BY o.next_at, o.rowid LIMIT ?`, formatTime(now), limit)
+// claimable is the condition on an outbox row o for worker ?1 at time ?2 (notify.Outbox): due,
+// not under another worker's live claim, and its receiver's rows under no other worker's live
+// claim (so a receiver's rows go through one worker at a time, in order).
+const claimable = `o.next_at IS NOT NULL AND o.next_at <= ?2
+	AND (o.claimed_by IS NULL OR o.claimed_by = ?1 OR o.claimed_until <= ?2)
+	AND NOT EXISTS (SELECT 1 FROM notify_outbox p WHERE p.receiver_id = o.receiver_id
+		AND p.next_at IS NOT NULL AND p.claimed_by <> ?1 AND p.claimed_until > ?2)`
+
+// ClaimDeliveries claims for c.By, until c.Until, up to limit outbox rows claimable at c.Now
+// (due, and neither they nor their receiver's rows under another worker's live claim), the
+// earliest due first, and returns them with their approvals and sessions' titles
+// (notify.Outbox). One write transaction: two claims never return the same row to two workers.
+func (db *DB) ClaimDeliveries(ctx context.Context, c notify.Claim, limit int) (ds []notify.Delivery, err error) {
+	defer apperr.Wrap(&err, "store.ClaimDeliveries(%s)", c.By)
+	now, until := formatTime(c.Now), formatTime(c.Until)
+	err = db.commit(ctx, true, func(w *writeTx) error {
+		ds = nil
+		rows, err := w.tx.QueryContext(w.ctx, `UPDATE notify_outbox SET claimed_by = ?1, claimed_until = ?3
+			WHERE id IN (SELECT o.id FROM notify_outbox o WHERE `+claimable+` ORDER BY o.next_at, o.rowid LIMIT ?4)
+			RETURNING id`, c.By, now, until, limit)
+		if err != nil {
+			return err
+		}
+		var ids []any
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil || len(ids) == 0 {
+			return err
+		}
+		rows, err = w.tx.QueryContext(w.ctx, `SELECT `+outboxColumns+outboxFrom+`
+			WHERE o.id IN (?`+strings.Repeat(", ?", len(ids)-1)+`) ORDER BY o.next_at, o.rowid`, ids...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			d, err := scanDelivery(rows)
+			if err != nil {
+				return err
+			}
+			ds = append(ds, d)
+		}
+		return rows.Err()
+	})
+	return ds, err
 }
 
-// NextDeliveryAt is when the earliest undelivered outbox row is due; ok is false when none is
+// RenewClaim extends c.By's claim on outbox row id to c.Until: true when the row is still
+// c.By's, not yet recorded, and no other worker holds a live claim on its receiver's rows at
+// c.Now; false otherwise, the row untouched (notify.Outbox).
+func (db *DB) RenewClaim(ctx context.Context, id string, c notify.Claim) (held bool, err error) {
+	defer apperr.Wrap(&err, "store.RenewClaim(%s)", id)
+	err = db.commit(ctx, true, func(w *writeTx) error {
+		res, err := w.tx.ExecContext(w.ctx, `UPDATE notify_outbox SET claimed_until = ?3
+			WHERE id = ?4 AND claimed_by = ?1 AND next_at IS NOT NULL
+			AND NOT EXISTS (SELECT 1 FROM notify_outbox p WHERE p.receiver_id = notify_outbox.receiver_id
+				AND p.next_at IS NOT NULL AND p.claimed_by <> ?1 AND p.claimed_until > ?2)`,
+			c.By, formatTime(c.Now), formatTime(c.Until), id)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		held = n > 0
+		return err
+	})
+	return held, err
+}
+
+// ReleaseClaims ends every claim worker by holds, so the rows are claimable at once
 // (notify.Outbox).
-func (db *DB) NextDeliveryAt(ctx context.Context) (at time.Time, ok bool, err error) {
+func (db *DB) ReleaseClaims(ctx context.Context, by string) (err error) {
+	defer apperr.Wrap(&err, "store.ReleaseClaims(%s)", by)
+	return db.commit(ctx, true, func(w *writeTx) error {
+		_, err := w.tx.ExecContext(w.ctx, `UPDATE notify_outbox SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = ?`, by)
+		return err
+	})
+}
+
+// NextDeliveryAt is the earliest time worker by may claim a pending outbox row, as seen at now:
+// the row's due time, or the end of another worker's live claim on the row or on its
+// receiver's rows when later; ok is false when no row is pending (notify.Outbox).
+func (db *DB) NextDeliveryAt(ctx context.Context, by string, now time.Time) (at time.Time, ok bool, err error) {
 	defer apperr.Wrap(&err, "store.NextDeliveryAt")
 	var s sql.NullString
-	if err := db.read.QueryRowContext(ctx, `SELECT min(next_at) FROM notify_outbox WHERE next_at IS NOT NULL`).Scan(&s); err != nil {
+	if err := db.read.QueryRowContext(ctx, `SELECT min(max(o.next_at, coalesce((SELECT max(p.claimed_until) FROM notify_outbox p
+			WHERE p.receiver_id = o.receiver_id AND p.next_at IS NOT NULL AND p.claimed_by <> ?1 AND p.claimed_until > ?2), o.next_at)))
+		FROM notify_outbox o WHERE o.next_at IS NOT NULL`, by, formatTime(now)).Scan(&s); err != nil {
 		return time.Time{}, false, err
 	}
 	if !s.Valid {
@@ -165,8 +244,8 @@ func (db *DB) NextDeliveryAt(ctx context.Context) (at time.Time, ok bool, err er
 	return at, err == nil, err
 }
 
-// RecordAttempt stores attempt a of outbox row id and when the next is due: next nil ends the
-// row, delivered when a.OK(), given up otherwise (notify.Outbox). Errors: apperr.NotFound for an
+// RecordAttempt stores attempt a of outbox row id and when the next is due, and ends the row's
+// claim: next nil ends the row, delivered when a.OK(), given up otherwise (notify.Outbox). Errors: apperr.NotFound for an
 // unknown row (its approval's session was deleted meanwhile).
 func (db *DB) RecordAttempt(ctx context.Context, id string, a notify.Attempt, next *time.Time) (err error) {
 	defer apperr.Wrap(&err, "store.RecordAttempt(%s)", id)
@@ -176,8 +255,8 @@ func (db *DB) RecordAttempt(ctx context.Context, id string, a notify.Attempt, ne
 	}
 	failed := !a.OK() && next == nil
 	return db.commit(ctx, true, func(w *writeTx) error {
-		res, err := w.tx.ExecContext(w.ctx, `UPDATE notify_outbox SET attempts = attempts + 1, next_at = ?, delivered_at = ?, failed = ?
-			WHERE id = ?`, nullTime(next), delivered, failed, id)
+		res, err := w.tx.ExecContext(w.ctx, `UPDATE notify_outbox SET attempts = attempts + 1, next_at = ?, delivered_at = ?, failed = ?,
+			claimed_by = NULL, claimed_until = NULL WHERE id = ?`, nullTime(next), delivered, failed, id)
 		if err != nil {
 			return err
 		}

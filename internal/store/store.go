@@ -355,20 +355,33 @@ func isForeignKey(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CON
 // isCheck reports whether err is a CHECK constraint failure (a value the schema refuses).
 func isCheck(err error) bool { return sqliteCode(err) == sqlite3.SQLITE_CONSTRAINT_CHECK }
 
-// Ready reports whether the database answers and has every embedded migration applied (GET
-// /readyz, SPEC §16): nil, or an error saying which part failed.
+// ReadyTimeout bounds Ready: a database that hangs (a disk that stopped answering) makes Ready
+// fail after it rather than keep GET /readyz waiting.
+const ReadyTimeout = 2 * time.Second
+
+// Ready reports whether the database answers, within ReadyTimeout, and has every embedded
+// migration applied (GET /readyz, SPEC §16): nil, or an error whose apperr message (code
+// internal) says which part failed in words safe to show anyone — "the database does not
+// answer", "the database did not answer within 2s", "3 of 5 migrations applied" — with the
+// driver's error behind it for the log.
 func (db *DB) Ready(ctx context.Context) (err error) {
 	defer apperr.Wrap(&err, "store.Ready")
 	names, err := fs.Glob(migrationFS, "migrations/*.sql")
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
 	var applied int
 	if err := db.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM migrations`).Scan(&applied); err != nil {
-		return err
+		msg := "the database does not answer"
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			msg = fmt.Sprintf("the database did not answer within %v", ReadyTimeout)
+		}
+		return fmt.Errorf("%w: %w", apperr.Errorf(apperr.Internal, "%s", msg), err)
 	}
 	if applied < len(names) {
-		return fmt.Errorf("%d of %d migrations applied", applied, len(names))
+		return apperr.Errorf(apperr.Internal, "%d of %d migrations applied", applied, len(names))
 	}
 	return nil
 }

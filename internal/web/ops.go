@@ -166,7 +166,11 @@ func accessLog(log *slog.Logger, proxies Proxies, next http.Handler) http.Handle
 }
 
 // readyz answers GET /readyz (SPEC §16): 200 "ready" when the store answers and its migrations
-// are applied (Config.Ready), 503 with the reason otherwise. Public: it says nothing else.
+// are applied (Config.Ready), 503 "not ready: <reason>" otherwise, the reason being the
+// apperr message of Ready's error ("the database does not answer", "3 of 5 migrations
+// applied") or "the store does not answer"; the error itself, which may name the database's
+// host, goes to the log only. Public: it says nothing else. Ready bounds its own wait (the
+// stores' ReadyTimeout); 5 s here bounds a Ready that does not.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
@@ -175,8 +179,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
 			s.log.Warn("not ready", "err", err)
+			reason := "the store does not answer"
+			if m := apperr.MessageOf(err); m != "Internal error" {
+				reason = m
+			}
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready: the store does not answer")
+			fmt.Fprintln(w, "not ready: "+reason)
 			return
 		}
 	}

@@ -17,9 +17,9 @@ import (
 // Webhook notifications (SPEC §15), as the SQLite store keeps them: the outbox rows and decision
 // links are written in the transaction of the approval they are about.
 //
-// Not yet for several replicas: every replica's delivery worker reads the due rows, so two
-// replicas would both send a row (the next session's work: claim rows with
-// SELECT … FOR UPDATE SKIP LOCKED, or run the worker on one replica).
+// Several replicas: each replica's delivery worker claims the rows it attempts
+// (ClaimDeliveries, RenewClaim; migrations/0005_notify_claims.sql), so each attempt is made on
+// exactly one replica and a receiver's rows go through one replica at a time, in order.
 
 // notifySetup is what SetNotify configures.
 type notifySetup struct {
@@ -113,19 +113,106 @@ func scanDelivery(r pgx.Row) (notify.Delivery, error) {
 	return d, err
 }
 
-// DueDeliveries lists up to limit outbox rows whose next attempt is due at now, the earliest
-// due first, each with its approval and its session's title (notify.Outbox).
-func (db *DB) DueDeliveries(ctx context.Context, now time.Time, limit int) (_ []notify.Delivery, err error) {
-	defer apperr.Wrap(&err, "store.DueDeliveries")
-	return queryAll(ctx, db, scanDelivery, `SELECT `+outboxColumns+outboxFrom+`
-		WHERE o.next_at IS NOT NULL AND o.next_at <= $1 ORDER BY o.next_at, o.ord LIMIT $2`, formatTime(now), limit)
+// claimLockClass is the first key of the per-receiver advisory locks (the two-key form, apart
+// from the one-key locks such as migrationLock) taken while claiming or renewing a receiver's
+// rows; the second is hashtext(receiver_id). "cs" "no" in ASCII.
+const claimLockClass = 0x6373_6e6f
+
+// claimable is the condition on an outbox row o for worker $1 at time $2 (notify.Outbox): due,
+// not under another worker's live claim, and its receiver's rows under no other worker's live
+// claim (so a receiver's rows go through one worker at a time, in order).
+const claimable = `o.next_at IS NOT NULL AND o.next_at <= $2
+	AND (o.claimed_by IS NULL OR o.claimed_by = $1 OR o.claimed_until <= $2)
+	AND NOT EXISTS (SELECT 1 FROM notify_outbox p WHERE p.receiver_id = o.receiver_id
+		AND p.next_at IS NOT NULL AND p.claimed_by <> $1 AND p.claimed_until > $2)`
+
+// ClaimDeliveries claims for c.By, until c.Until, up to limit outbox rows claimable at c.Now
+// (due, and neither they nor their receiver's rows under another worker's live claim), the
+// earliest due first, and returns them with their approvals and sessions' titles
+// (notify.Outbox).
+//
+// One transaction at READ COMMITTED. It first takes, without waiting, the advisory lock of
+// each receiver with due rows (pg_try_advisory_xact_lock; a receiver another replica is
+// claiming or renewing right now is skipped, as SKIP LOCKED skips a row): under it, the
+// claimable condition's "no other live claim on the receiver" reads every claim committed
+// before, so two replicas never hold one receiver's rows at once. The rows themselves are
+// taken with SELECT … FOR UPDATE SKIP LOCKED (a row being recorded is left for the next claim).
+func (db *DB) ClaimDeliveries(ctx context.Context, c notify.Claim, limit int) (ds []notify.Delivery, err error) {
+	defer apperr.Wrap(&err, "store.ClaimDeliveries(%s)", c.By)
+	now, until := formatTime(c.Now), formatTime(c.Until)
+	err = db.inTx(ctx, func(tx pgx.Tx) error {
+		ds = nil
+		// DISTINCT keeps the volatile lock call out of the subquery: one try per receiver.
+		rows, err := tx.Query(ctx, `SELECT receiver_id FROM (SELECT DISTINCT receiver_id FROM notify_outbox
+			WHERE next_at IS NOT NULL AND next_at <= $1) d WHERE pg_try_advisory_xact_lock($2::int4, hashtext(receiver_id))`,
+			now, int32(claimLockClass))
+		if err != nil {
+			return err
+		}
+		receivers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(receivers) == 0 {
+			return err
+		}
+		rows, err = tx.Query(ctx, `UPDATE notify_outbox SET claimed_by = $1, claimed_until = $3
+			WHERE id IN (SELECT o.id FROM notify_outbox o WHERE o.receiver_id = ANY($5) AND `+claimable+`
+				ORDER BY o.next_at, o.ord LIMIT $4 FOR UPDATE SKIP LOCKED)
+			RETURNING id`, c.By, now, until, limit, receivers)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT `+outboxColumns+outboxFrom+` WHERE o.id = ANY($1) ORDER BY o.next_at, o.ord`, ids)
+		if err != nil {
+			return err
+		}
+		ds, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (notify.Delivery, error) { return scanDelivery(r) })
+		return err
+	})
+	return ds, err
 }
 
-// NextDeliveryAt is when the earliest undelivered outbox row is due; ok is false when none is.
-func (db *DB) NextDeliveryAt(ctx context.Context) (at time.Time, ok bool, err error) {
+// RenewClaim extends c.By's claim on outbox row id to c.Until: true when the row is still
+// c.By's, not yet recorded, and no other worker holds a live claim on its receiver's rows at
+// c.Now; false otherwise, the row untouched (notify.Outbox). It waits for the receiver's
+// advisory lock, so it never interleaves with another replica's claim of that receiver.
+func (db *DB) RenewClaim(ctx context.Context, id string, c notify.Claim) (held bool, err error) {
+	defer apperr.Wrap(&err, "store.RenewClaim(%s)", id)
+	err = db.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext(receiver_id)) FROM notify_outbox WHERE id = $2`,
+			int32(claimLockClass), id); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE notify_outbox SET claimed_until = $3
+			WHERE id = $4 AND claimed_by = $1 AND next_at IS NOT NULL
+			AND NOT EXISTS (SELECT 1 FROM notify_outbox p WHERE p.receiver_id = notify_outbox.receiver_id
+				AND p.next_at IS NOT NULL AND p.claimed_by <> $1 AND p.claimed_until > $2)`,
+			c.By, formatTime(c.Now), formatTime(c.Until), id)
+		held = tag.RowsAffected() > 0
+		return err
+	})
+	return held, err
+}
+
+// ReleaseClaims ends every claim worker by holds, so the rows are claimable at once by any
+// replica (notify.Outbox).
+func (db *DB) ReleaseClaims(ctx context.Context, by string) (err error) {
+	defer apperr.Wrap(&err, "store.ReleaseClaims(%s)", by)
+	_, err = db.exec(ctx, `UPDATE notify_outbox SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = $1`, by)
+	return err
+}
+
+// NextDeliveryAt is the earliest time worker by may claim a pending outbox row, as seen at now:
+// the row's due time, or the end of another worker's live claim on the row or on its
+// receiver's rows when later; ok is false when no row is pending (notify.Outbox).
+func (db *DB) NextDeliveryAt(ctx context.Context, by string, now time.Time) (at time.Time, ok bool, err error) {
 	defer apperr.Wrap(&err, "store.NextDeliveryAt")
 	var s *string
-	if err := db.pool.QueryRow(ctx, `SELECT min(next_at) FROM notify_outbox WHERE next_at IS NOT NULL`).Scan(&s); err != nil {
+	if err := db.pool.QueryRow(ctx, `SELECT min(greatest(o.next_at, (SELECT max(p.claimed_until) FROM notify_outbox p
+			WHERE p.receiver_id = o.receiver_id AND p.next_at IS NOT NULL AND p.claimed_by <> $1 AND p.claimed_until > $2)))
+		FROM notify_outbox o WHERE o.next_at IS NOT NULL`, by, formatTime(now)).Scan(&s); err != nil {
 		return time.Time{}, false, err
 	}
 	if s == nil {
@@ -135,8 +222,8 @@ func (db *DB) NextDeliveryAt(ctx context.Context) (at time.Time, ok bool, err er
 	return at, err == nil, err
 }
 
-// RecordAttempt stores attempt a of outbox row id and when the next is due: next nil ends the
-// row, delivered when a.OK(), given up otherwise. Errors: apperr.NotFound for an unknown row.
+// RecordAttempt stores attempt a of outbox row id and when the next is due, and ends the row's
+// claim: next nil ends the row, delivered when a.OK(), given up otherwise. Errors: apperr.NotFound for an unknown row.
 func (db *DB) RecordAttempt(ctx context.Context, id string, a notify.Attempt, next *time.Time) (err error) {
 	defer apperr.Wrap(&err, "store.RecordAttempt(%s)", id)
 	var delivered any
@@ -145,8 +232,8 @@ func (db *DB) RecordAttempt(ctx context.Context, id string, a notify.Attempt, ne
 	}
 	failed := !a.OK() && next == nil
 	return db.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE notify_outbox SET attempts = attempts + 1, next_at = $1, delivered_at = $2, failed = $3
-			WHERE id = $4`, nullTime(next), delivered, failed, id)
+		tag, err := tx.Exec(ctx, `UPDATE notify_outbox SET attempts = attempts + 1, next_at = $1, delivered_at = $2, failed = $3,
+			claimed_by = NULL, claimed_until = NULL WHERE id = $4`, nullTime(next), delivered, failed, id)
 		if err != nil {
 			return err
 		}

@@ -111,20 +111,33 @@ func (db *DB) Close() error {
 // SetOnCommit sets db.OnCommit (store.Backend).
 func (db *DB) SetOnCommit(fn func(d time.Duration, writes int)) { db.OnCommit = fn }
 
-// Ready reports whether the database answers and has every embedded migration applied (GET
-// /readyz, SPEC §16): nil, or an error saying which part failed.
+// ReadyTimeout bounds Ready: a database that hangs (a network partition, a stuck server) makes
+// Ready fail after it rather than keep GET /readyz waiting.
+const ReadyTimeout = 2 * time.Second
+
+// Ready reports whether the database answers, within ReadyTimeout, and has every embedded
+// migration applied (GET /readyz, SPEC §16): nil, or an error whose apperr message (code
+// internal) says which part failed in words safe to show anyone — "the database does not
+// answer", "the database did not answer within 2s", "3 of 5 migrations applied" — with the
+// driver's error (never the URL's password) behind it for the log.
 func (db *DB) Ready(ctx context.Context) (err error) {
 	defer apperr.Wrap(&err, "pg.Ready")
 	names, err := fs.Glob(migrationFS, "migrations/*.sql")
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
 	var applied int
 	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&applied); err != nil {
-		return err
+		msg := "the database does not answer"
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			msg = fmt.Sprintf("the database did not answer within %v", ReadyTimeout)
+		}
+		return fmt.Errorf("%w: %w", apperr.Errorf(apperr.Internal, "%s", msg), err)
 	}
 	if applied < len(names) {
-		return fmt.Errorf("%d of %d migrations applied", applied, len(names))
+		return apperr.Errorf(apperr.Internal, "%d of %d migrations applied", applied, len(names))
 	}
 	return nil
 }

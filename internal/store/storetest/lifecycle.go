@@ -316,9 +316,15 @@ func testIdleSessions(t *testing.T, h Harness) {
 	}
 }
 
-// testReady: a store that is open answers Ready with nil.
+// testReady: a store that is open answers Ready with nil; a closed one with an error whose
+// message, shown by GET /readyz, says the database does not answer.
 func testReady(t *testing.T, h Harness) {
 	if err := h.open(t).Ready(context.Background()); err != nil {
 		t.Fatalf("Ready = %v, want nil", err)
+	}
+	db := h.Open(t, clock())
+	db.Close()
+	if err := db.Ready(context.Background()); err == nil || apperr.MessageOf(err) != "the database does not answer" {
+		t.Errorf("Ready on a closed store = %v (message %q), want the database does not answer", err, apperr.MessageOf(err))
 	}
 }

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -154,42 +155,42 @@ func testPendingApprovalsQueueEventsAndLinks(t *testing.T, h Harness) {
 func testTheOutboxIsWorkedThrough(t *testing.T, h Harness) {
 	ctx := context.Background()
 	db, _, _ := notifyStore(t, h, alice, bob)
-	if _, ok, err := db.NextDeliveryAt(ctx); ok || err != nil {
+	if _, ok, err := db.NextDeliveryAt(ctx, "w1", t0); ok || err != nil {
 		t.Fatalf("NextDeliveryAt on an empty outbox: %v, %v; want none", ok, err)
 	}
 	if err := db.CreateApproval(ctx, pendingApproval("A1")); err != nil {
 		t.Fatal(err)
 	}
-	next, ok, err := db.NextDeliveryAt(ctx)
+	next, ok, err := db.NextDeliveryAt(ctx, "w1", t0)
 	if err != nil || !ok {
 		t.Fatalf("NextDeliveryAt = %v, %v, %v", next, ok, err)
 	}
-	if due, err := db.DueDeliveries(ctx, next.Add(-time.Nanosecond), 10); err != nil || len(due) != 0 {
+	if due, err := db.ClaimDeliveries(ctx, claim("w1", next.Add(-time.Nanosecond)), 10); err != nil || len(due) != 0 {
 		t.Fatalf("due before the time: %d, %v", len(due), err)
 	}
-	due, err := db.DueDeliveries(ctx, next, 1)
+	due, err := db.ClaimDeliveries(ctx, claim("w1", next), 1)
 	if err != nil || len(due) != 1 || due[0].ReceiverID != alice.ID || due[0].Approval.ID != "A1" {
-		t.Fatalf("DueDeliveries(limit 1) = %+v, %v; want alice's", due, err)
+		t.Fatalf("ClaimDeliveries(limit 1) = %+v, %v; want alice's", due, err)
 	}
 	retry := next.Add(time.Minute)
 	if err := db.RecordAttempt(ctx, due[0].ID, notify.Attempt{N: 1, At: next, Status: 500, Duration: time.Millisecond}, &retry); err != nil {
 		t.Fatal(err)
 	}
-	due, _ = db.DueDeliveries(ctx, next, 10)
+	due, _ = db.ClaimDeliveries(ctx, claim("w1", next), 10)
 	if len(due) != 1 || due[0].ReceiverID != bob.ID {
 		t.Fatalf("due after alice's failed attempt: %+v, want bob's only", due)
 	}
 	if err := db.RecordAttempt(ctx, due[0].ID, notify.Attempt{N: 1, At: next, Status: 204}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if at, ok, _ := db.NextDeliveryAt(ctx); !ok || !at.Equal(retry) {
+	if at, ok, _ := db.NextDeliveryAt(ctx, "w1", t0); !ok || !at.Equal(retry) {
 		t.Fatalf("NextDeliveryAt = %v, %v; want alice's retry at %v", at, ok, retry)
 	}
 	aliceID := "A1/" + alice.ID + "/approval.requested"
 	if err := db.RecordAttempt(ctx, aliceID, notify.Attempt{N: 2, At: retry, Error: "connection refused"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := db.NextDeliveryAt(ctx); ok {
+	if _, ok, _ := db.NextDeliveryAt(ctx, "w1", t0); ok {
 		t.Fatal("a row is still due after both ended")
 	}
 	ds, err := db.Deliveries(ctx, "s1")
@@ -206,5 +207,168 @@ func testTheOutboxIsWorkedThrough(t *testing.T, h Harness) {
 	}
 	if err := db.RecordAttempt(ctx, "nope", notify.Attempt{N: 1, At: next}, nil); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("RecordAttempt(unknown) = %v, want not found", err)
+	}
+}
+
+// claimFor is how long the suite's claims last.
+const claimFor = time.Minute
+
+// claim is worker by's claim at now, for claimFor.
+func claim(by string, now time.Time) notify.Claim {
+	return notify.Claim{By: by, Now: now, Until: now.Add(claimFor)}
+}
+
+// outboxOf is a store with receivers alice and bob and n pending approvals A1…An: 2n rows,
+// each receiver's due in the order A1…An, all due at the returned time.
+func outboxOf(t *testing.T, h Harness, n int) (store.Backend, time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	db, _, _ := notifyStore(t, h, alice, bob)
+	for i := 1; i <= n; i++ {
+		if err := db.CreateApproval(ctx, pendingApproval(fmt.Sprintf("A%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db, t0.Add(time.Hour)
+}
+
+// testOutboxRowsAreClaimedByOneWorkerAtATime: workers claiming at once (replicas sharing one
+// outbox, SPEC §16) never get the same row; a receiver's rows all go to one worker, in the
+// order they fell due, even when that worker's limit left some unclaimed; a worker can renew
+// only its own claim, and no other worker claims while it is live.
+func testOutboxRowsAreClaimedByOneWorkerAtATime(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db, now := outboxOf(t, h, 4)
+
+	const workers = 8
+	got := make([][]notify.Delivery, workers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			ds, err := db.ClaimDeliveries(ctx, claim(fmt.Sprintf("w%d", i), now), 100)
+			if err != nil {
+				t.Errorf("worker %d: ClaimDeliveries = %v", i, err)
+			}
+			got[i] = ds
+		}()
+	}
+	close(start)
+	wg.Wait()
+	owner := map[string]string{}    // row → worker
+	receiver := map[string]string{} // receiver → worker
+	for i, ds := range got {
+		w := fmt.Sprintf("w%d", i)
+		last := map[string]int{}
+		for _, d := range ds {
+			if o, ok := owner[d.ID]; ok {
+				t.Errorf("row %s claimed by %s and %s", d.ID, o, w)
+			}
+			owner[d.ID] = w
+			if o, ok := receiver[d.ReceiverID]; ok && o != w {
+				t.Errorf("receiver %s's rows claimed by %s and %s", d.ReceiverID, o, w)
+			}
+			receiver[d.ReceiverID] = w
+			var k int
+			fmt.Sscanf(d.Approval.ID, "A%d", &k)
+			if k <= last[d.ReceiverID] {
+				t.Errorf("%s got %s after A%d: want the order they fell due", w, d.ID, last[d.ReceiverID])
+			}
+			last[d.ReceiverID] = k
+		}
+	}
+	if len(owner) != 8 {
+		t.Fatalf("%d rows claimed in all, want every one of 8: %v", len(owner), owner)
+	}
+
+	// While the claims are live nobody else gets a row, and NextDeliveryAt says when they end.
+	if ds, err := db.ClaimDeliveries(ctx, claim("late", now.Add(time.Second)), 100); err != nil || len(ds) != 0 {
+		t.Errorf("a claim during live claims = %d rows, %v; want none", len(ds), err)
+	}
+	if at, ok, err := db.NextDeliveryAt(ctx, "late", now.Add(time.Second)); err != nil || !ok || !at.Equal(now.Add(claimFor)) {
+		t.Errorf("NextDeliveryAt(late) = %v, %v, %v; want the claims' end %v", at, ok, err, now.Add(claimFor))
+	}
+	row := "A1/" + alice.ID + "/approval.requested"
+	mine := owner[row]
+	if ok, err := db.RenewClaim(ctx, row, claim("late", now.Add(time.Second))); err != nil || ok {
+		t.Errorf("RenewClaim by another worker = %v, %v; want false", ok, err)
+	}
+	if ok, err := db.RenewClaim(ctx, row, claim(mine, now.Add(time.Second))); err != nil || !ok {
+		t.Errorf("RenewClaim by its owner = %v, %v; want true", ok, err)
+	}
+
+	// A worker whose limit left some of a receiver's rows unclaimed keeps the receiver: another
+	// gets none of its rows, only the other receiver's.
+	if err := db.ReleaseClaims(ctx, owner[row]); err != nil {
+		t.Fatal(err)
+	}
+	if b := owner["A1/"+bob.ID+"/approval.requested"]; b != mine {
+		if err := db.ReleaseClaims(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := db.ClaimDeliveries(ctx, claim("x", now), 1)
+	if err != nil || len(first) != 1 || first[0].ID != row {
+		t.Fatalf("ClaimDeliveries(x, limit 1) = %+v, %v; want %s", first, err, row)
+	}
+	rest, err := db.ClaimDeliveries(ctx, claim("y", now), 100)
+	if err != nil || len(rest) != 4 {
+		t.Fatalf("ClaimDeliveries(y) = %d rows, %v; want bob's 4", len(rest), err)
+	}
+	for _, d := range rest {
+		if d.ReceiverID != bob.ID {
+			t.Errorf("y got %s while x holds alice's first row", d.ID)
+		}
+	}
+	if ok, _ := db.RenewClaim(ctx, "A2/"+alice.ID+"/approval.requested", claim("y", now)); ok {
+		t.Error("y renewed a claim it never had")
+	}
+	// For a third worker nothing is claimable before the claims end, not even alice's unclaimed
+	// rows (x holds her receiver): a worker waiting for NextDeliveryAt does not spin meanwhile.
+	if at, ok, err := db.NextDeliveryAt(ctx, "z", now); err != nil || !ok || !at.Equal(now.Add(claimFor)) {
+		t.Errorf("NextDeliveryAt(z) = %v, %v, %v; want the claims' end %v", at, ok, err, now.Add(claimFor))
+	}
+}
+
+// testAnExpiredClaimIsClaimableAgain: the rows of a worker that died mid-attempt (its claim not
+// renewed, nothing recorded) go to another worker once the claim has ended, and the dead
+// worker can no longer renew them; recording an attempt ends its claim; a released claim is
+// claimable at once.
+func testAnExpiredClaimIsClaimableAgain(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db, now := outboxOf(t, h, 2)
+	dead, err := db.ClaimDeliveries(ctx, claim("dead", now), 100)
+	if err != nil || len(dead) != 4 {
+		t.Fatalf("ClaimDeliveries(dead) = %d rows, %v; want 4", len(dead), err)
+	}
+	end := now.Add(claimFor)
+	if ds, _ := db.ClaimDeliveries(ctx, claim("heir", end.Add(-time.Nanosecond)), 100); len(ds) != 0 {
+		t.Fatalf("a nanosecond before the claim ends, heir got %d rows", len(ds))
+	}
+	heir, err := db.ClaimDeliveries(ctx, claim("heir", end), 100)
+	if err != nil || len(heir) != 4 {
+		t.Fatalf("ClaimDeliveries(heir) once the claim ended = %d rows, %v; want all 4", len(heir), err)
+	}
+	for _, d := range heir {
+		if ok, err := db.RenewClaim(ctx, d.ID, claim("dead", end)); err != nil || ok {
+			t.Errorf("the dead worker renewed %s: %v, %v", d.ID, ok, err)
+		}
+	}
+	// A recorded attempt ends the claim: the row, due again at once, is anyone's.
+	if err := db.RecordAttempt(ctx, heir[0].ID, notify.Attempt{N: 1, At: end, Status: 503}, &end); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ReleaseClaims(ctx, "heir"); err != nil {
+		t.Fatal(err)
+	}
+	third, err := db.ClaimDeliveries(ctx, claim("third", end), 100)
+	if err != nil || len(third) != 4 || third[3].ID != heir[0].ID || third[3].Tries != 1 {
+		t.Fatalf("ClaimDeliveries(third) after a record and a release = %d rows, %v; want all 4, the retried %s last with 1 try", len(third), err, heir[0].ID)
+	}
+	if ok, _ := db.RenewClaim(ctx, heir[1].ID, claim("heir", end)); ok {
+		t.Error("heir renewed a claim it released")
 	}
 }

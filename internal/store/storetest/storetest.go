@@ -97,6 +97,8 @@ var tests = []struct {
 	{"WithoutReceiversNothingIsQueued", testWithoutReceiversNothingIsQueued},
 	{"ADecisionLinkIsUsedOnceEvenWhenRacing", testADecisionLinkIsUsedOnceEvenWhenRacing},
 	{"TheOutboxIsWorkedThrough", testTheOutboxIsWorkedThrough},
+	{"OutboxRowsAreClaimedByOneWorkerAtATime", testOutboxRowsAreClaimedByOneWorkerAtATime},
+	{"AnExpiredClaimIsClaimableAgain", testAnExpiredClaimIsClaimableAgain},
 	{"InboxListsPendingApprovalsAcrossSessionsOldestFirst", testInboxListsPendingApprovalsAcrossSessionsOldestFirst},
 	{"VotesRoundTrip", testVotesRoundTrip},
 	{"OneVotePerPerson", testOneVotePerPerson},

@@ -193,9 +193,12 @@ func (x *twoReplicas) awaitB(typ agent.EventType) agent.Event {
 	return awaitOn(x.t, x.bEvents, typ)
 }
 
+// oneShellScript makes one shell call per run, two runs.
 const oneShellScript = `{"steps":[
   {"content":[{"type":"toolCall","id":"c1","name":"shell","arguments":{"command":"count"}}],"stopReason":"toolUse"},
-  {"content":[{"type":"text","text":"done"}],"stopReason":"stop"}]}`
+  {"content":[{"type":"text","text":"done"}],"stopReason":"stop"},
+  {"content":[{"type":"toolCall","id":"c2","name":"shell","arguments":{"command":"count again"}}],"stopReason":"toolUse"},
+  {"content":[{"type":"text","text":"done again"}],"stopReason":"stop"}]}`
 
 // TestADecisionOnAnotherReplicaRunsTheCall: a run on A parks on an approval; B's viewers see it
 // (and B's Live shows the run); the decision made on B runs the call on A, once; a message on B
@@ -250,7 +253,8 @@ func TestRulesAndModesReachTheOtherReplica(t *testing.T) {
 	var runs atomic.Int32
 	x := newTwoReplicas(t, oneShellScript, riskyTool("shell", &runs))
 	ctx := context.Background()
-	if _, err := x.bRunner.AddRule(ctx, gate.Rule{Tool: "shell", Effect: gate.Allow, Scope: gate.ScopeSession, SessionID: x.sess.ID}); err != nil {
+	if _, err := x.bRunner.AddRule(ctx, gate.Rule{Tool: "shell", Effect: gate.Allow, Scope: gate.ScopeSession, SessionID: x.sess.ID,
+		Source: gate.SourceAPI, CreatedBy: gate.ByOwner}); err != nil {
 		t.Fatal(err)
 	}
 	if err := x.runner.Send(ctx, x.sess.ID, "go"); err != nil {
@@ -315,7 +319,11 @@ func TestADeadReplicasSessionsAreTakenOver(t *testing.T) {
 			done := make(chan struct{})
 			go func() { defer close(done); x.bRunner.RunLeases(leases, 50*time.Millisecond) }()
 			t.Cleanup(func() { stop(); <-done })
-			if end := x.awaitB(agent.AgentEnd); end.Error != "" {
+			if tc.started {
+				// Nothing to resume: B ends the call as interrupted and the session is idle.
+				for ev := x.awaitB(agent.SessionUpdated); ev.Session.State != agent.Idle; ev = x.awaitB(agent.SessionUpdated) {
+				}
+			} else if end := x.awaitB(agent.AgentEnd); end.Error != "" {
 				t.Fatalf("B's run ended with %q", end.Error)
 			}
 			results := x.toolResults()

@@ -24,6 +24,10 @@ func (p *publishedReplicas) Renew(context.Context) ([]string, error)            
 func (p *publishedReplicas) Orphans(context.Context) ([]string, error)             { return nil, nil }
 func (p *publishedReplicas) Stop(string, string)                                   {}
 func (p *publishedReplicas) RulesChanged()                                         {}
+func (p *publishedReplicas) MarkStarted(context.Context, string) error             { return nil }
+func (p *publishedReplicas) Started(context.Context, []string) (map[string]bool, error) {
+	return nil, nil
+}
 func (p *publishedReplicas) Publish(ev agent.Event) {
 	p.mu.Lock()
 	p.events = append(p.events, ev)

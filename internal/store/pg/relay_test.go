@@ -235,6 +235,30 @@ func ofSession(evs []agent.Event, sid string) []agent.Event {
 	return out
 }
 
+// TestGarbageOnTheChannelStopsNothing: notifications that are not a replica's (not JSON, an
+// unknown session, a number far ahead with no row) are logged and skipped; the next real event
+// still arrives.
+func TestGarbageOnTheChannelStopsNothing(t *testing.T) {
+	dbs := replicas(t, 2)
+	s := mkSession(t, dbs[0], "garbage")
+	reps, tgts := startReplicas(t, dbs)
+	admin := adminConn(t, dbs[0].URL())
+	for _, payload := range []string{"not json", `{"o":"x","s":"no-such-session","q":7}`, `{"o":"x","s":"` + s.ID + `","q":99}`, `{"o":"x","k":"stop"}`} {
+		if _, err := admin.Exec(context.Background(), `SELECT pg_notify($1, $2)`, pg.Channel, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reps[0].Publish(agent.Event{Type: agent.TurnEnd, SessionID: s.ID, Error: "real"})
+	tgts[1].await(t, "the real event after the garbage", func(tg *target) bool {
+		for _, ev := range tg.events {
+			if ev.Error == "real" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // TestStopAndRulesReachTheOtherReplicas: Stop of a run another replica drives, and "the rules
 // changed", reach the other replicas, not the sender.
 func TestStopAndRulesReachTheOtherReplicas(t *testing.T) {

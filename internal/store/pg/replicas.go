@@ -204,14 +204,18 @@ func (r *Replicas) Renew(ctx context.Context) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// Orphans lists, oldest first and at most 100 at a time, the sessions that are running or have a
+// Orphans lists, at most 100 at a time, the sessions that are running or have a
 // pending approval and whose lease is missing or expired (agent.Replicas).
 func (r *Replicas) Orphans(ctx context.Context) ([]string, error) {
+	// Two indexed reads (sessions_state, approvals_pending_all), not a scan of every session:
+	// every replica asks every second.
 	rows, err := r.db.pool.Query(ctx, `
-		SELECT s.id FROM sessions s
-		WHERE (s.state = 'running' OR EXISTS (SELECT 1 FROM approvals a WHERE a.session_id = s.id AND a.status = 'pending'))
-		  AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id AND l.expires_at >= now())
-		ORDER BY s.ord LIMIT 100`)
+		SELECT c.id FROM (
+			SELECT id FROM sessions WHERE state = 'running'
+			UNION SELECT session_id FROM approvals WHERE status = 'pending'
+		) c
+		WHERE NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = c.id AND l.expires_at >= now())
+		ORDER BY c.id LIMIT 100`)
 	if err != nil {
 		return nil, err
 	}

@@ -162,17 +162,28 @@ func (r *Runner) RunLeases(ctx context.Context, every time.Duration) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
+	failures := 0 // rounds in a row that failed: logged at the 1st, 2nd, 4th, 8th…
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := r.renew(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error("renew leases", "err", err)
+		err := r.renew(ctx)
+		if err == nil {
+			err = r.takeOver(ctx)
 		}
-		if err := r.takeOver(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error("take over sessions", "err", err)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			failures++
+			if failures&(failures-1) == 0 {
+				r.log.Error("leases: renew or take over", "err", err, "failures", failures)
+			}
+		case failures > 0:
+			r.log.Info("leases: the database answers again", "after", failures)
+			failures = 0
 		}
 	}
 }

@@ -146,16 +146,33 @@ func (r *Replicas) Run(ctx context.Context, target Target) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); r.write(ctx) }()
 	go func() { defer wg.Done(); r.prune(ctx) }()
+	// Reconnecting: at once after a cut, then waits doubling to 5 s while the database stays
+	// away, and a log line at the 1st, 2nd, 4th, 8th… failure in a row, not every attempt.
+	var failures int
 	l := &pgxlisten.Listener{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			return pgx.ConnectConfig(ctx, r.db.pool.Config().ConnConfig.Copy())
+			if failures > 0 {
+				wait := min(250*time.Millisecond<<min(failures-1, 5), 5*time.Second)
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(wait):
+				}
+			}
+			c, err := pgx.ConnectConfig(ctx, r.db.pool.Config().ConnConfig.Copy())
+			if err != nil {
+				failures++
+			} else {
+				failures = 0
+			}
+			return c, err
 		},
 		LogError: func(ctx context.Context, err error) {
-			if ctx.Err() == nil {
-				r.log.Warn("replica events: listen", "err", err)
+			if ctx.Err() == nil && failures&(failures-1) == 0 {
+				r.log.Warn("replica events: listen (reconnecting)", "err", err, "failures", failures)
 			}
 		},
-		ReconnectDelay: 250 * time.Millisecond,
+		ReconnectDelay: 50 * time.Millisecond,
 	}
 	l.Handle(Channel, r)
 	err := l.Listen(ctx)

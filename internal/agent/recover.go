@@ -150,6 +150,7 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 		// cannot continue after them; it ends with this error.
 		r.log.Error("recover: model unavailable", "session", sessionID, "model", sess.Model, "err", err)
 	}
+	wsErr := r.workspaceMissing(sess)
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	rn := &run{r: r, session: sess, model: model, ctx: runCtx, cancel: cancel, lease: lease, leased: time.Now()}
 	invs := make([]*invocation, len(open))
@@ -161,6 +162,12 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 		switch {
 		case !isParked:
 			inv.stop(r.interrupted(ctx, sessionID, last.ID, c.ID), "unfinished")
+		case wsErr != nil:
+			// Taken over by a replica that lacks the session's workspace (SPEC §16): the call
+			// cannot run here; its approval is cancelled saying why, and the run ends so.
+			_, _ = r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: gate.BySystem,
+				Automatic: true, Reason: wsErr.Error()})
+			inv.stop(tool.ErrorResult("%s", wsErr.Error()), "error")
 		case !found:
 			_, _ = r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: gate.BySystem,
 				Automatic: true, Reason: "the tool is no longer registered"})
@@ -193,6 +200,9 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 		rn.drive(func(store context.Context) error {
 			if err := rn.finishBatch(store, msg, invs); err != nil {
 				return err
+			}
+			if wsErr != nil {
+				return wsErr
 			}
 			if rn.model == nil {
 				return apperr.Errorf(apperr.Invalid, "the session's model %q is no longer offered", sess.Model)

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"os"
 	"sync"
 	"time"
 
+	"countersign/internal/apperr"
 	"countersign/internal/gate"
 )
 
@@ -295,4 +297,17 @@ func (r *Runner) decidedNotStarted(ctx context.Context, sessionID, messageID str
 		}
 	}
 	return own, nil
+}
+
+// workspaceMissing is, with replicas, an error naming sess's workspace folder when it is not a
+// folder on this replica: a session taken over here cannot run its calls (SPEC §16: a workspace
+// replicas share must be on shared storage). nil without replicas, or when the folder is there.
+func (r *Runner) workspaceMissing(sess Session) error {
+	if r.cfg.Replicas == nil || sess.Workspace == "" {
+		return nil
+	}
+	if fi, err := os.Stat(sess.Workspace); err == nil && fi.IsDir() {
+		return nil
+	}
+	return apperr.Errorf(apperr.Invalid, "The session's workspace folder %s is missing on this server (replicas must share the workspace); the run cannot continue here.", sess.Workspace)
 }

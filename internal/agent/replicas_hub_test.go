@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -366,5 +367,36 @@ func TestAForgedResolutionDecidesNothing(t *testing.T) {
 	x.await(agent.AgentEnd)
 	if n := runs.Load(); n != 0 {
 		t.Fatalf("the tool ran %d times; the forged approval must not run it, the real denial stands", n)
+	}
+}
+
+// TestATakeOverWithoutTheWorkspaceEndsTheRunSayingWhy (SPEC §16): the replica that takes a
+// parked run over lacks the session's workspace folder: the call does not run, its approval is
+// cancelled, and the run ends with an error naming the folder.
+func TestATakeOverWithoutTheWorkspaceEndsTheRunSayingWhy(t *testing.T) {
+	var runs atomic.Int32
+	x := newTwoReplicas(t, oneShellScript, riskyTool("shell", &runs))
+	ctx := context.Background()
+	if err := x.runner.Send(ctx, x.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	asked := x.awaitB(agent.ApprovalRequested)
+	x.a.dead.Store(true)
+	if err := os.RemoveAll(x.sess.Workspace); err != nil {
+		t.Fatal(err)
+	}
+	leases, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); x.bRunner.RunLeases(leases, 50*time.Millisecond) }()
+	t.Cleanup(func() { stop(); <-done })
+	end := x.awaitB(agent.AgentEnd)
+	if !strings.Contains(end.Error, x.sess.Workspace) || !strings.Contains(end.Error, "missing on this server") {
+		t.Fatalf("the run ended with %q, want the missing workspace named", end.Error)
+	}
+	if a, err := x.db.Approval(ctx, asked.Approval.ID); err != nil || a.Status != gate.Cancelled {
+		t.Fatalf("the approval is %v (%v), want cancelled", a.Status, err)
+	}
+	if runs.Load() != 0 {
+		t.Fatal("the call ran without its workspace")
 	}
 }

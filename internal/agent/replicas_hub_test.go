@@ -400,3 +400,40 @@ func TestATakeOverWithoutTheWorkspaceEndsTheRunSayingWhy(t *testing.T) {
 		t.Fatal("the call ran without its workspace")
 	}
 }
+
+// TestAGracefulShutdownHandsParkedRunsOver (SPEC §16: leases are released on shutdown): A shuts
+// down with a run parked on an approval; its lease goes at once, B takes the session over on its
+// next round, and the decision made on B runs the call there, once.
+func TestAGracefulShutdownHandsParkedRunsOver(t *testing.T) {
+	var runs atomic.Int32
+	x := newTwoReplicas(t, oneShellScript, riskyTool("shell", &runs))
+	ctx := context.Background()
+	if err := x.runner.Send(ctx, x.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	asked := x.awaitB(agent.ApprovalRequested)
+	x.runner.Shutdown("server shutdown")
+	x.runner.Wait()
+	x.hubLeaseGone(t)
+	leases, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); x.bRunner.RunLeases(leases, 50*time.Millisecond) }()
+	t.Cleanup(func() { stop(); <-done })
+	x.awaitB(agent.AgentStart) // B resumed the parked run
+	if _, err := x.bRunner.Decide(ctx, x.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+		t.Fatal(err)
+	}
+	if end := x.awaitB(agent.AgentEnd); end.Error != "" || runs.Load() != 1 {
+		t.Fatalf("B's run: %q, the tool ran %d times; want done, once", end.Error, runs.Load())
+	}
+}
+
+// hubLeaseGone fails the test unless the session has no lease in the hub.
+func (x *twoReplicas) hubLeaseGone(t *testing.T) {
+	t.Helper()
+	x.a.h.mu.Lock()
+	defer x.a.h.mu.Unlock()
+	if l, ok := x.a.h.leases[x.sess.ID]; ok {
+		t.Fatalf("the session still has %s's lease after its graceful shutdown", l.replica)
+	}
+}

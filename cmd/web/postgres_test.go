@@ -61,10 +61,19 @@ func TestPostgresDB(t *testing.T) {
 		t.Fatalf("share key file: %v, %v; want it made, 0600", fi, err)
 	}
 
-	err = run(ctx, []string{"-addr", "127.0.0.1:0", "-db", url, "-share-key", key, "-token", testToken, "-workspace", t.TempDir()},
-		func(string) string { return "" }, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "another Countersign server is using the PostgreSQL database") {
-		t.Fatalf("a second server on the database: %v, want it refused", err)
+	// A second server on the same database (SPEC §16: several replicas share one) starts and
+	// serves what the first stored.
+	second := strings.SplitN(startServer(t, []string{"-db", url, "-share-key", key, "-token", testToken}, nil), "/login", 2)[0]
+	req, _ = http.NewRequest("GET", second+"/api/sessions", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	res, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(body), "in postgres") {
+		t.Fatalf("GET /api/sessions on a second server = %d %s, want the session the first one made", res.StatusCode, body)
 	}
 
 	_, err = parseConfig([]string{"-db", url}, func(string) string { return "" }, io.Discard)

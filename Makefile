@@ -124,14 +124,22 @@ fuzz:
 # Countersign's benchmark cases (issue 9; bench/cmd/load): nested calls, the same under 1,000 rules
 # (rules, issue 17), direct turns, peak RSS of the server binary, approval round trips, WebSocket
 # fan-out, and issue 19's memory after 100 sessions (sessions) and fan-out of the session pages'
-# HTML fragments (fanout_html). BENCH_RUNS=3 for medians; BENCH_CASES=rules for one case;
+# HTML fragments (fanout_html), and issue 21's two replicas on one PostgreSQL database (replicas:
+# the approval round trip across them and one session's fan-out over both). BENCH_RUNS=3 for
+# medians; BENCH_CASES=rules for one case;
 # BENCH_FLAGS='-cpuprofile cpu.out' (or '-sessions-inprocess -memprofile heap.out') for profiles.
 # Profiling: go test -run '^$$' -bench . -cpuprofile cpu.out ./internal/agent (see bench/RESULTS.md).
+# replicas needs a PostgreSQL server: when BENCH_CASES names it, the load program runs under
+# scripts/with-postgres.sh, which uses COUNTERSIGN_TEST_POSTGRES when it is set and otherwise
+# starts a throwaway cluster (Debian's postgresql; fsync=off, see bench/RESULTS.md) for the run;
+# with neither, the case prints a line saying it was skipped. The other cases never need it.
 BENCH_RUNS  ?= 1
-BENCH_CASES ?= nested,rules,direct,rss,approval,fanout,sessions,fanout_html
+BENCH_CASES ?= nested,rules,direct,rss,approval,fanout,sessions,fanout_html,replicas
 BENCH_FLAGS ?=
+comma := ,
+BENCH_PG = $(if $(filter replicas,$(subst $(comma), ,$(BENCH_CASES))),scripts/with-postgres.sh)
 bench:
-	$(GO) run ./bench/cmd/load -runs $(BENCH_RUNS) -cases $(BENCH_CASES) $(BENCH_FLAGS)
+	$(BENCH_PG) $(GO) run ./bench/cmd/load -runs $(BENCH_RUNS) -cases $(BENCH_CASES) $(BENCH_FLAGS)
 
 # The same cases side by side with the peers (pi and the Vercel AI SDK, copied from ../shared/peers
 # to a temporary folder) in one run, medians of BENCH_PEERS_RUNS runs; writes bench/RESULTS.md and

@@ -26,7 +26,9 @@ echo "== peers: $peers ($runs runs)" >&2
 echo "== Countersign ($runs runs)" >&2
 "$go" build -o "$tmp/load" ./bench/cmd/load
 "$go" build -o "$tmp/report" ./bench/cmd/report
-"$tmp/load" -runs "$runs" | tee "$tmp/countersign.jsonl"
+# Under with-postgres.sh: the replicas case needs a PostgreSQL server (a throwaway one unless
+# COUNTERSIGN_TEST_POSTGRES is set; without Debian's postgresql the case says it was skipped).
+scripts/with-postgres.sh "$tmp/load" -runs "$runs" | tee "$tmp/countersign.jsonl"
 
 echo "== side by side" >&2
 "$tmp/report" -countersign "$tmp/countersign.jsonl" -peers "$tmp/peers.jsonl" \

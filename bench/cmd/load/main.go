@@ -4,7 +4,7 @@
 // the same case names and field names as the peer benchmark (../shared/peers: pi-bench.mjs,
 // ai-bench.mjs), so bench/cmd/report can put them side by side.
 //
-//	go run ./bench/cmd/load [-runs 3] [-cases nested,rules,direct,rss,approval,fanout,sessions,fanout_html]
+//	go run ./bench/cmd/load [-runs 3] [-cases nested,rules,direct,rss,approval,fanout,sessions,fanout_html,inbox,replicas]
 //	go run ./bench/cmd/load -cases sessions -sessions-inprocess -cpuprofile cpu.out -memprofile heap.out
 //
 // Cases:
@@ -36,6 +36,13 @@
 //     sessions streaming as fanout's paced mode, the viewers in a child process; the delay from
 //     each event's publication to each viewer's receipt of its fragment, frames and bytes per
 //     viewer, the server's CPU time; under_goal is p99 ≤ 50 ms. See fanoutHTML.
+//   - inbox (issue 20): 1,000 parked sessions; GET /inbox and the decision round trip from it.
+//     See inboxCase.
+//   - replicas (issue 21, acceptance 7): two replicas in this process on one fresh PostgreSQL
+//     database (COUNTERSIGN_TEST_POSTGRES; without it a line says the case was skipped): the
+//     approval round trip across them (the call waits on A, B decides; p99 goal 20 ms) and the
+//     fan-out of one session to 1,000 subscribers, 500 on each (p99 goal 100 ms). See
+//     replicasRoundTrip and replicasFanout.
 //
 // With -runs N > 1 it also prints one median line per measurement (as ../shared/peers/median.mjs
 // does: the median of every numeric field). Progress goes to stderr.
@@ -88,7 +95,7 @@ type options struct {
 }
 
 // defaultCases are the cases run when -cases is not given (make bench, bench/peers.sh).
-const defaultCases = "nested,rules,direct,rss,approval,fanout,sessions,fanout_html,inbox"
+const defaultCases = "nested,rules,direct,rss,approval,fanout,sessions,fanout_html,inbox,replicas"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
@@ -210,6 +217,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if opt.cases["inbox"] {
 			steps = append(steps, step{"inbox n=1000", func() (line, error) { return inboxCase(ctx, 1000, 20) }})
+		}
+		if opt.cases["replicas"] {
+			if server := os.Getenv(replicaEnvURL); server == "" {
+				steps = append(steps, step{"replicas (skipped)", replicasSkipped})
+			} else {
+				// 200 approvals after 10 unreported ones; 1,000 viewers, 500 on each replica, paced
+				// as fanout's paced mode, then with no pause between chunks.
+				steps = append(steps, step{"replicas round trip n=200", func() (line, error) { return replicasRoundTrip(ctx, server, 200, 10) }})
+				for _, d := range []time.Duration{15 * time.Millisecond, 0} {
+					steps = append(steps, step{fmt.Sprintf("replicas fan-out chunk delay %v", d), func() (line, error) { return replicasFanout(ctx, server, 1000, d) }})
+				}
+			}
 		}
 		for _, s := range steps {
 			if err := ctx.Err(); err != nil {

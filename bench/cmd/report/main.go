@@ -221,7 +221,7 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 		}
 	}
 
-	w("\n### Targets (issues 9, 17 and 19)\n\n| target | measured | |\n|---|---|---|\n")
+	w("\n### Targets (issues 9, 17, 19, 20 and 21)\n\n| target | measured | |\n|---|---|---|\n")
 	target := func(name, measured string, ok, known bool) {
 		verdict := "—"
 		if known {
@@ -338,6 +338,24 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 				f(num(c, "p50_ms")), f(num(c, "p99_ms")), f(num(c, "max_ms")), f(num(c, "frames_per_viewer")),
 				f(num(c, "bytes_per_viewer")), f(num(c, "cpu_ms")), c.str("dropped_viewers"), c.str("unfinished_viewers")),
 			num(c, "p99_ms") <= 50 && num(c, "dropped_viewers") == 0 && num(c, "unfinished_viewers") == 0, true)
+	}
+	// Issue 21, acceptance 7: two replicas on one PostgreSQL database (skipped without one).
+	if c, ok := find(cs, "countersign", "replicas", map[string]string{"mode": "round_trip"}); ok {
+		target("replicas (issue 21): approval round trip across two replicas (the call waits on A, B decides) p99 < 20 ms",
+			fmt.Sprintf("p50 %s µs, p99 %s µs (p99s: B's decision %s µs, relay to A %s µs, waking the call %s µs)",
+				f(num(c, "p50_us")), f(num(c, "p99_us")), f(num(c, "decide_p99_us")), f(num(c, "relay_p99_us")), f(num(c, "wake_p99_us"))),
+			num(c, "p99_us") < 20000, true)
+	}
+	for _, mode := range []string{"paced", "burst"} {
+		if c, ok := find(cs, "countersign", "replicas", map[string]string{"mode": "fanout_" + mode}); ok {
+			target("replicas (issue 21): one session to 1,000 viewers, 500 on each replica, p99 < 100 ms ("+mode+")",
+				fmt.Sprintf("p50 %s ms, p99 %s ms (on A p99 %s ms, on B p99 %s ms); dropped %s",
+					f(num(c, "p50_ms")), f(num(c, "p99_ms")), f(num(c, "a_p99_ms")), f(num(c, "b_p99_ms")), c.str("dropped_viewers")),
+				num(c, "p99_ms") < 100 && num(c, "dropped_viewers") == 0, true)
+		}
+	}
+	if c, ok := find(cs, "countersign", "replicas", map[string]string{"mode": "skipped"}); ok {
+		target("replicas (issue 21): round trip p99 < 20 ms, fan-out p99 < 100 ms", "skipped: "+c.str("skipped"), false, false)
 	}
 
 	w("\n### Countersign's lines\n\n```\n")

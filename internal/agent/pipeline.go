@@ -393,7 +393,7 @@ func (rn *run) finishBatch(store context.Context, msg Message, invs []*invocatio
 		}
 		m := Message{ID: newID(), Role: ToolResult, ToolCallID: inv.call.ID, ToolName: inv.call.Name,
 			Result: &res, Timestamp: time.Now().UTC()}
-		if _, err := rn.r.cfg.Store.AppendEntry(store, rn.session.ID, m); err != nil {
+		if err := rn.append(store, m); err != nil {
 			storeErr = err
 			continue
 		}

@@ -121,14 +121,22 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 	for call, a := range decided {
 		parked[call] = a
 	}
+	// A run another replica drove (and this one showed from its events) is over, whatever
+	// happens next: its live state goes (SPEC §16).
+	r.remote.apply(Event{Type: AgentEnd, SessionID: sessionID})
 	if len(parked) == 0 {
 		// Nothing to wait for: interrupted calls get their results and the session is idle.
+		// Each is shown as stored: a replica taking the session over has viewers already.
+		ended := false
 		for _, c := range open {
 			res := r.interrupted(ctx, sessionID, last.ID, c.ID)
 			m := Message{ID: newID(), Role: ToolResult, ToolCallID: c.ID, ToolName: c.Name, Result: &res, Timestamp: time.Now().UTC()}
 			if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, m); err != nil {
 				return false, err
 			}
+			r.publish(Event{Type: ToolExecutionEnd, SessionID: sessionID, MessageID: last.ID, ToolCallID: c.ID,
+				ToolName: c.Name, Arguments: c.Arguments, Result: &res, Message: &m})
+			ended = true
 		}
 		if sess.State.Active() && runWasCut(entries) {
 			// The model was answering (its message was never stored) or about to be asked:
@@ -138,9 +146,17 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 			if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, m); err != nil {
 				return false, err
 			}
+			r.publish(Event{Type: MessageEnd, SessionID: sessionID, MessageID: m.ID, Message: &m})
+			ended = true
 		}
 		if sess.State != Idle {
-			return false, r.setState(ctx, sessionID, Idle)
+			if err := r.setState(ctx, sessionID, Idle); err != nil {
+				return false, err
+			}
+		}
+		if ended && r.cfg.Replicas != nil {
+			// Taken over from a replica that died mid-run: its viewers see the run end here.
+			r.publish(Event{Type: AgentEnd, SessionID: sessionID, Error: InterruptedText})
 		}
 		return false, nil
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"time"
@@ -19,6 +20,10 @@ type Replicas interface {
 	// replica's run already holds it: true when it holds it now, false when another replica's
 	// lease has not expired.
 	Acquire(ctx context.Context, sessionID, run string) (bool, error)
+	// Hold renews sessionID's lease if run still holds it, and reports whether it does: a run
+	// checks it before each write to the transcript, so a replica that stalled past its lease
+	// (and was taken over) writes nothing when it wakes.
+	Hold(ctx context.Context, sessionID, run string) (bool, error)
 	// Release gives the lease back if run still holds it (a later run's lease stays).
 	Release(ctx context.Context, sessionID, run string) error
 	// Renew extends every lease this replica holds and returns their sessions: a local run whose
@@ -204,6 +209,7 @@ func (r *Runner) renew(ctx context.Context) error {
 	for id, rn := range r.runs {
 		if !have[id] && rn.lease != "" && time.Since(rn.leased) > every2(LeaseEvery) {
 			r.log.Error("a session's lease was lost: another replica drives it now; this run parks", "session", id)
+			rn.leaseLost.Store(true)
 			rn.cancel(&StoppedError{By: "lease lost", park: true})
 		}
 	}
@@ -310,4 +316,27 @@ func (r *Runner) workspaceMissing(sess Session) error {
 		return nil
 	}
 	return apperr.Errorf(apperr.Invalid, "The session's workspace folder %s is missing on this server (replicas must share the workspace); the run cannot continue here.", sess.Workspace)
+}
+
+// errLeaseLost ends a run whose session another replica took over: it writes nothing more, as a
+// parked run does.
+var errLeaseLost = fmt.Errorf("this server no longer holds the session (another server took it over): %w", errParked)
+
+// append stores m (with records) as the run's next transcript entry, if the run still holds its
+// session's lease (Replicas.Hold): a replica that stalled longer than a lease and was taken over
+// writes nothing when it wakes (errLeaseLost). Without replicas it is the store's AppendEntry.
+func (rn *run) append(ctx context.Context, m Message, records ...gate.Approval) error {
+	r := rn.r
+	if r.cfg.Replicas != nil && rn.lease != "" {
+		held, err := r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease)
+		if err != nil {
+			return err
+		}
+		if !held {
+			rn.leaseLost.Store(true)
+			return errLeaseLost
+		}
+	}
+	_, err := r.cfg.Store.AppendEntry(ctx, rn.session.ID, m, records...)
+	return err
 }

@@ -57,6 +57,21 @@ func (m *member) Acquire(_ context.Context, sessionID, run string) (bool, error)
 	return true, nil
 }
 
+func (m *member) Hold(_ context.Context, sessionID, run string) (bool, error) {
+	if m.dead.Load() {
+		return false, nil // a stalled replica's write waits for it to wake; here it is refused
+	}
+	m.h.mu.Lock()
+	defer m.h.mu.Unlock()
+	l, ok := m.h.leases[sessionID]
+	if !ok || l.replica != m.name || l.run != run {
+		return false, nil
+	}
+	l.expires = time.Now().Add(hubTTL)
+	m.h.leases[sessionID] = l
+	return true, nil
+}
+
 func (m *member) Release(_ context.Context, sessionID, run string) error {
 	m.h.mu.Lock()
 	defer m.h.mu.Unlock()
@@ -321,8 +336,20 @@ func TestADeadReplicasSessionsAreTakenOver(t *testing.T) {
 			go func() { defer close(done); x.bRunner.RunLeases(leases, 50*time.Millisecond) }()
 			t.Cleanup(func() { stop(); <-done })
 			if tc.started {
-				// Nothing to resume: B ends the call as interrupted and the session is idle.
-				for ev := x.awaitB(agent.SessionUpdated); ev.Session.State != agent.Idle; ev = x.awaitB(agent.SessionUpdated) {
+				if live := x.bRunner.Live(x.sess.ID); !live.Running {
+					t.Fatal("before the takeover B does not show A's run")
+				}
+				// Nothing to resume: B ends the call as interrupted, shows it to its viewers,
+				// and the run A drove is no longer live on B.
+				end := x.awaitB(agent.ToolExecutionEnd)
+				if end.Result == nil || !strings.Contains(end.Result.Content[0].Text, agent.InterruptedText) {
+					t.Fatalf("B's viewers got %+v, want the interrupted result", end.Result)
+				}
+				if ev := x.awaitB(agent.AgentEnd); ev.Error != agent.InterruptedText {
+					t.Fatalf("B's viewers' agent_end says %q", ev.Error)
+				}
+				if live := x.bRunner.Live(x.sess.ID); live.Running {
+					t.Fatalf("after the takeover B still shows the dead run live: %+v", live)
 				}
 			} else if end := x.awaitB(agent.AgentEnd); end.Error != "" {
 				t.Fatalf("B's run ended with %q", end.Error)

@@ -20,6 +20,7 @@ type publishedReplicas struct {
 
 func (p *publishedReplicas) Acquire(context.Context, string, string) (bool, error) { return true, nil }
 func (p *publishedReplicas) Release(context.Context, string, string) error         { return nil }
+func (p *publishedReplicas) Hold(context.Context, string, string) (bool, error)    { return true, nil }
 func (p *publishedReplicas) Renew(context.Context) ([]string, error)               { return nil, nil }
 func (p *publishedReplicas) Orphans(context.Context) ([]string, error)             { return nil, nil }
 func (p *publishedReplicas) Stop(string, string)                                   {}

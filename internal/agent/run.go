@@ -24,6 +24,9 @@ type run struct {
 	// when it took it.
 	lease  string
 	leased time.Time
+	// leaseLost is set once another replica took the session over: the run writes and
+	// relays nothing more (its end included).
+	leaseLost atomic.Bool
 	// transcript is the session's transcript as committed: loaded from the store by the run's
 	// first model request, then extended with each entry the run commits, so a turn does not
 	// re-read (and re-decode) the whole transcript. The store stays the source of truth: a new
@@ -90,6 +93,13 @@ func (rn *run) drive(resume func(store context.Context) error) {
 			}
 		}
 		r.finishRun(rn)
+		if rn.leaseLost.Load() {
+			// Another replica drives the session now (SPEC §16): only this replica's own viewers
+			// hear that this run ended; the others follow the replica that took it over.
+			r.log.Error("a run ended without its lease: another server drives the session", "session", sid)
+			r.cfg.Broker.Publish(Event{Type: AgentEnd, SessionID: sid, Error: runErr})
+			return
+		}
 		// Then the lease (SPEC §16): a parked run's session goes to whichever replica takes it.
 		r.releaseLease(sid, rn.lease)
 		r.publish(Event{Type: AgentEnd, SessionID: sid, Error: runErr})
@@ -241,7 +251,7 @@ func (rn *run) streamMessage(store context.Context) (Message, []*invocation, err
 	if msg.StopReason == ToolUse {
 		invs, records = rn.decideBatch(msg)
 	}
-	if _, err := r.cfg.Store.AppendEntry(store, sid, msg, records...); err != nil {
+	if err := rn.append(store, msg, records...); err != nil {
 		return Message{}, nil, err
 	}
 	rn.committed(msg)

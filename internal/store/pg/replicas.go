@@ -205,6 +205,14 @@ func (r *Replicas) Acquire(ctx context.Context, sessionID, run string) (ok bool,
 	return true, nil
 }
 
+// Hold renews sessionID's lease by TTL if this replica's run run holds it, and reports whether
+// it does (agent.Replicas): the fence a run passes before each write.
+func (r *Replicas) Hold(ctx context.Context, sessionID, run string) (bool, error) {
+	n, err := r.db.exec(ctx, `UPDATE session_leases SET expires_at = now() + make_interval(secs => $4)
+		WHERE session_id = $1 AND replica = $2 AND run = $3`, sessionID, r.id, run, r.TTL.Seconds())
+	return n == 1, err
+}
+
 // Release deletes sessionID's lease if run holds it (agent.Replicas).
 func (r *Replicas) Release(ctx context.Context, sessionID, run string) error {
 	_, err := r.db.pool.Exec(ctx, `DELETE FROM session_leases WHERE session_id = $1 AND run = $2`, sessionID, run)

@@ -589,11 +589,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer func() { stopRetain(); <-retained }()
 	}
 	met.SetActiveRuns(runner.ActiveRuns)
-	srv = web.New(web.Config{Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
+	var peers web.Peers // nil unless replicas: a typed nil would not be
+	if replicas != nil {
+		peers = replicas
+	}
+	srv = web.New(web.Config{Peers: peers, Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
 		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler()})
 
+	if replicas != nil {
+		replicas.SetOnCloseSockets(srv.CloseSockets) // a link revoked, a login ended on another replica
+	}
 	// Requests (and the WebSockets they became) end when the server shuts down.
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()

@@ -354,7 +354,7 @@ func (s *Server) revokeShare(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.sockets.closeKey("link:"+l.ID, endedLink)
+	s.closeSockets("link:" + l.ID)
 	v, err := s.sharesView(r.Context(), r, id, "")
 	if err != nil {
 		return err
@@ -415,7 +415,7 @@ func (s *Server) apiRevokeShare(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s.sockets.closeKey("link:"+l.ID, endedLink)
+	s.closeSockets("link:" + l.ID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

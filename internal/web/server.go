@@ -43,6 +43,9 @@ type Reader interface {
 
 // Config wires a Server.
 type Config struct {
+	// Peers tells the other replicas sharing the database (SPEC §16) to close the live sockets
+	// a revoked share link or an ended login has open there; nil: this server is the only one.
+	Peers      Peers
 	Runner     *agent.Runner
 	Store      Reader
 	Broker     *agent.Broker
@@ -331,7 +334,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		// The login's open pages stop updating (the bearer token's sockets are not a login).
-		s.sockets.closeKey("login:"+hash, endedLogout)
+		s.closeSockets("login:" + hash)
 	}
 	http.SetCookie(w, &http.Cookie{Name: ownerCookieName, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode})
@@ -518,4 +521,30 @@ func (s *Server) clientIP(r *http.Request) string {
 func (s *Server) secure(r *http.Request) bool {
 	_, tls := s.cfg.TrustedProxies.client(r)
 	return tls
+}
+
+// Peers is what the web layer tells the other replicas (pg.Replicas): close the live sockets
+// under a key ("link:<share id>", "login:<hash>") there too. It must not block.
+type Peers interface {
+	CloseSockets(key string)
+}
+
+// closeSockets ends this server's live sockets under key, and the other replicas' (Peers).
+func (s *Server) closeSockets(key string) {
+	s.CloseSockets(key)
+	if s.cfg.Peers != nil {
+		s.cfg.Peers.CloseSockets(key)
+	}
+}
+
+// CloseSockets ends this server's live sockets under key ("link:<share id>": the link was
+// revoked; "login:<hash>": the login ended), each showing why: what another replica asks
+// (Peers.CloseSockets). Other keys close nothing.
+func (s *Server) CloseSockets(key string) {
+	switch {
+	case strings.HasPrefix(key, "link:"):
+		s.sockets.closeKey(key, endedLink)
+	case strings.HasPrefix(key, "login:"):
+		s.sockets.closeKey(key, endedLogout)
+	}
 }

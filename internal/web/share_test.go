@@ -3,11 +3,14 @@ package web_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -277,5 +280,87 @@ func TestReviewerNameCannotBeForged(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusBadRequest {
 		t.Errorf("the name Owner = %d, want 400", res.StatusCode)
+	}
+}
+
+// peersSpy records what the server asks the other replicas to close (web.Peers).
+type peersSpy struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (p *peersSpy) CloseSockets(key string) {
+	p.mu.Lock()
+	p.keys = append(p.keys, key)
+	p.mu.Unlock()
+}
+
+// TestRevokesAndLogoutsCloseSocketsOnEveryReplica (SPEC §16): revoking a link and logging out
+// ask the other replicas to close those sockets too (Peers), and what another replica asks
+// (Server.CloseSockets) closes this one's, saying why.
+func TestRevokesAndLogoutsCloseSocketsOnEveryReplica(t *testing.T) {
+	spy := &peersSpy{}
+	ts, sid := shareServerConfig(t, func(c *web.Config, _ *http.Server) { c.Peers = spy })
+	open := func(link struct{ ID, URL string }) *websocket.Conn {
+		t.Helper()
+		c := reviewer(t, ts, link.URL, "Vic")
+		u, _ := url.Parse(link.URL)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+u.Path+"/live", &websocket.DialOptions{HTTPClient: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.CloseNow() })
+		if _, _, err := conn.Read(ctx); err != nil { // the resync fragment
+			t.Fatal(err)
+		}
+		return conn
+	}
+	var revoked, elsewhere struct{ ID, URL string }
+	ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "viewer"}, &revoked)
+	ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "viewer"}, &elsewhere)
+	open(revoked)
+	if st := ts.call(t, "DELETE", "/api/shares/"+revoked.ID, nil, nil); st != 204 {
+		t.Fatalf("revoke = %d", st)
+	}
+	spy.mu.Lock()
+	got := strings.Join(spy.keys, ",")
+	spy.mu.Unlock()
+	if got != "link:"+revoked.ID {
+		t.Fatalf("the other replicas were asked to close %q, want link:%s", got, revoked.ID)
+	}
+
+	// A logout asks them to close the login's sockets.
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	for _, step := range []func() (*http.Response, error){
+		func() (*http.Response, error) { return browser.Get(ts.URL + "/login?token=" + token) },
+		func() (*http.Response, error) {
+			return browser.Post(ts.URL+"/logout", "application/x-www-form-urlencoded", nil)
+		},
+	} {
+		res, err := step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+	}
+	spy.mu.Lock()
+	keys := slices.Clone(spy.keys)
+	spy.mu.Unlock()
+	if len(keys) != 2 || !strings.HasPrefix(keys[1], "login:") {
+		t.Fatalf("after a logout the other replicas were asked to close %q, want a login's sockets", keys)
+	}
+
+	// Revoked on another replica: that replica asks this one.
+	conn := open(elsewhere)
+	ts.srv.CloseSockets("link:" + elsewhere.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _, err := conn.Read(ctx)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.Contains(ce.Reason, "revoked") {
+		t.Fatalf("after another replica's revoke the socket read %v, want closed saying the link was revoked", err)
 	}
 }

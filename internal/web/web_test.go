@@ -40,6 +40,7 @@ type testServer struct {
 	broker  *agent.Broker
 	runs    atomic.Int32
 	workDir string
+	srv     *web.Server
 }
 
 func newTestServer(t testing.TB, scripts map[string]string, extra ...*tool.Tool) *testServer {
@@ -90,7 +91,8 @@ func newTestServerAgent(t testing.TB, scripts map[string]string, configure func(
 	if configure != nil {
 		configure(&cfg, ts.Server.Config)
 	}
-	ts.Server.Config.Handler = web.New(cfg).Handler()
+	ts.srv = web.New(cfg)
+	ts.Server.Config.Handler = ts.srv.Handler()
 	ts.Server.Start()
 	t.Cleanup(func() {
 		// The runner stops before the server closes, as ever; the Env closes the store after.

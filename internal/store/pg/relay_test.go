@@ -259,14 +259,27 @@ func TestGarbageOnTheChannelStopsNothing(t *testing.T) {
 	})
 }
 
-// TestStopAndRulesReachTheOtherReplicas: Stop of a run another replica drives, and "the rules
-// changed", reach the other replicas, not the sender.
+// TestStopAndRulesReachTheOtherReplicas: Stop of a run another replica drives, "the rules
+// changed" and "close these sockets" (a revoked link) reach the other replicas, not the sender.
 func TestStopAndRulesReachTheOtherReplicas(t *testing.T) {
 	dbs := replicas(t, 2)
 	reps, tgts := startReplicas(t, dbs)
+	closed := make(chan string, 2)
+	for i := range reps {
+		reps[i].SetOnCloseSockets(func(key string) { closed <- fmt.Sprint(i, " ", key) })
+	}
 	reps[0].Stop("sess", "owner")
 	reps[0].RulesChanged()
+	reps[0].CloseSockets("link:abc")
 	tgts[1].await(t, "the stop and the reload", func(tg *target) bool { return len(tg.stops) == 1 && tg.reloads == 1 })
+	select {
+	case got := <-closed:
+		if got != "1 link:abc" {
+			t.Fatalf("closed %q, want replica 1 to close link:abc", got)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the other replica was never asked to close the link's sockets")
+	}
 	if tgts[1].stops[0] != "sess by owner" {
 		t.Fatalf("stop = %q", tgts[1].stops[0])
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,11 @@ const (
 	// maxNotifyBody is the largest event sent whole in its notification (PostgreSQL's payload
 	// limit is 8,000 bytes); a larger one is read from its row.
 	maxNotifyBody = 7000
+	// ListenApplicationName is the LISTEN connection's application_name (pg_stat_activity).
+	ListenApplicationName = "countersign-listen"
+	// maxQueue bounds the events waiting for the writer (a database away for long): past it,
+	// deltas and progress are dropped (the finished message and result carry them whole).
+	maxQueue = 100_000
 	// maxNotifyBodyText is maxNotifyBody in SQL.
 	maxNotifyBodyText = "7000"
 )
@@ -94,6 +100,9 @@ type Replicas struct {
 	last        map[string]int64
 	connectedAt time.Time
 
+	// onClose is told the key of the live sockets another replica closed (SetOnCloseSockets).
+	onClose atomic.Pointer[func(key string)]
+
 	listenPID atomic.Uint32
 	listening chan struct{} // closed once the first LISTEN is in place
 	listenOne sync.Once
@@ -114,8 +123,8 @@ type message struct {
 	Seq     int64           `json:"q,omitempty"`
 	At      int64           `json:"t,omitempty"`
 	Event   json.RawMessage `json:"e,omitempty"`
-	Kind    string          `json:"k,omitempty"` // "stop" or "rules" for a control message
-	By      string          `json:"by,omitempty"`
+	Kind    string          `json:"k,omitempty"`  // "stop", "rules" or "close" for a control message
+	By      string          `json:"by,omitempty"` // who stops; the sockets' key to close
 }
 
 // NewReplicas returns db's replica link with a new random replica id.
@@ -159,7 +168,9 @@ func (r *Replicas) Run(ctx context.Context, target Target) error {
 				case <-time.After(wait):
 				}
 			}
-			c, err := pgx.ConnectConfig(ctx, r.db.pool.Config().ConnConfig.Copy())
+			cc := r.db.pool.Config().ConnConfig.Copy()
+			cc.RuntimeParams["application_name"] = ListenApplicationName // operators find it in pg_stat_activity
+			c, err := pgx.ConnectConfig(ctx, cc)
 			if err != nil {
 				failures++
 			} else {
@@ -287,6 +298,17 @@ func (r *Replicas) Stop(sessionID, who string) {
 	r.enqueue(outgoing{payload: string(b)})
 }
 
+// SetOnCloseSockets sets what is told the key of the live sockets another replica closed (a
+// revoked share link, an ended login: web.Server.CloseSockets), to close them here too. It may be
+// set while Run runs (the web server is made after the relay starts).
+func (r *Replicas) SetOnCloseSockets(f func(key string)) { r.onClose.Store(&f) }
+
+// CloseSockets asks the other replicas to close their live sockets under key (web.Peers).
+func (r *Replicas) CloseSockets(key string) {
+	b, _ := json.Marshal(message{Origin: r.id, Kind: "close", By: key})
+	r.enqueue(outgoing{payload: string(b)})
+}
+
 // RulesChanged tells the other replicas to read the rules again (agent.Replicas).
 func (r *Replicas) RulesChanged() {
 	b, _ := json.Marshal(message{Origin: r.id, Kind: "rules"})
@@ -295,6 +317,10 @@ func (r *Replicas) RulesChanged() {
 
 func (r *Replicas) enqueue(o outgoing) {
 	r.mu.Lock()
+	if len(r.queue) >= maxQueue && !o.sequenced && o.payload == "" {
+		r.mu.Unlock()
+		return // a delta while the database is away: best effort
+	}
 	r.queue = append(r.queue, o)
 	r.mu.Unlock()
 	select {
@@ -379,6 +405,23 @@ func (r *Replicas) send(ctx context.Context, batch []outgoing) {
 	}
 	if b.Len() == 0 {
 		return
+	}
+	// The sessions' rows first, in id order: two replicas' batches over the same sessions take
+	// their locks in one order and never deadlock.
+	var ids []string
+	for _, o := range batch {
+		if o.sequenced && !slices.Contains(ids, o.ev.SessionID) {
+			ids = append(ids, o.ev.SessionID)
+		}
+	}
+	if len(ids) > 1 {
+		slices.Sort(ids)
+		var locked pgx.Batch
+		locked.Queue(`SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+		for _, q := range b.QueuedQueries {
+			locked.Queue(q.SQL, q.Arguments...)
+		}
+		b = locked
 	}
 	delay := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -489,6 +532,11 @@ func (r *Replicas) HandleNotification(ctx context.Context, n *pgconn.Notificatio
 			r.target.StopRun(m.Session, m.By)
 		}
 		return nil
+	case m.Kind == "close":
+		if f := r.onClose.Load(); !own && f != nil {
+			(*f)(m.By)
+		}
+		return nil
 	case m.Kind == "rules":
 		if !own && r.target != nil {
 			return r.target.ReloadRules(ctx)
@@ -499,7 +547,10 @@ func (r *Replicas) HandleNotification(ctx context.Context, n *pgconn.Notificatio
 			r.lag(m)
 			r.deliver(m.Event)
 		}
-		if m.Event != nil && strings.Contains(string(m.Event), `"type":"session_deleted"`) {
+		var head struct {
+			Type agent.EventType `json:"type"`
+		}
+		if json.Unmarshal(m.Event, &head) == nil && head.Type == agent.SessionDeleted {
 			delete(r.last, m.Session)
 		}
 		return nil

@@ -33,3 +33,13 @@ func openStore(ctx context.Context, dsn string, log *slog.Logger) (_ store.Backe
 	}
 	return db, pg.NewReplicas(db, log.With("component", "replicas")), func() { db.Close() }, nil
 }
+
+// sameKeyOnEveryReplica refuses to start a server whose key file name ("share", "notify") is not
+// the one the other servers of its PostgreSQL database use (pg.DB.CheckKey): its links would be
+// 404 elsewhere and its webhooks signed differently. A SQLite file has one server: nil.
+func sameKeyOnEveryReplica(ctx context.Context, db store.Backend, name, fingerprint, file string) error {
+	if p, ok := db.(*pg.DB); ok {
+		return p.CheckKey(ctx, name, fingerprint, file)
+	}
+	return nil
+}

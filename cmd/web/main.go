@@ -433,6 +433,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer closeDB()
+	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7);
+	// the replicas of one PostgreSQL database must all have the same file (SPEC §16).
+	key, err := share.LoadKey(cfg.shareKeyFile())
+	if err != nil {
+		return err
+	}
+	if err := sameKeyOnEveryReplica(ctx, db, "share", share.Fingerprint(key), cfg.shareKeyFile()); err != nil {
+		return err
+	}
 	// Operators' series (SPEC §16); the live sockets are the web server's, made below.
 	var srv *web.Server
 	met := metrics.New(metrics.Sources{
@@ -503,6 +512,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
+		if err := sameKeyOnEveryReplica(ctx, db, "notify", nkey.Fingerprint(), cfg.notifyKeyFile()); err != nil {
+			return err
+		}
 		if created {
 			newSecret = nkey.Secret()
 		}
@@ -558,11 +570,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		leased := make(chan struct{})
 		go func() { defer close(leased); runner.RunLeases(leaseCtx, agent.LeaseEvery) }()
 		defer func() { stopLeases(); <-leased }()
-	}
-	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7).
-	key, err := share.LoadKey(cfg.shareKeyFile())
-	if err != nil {
-		return err
 	}
 	// Rules' hits are counted in memory on the calls' path and written to the store off it:
 	// every ruleHitsEvery, and once more when the server stops (before the database closes).

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -303,5 +305,45 @@ func TestDecisionRacesAcrossReplicas(t *testing.T) {
 	}
 	if c := f.count(t); c != n {
 		t.Fatalf("the tool ran %d times for %d approvals", c, n)
+	}
+}
+
+// TestAReplicaWithAnotherKeyRefusesToStart (SPEC §16): every replica needs the same share-key
+// file (its links would be 404 on the others) and, with webhooks, the same notify key; a server
+// started with another file refuses to start, naming it, and the first one's links still work.
+func TestAReplicaWithAnotherKeyRefusesToStart(t *testing.T) {
+	f := newReplicaFiles(t)
+	startServer(t, []string{"-db", f.url, "-share-key", f.key, "-token", testToken, "-workspace", f.workspace,
+		"-notify-webhook", "ops=http://127.0.0.1:1/hook"}, nil)
+	other := filepath.Join(t.TempDir(), "other.share-key")
+	for _, tc := range []struct {
+		name, key, want string
+		hook            bool
+	}{
+		{"another share key", other, "the share key in " + other + " is not the one", false},
+		{"the share key but another notify key", f.key, "the notify key in", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := tc.key
+			if tc.hook { // the same share key, copied beside a notify key of its own
+				dir := t.TempDir()
+				b, err := os.ReadFile(f.key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				key = filepath.Join(dir, "team.share-key")
+				if err := os.WriteFile(key, b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			args := []string{"-addr", "127.0.0.1:0", "-db", f.url, "-share-key", key, "-token", testToken, "-workspace", f.workspace}
+			if tc.hook {
+				args = append(args, "-notify-webhook", "ops=http://127.0.0.1:1/hook")
+			}
+			err := run(context.Background(), args, func(string) string { return "" }, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("a replica with %s: %v, want it refused saying %q", tc.name, err, tc.want)
+			}
+		})
 	}
 }

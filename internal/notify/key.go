@@ -60,6 +60,12 @@ func LoadKey(path string) (k Key, created bool, err error) {
 // Secret is the signing secret as receivers configure it: "whsec_…".
 func (k Key) Secret() string { return k.secret }
 
+// Fingerprint identifies the key without revealing it (an HMAC of a fixed text under it): the
+// replicas of one database compare it (SPEC §16).
+func (k Key) Fingerprint() string {
+	return share.DeriveToken(k.raw, "countersign key fingerprint v1", "notify")
+}
+
 // LinkToken is the token of decision link id: 160 bits of HMAC-SHA256(key, id), base32, lower
 // case (32 characters). The link id itself is 128 random bits, so the token cannot be guessed
 // without the key, and the worker can put it in a payload again on every retry without the

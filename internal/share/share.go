@@ -132,6 +132,12 @@ func DeriveToken(key []byte, purpose, id string) string {
 	return strings.ToLower(b32.EncodeToString(mac.Sum(nil)[:20]))
 }
 
+// Fingerprint identifies a share-link key without revealing it (an HMAC of a fixed text under
+// it): the replicas of one database compare it (SPEC §16).
+func Fingerprint(key []byte) string {
+	return DeriveToken(key, "countersign key fingerprint v1", "share")
+}
+
 // Token is the secret of link id: DeriveToken for "countersign share link v1".
 func (s *Service) Token(id string) string { return DeriveToken(s.key, "countersign share link v1", id) }
 

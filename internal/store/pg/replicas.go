@@ -191,6 +191,27 @@ func (r *Replicas) Run(ctx context.Context, target Target) error {
 	return err
 }
 
+// CheckKey records fingerprint as the key named name ("share", "notify") the first time a server
+// starts on the database, and afterwards refuses a server whose key's fingerprint differs:
+// apperr.Conflict naming the file to copy (SPEC §16: every replica uses the same key files).
+// file is the key's file on this server, for the message.
+func (db *DB) CheckKey(ctx context.Context, name, fingerprint, file string) (err error) {
+	defer apperr.Wrap(&err, "pg.CheckKey(%s)", name)
+	var stored string
+	err = db.pool.QueryRow(ctx, `
+		WITH ins AS (INSERT INTO key_fingerprints (name, fingerprint) VALUES ($1, $2)
+		             ON CONFLICT (name) DO NOTHING RETURNING fingerprint)
+		SELECT fingerprint FROM ins UNION ALL SELECT fingerprint FROM key_fingerprints WHERE name = $1
+		LIMIT 1`, name, fingerprint).Scan(&stored)
+	if err != nil {
+		return err
+	}
+	if stored != fingerprint {
+		return apperr.Errorf(apperr.Conflict, "the %s key in %s is not the one the other servers of this database use: every replica needs the same file (copy it from a server that started first, then start this one again)", name, file)
+	}
+	return nil
+}
+
 // --- leases ---
 
 // Acquire takes sessionID's lease for run (agent.Replicas): when nobody holds it, when its lease

@@ -727,3 +727,20 @@ func TestAWorkerStoppedMidAttemptLeavesItsRowToTheNextAtOnce(t *testing.T) {
 		t.Fatalf("attempt %+v, want the first recorded, 200", a)
 	}
 }
+
+// TestEventArgumentsAreTextAsTyped: the formatted arguments of an event keep `<`, `>` and `&`
+// as they are (not \u003c…), so a receiver shows the command as the model wrote it.
+func TestEventArgumentsAreTextAsTyped(t *testing.T) {
+	e := newEnv(t)
+	e.start(t, time.Second, e.receiver(t, e.srv.URL))
+	if err := e.db.CreateApproval(context.Background(), pending("L1", e.sess, "run_command", `{"command":"sort <in.txt >out.txt && echo ok"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var p notify.Payload
+	if err := json.Unmarshal(wait(t, e.hits, "request").body, &p); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Data.Summary; !strings.Contains(s.Arguments, `"command": "sort <in.txt >out.txt && echo ok"`) || s.Command != "sort <in.txt >out.txt && echo ok" {
+		t.Fatalf("arguments %q, command %q; want them as typed", s.Arguments, s.Command)
+	}
+}

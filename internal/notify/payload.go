@@ -112,8 +112,14 @@ func summarize(a gate.Approval) Summary {
 	}
 	pretty := string(a.Arguments)
 	if args != nil {
-		if b, err := json.MarshalIndent(args, "", "  "); err == nil {
-			pretty = string(b)
+		// As the person would type them: `<`, `>` and `&` stay themselves (json.MarshalIndent
+		// would write \u003c); a receiver shows text, and escapes it for its own format.
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(args); err == nil {
+			pretty = strings.TrimSuffix(b.String(), "\n")
 		}
 	}
 	s.Arguments, s.ArgumentsCut = cut(pretty)

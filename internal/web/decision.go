@@ -143,6 +143,10 @@ func (s *Server) decisionLinkDecide(w http.ResponseWriter, r *http.Request) erro
 		msg = fmt.Sprintf("Your decision was not applied: the call was already %s.", won.Outcome())
 	case err != nil:
 		return err
+	case done.Status == gate.Pending:
+		// Several approvers (SPEC §15): the vote counted (once, if this person had approved
+		// already), and the call waits for the others.
+		msg = fmt.Sprintf("Your approval is counted (%s); the call waits for the others. This link is now used.", done.VotesText())
 	default:
 		msg = fmt.Sprintf("Done: %s. This link is now used.", done.Outcome())
 	}

@@ -312,3 +312,23 @@ func TestADecisionLinksPageIsNeverCached(t *testing.T) {
 		t.Errorf("GET /d/… = %d, Cache-Control %q; want 200 and no-store", res.StatusCode, res.Header.Get("Cache-Control"))
 	}
 }
+
+// TestADecisionLinkOnACallThatNeedsTwoSaysTheVoteCounted (SPEC §15): on a call that needs two
+// approvers, a recipient's approval through a decision link is a vote; the answer says it was
+// counted and that the call waits for the others (not "Done: pending"), and the call waits.
+func TestADecisionLinkOnACallThatNeedsTwoSaysTheVoteCounted(t *testing.T) {
+	e := newLinkEnv(t, "touch x", func(c *agent.Config) {
+		c.PolicyRules = []gate.Rule{{ID: "policy:two", Effect: gate.Ask, Tool: "shell", Approvers: 2,
+			Scope: gate.ScopeServer, Source: gate.SourcePolicyFile, CreatedBy: "p.json"}}
+	})
+	if a := e.approval(t); a.Approvers != 2 {
+		t.Fatalf("the approval needs %d approvers, want 2", a.Approvers)
+	}
+	st, body := e.do(t, "POST", "/d/"+e.token, url.Values{"decision": {"approve"}}, htmx)
+	if st != 200 || !strings.Contains(body, "Your approval is counted (1 of 2 approvals — approved by alice); the call waits for the others.") || strings.Contains(body, "Done: pending") {
+		t.Fatalf("POST = %d %s", st, body)
+	}
+	if a := e.approval(t); a.Status != gate.Pending || e.runs.Load() != 0 {
+		t.Fatalf("after one of two approvals: %s, %d runs; want pending, none", a.Status, e.runs.Load())
+	}
+}

@@ -525,10 +525,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		worker := notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: cfg.receivers, Key: nkey, PublicURL: public,
 			RetryBase: cfg.retryBase, Logger: log.With("component", "webhooks")})
 		db.SetNotify(cfg.receivers, nkey.LinkHash, worker.Wake)
-		workerCtx, stopWorker := context.WithCancel(ctx)
-		workerDone := make(chan struct{})
-		go func() { defer close(workerDone); worker.Run(workerCtx) }()
-		defer func() { stopWorker(); <-workerDone }()
+		defer background(ctx, worker.Run)()
 		for _, r := range cfg.receivers {
 			log.Info("webhook receiver", "recipient", r.Name, "id", r.ID, "format", r.Format, "key", cfg.notifyKeyFile(), "publicURL", public)
 		}
@@ -550,10 +547,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// one's viewers. Stopped after the runner's last event (deferred before the runner's
 		// wait below is, so it runs after it).
 		replicas.OnLag, replicas.OnReread = met.ReplicaLag, met.Reread
-		relayCtx, stopRelay := context.WithCancel(context.Background())
-		relayed := make(chan struct{})
-		go func() { defer close(relayed); _ = replicas.Run(relayCtx, runner) }()
-		defer func() { stopRelay(); <-relayed }()
+		defer background(context.Background(), func(ctx context.Context) { _ = replicas.Run(ctx, runner) })()
 		select {
 		case <-replicas.Listening():
 		case <-ctx.Done():
@@ -566,34 +560,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if replicas != nil {
-		leaseCtx, stopLeases := context.WithCancel(ctx)
-		leased := make(chan struct{})
-		go func() { defer close(leased); runner.RunLeases(leaseCtx, agent.LeaseEvery) }()
-		defer func() { stopLeases(); <-leased }()
+		defer background(ctx, func(ctx context.Context) { runner.RunLeases(ctx, agent.LeaseEvery) })()
 	}
 	// Rules' hits are counted in memory on the calls' path and written to the store off it:
 	// every ruleHitsEvery, and once more when the server stops (before the database closes).
-	flushCtx, stopFlush := context.WithCancel(ctx)
-	flushed := make(chan struct{})
-	go func() { defer close(flushed); runner.FlushRuleHitsEvery(flushCtx, ruleHitsEvery) }()
-	defer func() { stopFlush(); <-flushed }()
+	defer background(ctx, func(ctx context.Context) { runner.FlushRuleHitsEvery(ctx, ruleHitsEvery) })()
 	if cfg.retain > 0 {
-		retainCtx, stopRetain := context.WithCancel(ctx)
-		retained := make(chan struct{})
-		go func() {
-			defer close(retained)
+		defer background(ctx, func(ctx context.Context) {
 			t := time.NewTicker(retainEvery)
 			defer t.Stop()
 			for {
-				deleteIdle(retainCtx, log, db, runner, cfg.retain, time.Now())
+				deleteIdle(ctx, log, db, runner, cfg.retain, time.Now())
 				select {
-				case <-retainCtx.Done():
+				case <-ctx.Done():
 					return
 				case <-t.C:
 				}
 			}
-		}()
-		defer func() { stopRetain(); <-retained }()
+		})()
 	}
 	met.SetActiveRuns(runner.ActiveRuns)
 	var peers web.Peers // nil unless replicas: a typed nil would not be
@@ -648,6 +632,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case <-shutdownCtx.Done():
 	}
 	return nil
+}
+
+// background runs fn in a goroutine with a context of parent's own and returns its stop: cancel
+// that context, then wait for fn to return. The server's loops (webhooks, relay, leases, rule
+// hits, retention) each run so, stopped by a defer in reverse order of their start.
+func background(parent context.Context, fn func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	done := make(chan struct{})
+	go func() { defer close(done); fn(ctx) }()
+	return func() { cancel(); <-done }
 }
 
 // shareKeyFile is the file of the key that derives share-link tokens: -share-key, else beside

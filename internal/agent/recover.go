@@ -59,8 +59,8 @@ func (r *Runner) Recover(ctx context.Context) (err error) {
 	}
 	for _, id := range order {
 		// With replicas (SPEC §16), only the sessions no live replica drives: the others' leases
-		// hold theirs. A session with no pending approval gets an empty, non-nil list.
-		if err := r.recoverLeased(ctx, id, append([]gate.Approval{}, bySession[id]...)); err != nil {
+		// hold theirs.
+		if err := r.recoverLeased(ctx, id, bySession[id]); err != nil {
 			return err
 		}
 	}

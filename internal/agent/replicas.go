@@ -207,7 +207,8 @@ func (r *Runner) renew(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, rn := range r.runs {
-		if !have[id] && rn.lease != "" && time.Since(rn.leased) > every2(LeaseEvery) {
+		// Two rounds' grace: a lease taken just after Renew read the table is not in its answer.
+		if !have[id] && rn.lease != "" && time.Since(rn.leased) > 2*LeaseEvery {
 			r.log.Error("a session's lease was lost: another replica drives it now; this run parks", "session", id)
 			rn.leaseLost.Store(true)
 			rn.cancel(&StoppedError{By: "lease lost", park: true})
@@ -215,9 +216,6 @@ func (r *Runner) renew(ctx context.Context) error {
 	}
 	return nil
 }
-
-// every2 is two periods: a lease acquired just after a renewal's read is not yet in its answer.
-func every2(d time.Duration) time.Duration { return 2 * d }
 
 // takeOver recovers the sessions no live replica drives (Replicas.Orphans) that this replica
 // can lease.
@@ -245,7 +243,7 @@ func (r *Runner) recoverLeased(ctx context.Context, sessionID string, pending []
 	if err != nil || !ok {
 		return err
 	}
-	if pending == nil && r.cfg.Replicas != nil {
+	if pending == nil {
 		if pending, err = r.cfg.Store.Approvals(ctx, sessionID, gate.Pending); err != nil {
 			r.releaseLease(sessionID, lease)
 			return err

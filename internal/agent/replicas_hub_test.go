@@ -204,6 +204,14 @@ func newTwoReplicas(t *testing.T, script string, tools ...*tool.Tool) *twoReplic
 	return x
 }
 
+// runLeases runs r's lease loop (renewals, takeovers) every 50 ms until the test ends.
+func runLeases(t *testing.T, r *agent.Runner) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.RunLeases(ctx, 50*time.Millisecond) }()
+	t.Cleanup(func() { stop(); <-done })
+}
+
 func (x *twoReplicas) awaitB(typ agent.EventType) agent.Event {
 	x.t.Helper()
 	return awaitOn(x.t, x.bEvents, typ)
@@ -331,10 +339,7 @@ func TestADeadReplicasSessionsAreTakenOver(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			leases, stop := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() { defer close(done); x.bRunner.RunLeases(leases, 50*time.Millisecond) }()
-			t.Cleanup(func() { stop(); <-done })
+			runLeases(t, x.bRunner)
 			if tc.started {
 				if live := x.bRunner.Live(x.sess.ID); !live.Running {
 					t.Fatal("before the takeover B does not show A's run")
@@ -412,10 +417,7 @@ func TestATakeOverWithoutTheWorkspaceEndsTheRunSayingWhy(t *testing.T) {
 	if err := os.RemoveAll(x.sess.Workspace); err != nil {
 		t.Fatal(err)
 	}
-	leases, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); x.bRunner.RunLeases(leases, 50*time.Millisecond) }()
-	t.Cleanup(func() { stop(); <-done })
+	runLeases(t, x.bRunner)
 	end := x.awaitB(agent.AgentEnd)
 	if !strings.Contains(end.Error, x.sess.Workspace) || !strings.Contains(end.Error, "missing on this server") {
 		t.Fatalf("the run ended with %q, want the missing workspace named", end.Error)
@@ -442,10 +444,7 @@ func TestAGracefulShutdownHandsParkedRunsOver(t *testing.T) {
 	x.runner.Shutdown("server shutdown")
 	x.runner.Wait()
 	x.hubLeaseGone(t)
-	leases, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); x.bRunner.RunLeases(leases, 50*time.Millisecond) }()
-	t.Cleanup(func() { stop(); <-done })
+	runLeases(t, x.bRunner)
 	x.awaitB(agent.AgentStart) // B resumed the parked run
 	if _, err := x.bRunner.Decide(ctx, x.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)

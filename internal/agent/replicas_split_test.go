@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
@@ -46,10 +45,7 @@ func TestAPausedReplicaThatComesBackWritesNothingAfterATakeOver(t *testing.T) {
 	}
 	x.awaitB(agent.ToolExecutionStart)
 	x.a.dead.Store(true) // A stalls: no renewals, nothing published
-	leases, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); x.bRunner.RunLeases(leases, 50*time.Millisecond) }()
-	t.Cleanup(func() { stop(); <-done })
+	runLeases(t, x.bRunner)
 	for ev := x.awaitB(agent.SessionUpdated); ev.Session.State != agent.Idle; ev = x.awaitB(agent.SessionUpdated) {
 	}
 	if n := len(x.toolResults()); n != 1 {
@@ -57,10 +53,7 @@ func TestAPausedReplicaThatComesBackWritesNothingAfterATakeOver(t *testing.T) {
 	}
 	// A wakes up: it renews again, and its stalled tool returns.
 	x.a.dead.Store(false)
-	aLeases, aStop := context.WithCancel(ctx)
-	aDone := make(chan struct{})
-	go func() { defer close(aDone); x.runner.RunLeases(aLeases, 50*time.Millisecond) }()
-	t.Cleanup(func() { aStop(); <-aDone })
+	runLeases(t, x.runner)
 	released = true
 	close(block)
 	x.await(agent.AgentEnd)

@@ -50,15 +50,11 @@ type run struct {
 	sessionChanged atomic.Bool
 }
 
-// publish updates the run's live snapshot, then broadcasts the event, here and to the other
-// replicas: Runner.publish without looking the run up under the Runner's lock, for the events
-// the run itself emits.
+// publish updates the run's live snapshot, then broadcasts the event: Runner.publish without
+// looking the run up under the Runner's lock, for the events the run itself emits.
 func (rn *run) publish(ev Event) {
 	rn.live.apply(ev)
-	rn.r.cfg.Broker.Publish(ev)
-	if rn.r.cfg.Replicas != nil {
-		rn.r.cfg.Replicas.Publish(ev)
-	}
+	rn.r.broadcast(ev)
 }
 
 // committed extends the in-memory transcript with an entry the store has just committed. Before

@@ -719,6 +719,12 @@ func (r *Runner) publish(ev Event) {
 	if rn != nil {
 		rn.live.apply(ev)
 	}
+	r.broadcast(ev)
+}
+
+// broadcast sends ev to this server's subscribers and, with replicas, to the other replicas'
+// (SPEC §16): the one way out of every published event.
+func (r *Runner) broadcast(ev Event) {
 	r.cfg.Broker.Publish(ev)
 	if r.cfg.Replicas != nil {
 		r.cfg.Replicas.Publish(ev)

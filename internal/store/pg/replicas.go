@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,8 +44,6 @@ const (
 	// maxQueue bounds the events waiting for the writer (a database away for long): past it,
 	// deltas and progress are dropped (the finished message and result carry them whole).
 	maxQueue = 100_000
-	// maxNotifyBodyText is maxNotifyBody in SQL.
-	maxNotifyBodyText = "7000"
 )
 
 // Target is what Replicas hands other replicas' messages to: the local runner (agent.Runner).
@@ -315,8 +314,7 @@ func (r *Replicas) Publish(ev agent.Event) {
 
 // Stop asks the replica driving sessionID's run to stop it (agent.Replicas).
 func (r *Replicas) Stop(sessionID, who string) {
-	b, _ := json.Marshal(message{Origin: r.id, Kind: "stop", Session: sessionID, By: who})
-	r.enqueue(outgoing{payload: string(b)})
+	r.control(message{Kind: "stop", Session: sessionID, By: who})
 }
 
 // SetOnCloseSockets sets what is told the key of the live sockets another replica closed (a
@@ -325,14 +323,15 @@ func (r *Replicas) Stop(sessionID, who string) {
 func (r *Replicas) SetOnCloseSockets(f func(key string)) { r.onClose.Store(&f) }
 
 // CloseSockets asks the other replicas to close their live sockets under key (web.Peers).
-func (r *Replicas) CloseSockets(key string) {
-	b, _ := json.Marshal(message{Origin: r.id, Kind: "close", By: key})
-	r.enqueue(outgoing{payload: string(b)})
-}
+func (r *Replicas) CloseSockets(key string) { r.control(message{Kind: "close", By: key}) }
 
 // RulesChanged tells the other replicas to read the rules again (agent.Replicas).
-func (r *Replicas) RulesChanged() {
-	b, _ := json.Marshal(message{Origin: r.id, Kind: "rules"})
+func (r *Replicas) RulesChanged() { r.control(message{Kind: "rules"}) }
+
+// control queues control message m (its Kind set), from this replica, in publication order.
+func (r *Replicas) control(m message) {
+	m.Origin = r.id
+	b, _ := json.Marshal(m)
 	r.enqueue(outgoing{payload: string(b)})
 }
 
@@ -391,12 +390,12 @@ func (r *Replicas) drain(ctx context.Context) {
 
 // sequencedSQL stores one event with its session's next number and notifies, at commit, with
 // the number (and the event when it fits). Nothing happens for a session that no longer exists.
-const sequencedSQL = `
+var sequencedSQL = `
 	WITH b AS (SELECT $3::text AS body),
 	     s AS (UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq AS seq),
 	     i AS (INSERT INTO session_events (session_id, seq, origin, body) SELECT $1, s.seq, $2, b.body::json FROM s, b RETURNING seq)
 	SELECT pg_notify('` + Channel + `', json_build_object('o', $2::text, 's', $1::text, 'q', i.seq, 't', $4::bigint,
-		'e', CASE WHEN octet_length(b.body) <= ` + maxNotifyBodyText + ` THEN b.body::json END)::text)
+		'e', CASE WHEN octet_length(b.body) <= ` + strconv.Itoa(maxNotifyBody) + ` THEN b.body::json END)::text)
 	FROM i, b`
 
 func (r *Replicas) send(ctx context.Context, batch []outgoing) {
@@ -499,40 +498,12 @@ func (r *Replicas) HandleBacklog(ctx context.Context, _ string, conn *pgx.Conn) 
 		return nil // the first connection: nothing was heard, nothing was missed
 	}
 	// A second before the previous connection: a row stored just before it whose notification
-	// came after is read again, and skipped by its number.
-	type row struct {
-		session, origin, body string
-		seq                   int64
-	}
-	var missed []row
-	rows, err := conn.Query(ctx, `SELECT session_id, seq, origin, body::text FROM session_events
+	// came after is read again, and skipped by its number. Rows before that window were
+	// notified, or read, while the previous connection listened.
+	delivered, err := r.readEvents(ctx, conn, `SELECT session_id, seq, origin, body::text FROM session_events
 		WHERE created_at > $1 ORDER BY session_id, seq`, prev.Add(-time.Second))
 	if err != nil {
 		return err
-	}
-	for rows.Next() {
-		var x row
-		if err := rows.Scan(&x.session, &x.seq, &x.origin, &x.body); err != nil {
-			rows.Close()
-			return err
-		}
-		missed = append(missed, x)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	// Rows before that window were notified, or read, while the previous connection listened.
-	delivered := 0
-	for _, x := range missed {
-		if last, ok := r.last[x.session]; ok && x.seq <= last {
-			continue
-		}
-		r.last[x.session] = x.seq
-		if x.origin != r.id {
-			r.deliver(json.RawMessage(x.body))
-			delivered++
-		}
 	}
 	if r.OnReread != nil {
 		r.OnReread(delivered)
@@ -603,26 +574,33 @@ func (r *Replicas) HandleNotification(ctx context.Context, n *pgconn.Notificatio
 // reread delivers sessionID's stored events after number after, in order, and returns how many
 // it delivered (other replicas' only).
 func (r *Replicas) reread(ctx context.Context, sessionID string, after int64) (int, error) {
-	rows, err := r.db.pool.Query(ctx, `SELECT seq, origin, body::text FROM session_events
+	return r.readEvents(ctx, r.db.pool, `SELECT session_id, seq, origin, body::text FROM session_events
 		WHERE session_id = $1 AND seq > $2 ORDER BY seq`, sessionID, after)
+}
+
+// readEvents runs query (rows of session_id, seq, origin, body, each session's in seq order) on
+// q and delivers each row after its session's last delivered number, other replicas' only,
+// moving that number on; it returns how many it delivered.
+func (r *Replicas) readEvents(ctx context.Context, q querier, query string, args ...any) (int, error) {
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		var seq int64
-		var origin, body string
-		if err := rows.Scan(&seq, &origin, &body); err != nil {
-			return n, err
+	var session, origin, body string
+	var seq int64
+	delivered := 0
+	_, err = pgx.ForEachRow(rows, []any{&session, &seq, &origin, &body}, func() error {
+		if last, ok := r.last[session]; ok && seq <= last {
+			return nil
 		}
-		r.last[sessionID] = seq
+		r.last[session] = seq
 		if origin != r.id {
 			r.deliver(json.RawMessage(body))
-			n++
+			delivered++
 		}
-	}
-	return n, rows.Err()
+		return nil
+	})
+	return delivered, err
 }
 
 func (r *Replicas) lag(m message) {

@@ -112,7 +112,7 @@ func (db *DB) CastVote(ctx context.Context, id string, v gate.Vote, need int) (a
 	return a, counted, nil
 }
 
-// querier is what reads: the pool or a transaction.
+// querier is what reads: the pool, a transaction or a connection.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

@@ -44,6 +44,13 @@ type invocation struct {
 	execCtx context.Context
 	// finished is set once execute has returned: later nested calls are refused.
 	finished atomic.Bool
+
+	// inside marks an action of a running call that the gate authorizes (toolContext.Authorize):
+	// it is decided and shown like a nested call, but nothing executes: the parent does the
+	// action itself once it is approved.
+	inside bool
+	// uncovered is CheckCall.Uncovered for such an action: why no rule may allow it.
+	uncovered string
 }
 
 // prepare runs steps 1–4 of the pipeline: find the tool (by exposure), validate its arguments
@@ -96,7 +103,7 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	// Steps 3–4 (SPEC §3, §14): the gate decides, in one place, for model-issued and nested calls.
 	d := r.checker.Check(ctx, gate.CheckCall{SessionID: rn.session.ID, ToolCallID: inv.call.ID,
 		ParentToolCallID: inv.call.ParentToolCallID, Parent: parent, Tool: t, Arguments: inv.args,
-		Workspace: rn.session.Workspace, Mode: r.sessionMode(rn.session)})
+		Workspace: rn.session.Workspace, Mode: r.sessionMode(rn.session), Uncovered: inv.uncovered})
 	approval = d.Record(approval)
 	switch d.Outcome {
 	case gate.Blocked:
@@ -293,6 +300,12 @@ func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 			ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Update: &u})
 	})
 	inv.execCtx = ctx
+	if inv.inside {
+		// An action of the running parent, now approved: the parent takes it (Authorize).
+		inv.finished.Store(true)
+		inv.status = "ok"
+		return tool.Result{Content: []tool.Content{tool.Text("Approved: " + inv.requestedBy + " " + inv.call.ParentToolCallID + " goes on with it.")}}
+	}
 	res, err := safeExecute(ctx, t, inv.args, updates.update, &toolContext{rn: rn, inv: inv})
 	inv.finished.Store(true)
 	updates.flush()
@@ -436,14 +449,68 @@ type toolContext struct {
 func (tc *toolContext) ToolCallID() string { return tc.inv.call.ID }
 func (tc *toolContext) Workspace() string  { return tc.rn.session.Workspace }
 
+// Consent says how the running call came to run: a person approved it when its decision is a
+// person's approval, not an automatic record (a rule, grant, mode or annotation default), and
+// Preview is what their prompt showed. A call without a decision (a restart's recovery that
+// found none) counts as not approved by a person: its actions are checked.
+func (tc *toolContext) Consent() tool.Consent {
+	a := tc.inv.decision
+	if a == nil || a.Automatic || a.Status != gate.Approved {
+		return tool.Consent{}
+	}
+	return tool.Consent{ByPerson: true, Preview: a.Preview}
+}
+
+// Authorize decides one action of the running call (tool.Context.Authorize, SPEC §14 "Checked
+// where it happens"). The rules are asked first, without a record: a program a rule covers
+// starts with no entry in the card (a command may start thousands). A deny rule, or what the
+// rules leave to a person, goes through the nested pipeline (decide, record, prompt), so it shows
+// in the parent's card and in the audit like any nested call.
+func (tc *toolContext) Authorize(ctx context.Context, name string, arguments any, uncovered string) tool.Authorization {
+	parent, rn := tc.inv, tc.rn
+	raw, err := marshalArguments(arguments)
+	if err != nil {
+		return tool.Authorization{Reason: fmt.Sprintf("the action cannot be described as a call of %s: %v", name, err)}
+	}
+	t, ok := rn.r.cfg.Tools.Lookup(name)
+	if !ok {
+		return tool.Authorization{Reason: fmt.Sprintf("no tool %s to decide the action by", name)}
+	}
+	d := rn.r.checker.Check(ctx, gate.CheckCall{SessionID: rn.session.ID, ToolCallID: parent.call.ID,
+		ParentToolCallID: parent.call.ID, Parent: parent.call.Name, Tool: t, Arguments: raw,
+		Workspace: rn.session.Workspace, Mode: rn.r.sessionMode(rn.session)})
+	denied := d.Outcome == gate.Blocked && d.Source == gate.FromRule
+	switch {
+	case !denied && tc.Consent().ByPerson:
+		return tool.Authorization{Allowed: true}
+	case !denied && uncovered == "" && d.Outcome == gate.Allowed:
+		return tool.Authorization{Allowed: true}
+	}
+	out, child := tc.nested(ctx, name, raw, nil, func(inv *invocation) { inv.inside, inv.uncovered = true, uncovered })
+	if !out.IsError && child.status == "ok" {
+		return tool.Authorization{Allowed: true, Nested: true}
+	}
+	text, _ := out.Result.ModelTextPrefix(1 << 10)
+	return tool.Authorization{Reason: text, Nested: child.ticket != nil}
+}
+
 // ExecuteTool runs a nested call through the same pipeline as a model call (SPEC §4). The call id
 // is <parent id>/<n>; it adds no transcript entry; the parent's result records it.
 func (tc *toolContext) ExecuteTool(ctx context.Context, name string, arguments any) tool.Outcome {
+	raw, err := marshalArguments(arguments)
+	out, _ := tc.nested(ctx, name, raw, err, nil)
+	return out
+}
+
+// nested runs one nested call of the running call through the pipeline; argErr is why its
+// arguments are not a JSON object (nil when they are); mark, when set, marks the child
+// invocation before it is decided (an Authorize action).
+func (tc *toolContext) nested(ctx context.Context, name string, raw json.RawMessage, argErr error, mark func(*invocation)) (tool.Outcome, *invocation) {
 	parent, rn := tc.inv, tc.rn
 	if parent.finished.Load() {
 		// The parent has returned and its nestedCalls record is taken: nothing may run under it.
 		res := tool.ErrorResult("Tool %q cannot call %q: the call %s has already finished", parent.call.Name, name, parent.call.ID)
-		return tool.Outcome{ToolCall: tool.Call{Name: name, ParentToolCallID: parent.call.ID}, Result: res, IsError: true}
+		return tool.Outcome{ToolCall: tool.Call{Name: name, ParentToolCallID: parent.call.ID}, Result: res, IsError: true}, &invocation{status: "error"}
 	}
 	// Cancelling the parent cancels its nested calls, whatever context the tool passes in; the
 	// nested call's context ends when it returns, so nothing it left running outlives it. A tool
@@ -457,15 +524,17 @@ func (tc *toolContext) ExecuteTool(ctx context.Context, name string, arguments a
 		defer stop()
 	}
 	id := parent.call.ID + "/" + strconv.FormatInt(parent.children.Add(1), 10)
-	raw, err := marshalArguments(arguments)
 	child := &invocation{
 		call:      tool.Call{ID: id, ParentToolCallID: parent.call.ID, Name: name, Arguments: raw},
 		messageID: parent.messageID, requestedBy: parent.call.Name,
 	}
+	if mark != nil {
+		mark(child)
+	}
 	switch {
-	case err != nil:
+	case argErr != nil:
 		child.start = time.Now()
-		child.stop(tool.ErrorResult("Arguments for tool %q are not a JSON object: %v", name, err), "error")
+		child.stop(tool.ErrorResult("Arguments for tool %q are not a JSON object: %v", name, argErr), "error")
 	case ctx.Err() != nil:
 		// Stopped: the call is not looked up, checked or recorded; it never runs.
 		child.start = time.Now()
@@ -498,7 +567,7 @@ func (tc *toolContext) ExecuteTool(ctx context.Context, name string, arguments a
 	rn.publish(ev)
 	call := child.call
 	call.Arguments = child.args
-	return tool.Outcome{ToolCall: call, Result: res, IsError: res.IsError, DurationMs: res.DurationMs}
+	return tool.Outcome{ToolCall: call, Result: res, IsError: res.IsError, DurationMs: res.DurationMs}, child
 }
 
 func marshalArguments(v any) (json.RawMessage, error) {

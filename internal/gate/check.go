@@ -67,6 +67,12 @@ type CheckCall struct {
 	Arguments        json.RawMessage
 	Workspace        string
 	Mode             Mode // "" counts as ModeDefault
+	// Uncovered, when not "", says why no allow rule, grant, mode or annotation default may
+	// allow this call: it is an action found inside a running call that reaches beyond what any
+	// rule can cover (a program started outside the workspace, a file written outside it or into
+	// the repository's own files; SPEC §14 "Checked where it happens"). Handlers, deny and ask
+	// rules still apply; then the call asks with this reason.
+	Uncovered string
 }
 
 // Decision is what Checker.Check decided, with what the audit needs to name the decider.
@@ -138,6 +144,9 @@ func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 		return Decision{Outcome: Blocked, Source: FromRule, Rule: rd.Rule, Mode: mode, Reason: ruleReason(rd, "denies the call")}
 	case Ask:
 		return Decision{Outcome: Asked, Source: FromRule, Rule: rd.Rule, Mode: mode, Reason: ruleReason(rd, "asks")}
+	}
+	if c.Uncovered != "" {
+		return Decision{Outcome: Asked, Source: FromRule, Mode: mode, Reason: c.Uncovered}
 	}
 	readOnly := t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint
 	if mode == ModePlan && !readOnly {

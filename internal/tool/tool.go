@@ -96,6 +96,41 @@ type Context interface {
 	// tool_call handlers, approval, execute, tool_result handlers, output validation). Failures
 	// of any kind come back as an Outcome with IsError set, never as a panic.
 	ExecuteTool(ctx context.Context, name string, arguments any) Outcome
+	// Consent says how this call came to run (SPEC §14 "Checked where it happens"): whether a
+	// person approved it as written, and what their prompt showed of its effect.
+	Consent() Consent
+	// Authorize asks the gate about one action this running call is about to take inside itself
+	// (SPEC §14 "Checked where it happens"): a program run_command's shell is about to start, a
+	// file one of its redirections is about to open. The action is described as a call of a tool
+	// (name, arguments: run_command {"command": "<the program's argv, shell-quoted>"}), and the
+	// gate decides it as a nested call of this one: a deny rule refuses it always; when a person
+	// approved this call as written (Consent.ByPerson) anything else is allowed; otherwise rules
+	// (and the session's mode) that allow it allow it, and what they do not cover becomes a
+	// nested approval shown in this call's card, decided through the same gate (several
+	// approvers, inbox, webhooks and decision links apply). uncovered, when not "", says why no
+	// rule may allow the action (it reaches outside the workspace, say): deny and ask rules still
+	// apply, then a person is asked with that reason. A refused action comes back with Allowed
+	// false and the reason, for the error the running call reports.
+	Authorize(ctx context.Context, name string, arguments any, uncovered string) Authorization
+}
+
+// Consent is how a running call came to run (SPEC §14): ByPerson is true when a person approved
+// it as written in a prompt or through a decision link (not a rule, grant, mode or annotation
+// default); Preview is what that person's prompt showed of the call's effect (tool.Preview; nil
+// when none was shown), which a tool that writes checks is still true before it writes (SPEC §14
+// "A person's approval binds what they saw").
+type Consent struct {
+	ByPerson bool
+	Preview  *Preview
+}
+
+// Authorization is the gate's answer to Context.Authorize: Allowed, or the reason it was not
+// (a deny rule's reason, a person's denial, "no person can be asked"). Nested is true when a
+// person was asked (the action shows as a nested call of the running one).
+type Authorization struct {
+	Allowed bool
+	Reason  string
+	Nested  bool
 }
 
 // ExecuteFunc runs a tool. arguments have been validated against the tool's inputSchema.

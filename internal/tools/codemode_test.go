@@ -26,6 +26,10 @@ type nestedFake struct {
 
 func (f *nestedFake) ToolCallID() string { return "c1" }
 func (f *nestedFake) Workspace() string  { return "/nowhere" }
+func (f *nestedFake) Consent() tool.Consent { return tool.Consent{ByPerson: true} }
+func (f *nestedFake) Authorize(context.Context, string, any, string) tool.Authorization {
+	return tool.Authorization{Allowed: true}
+}
 func (f *nestedFake) ExecuteTool(ctx context.Context, name string, arguments any) tool.Outcome {
 	raw, ok := arguments.(json.RawMessage)
 	if !ok {

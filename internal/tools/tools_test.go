@@ -29,6 +29,12 @@ func (f fakeContext) ExecuteTool(context.Context, string, any) tool.Outcome {
 	return tool.Outcome{IsError: true, Result: tool.ErrorResult("no nested calls in tests")}
 }
 
+// Consent is a person's approval as written: run_command's exec-time checks allow every start.
+func (f fakeContext) Consent() tool.Consent { return tool.Consent{ByPerson: true} }
+func (f fakeContext) Authorize(context.Context, string, any, string) tool.Authorization {
+	return tool.Authorization{Allowed: true}
+}
+
 // mustTools registers Builtin(cfg) in a fresh registry, which compiles every schema, and returns
 // the tools by name.
 func mustTools(tb testing.TB, cfg Config) map[string]*tool.Tool {

@@ -24,8 +24,8 @@ type nestedFake struct {
 	asked []tool.Call
 }
 
-func (f *nestedFake) ToolCallID() string { return "c1" }
-func (f *nestedFake) Workspace() string  { return "/nowhere" }
+func (f *nestedFake) ToolCallID() string    { return "c1" }
+func (f *nestedFake) Workspace() string     { return "/nowhere" }
 func (f *nestedFake) Consent() tool.Consent { return tool.Consent{ByPerson: true} }
 func (f *nestedFake) Authorize(context.Context, string, any, string) tool.Authorization {
 	return tool.Authorization{Allowed: true}

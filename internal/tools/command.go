@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
+	"countersign/internal/realpath"
 	"countersign/internal/tool"
 )
 
@@ -81,13 +83,23 @@ func runCommandTool(cfg Config) *tool.Tool {
 			if in.TimeoutMs > 0 {
 				timeout = time.Duration(in.TimeoutMs) * time.Millisecond
 			}
-			return runCommand(ctx, cfg, tc.Workspace(), in.Command, timeout, onUpdate)
+			return runCommand(ctx, cfg, tc, in.Command, timeout, onUpdate)
 		},
 	}
 }
 
-// runCommand implements run_command.
-func runCommand(ctx context.Context, cfg Config, workspace, command string, timeout time.Duration, onUpdate func(tool.Update)) (tool.Result, error) {
+// runCommand implements run_command: the command parsed once and run in the interpreter, with
+// every program it starts and every file it writes checked by the gate (shell.go).
+func runCommand(ctx context.Context, cfg Config, tc tool.Context, command string, timeout time.Duration, onUpdate func(tool.Update)) (tool.Result, error) {
+	workspace := tc.Workspace()
+	f, err := parseCommand(command)
+	if err != nil {
+		return tool.Result{}, err
+	}
+	root, err := realpath.Resolve("/", workspace)
+	if err != nil {
+		return tool.Result{}, fmt.Errorf("the workspace %s cannot be resolved: %w", workspace, err)
+	}
 	stdout, stderr := newCapture(cfg.OutputCap, true), newCapture(cfg.OutputCap, true)
 	rep := newReporter(onUpdate)
 	defer rep.close()
@@ -108,8 +120,8 @@ func runCommand(ctx context.Context, cfg Config, workspace, command string, time
 			Content:  []tool.Content{tool.Text(recent.String())},
 		}
 	}
+	sh := &shellRun{tc: tc, workspace: root, protected: cfg.Protected}
 	p := process{
-		argv:    []string{"/bin/sh", "-c", command},
 		dir:     workspace,
 		env:     environ(cfg),
 		timeout: timeout,
@@ -125,7 +137,17 @@ func runCommand(ctx context.Context, cfg Config, workspace, command string, time
 			rep.update(snapshot)
 		},
 	}
-	e, err := p.run(ctx)
+	e, err := p.runWith(ctx, func(ctx context.Context, stdin, stdout, stderr *os.File) (int, error) {
+		return sh.run(ctx, f, p.dir, p.env, stdin, stdout, stderr)
+	})
+	var ref *refusal
+	if errors.As(err, &ref) {
+		out := RunCommandOutput{ExitCode: 126, Stdout: stdout.String(), Stderr: stderr.String(),
+			DurationMs: e.duration.Milliseconds(), Truncated: stdout.truncated() || stderr.truncated()}
+		res := success(fmt.Sprintf("%s\nNothing after it ran.\n\n%s", ref.Error(), streamsText(stdout, stderr)), out)
+		res.IsError = true
+		return res, nil
+	}
 	if err != nil {
 		if errors.Is(err, errCannotStart) || ctx.Err() == nil {
 			return tool.Result{}, err

@@ -333,3 +333,60 @@ func (r *reporter) close() {
 	close(r.stop)
 	<-r.done
 }
+
+// runWith is run for a command that runs in this process rather than as one child: body gets
+// the streams (standard input /dev/null, and the write ends of the output pipes, to hand to the
+// programs it starts as they are) and returns an exit status, or an error (ctx's when it was
+// cancelled). The timeout cancels body's context; body must kill what it started then. Output
+// is read as it comes, as for run; a process that outlived body and holds the pipes is given
+// pipeGrace.
+func (p process) runWith(ctx context.Context, body func(ctx context.Context, stdin, stdout, stderr *os.File) (int, error)) (exit, error) {
+	runCtx, cancel := ctx, context.CancelFunc(func() {})
+	if p.timeout > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, p.timeout)
+	}
+	defer cancel()
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		return exit{}, err
+	}
+	defer stdin.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return exit{}, err
+	}
+	defer outR.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outW.Close()
+		return exit{}, err
+	}
+	defer errR.Close()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go p.pump(&wg, outR, p.stdout, false)
+	go p.pump(&wg, errR, p.stderr, true)
+
+	begin := time.Now()
+	code, bodyErr := body(runCtx, stdin, outW, errW)
+	outW.Close()
+	errW.Close()
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(pipeGrace):
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	e := exit{duration: time.Since(begin), code: code}
+	switch {
+	case ctx.Err() != nil:
+		return e, ctx.Err()
+	case runCtx.Err() != nil:
+		e.code, e.timedOut = -1, true
+		return e, nil
+	}
+	return e, bodyErr
+}

@@ -1,0 +1,447 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/interp"
+	"mvdan.cc/sh/v3/syntax"
+
+	"countersign/internal/realpath"
+	"countersign/internal/tool"
+)
+
+// One parse, one program (SPEC §14 "Rules judge the action, not the text").
+//
+// run_command no longer hands its text to /bin/sh, which may read it differently from the rules'
+// parser (a carriage return, a backslash before CR-LF, a comment ending in a backslash: each made
+// dash run a program the matcher never saw). The command is parsed once, as POSIX shell with
+// mvdan.cc/sh/v3/syntax — the parser and the language the rules judged it in — and that parse is
+// what runs, in mvdan.cc/sh/v3/interp. A command that is not POSIX but is bash (which only a
+// person can have approved: no allow rule matches it) is parsed as bash and runs the same way.
+//
+// Checked where it happens: the interpreter calls back before every program it starts (argv after
+// expansion, in the folder it starts in) and every file a redirection opens (resolved from the
+// shell's current folder, so `cd ..` counts). Each is put to the gate as an action of the call
+// (tool.Context.Authorize): a deny rule blocks it always; when a person approved the command as
+// written, the rest runs as written; otherwise what the rules do not cover — a program no allow
+// rule matches, a program started outside the workspace, a file written outside it or into the
+// repository's own files — becomes a nested approval in the call's card. A refused action stops
+// the whole command at once (nothing after it runs) and the result says why.
+
+// shellRun is one run_command command line running in the interpreter.
+type shellRun struct {
+	tc        tool.Context
+	workspace string // the workspace's real path
+	protected Protected
+
+	mu     sync.Mutex
+	groups map[int]bool // process groups started and not yet known to be gone
+	done   bool         // the command has ended: nothing more starts
+	// refused is the first action the gate refused; the runner stops on it.
+	refused *refusal
+}
+
+// refusal is an action the gate did not allow, as the command's error result says it.
+type refusal struct {
+	action string // "start `rm x`", "write /tmp/x"
+	reason string
+}
+
+func (r *refusal) Error() string {
+	return "Blocked: " + r.action + ": " + r.reason
+}
+
+// maxCommandBytes bounds a command line: a longer one is not parsed or run.
+const maxCommandBytes = 1 << 20
+
+// parseCommand parses a run_command command line as the rules judged it: POSIX shell first and,
+// when that fails, bash (a command only a person can have approved). The error names both.
+func parseCommand(command string) (*syntax.File, error) {
+	if len(command) > maxCommandBytes {
+		return nil, fmt.Errorf("the command is %d bytes, more than the %d a command may have", len(command), maxCommandBytes)
+	}
+	f, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(command), "")
+	if err == nil {
+		return f, nil
+	}
+	bf, berr := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(command), "")
+	if berr == nil {
+		return bf, nil
+	}
+	return nil, fmt.Errorf("the command does not parse as shell: %v", err)
+}
+
+// runShell runs the parsed command f in dir with env, its standard streams stdin, stdout and
+// stderr (files, handed to the programs it starts as they are), until it ends or ctx is done.
+// It returns the exit status (as a shell reports it: 128+n for a program killed by signal n) and,
+// when the gate refused an action, the refusal. Whatever the command started is killed when it
+// ends (its process groups), as /bin/sh's group was.
+func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []string, stdin, stdout, stderr *os.File) (int, error) {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r, err := interp.New(
+		interp.Dir(dir),
+		interp.Env(expand.ListEnviron(env...)),
+		interp.StdIO(stdin, stdout, stderr),
+		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return s.exec }),
+		interp.OpenHandler(s.open),
+		interp.CallHandler(callHandler),
+	)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errCannotStart, err)
+	}
+	err = r.Run(runCtx, f)
+	s.finish()
+	if ref := s.refusedAction(); ref != nil {
+		return 126, ref
+	}
+	if err == nil {
+		return 0, nil
+	}
+	if code, ok := interp.IsExitStatus(err); ok {
+		return int(code), nil
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	return 0, err
+}
+
+// finish marks the command ended and kills every process group it started that may be left (a
+// background job, a daemon that kept the group).
+func (s *shellRun) finish() {
+	s.mu.Lock()
+	s.done = true
+	groups := s.groups
+	s.groups = nil
+	s.mu.Unlock()
+	for pgid := range groups {
+		_ = killGroup(pgid)
+	}
+}
+
+func (s *shellRun) refuse(r *refusal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refused == nil {
+		s.refused = r
+	}
+	return r
+}
+
+func (s *shellRun) refusedAction() *refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
+}
+
+// authorize puts one action to the gate as a run_command call of text (see tool.Context.Authorize);
+// uncovered says why no rule may allow it ("" when rules may). A refusal is recorded and stops
+// the runner.
+func (s *shellRun) authorize(ctx context.Context, action, text, uncovered string) error {
+	a := s.tc.Authorize(ctx, "run_command", map[string]string{"command": text}, uncovered)
+	if a.Allowed {
+		return nil
+	}
+	reason := a.Reason
+	if reason == "" {
+		reason = "not allowed"
+	}
+	return s.refuse(&refusal{action: action, reason: reason})
+}
+
+// killProgram stands for `kill` in a command's argv between callHandler and exec: the
+// interpreter has no kill builtin, so kill runs as the system's program (a word no command can
+// hold: it has a NUL byte).
+const killProgram = "\x00kill"
+
+// callHandler is the interpreter's CallHandler, which sees every simple command after expansion:
+// `kill` goes to the system's kill program (see killProgram).
+func callHandler(_ context.Context, args []string) ([]string, error) {
+	if args[0] == "kill" {
+		args = append([]string{killProgram}, args[1:]...)
+	}
+	return args, nil
+}
+
+// signalsServer reports whether a kill argument names the server's own process or group: in the
+// interpreter $$ is the server's pid, and `kill $$` must not stop Countersign.
+func signalsServer(args []string) bool {
+	self := strconv.Itoa(os.Getpid())
+	group := strconv.Itoa(syscall.Getpgrp())
+	for _, a := range args[1:] {
+		if a == self || a == "-"+self || a == "-"+group || a == "-1" {
+			return true
+		}
+	}
+	return false
+}
+
+// exec is the interpreter's ExecHandler: every program the command starts (not the shell's own
+// builtins) comes here with its argv after expansion.
+func (s *shellRun) exec(ctx context.Context, args []string) error {
+	hc := interp.HandlerCtx(ctx)
+	if args[0] == killProgram {
+		args = append([]string{"kill"}, args[1:]...)
+		if signalsServer(args) {
+			fmt.Fprintf(hc.Stderr, "kill: %s would signal the Countersign server (in run_command's shell $$ is the server's process), so it was not sent\n", strings.Join(args[1:], " "))
+			return interp.ExitStatus(1)
+		}
+	}
+	text := quoteArgv(args)
+	uncovered := ""
+	if !s.inside(hc.Dir) {
+		uncovered = fmt.Sprintf("`%s` would start in %s, outside the workspace, which no rule covers", shorten(text, 200), hc.Dir)
+		text = "cd " + shellQuote(hc.Dir) + " && " + text
+	}
+	if err := s.authorize(ctx, "`"+shorten(text, 200)+"`", text, uncovered); err != nil {
+		fmt.Fprintf(hc.Stderr, "countersign: %v\n", err)
+		return err
+	}
+	path, err := interp.LookPathDir(hc.Dir, hc.Env, args[0])
+	if err != nil {
+		fmt.Fprintln(hc.Stderr, err)
+		return interp.ExitStatus(127)
+	}
+	return s.start(ctx, hc, path, args)
+}
+
+// start runs the program at path with args in its own process group and waits for it.
+func (s *shellRun) start(ctx context.Context, hc interp.HandlerContext, path string, args []string) error {
+	newCmd := func() *exec.Cmd {
+		cmd := exec.Command(path)
+		cmd.Args = args
+		cmd.Env = exportedEnv(hc.Env)
+		cmd.Dir = hc.Dir
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = hc.Stdin, hc.Stdout, hc.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		return cmd
+	}
+	s.mu.Lock()
+	if s.done {
+		s.mu.Unlock()
+		return errors.New("the command has ended")
+	}
+	cmd := newCmd()
+	err := cmd.Start()
+	// A concurrently forked process may briefly hold the file open for writing (ETXTBSY,
+	// go.dev/issue/22315): retry for a short while, as interp's own handler does.
+	for delay := time.Millisecond; errors.Is(err, syscall.ETXTBSY) && delay < 300*time.Millisecond; delay *= 2 {
+		s.mu.Unlock()
+		time.Sleep(delay)
+		s.mu.Lock()
+		cmd = newCmd()
+		err = cmd.Start()
+	}
+	if err == nil {
+		if s.groups == nil {
+			s.groups = map[int]bool{}
+		}
+		s.groups[cmd.Process.Pid] = true
+	}
+	s.mu.Unlock()
+	if errors.Is(err, syscall.ENOEXEC) {
+		return s.script(ctx, hc, path, args)
+	}
+	if err != nil {
+		fmt.Fprintln(hc.Stderr, err)
+		return interp.ExitStatus(127)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = killGroup(cmd.Process.Pid) })
+	err = cmd.Wait()
+	stop()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return interp.ExitStatus(128 + int(ws.Signal()))
+		}
+		return interp.ExitStatus(ee.ExitCode())
+	default:
+		return err
+	}
+}
+
+// script runs a file the kernel will not execute (no #! line) as a shell script, as shells do,
+// in a new interpreter with the same checks.
+func (s *shellRun) script(ctx context.Context, hc interp.HandlerContext, path string, args []string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(hc.Stderr, err)
+		return interp.ExitStatus(126)
+	}
+	f, err := parseCommand(string(b))
+	if err != nil {
+		fmt.Fprintf(hc.Stderr, "%s: %v\n", args[0], err)
+		return interp.ExitStatus(2)
+	}
+	stdin, _ := hc.Stdin.(*os.File)
+	r, err := interp.New(
+		interp.Dir(hc.Dir),
+		interp.Env(expand.ListEnviron(exportedEnv(hc.Env)...)),
+		interp.StdIO(stdin, hc.Stdout, hc.Stderr),
+		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return s.exec }),
+		interp.OpenHandler(s.open),
+		interp.CallHandler(callHandler),
+		interp.Params(args[1:]...),
+	)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx, f)
+}
+
+// writeFlags are the open flags of a redirection that writes (>, >>, <>, >|).
+const writeFlags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREATE | os.O_TRUNC
+
+// open is the interpreter's OpenHandler: every file a redirection opens, its path as written
+// and the shell's current folder in hc.Dir. The server's own files are never opened; a write
+// outside the workspace, or into the repository's own files, is an action no rule covers.
+func (s *shellRun) open(ctx context.Context, path string, flag int, perm os.FileMode) (io.ReadWriteCloser, error) {
+	hc := interp.HandlerCtx(ctx)
+	if path == "" {
+		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
+	}
+	abs := path
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(hc.Dir, abs)
+	}
+	abs = filepath.Clean(abs)
+	if abs == "/dev/null" {
+		return os.OpenFile(abs, flag, perm)
+	}
+	target, err := realpath.Resolve("/", abs)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	if realpath.IsOneOf(target, s.protected) {
+		err := s.refuse(&refusal{action: "open " + path, reason: "it is one of the server's own files, which commands never read or write"})
+		fmt.Fprintf(hc.Stderr, "countersign: %v\n", err)
+		return nil, err
+	}
+	if flag&writeFlags != 0 {
+		op := ">"
+		if flag&os.O_APPEND != 0 {
+			op = ">>"
+		}
+		if why := s.uncoveredWrite(target); why != "" {
+			text := ": " + op + " " + shellQuote(abs)
+			if err := s.authorize(ctx, "write "+abs, text, "the command writes "+abs+", "+why); err != nil {
+				fmt.Fprintf(hc.Stderr, "countersign: %v\n", err)
+				return nil, err
+			}
+		}
+	}
+	return os.OpenFile(abs, flag, perm)
+}
+
+// uncoveredWrite says why no rule covers writing target (a real path), "" when one may: outside
+// the workspace, or into the repository's own files (.git).
+func (s *shellRun) uncoveredWrite(target string) string {
+	rel, ok := s.relative(target)
+	if !ok {
+		return "outside the workspace"
+	}
+	if rel == ".git" || strings.HasPrefix(rel, ".git/") || strings.Contains(rel, "/.git/") || strings.HasSuffix(rel, "/.git") {
+		return "one of the repository's own files (.git)"
+	}
+	return ""
+}
+
+// inside reports whether dir (the shell's current folder) resolves inside the workspace.
+func (s *shellRun) inside(dir string) bool {
+	real, err := realpath.Resolve("/", dir)
+	if err != nil {
+		return false
+	}
+	_, ok := s.relative(real)
+	return ok
+}
+
+// relative is target (a real path) relative to the workspace's real path, and whether it is
+// inside it.
+func (s *shellRun) relative(target string) (string, bool) {
+	rel, err := filepath.Rel(s.workspace, target)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return rel, true
+}
+
+// exportedEnv is the environment a started program gets: the shell's exported variables.
+func exportedEnv(env expand.Environ) []string {
+	list := make([]string, 0, 32)
+	for name, vr := range env.Each {
+		if !vr.IsSet() {
+			for i, kv := range list {
+				if strings.HasPrefix(kv, name+"=") {
+					list[i] = ""
+				}
+			}
+			continue
+		}
+		if vr.Exported && vr.Kind == expand.String {
+			list = append(list, name+"="+vr.String())
+		}
+	}
+	out := list[:0]
+	for _, kv := range list {
+		if kv != "" {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// quoteArgv is argv as one POSIX command line that the rules' parser reads back as exactly these
+// words: plain words as they are, every other single-quoted.
+func quoteArgv(args []string) string {
+	var b strings.Builder
+	for i, a := range args {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if plainWord(a, i == 0) {
+			b.WriteString(a)
+		} else {
+			b.WriteString(shellQuote(a))
+		}
+	}
+	return b.String()
+}
+
+// plainWord reports whether a reads back as itself unquoted: letters, digits and _@%+=:,./-
+// (no = in a first word, which would be an assignment).
+func plainWord(a string, first bool) bool {
+	if a == "" {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		c := a[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("_@%+:,./-", c) >= 0:
+		case c == '=' && !first:
+		default:
+			return false
+		}
+	}
+	return true
+}

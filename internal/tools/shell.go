@@ -192,7 +192,16 @@ func signalsServer(args []string) bool {
 // exec is the interpreter's ExecHandler: every program the command starts (not the shell's own
 // builtins) comes here with its argv after expansion.
 func (s *shellRun) exec(ctx context.Context, args []string) error {
-	hc := interp.HandlerCtx(ctx)
+	return s.execIn(ctx, interp.HandlerCtx(ctx), args, 0)
+}
+
+// maxUnwrap bounds how deep execIn sees through sh -c and env.
+const maxUnwrap = 8
+
+// execIn judges and starts one program with the shell's state hc. A shell's `-c` string and
+// env's program are not handed to another program to run unseen: once the wrapper itself is
+// allowed, what it would run is judged and run here in turn (depth counts the wrappers).
+func (s *shellRun) execIn(ctx context.Context, hc interp.HandlerContext, args []string, depth int) error {
 	if args[0] == killProgram {
 		args = append([]string{"kill"}, args[1:]...)
 		if signalsServer(args) {
@@ -210,12 +219,122 @@ func (s *shellRun) exec(ctx context.Context, args []string) error {
 		fmt.Fprintf(hc.Stderr, "countersign: %v\n", err)
 		return err
 	}
+	if depth < maxUnwrap {
+		if src, lang, params, ok := shellString(args); ok {
+			return s.subshell(ctx, hc, src, lang, params, depth)
+		}
+		if env, prog, ok := envProgram(hc.Env, args); ok {
+			hc.Env = env
+			return s.execIn(ctx, hc, prog, depth+1)
+		}
+	}
 	path, err := interp.LookPathDir(hc.Dir, hc.Env, args[0])
 	if err != nil {
 		fmt.Fprintln(hc.Stderr, err)
 		return interp.ExitStatus(127)
 	}
 	return s.start(ctx, hc, path, args)
+}
+
+// shellString recognises `sh -c STRING [NAME [ARGS…]]` (sh, dash, bash; `-c --` too) and
+// returns the string, the language to parse it in, and the positional parameters ($1…).
+func shellString(args []string) (src string, lang syntax.LangVariant, params []string, ok bool) {
+	switch filepath.Base(args[0]) {
+	case "sh", "dash":
+		lang = syntax.LangPOSIX
+	case "bash":
+		lang = syntax.LangBash
+	default:
+		return "", 0, nil, false
+	}
+	rest := args[1:]
+	if len(rest) < 2 || rest[0] != "-c" {
+		return "", 0, nil, false
+	}
+	rest = rest[1:]
+	if rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if len(rest) == 0 {
+		return "", 0, nil, false
+	}
+	if len(rest) > 2 {
+		params = rest[2:]
+	}
+	return rest[0], lang, params, true
+}
+
+// envProgram recognises `env [-i] [-u NAME] [NAME=VALUE…] [--] PROGRAM [ARGS…]` and returns the
+// environment PROGRAM gets and its argv. Other options (-S, -C, …) are not seen through.
+func envProgram(cur expand.Environ, args []string) (expand.Environ, []string, bool) {
+	if filepath.Base(args[0]) != "env" {
+		return nil, nil, false
+	}
+	vars := exportedEnv(cur)
+	i := 1
+	for ; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-i" || a == "--ignore-environment" || a == "-":
+			vars = nil
+		case a == "-u" && i+1 < len(args):
+			i++
+			vars = unsetVar(vars, args[i])
+		case a == "--":
+			i++
+			goto program
+		case strings.HasPrefix(a, "-"):
+			return nil, nil, false
+		case strings.Contains(a, "="):
+			name, _, _ := strings.Cut(a, "=")
+			vars = append(unsetVar(vars, name), a)
+		default:
+			goto program
+		}
+	}
+program:
+	if i >= len(args) || strings.Contains(args[i], "=") {
+		return nil, nil, false
+	}
+	return expand.ListEnviron(vars...), args[i:], true
+}
+
+func unsetVar(vars []string, name string) []string {
+	out := vars[:0:0]
+	for _, kv := range vars {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// subshell runs a shell's -c string here, with the same checks, as that shell would in hc's
+// folder and environment.
+func (s *shellRun) subshell(ctx context.Context, hc interp.HandlerContext, src string, lang syntax.LangVariant, params []string, depth int) error {
+	f, err := syntax.NewParser(syntax.Variant(lang)).Parse(strings.NewReader(src), "")
+	if err != nil {
+		fmt.Fprintf(hc.Stderr, "sh: %v\n", err)
+		return interp.ExitStatus(2)
+	}
+	stdin, _ := hc.Stdin.(*os.File)
+	r, err := interp.New(
+		interp.Dir(hc.Dir),
+		interp.Env(expand.ListEnviron(exportedEnv(hc.Env)...)),
+		interp.StdIO(stdin, hc.Stdout, hc.Stderr),
+		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc {
+			return func(ctx context.Context, args []string) error {
+				return s.execIn(ctx, interp.HandlerCtx(ctx), args, depth+1)
+			}
+		}),
+		interp.OpenHandler(s.open),
+		interp.CallHandler(callHandler),
+		interp.Params(append([]string{"--"}, params...)...),
+	)
+	if err != nil {
+		return err
+	}
+	return r.Run(ctx, f)
 }
 
 // start runs the program at path with args in its own process group and waits for it.

@@ -74,7 +74,7 @@ func nobodyFolder(t *testing.T, script string) (bin string, f serverFiles) {
 // parent's (the server's) environment, then runs a codemode script, whose worker the server
 // starts from its own binary.
 const readsEnviron = `{"steps":[
- {"content":[{"type":"toolCall","id":"call-1","name":"run_command","arguments":{"command":"tr '\\0' '\\n' < /proc/$PPID/environ; echo \"read exit $?\""}}],
+ {"content":[{"type":"toolCall","id":"call-1","name":"run_command","arguments":{"command":"cat /proc/$$/environ; echo \"read exit $?\"; tr '\\0' '\\n' < /proc/self/environ"}}],
   "stopReason":"toolUse"},
  {"content":[{"type":"toolCall","id":"call-2","name":"codemode","arguments":{"code":"return (6 * 7) + '-from-the-worker'"}}],
   "stopReason":"toolUse"},
@@ -158,7 +158,9 @@ func TestServerEnvironmentIsNotReadableByItsUser(t *testing.T) {
 			t.Errorf("the tool command read %q from the server's environ", s)
 		}
 	}
-	for _, want := range []string{"environ: Permission denied", "42-from-the-worker"} {
+	// run_command's shell runs inside the server ($$ is the server's pid): a program it starts
+	// cannot read the server's environ, and a redirection from /proc/self is refused.
+	for _, want := range []string{"environ: Permission denied", "read exit 1", "Blocked: open /proc/self/environ", "42-from-the-worker"} {
 		if !bytes.Contains(transcript, []byte(want)) {
 			t.Errorf("the transcript lacks %q:\n%s", want, transcript)
 		}

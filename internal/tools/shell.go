@@ -450,6 +450,11 @@ func (s *shellRun) open(ctx context.Context, path string, flag int, perm os.File
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	if serversOwn(abs) || serversOwn(target) {
+		err := s.refuse(&refusal{action: "open " + path, reason: "it is the Countersign server's own process (its environment, memory or open files): the shell runs inside the server, so /proc/self, /dev/fd and /dev/std* are the server's"})
+		fmt.Fprintf(hc.Stderr, "countersign: %v\n", err)
+		return nil, err
+	}
 	if realpath.IsOneOf(target, s.protected) {
 		err := s.refuse(&refusal{action: "open " + path, reason: "it is one of the server's own files, which commands never read or write"})
 		fmt.Fprintf(hc.Stderr, "countersign: %v\n", err)
@@ -469,6 +474,20 @@ func (s *shellRun) open(ctx context.Context, path string, flag int, perm os.File
 		}
 	}
 	return os.OpenFile(abs, flag, perm)
+}
+
+// serversOwn reports whether path (absolute, cleaned) names the server's own process in /proc
+// or its file descriptors: in the interpreter a redirection is opened by the server itself, so
+// `< /proc/self/environ` would read the server's environment (the owner token, the model
+// providers' keys) and `< /dev/fd/7` one of its open files.
+func serversOwn(path string) bool {
+	self := "/proc/" + strconv.Itoa(os.Getpid())
+	for _, p := range []string{"/proc/self", "/proc/thread-self", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr", self} {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // uncoveredWrite says why no rule covers writing target (a real path), "" when one may: outside

@@ -1,0 +1,210 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"countersign/internal/tool"
+)
+
+// gateFake is a tool.Context whose Authorize records every action and refuses those refuse
+// picks, as the gate would (a deny rule, a person's denial).
+type gateFake struct {
+	workspace string
+	refuse    func(command, uncovered string) string // a reason to refuse, "" to allow
+
+	mu    sync.Mutex
+	asked []string // "command" or "command [uncovered: why]"
+}
+
+func (f *gateFake) ToolCallID() string { return "c1" }
+func (f *gateFake) Workspace() string  { return f.workspace }
+func (f *gateFake) ExecuteTool(context.Context, string, any) tool.Outcome {
+	return tool.Outcome{IsError: true, Result: tool.ErrorResult("no nested calls")}
+}
+func (f *gateFake) Consent() tool.Consent { return tool.Consent{} }
+func (f *gateFake) Authorize(_ context.Context, name string, arguments any, uncovered string) tool.Authorization {
+	cmd := arguments.(map[string]string)["command"]
+	f.mu.Lock()
+	entry := cmd
+	if uncovered != "" {
+		entry += " [uncovered: " + uncovered + "]"
+	}
+	f.asked = append(f.asked, entry)
+	f.mu.Unlock()
+	if name != "run_command" {
+		return tool.Authorization{Reason: "not run_command"}
+	}
+	if f.refuse != nil {
+		if why := f.refuse(cmd, uncovered); why != "" {
+			return tool.Authorization{Reason: why}
+		}
+	}
+	return tool.Authorization{Allowed: true}
+}
+
+func (f *gateFake) actions() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.asked)
+}
+
+// runIn runs command with run_command's Execute under tc.
+func runIn(t *testing.T, tc *gateFake, command string) (tool.Result, RunCommandOutput, error) {
+	t.Helper()
+	tools := mustTools(t, Config{})
+	args, _ := json.Marshal(map[string]string{"command": command})
+	res, err := tools["run_command"].Execute(context.Background(), args, func(tool.Update) {}, tc)
+	var out RunCommandOutput
+	if err == nil && res.StructuredContent != nil {
+		b, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(b, &out)
+	}
+	return res, out, err
+}
+
+func TestEveryProgramTheShellStartsIsPutToTheGateAsItRuns(t *testing.T) {
+	ws := t.TempDir()
+	tc := &gateFake{workspace: ws}
+	_, out, err := runIn(t, tc, `f='a b'; ls "$f" 2>/dev/null; X=--stat; git --version >/dev/null $X 2>&1; printf '%s\n' done`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Stdout != "done\n" {
+		t.Errorf("stdout %q", out.Stdout)
+	}
+	// Builtins (printf) are the shell's own; programs are judged by their argv after expansion,
+	// quoted so that the rules' parser reads back exactly those words.
+	if got, want := tc.actions(), []string{"ls 'a b'", "git --version --stat"}; !slices.Equal(got, want) {
+		t.Errorf("actions %q, want %q", got, want)
+	}
+}
+
+func TestARefusedProgramStopsTheWholeCommand(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.Mkdir(filepath.Join(ws, "victim"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tc := &gateFake{workspace: ws, refuse: func(cmd, _ string) string {
+		if strings.HasPrefix(cmd, "rm ") {
+			return "rule run_command(rm:*) denies the call"
+		}
+		return ""
+	}}
+	res, out, err := runIn(t, tc, "touch before; x=rm; $x -rf victim; touch after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || out.ExitCode != 126 || !strings.Contains(res.TextOf(), "Blocked: `rm -rf victim`: rule run_command(rm:*) denies the call") ||
+		!strings.Contains(res.TextOf(), "Nothing after it ran") {
+		t.Errorf("result %+v %q, want a blocked start naming the rule", out, res.TextOf())
+	}
+	for name, want := range map[string]bool{"before": true, "victim": true, "after": false} {
+		if _, err := os.Stat(filepath.Join(ws, name)); (err == nil) != want {
+			t.Errorf("%s exists: %v, want %v", name, err == nil, want)
+		}
+	}
+}
+
+func TestShellStringsAndEnvAreSeenThroughAtRunTime(t *testing.T) {
+	ws := t.TempDir()
+	tc := &gateFake{workspace: ws, refuse: func(cmd, _ string) string {
+		if strings.HasPrefix(cmd, "rm ") {
+			return "denied"
+		}
+		return ""
+	}}
+	_, out, err := runIn(t, tc, `env -u HOME FOO=1 sh -c 'touch "$1-$FOO"' name arg; bash -c -- 'x=rm; $x -rf .'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "arg-1")); err != nil {
+		t.Errorf("the sh -c string did not run with its parameters and env's variable: %v (%+v)", err, out)
+	}
+	want := []string{
+		`env -u HOME FOO=1 sh -c 'touch "$1-$FOO"' name arg`, `sh -c 'touch "$1-$FOO"' name arg`, "touch arg-1",
+		"bash -c -- 'x=rm; $x -rf .'", "rm -rf .",
+	}
+	if got := tc.actions(); !slices.Equal(got, want) {
+		t.Errorf("actions\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestWritesOutsideTheWorkspaceOrIntoGitAreActionsNoRuleCovers(t *testing.T) {
+	parent := t.TempDir()
+	ws := filepath.Join(parent, "ws")
+	if err := os.MkdirAll(filepath.Join(ws, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(ws, ".git"), filepath.Join(ws, "docs")); err != nil {
+		t.Fatal(err)
+	}
+	tc := &gateFake{workspace: ws, refuse: func(_, uncovered string) string {
+		if uncovered != "" {
+			return "a person denied it"
+		}
+		return ""
+	}}
+	for _, c := range []struct{ command, file, want string }{
+		{"echo x > inside", "inside", ""},
+		{"cd .. && echo x > outside", "../outside", ": > '" + filepath.Join(parent, "outside") + "' [uncovered: the command writes " + filepath.Join(parent, "outside") + ", outside the workspace]"},
+		{"echo x >> .git/config", ".git/config", "[uncovered: the command writes " + filepath.Join(ws, ".git/config") + ", one of the repository's own files (.git)]"},
+		{"echo x > docs/config", ".git/config", "one of the repository's own files (.git)"},
+		{"cd .. && touch started-outside", "../started-outside", "cd '" + parent + "' && touch started-outside [uncovered: `touch started-outside` would start in " + parent + ", outside the workspace, which no rule covers]"},
+	} {
+		tc.asked = nil
+		res, _, err := runIn(t, tc, c.command)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, statErr := os.Stat(filepath.Join(ws, c.file))
+		if c.want == "" {
+			if statErr != nil || res.IsError {
+				t.Errorf("%s: %v %q", c.command, statErr, res.TextOf())
+			}
+			continue
+		}
+		if statErr == nil {
+			t.Errorf("%s: %s was written", c.command, c.file)
+		}
+		if a := tc.actions(); len(a) != 1 || !strings.Contains(a[0], c.want) {
+			t.Errorf("%s: actions %q, want one with %q", c.command, a, c.want)
+		}
+		if !res.IsError || !strings.Contains(res.TextOf(), "a person denied it") {
+			t.Errorf("%s: result %q", c.command, res.TextOf())
+		}
+	}
+}
+
+func TestTheShellCannotReadTheServersOwnProcess(t *testing.T) {
+	tc := &gateFake{workspace: t.TempDir()}
+	for _, c := range []string{"cat < /proc/self/environ", "read x < /dev/stdin", "cat < /proc/thread-self/environ", "cat < /dev/fd/0"} {
+		res, _, err := runIn(t, tc, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || !strings.Contains(res.TextOf(), "the Countersign server's own process") {
+			t.Errorf("%s: %q", c, res.TextOf())
+		}
+	}
+}
+
+func TestACommandThatDoesNotParseOrIsTooLongDoesNotRun(t *testing.T) {
+	ws := t.TempDir()
+	tc := &gateFake{workspace: ws}
+	for _, c := range []string{"touch x; if then", "touch x; " + strings.Repeat("#", maxCommandBytes)} {
+		_, _, err := runIn(t, tc, c)
+		if err == nil {
+			t.Errorf("%.30q ran", c)
+		}
+		if _, err := os.Stat(filepath.Join(ws, "x")); err == nil {
+			t.Errorf("%.30q: x was written", c)
+		}
+	}
+}

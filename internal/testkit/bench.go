@@ -112,6 +112,8 @@ type BenchOptions struct {
 	// (nil: gate.ExactCompiler) — the "rules" case (issue 17, acceptance 7).
 	Rules        []gate.Rule
 	CompileRules gate.RuleCompiler
+	// Tools are registered beside the benchmark tools (the exec_checks case: run_command).
+	Tools []*tool.Tool
 }
 
 // RulesOn returns n server rules of which ten are on tool (scoped to a session that does not
@@ -181,7 +183,7 @@ func NewBench(ctx context.Context, dir string, opt BenchOptions) (*Bench, error)
 		opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	e := &Bench{Dir: dir, DB: db, Broker: agent.NewBroker(), Tools: tool.NewRegistry(), Models: NewScripts()}
-	for _, t := range e.tools() {
+	for _, t := range append(e.tools(), opt.Tools...) {
 		if err := e.Tools.Register(t); err != nil {
 			db.Close()
 			return nil, err

@@ -7,13 +7,17 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
+	"countersign/internal/models"
 	"countersign/internal/rules"
 	"countersign/internal/testkit"
+	"countersign/internal/tool"
+	"countersign/internal/tools"
 )
 
 // newEnv is a testkit environment in a fresh temporary folder; cleanup closes and removes it.
@@ -629,4 +633,89 @@ func fanout(ctx context.Context, sessions, viewersPer int, chunkDelay time.Durat
 		add("text_p50_ms", round2(percentile(textDelays, 50))).add("text_p99_ms", round2(percentile(textDelays, 99))).
 		add("dropped_viewers", dropped).add("unmatched", unmatched).
 		add("total_ms", ms(total)).add("cpu_ms", ms(cpu)), nil
+}
+
+// execChecksCase (issue 28, acceptance 7): the cost of run_command's exec-time check of one
+// started program (SPEC §14 "Checked where it happens"). A tool makes n checks of `ls -d .`
+// through tool.Context.Authorize, as the shell's exec handler does before each program it
+// starts, under 1,000 policy rules compiled by the real compiler, one of which
+// (run_command(ls:*)) allows it: the loop's time per check, inside the tool. For scale, the same
+// run then runs a rule-allowed run_command that starts `ls -d .` m times (each start checked,
+// forked and waited for): its duration per program. The goal is under 50 µs per check.
+func execChecksCase(ctx context.Context, n, m int) (line, error) {
+	const goalUs = 50.0
+	rs := append(testkit.RealRulesOn("run_checks", 999), gate.Rule{ID: "policy:ls", Effect: gate.Allow,
+		Tool: "run_command", Specifier: "ls:*", Scope: gate.ScopeServer, Source: gate.SourcePolicyFile, CreatedBy: "bench"})
+	var perCheck time.Duration
+	loop := &tool.Tool{Name: "exec_checks", InputSchema: json.RawMessage(`{"type":"object"}`),
+		Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(true)},
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+			args := map[string]string{"command": "ls -d ."}
+			t0 := time.Now()
+			for range n {
+				if a := tc.Authorize(ctx, "run_command", args, ""); !a.Allowed {
+					return tool.Result{}, fmt.Errorf("the check refused ls -d .: %s", a.Reason)
+				}
+			}
+			perCheck = time.Since(t0) / time.Duration(n)
+			return tool.Result{Content: []tool.Content{tool.Text("ok")}}, nil
+		}}
+	builtin := tools.Builtin(tools.Config{})
+	var runCommand *tool.Tool
+	for _, t := range builtin {
+		if t.Name == "run_command" {
+			runCommand = t
+		}
+	}
+	e, cleanup, err := newEnv(ctx, testkit.BenchOptions{Rules: rs, CompileRules: rules.Compiler, Tools: []*tool.Tool{loop, runCommand}})
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	command := strings.TrimSuffix(strings.Repeat("ls -d . >/dev/null; ", m), "; ")
+	src := mustJSON(map[string]any{"steps": []any{
+		map[string]any{"content": []any{map[string]any{"type": "toolCall", "id": "loop", "name": "exec_checks", "arguments": map[string]any{}}}, "stopReason": "toolUse"},
+		map[string]any{"content": []any{map[string]any{"type": "toolCall", "id": "run", "name": "run_command", "arguments": map[string]string{"command": command}}}, "stopReason": "toolUse"},
+		map[string]any{"content": []any{map[string]any{"type": "text", "text": "done"}}, "stopReason": "stop"},
+	}})
+	script, err := models.ParseScript("exec-checks.json", src)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := e.NewSession(ctx, "exec-checks", script)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Runner.Send(ctx, sess.ID, "go"); err != nil {
+		return nil, err
+	}
+	e.Runner.Wait()
+	entries, err := e.DB.Entries(ctx, sess.ID)
+	if err != nil {
+		return nil, err
+	}
+	var runMs int64 = -1
+	for _, en := range entries {
+		if r := en.Message.Result; en.Message.ToolCallID == "run" && r != nil {
+			if r.IsError {
+				return nil, fmt.Errorf("the rule-allowed run_command failed: %s", r.TextOf())
+			}
+			runMs = r.DurationMs
+		}
+	}
+	if perCheck == 0 || runMs < 0 {
+		return nil, fmt.Errorf("the run did not reach both calls (%d entries)", len(entries))
+	}
+	us := float64(perCheck.Nanoseconds()) / 1e3
+	return line{}.add("peer", "countersign").add("case", "exec_checks").add("n", n).add("rules", len(rs)).
+		add("us_per_check", round2(us)).add("goal_us", goalUs).add("under_goal", us < goalUs).
+		add("programs", m).add("us_per_program_run", round2(float64(runMs)*1e3/float64(m))), nil
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -95,7 +95,7 @@ type options struct {
 }
 
 // defaultCases are the cases run when -cases is not given (make bench, bench/peers.sh).
-const defaultCases = "nested,rules,direct,rss,approval,fanout,sessions,fanout_html,inbox,replicas"
+const defaultCases = "nested,rules,exec_checks,direct,rss,approval,fanout,sessions,fanout_html,inbox,replicas"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
@@ -184,6 +184,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if opt.cases["rules"] {
 			steps = append(steps, step{"rules n=5000", func() (line, error) { return rulesCase(ctx, 5000, 5) }})
+		}
+		if opt.cases["exec_checks"] {
+			steps = append(steps, step{"exec_checks n=20000", func() (line, error) { return execChecksCase(ctx, 20000, 200) }})
 		}
 		if opt.cases["direct"] {
 			// 5000: issue 19's flatness goal (last-50 ÷ first-50 turns); the peers stop at 1000.

@@ -305,6 +305,12 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 				f(num(c, "cpu_us_added_per_call")), f(num(c, "cpu_us_per_call_rules")), f(num(c, "cpu_us_per_call_no_rules")), c.str("pairs")),
 			num(c, "us_added_per_call") < 2, true)
 	}
+	if c, ok := find(cs, "countersign", "exec_checks", nil); ok {
+		target("exec_checks (issue 28): run_command's check of one started program, 1,000 rules loaded: < 50 µs",
+			fmt.Sprintf("%s µs per check (a started program costs %s µs in all: checked, forked and waited for)",
+				f(num(c, "us_per_check")), f(num(c, "us_per_program_run"))),
+			num(c, "us_per_check") < 50, true)
+	}
 	for _, mode := range []string{"one_at_a_time", "burst"} {
 		if c, ok := find(cs, "countersign", "approval_round_trip", map[string]string{"mode": mode}); ok {
 			target("approval round trip p99 ≤ 2 ms ("+mode+")", fmt.Sprintf("p50 %s µs, p99 %s µs", f(num(c, "p50_us")), f(num(c, "p99_us"))), num(c, "p99_us") <= 2000, true)

@@ -96,6 +96,7 @@ func runCommand(ctx context.Context, cfg Config, tc tool.Context, command string
 	if err != nil {
 		return tool.Result{}, err
 	}
+	f.Name = "sh" // $0, as /bin/sh -c gave it
 	root, err := realpath.Resolve("/", workspace)
 	if err != nil {
 		return tool.Result{}, fmt.Errorf("the workspace %s cannot be resolved: %w", workspace, err)

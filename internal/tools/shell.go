@@ -237,7 +237,7 @@ func (s *shellRun) execIn(ctx context.Context, hc interp.HandlerContext, args []
 }
 
 // shellString recognises `sh -c STRING [NAME [ARGS…]]` (sh, dash, bash; `-c --` too) and
-// returns the string, the language to parse it in, and the positional parameters ($1…).
+// returns the string, the language to parse it in, and the words after it ($0, then $1…).
 func shellString(args []string) (src string, lang syntax.LangVariant, params []string, ok bool) {
 	switch filepath.Base(args[0]) {
 	case "sh", "dash":
@@ -258,8 +258,8 @@ func shellString(args []string) (src string, lang syntax.LangVariant, params []s
 	if len(rest) == 0 {
 		return "", 0, nil, false
 	}
-	if len(rest) > 2 {
-		params = rest[2:]
+	if len(rest) > 1 {
+		params = rest[1:] // $0, then $1…
 	}
 	return rest[0], lang, params, true
 }
@@ -316,6 +316,10 @@ func (s *shellRun) subshell(ctx context.Context, hc interp.HandlerContext, src s
 	if err != nil {
 		fmt.Fprintf(hc.Stderr, "sh: %v\n", err)
 		return interp.ExitStatus(2)
+	}
+	f.Name = "sh" // $0, as `sh -c` without a name gives it
+	if len(params) > 0 {
+		f.Name, params = params[0], params[1:]
 	}
 	stdin, _ := hc.Stdin.(*os.File)
 	r, err := interp.New(
@@ -411,6 +415,7 @@ func (s *shellRun) script(ctx context.Context, hc interp.HandlerContext, path st
 		fmt.Fprintf(hc.Stderr, "%s: %v\n", args[0], err)
 		return interp.ExitStatus(2)
 	}
+	f.Name = args[0]
 	stdin, _ := hc.Stdin.(*os.File)
 	r, err := interp.New(
 		interp.Dir(hc.Dir),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -205,6 +206,52 @@ func TestACommandThatDoesNotParseOrIsTooLongDoesNotRun(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(ws, "x")); err == nil {
 			t.Errorf("%.30q: x was written", c)
+		}
+	}
+}
+
+// TestRunCommandStillRunsWhatPeopleRun (issue 28, acceptance 6): in the interpreter, the shapes
+// people and models write keep working as /bin/sh ran them.
+func TestRunCommandStillRunsWhatPeopleRun(t *testing.T) {
+	ws := t.TempDir()
+	files := map[string]string{
+		"a.txt": "alpha\nbeta\n", "b.txt": "gamma\n",
+		"go.mod":       "module example.com/m\n\ngo 1.22\n",
+		"m_test.go":    "package m\n\nimport \"testing\"\n\nfunc TestOK(t *testing.T) {}\n",
+		"package.json": `{"name":"m","version":"1.0.0","scripts":{"test":"echo npm-test-ran && node -e \"process.exit(0)\""}}`,
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct{ command, want string }{
+		{"cat a.txt | grep -c a | tr -d ' '", "2\n"},
+		{"cat <<EOF | wc -l | tr -d ' '\none\ntwo\nEOF", "2\n"},
+		{"mkdir -p out && cd out && touch x && ls", "x\n"},
+		{"ls *.txt", "a.txt\nb.txt\n"},
+		{`echo "$(ls *.txt | wc -l | tr -d ' ') files"`, "2 files\n"},
+		{"false || echo recovered; true && echo chained", "recovered\nchained\n"},
+		{"for f in a b; do printf '%s-' \"$f\"; done; echo", "a-b-\n"},
+		{"f() { echo in-function \"$1\"; }; f x", "in-function x\n"},
+		{"x=$((2 + 3)); echo $x ${HOME:+home}", "5 home\n"},
+		{"if [ -f a.txt ]; then echo yes; fi; case b in a) echo a;; b) echo b;; esac", "yes\nb\n"},
+		{"(cd out && pwd) | sed 's|.*/||'; pwd | sed 's|.*/||'", "out\n" + filepath.Base(ws) + "\n"},
+		{"echo err >&2; echo out 2>&1", "out\n"},
+		{"sleep 0.01 & wait; echo waited", "waited\n"},
+		{"exec echo replaced", "replaced\n"},
+		{"set -e; false; echo not-reached", ""},
+		{"echo hi > o.txt; cat < o.txt; echo more >> o.txt; wc -l < o.txt | tr -d ' '", "hi\n2\n"},
+		{"bash -c 'echo $((1+1)) ${0}' name", "2 name\n"},
+		{"go test ./... 2>&1 | grep -c '^ok' ", "1\n"},
+	}
+	if _, err := exec.LookPath("npm"); err == nil {
+		cases = append(cases, struct{ command, want string }{"npm test --silent", "npm-test-ran\n"})
+	}
+	for _, c := range cases {
+		res, out, err := runIn(t, &gateFake{workspace: ws}, c.command)
+		if err != nil || res.IsError || out.Stdout != c.want {
+			t.Errorf("%q: stdout %q (exit %d, stderr %q, err %v), want %q", c.command, out.Stdout, out.ExitCode, out.Stderr, err, c.want)
 		}
 	}
 }

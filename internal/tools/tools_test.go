@@ -484,8 +484,9 @@ func TestRunCommand(t *testing.T) {
 			RunCommandOutput{ExitCode: 3, Stdout: "out\n", Stderr: "err\n"}, []string{"Exit code 3", "out", "err"}},
 		{"success", "printf hello", RunCommandOutput{Stdout: "hello"}, []string{"Exit code 0", "hello", "stderr: (empty)"}},
 		{"runs in the workspace", "pwd", RunCommandOutput{Stdout: ws + "\n"}, nil},
-		{"killed by a signal", "sh -c 'kill -TERM $$'", RunCommandOutput{ExitCode: 143}, nil},
-		{"kill signals what the command started", "sh -c 'echo $$ > kill.pid; exec sleep 30' & while [ ! -s kill.pid ]; do sleep 0.01; done; kill -TERM $(cat kill.pid); wait; echo done",
+		// A script the kernel runs with /bin/sh: $$ is its own pid (in the interpreter, the server's).
+		{"killed by a signal", "printf '#!/bin/sh\\nkill -TERM $$\\n' > self.sh; chmod +x self.sh; ./self.sh", RunCommandOutput{ExitCode: 143}, nil},
+		{"kill signals what the command started", "printf '#!/bin/sh\\necho $$ > kill.pid; exec sleep 30\\n' > job.sh; chmod +x job.sh; ./job.sh & while [ ! -s kill.pid ]; do sleep 0.01; done; kill -TERM $(cat kill.pid); wait; echo done",
 			RunCommandOutput{Stdout: "done\n"}, nil},
 		// In the interpreter $$ is the server's pid: kill refuses it, and the server lives on.
 		{"kill never signals the server", "kill -TERM $$; echo alive",
@@ -617,7 +618,7 @@ func TestRunCommandCancel(t *testing.T) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := callCtx(ctx, t, tools, "run_command", ws, map[string]any{"command": "sh -c 'echo $$ > child.pid; exec sleep 30' & wait"}, nil)
+		res, err := callCtx(ctx, t, tools, "run_command", ws, map[string]any{"command": "printf '#!/bin/sh\\necho $$ > child.pid; exec sleep 30\\n' > job.sh; chmod +x job.sh; ./job.sh & wait"}, nil)
 		done <- outcome{res, err}
 	}()
 	child := pidFrom(t, filepath.Join(ws, "child.pid"))
@@ -644,7 +645,7 @@ func TestRunCommandStopsBackgroundProcesses(t *testing.T) {
 	ws := t.TempDir()
 	tools := mustTools(t, Config{})
 	start := time.Now()
-	res, err := call(t, tools, "run_command", ws, map[string]any{"command": "sh -c 'echo $$ > bg.pid; exec sleep 30' & while [ ! -s bg.pid ]; do sleep 0.01; done; echo started"})
+	res, err := call(t, tools, "run_command", ws, map[string]any{"command": "printf '#!/bin/sh\\necho $$ > bg.pid; exec sleep 30\\n' > job.sh; chmod +x job.sh; ./job.sh & while [ ! -s bg.pid ]; do sleep 0.01; done; echo started"})
 	got := mustSucceed[RunCommandOutput](t, tools, "run_command", res, err)
 	if got.Stdout != "started\n" {
 		t.Errorf("stdout = %q", got.Stdout)

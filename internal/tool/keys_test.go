@@ -130,6 +130,36 @@ func TestFoldRuneJoinsEveryCaseOfARune(t *testing.T) {
 	}
 }
 
+// TestValidateInputRefusesAmbiguousKeys: ValidateInput refuses arguments with an ambiguous key
+// that the inputSchema alone accepts, with one violation; invalid JSON keeps the validator's
+// words.
+func TestValidateInputRefusesAmbiguousKeys(t *testing.T) {
+	tl := &Tool{Name: "pay", InputSchema: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"number"}}}`),
+		Execute: noopExecute}
+	if err := tl.compile(); err != nil {
+		t.Fatal(err)
+	}
+	for doc, want := range map[string]string{
+		`{"amount": 50, "Amount": 5000}`: `/Amount: the keys "amount" and "Amount" differ only in case: a tool could read either value, ` +
+			`so arguments may not repeat a key in any case`,
+		`{"amount": 50, "amount": 5000}`: `/amount: the key "amount" appears twice in this object: a tool could read either value, ` +
+			`so arguments may not repeat a key in any case`,
+	} {
+		for range 2 { // the second time, past the memo
+			if vs := tl.ValidateInput(json.RawMessage(doc)); len(vs) != 1 || vs[0].String() != want {
+				t.Fatalf("ValidateInput(%s) = %v, want [%s]", doc, vs, want)
+			}
+		}
+	}
+	if vs := tl.ValidateInput(json.RawMessage(`{"amount": 50, "memo": {"Amount": 5000}}`)); vs != nil {
+		t.Errorf("keys in different objects: %v", vs)
+	}
+	vs := tl.ValidateInput(json.RawMessage(`{"amount": 5`))
+	if len(vs) != 1 || !strings.HasPrefix(vs[0].Message, "not valid JSON: ") {
+		t.Errorf("invalid JSON: %v", vs)
+	}
+}
+
 // FuzzAmbiguousKey compares the scanner with encoding/json: the same documents are valid JSON
 // (json.Valid), and the same object member is found to repeat a key, by a reference that reads
 // encoding/json's token stream and compares keys with strings.EqualFold and with
@@ -234,7 +264,9 @@ func referenceAmbiguousKey(doc []byte) (ptr string, invalid bool) {
 const benchArguments = `{"path":"internal/agent/pipeline.go","content":"package agent\n\nfunc decide() bool {\n\treturn true\n}\n",` +
 	`"mode":"overwrite","options":{"createDirs":true,"encoding":"utf-8"},"tags":["review","gate"],"amount":50}`
 
-// BenchmarkAmbiguousKey is the scan's cost per call.
+// BenchmarkAmbiguousKey is the scan's cost per call. BenchmarkValidateInput is the whole of
+// validation with it: "memo" a repeated document (the memo answers, no scan), "new" a document
+// the schema has not seen (scan and schema), "schema" the schema alone (the cost before the scan).
 func BenchmarkAmbiguousKey(b *testing.B) {
 	doc := []byte(benchArguments)
 	b.SetBytes(int64(len(doc)))
@@ -244,4 +276,39 @@ func BenchmarkAmbiguousKey(b *testing.B) {
 			b.Fatal(v, err)
 		}
 	}
+}
+
+func BenchmarkValidateInput(b *testing.B) {
+	tl := &Tool{Name: "write", Execute: noopExecute, InputSchema: json.RawMessage(`{"type":"object","properties":{` +
+		`"path":{"type":"string"},"content":{"type":"string"},"mode":{"enum":["overwrite","append"]},` +
+		`"options":{"type":"object"},"tags":{"type":"array","items":{"type":"string"}},"amount":{"type":"number"}},"required":["path"]}`)}
+	if err := tl.compile(); err != nil {
+		b.Fatal(err)
+	}
+	doc := json.RawMessage(benchArguments)
+	b.Run("memo", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if vs := tl.ValidateInput(doc); vs != nil {
+				b.Fatal(vs)
+			}
+		}
+	})
+	b.Run("new", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			delete(tl.input.valid, string(doc))
+			if vs := tl.ValidateInput(doc); vs != nil {
+				b.Fatal(vs)
+			}
+		}
+	})
+	b.Run("schema", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if vs := validate(tl.input.sch, doc); vs != nil {
+				b.Fatal(vs)
+			}
+		}
+	})
 }

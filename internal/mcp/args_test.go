@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,10 +23,10 @@ import (
 
 // TestAmbiguousArgumentsNeverReachTheRulesOrTheServer: issue 28, acceptance 9. Under
 // `allow bank__pay when args.amount < 100`, the model calls a real MCP tool with
-// {"amount": 50, "Amount": 5000} and with {"amount": 50, "amount": 5000}: each gets an
-// invalid-arguments result naming the key, no rule is evaluated for it, nothing asks, and the
-// MCP server never receives it; the same tool called with {"amount": 50} is allowed by the rule
-// and runs.
+// {"amount": 50, "Amount": 5000} and with {"amount": 50, "amount": 5000}, and a tool calls it
+// nested with {"amount": 50, "AMOUNT": 5000}: each gets an invalid-arguments result naming the
+// key, no rule is evaluated for it, nothing asks, and the MCP server never receives it; the same
+// tool called with {"amount": 50} is allowed by the rule and runs.
 func TestAmbiguousArgumentsNeverReachTheRulesOrTheServer(t *testing.T) {
 	var mu sync.Mutex
 	var received []string // the arguments of every tools/call the server answered
@@ -58,12 +59,23 @@ func TestAmbiguousArgumentsNeverReachTheRulesOrTheServer(t *testing.T) {
 	}
 	policy := []gate.Rule{{ID: "small-payments", Effect: gate.Allow, Tool: "bank__pay", When: "args.amount < 100",
 		Scope: gate.ScopeServer, Source: gate.SourcePolicyFile, CreatedBy: "policy.json"}}
+	// relay calls bank__pay nested, with the arguments its "arguments" string holds, as they are.
+	relay := &tool.Tool{Name: "relay", InputSchema: json.RawMessage(`{"type":"object","properties":{"arguments":{"type":"string"}}}`),
+		Annotations: tool.Annotations{ReadOnlyHint: tool.Bool(true)},
+		Execute: func(ctx context.Context, args json.RawMessage, _ func(tool.Update), tc tool.Context) (tool.Result, error) {
+			var in struct{ Arguments string }
+			if err := json.Unmarshal(args, &in); err != nil {
+				return tool.Result{}, err
+			}
+			return tc.ExecuteTool(ctx, "bank__pay", json.RawMessage(in.Arguments)).Result, nil
+		}}
 	script := `{"steps":[{"content":[
 	  {"type":"toolCall","id":"case","name":"bank__pay","arguments":{"amount": 50, "Amount": 5000}},
 	  {"type":"toolCall","id":"twice","name":"bank__pay","arguments":{"amount": 50, "amount": 5000}},
+	  {"type":"toolCall","id":"nested","name":"relay","arguments":{"arguments":"{\"amount\": 50, \"AMOUNT\": 5000}"}},
 	  {"type":"toolCall","id":"plain","name":"bank__pay","arguments":{"amount": 50}}],"stopReason":"toolUse"},
 	  {"content":[{"type":"text","text":"done"}],"stopReason":"stop"}]}`
-	env := testkit.New(t, testkit.Options{Tools: []*tool.Tool{pay}, Scripts: map[string]string{"pay": script},
+	env := testkit.New(t, testkit.Options{Tools: []*tool.Tool{pay, relay}, Scripts: map[string]string{"pay": script},
 		Agent: func(c *agent.Config) {
 			c.CompileRules, c.PolicyRules = compile, policy
 			// Should a call ask after all, it times out rather than hang the test.
@@ -89,6 +101,8 @@ func TestAmbiguousArgumentsNeverReachTheRulesOrTheServer(t *testing.T) {
 	for id, want := range map[string]string{
 		"case":  `/Amount: the keys "amount" and "Amount" differ only in case`,
 		"twice": `/amount: the key "amount" appears twice in this object`,
+		// The nested call's result, as the relay returned it.
+		"nested": `/AMOUNT: the keys "amount" and "AMOUNT" differ only in case`,
 	} {
 		r := results[id]
 		text := r.TextOf()
@@ -101,8 +115,9 @@ func TestAmbiguousArgumentsNeverReachTheRulesOrTheServer(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(evaluated) != 1 || evaluated[0] != `{"amount": 50}` {
-		t.Errorf("the rules were evaluated for %q, want only the plain call's arguments", evaluated)
+	// The relay's own call is evaluated; its nested call is not.
+	if want := []string{`{"arguments":"{\"amount\": 50, \"AMOUNT\": 5000}"}`, `{"amount": 50}`}; !slices.Equal(evaluated, want) {
+		t.Errorf("the rules were evaluated for %q, want %q: the relay's call and the plain call", evaluated, want)
 	}
 	if len(received) != 1 || received[0] != `{"amount":50}` {
 		t.Errorf("the MCP server received %q, want only the plain call", received)

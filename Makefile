@@ -108,6 +108,7 @@ FUZZ_TARGETS := \
 	./internal/models:FuzzLastResult \
 	./internal/mcp:FuzzToolResult \
 	./internal/tool:FuzzCompileSchema \
+	./internal/tool:FuzzAmbiguousKey \
 	./internal/rules:FuzzShellAllow \
 	./internal/web:FuzzAPIBody \
 	./internal/web:FuzzDecisionForm \

@@ -138,6 +138,9 @@ func quoteRefs(urls []string, base string) string {
 // violations are computed again, so error texts are always fresh. The memo is cleared when full.
 type schema struct {
 	sch *jsonschema.Schema
+	// strictKeys refuses a document with an ambiguous key (AmbiguousKey) before the schema is
+	// applied: set for inputSchema. The memo holds only documents that passed the scan.
+	strictKeys bool
 
 	mu    sync.RWMutex
 	valid map[string]struct{}
@@ -159,7 +162,19 @@ func (s *schema) validate(doc []byte) []Violation {
 			return nil
 		}
 	}
+	var syntax error
+	if s.strictKeys {
+		var v *Violation
+		if v, syntax = AmbiguousKey(doc); v != nil {
+			return []Violation{*v}
+		}
+	}
 	vs := validate(s.sch, doc)
+	if vs == nil && syntax != nil {
+		// The validator names a syntax error in its own words; should its decoder ever accept
+		// what the scan could not read, the document is still refused.
+		return []Violation{{Message: syntax.Error()}}
+	}
 	if vs == nil && len(doc) <= memoDocBytes {
 		s.mu.Lock()
 		if s.valid == nil || len(s.valid) >= memoEntries {
@@ -226,7 +241,9 @@ func pointer(tokens []string) string {
 }
 
 // ValidateInput checks arguments against the tool's inputSchema (SPEC §1 "Arguments") and returns
-// every violation; nil means valid.
+// every violation; nil means valid. Arguments with an ambiguous key (AmbiguousKey: a key twice in
+// an object, or two that differ only in case, at any depth) are refused with that one violation
+// before the schema is applied (SPEC §14 "Rules judge the action").
 func (t *Tool) ValidateInput(arguments json.RawMessage) []Violation {
 	if len(bytes.TrimSpace(arguments)) == 0 {
 		arguments = json.RawMessage("{}")

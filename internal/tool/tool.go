@@ -243,6 +243,7 @@ func (t *Tool) compile() error {
 	if t.input == nil {
 		return fmt.Errorf("tool %s: inputSchema is required", t.Name)
 	}
+	t.input.strictKeys = true
 	if len(t.OutputSchema) > 0 {
 		if t.output, err = compileSchema(t.Name, "outputSchema", t.OutputSchema); err != nil {
 			return err

@@ -97,7 +97,7 @@ func TestLocateFindsWhereTheToolOpens(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, workspace, p, rel string
-		inside             bool
+		inside                  bool
 	}{
 		{"plain", ws, "docs/a", "docs/a", true},
 		{"the folder itself", ws, ".", ".", true},

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -126,5 +127,47 @@ func TestRedirectionsIntoGitsOwnFilesAsk(t *testing.T) {
 				t.Fatalf("%q: got %s, want %s", tc.cmd, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestAnAskRuleWinsOverAcceptEditsWhateverThePath (issue 28): with `ask write_file(.github/**)`
+// in accept-edits mode, a write into .github asks by the rule however its path is written —
+// through the workspace's own name, a symlink to the folder, an absolute path through another
+// name of the workspace — while a plain write elsewhere is allowed by the mode.
+func TestAnAskRuleWinsOverAcceptEditsWhateverThePath(t *testing.T) {
+	ws, _ := pathsWorkspace(t)
+	if err := os.Mkdir(filepath.Join(ws, ".github"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(".github", filepath.Join(ws, "gh")); err != nil {
+		t.Fatal(err)
+	}
+	alias := filepath.Join(t.TempDir(), "alias")
+	if err := os.Symlink(ws, alias); err != nil {
+		t.Fatal(err)
+	}
+	eval, err := Compile([]gate.Rule{{Effect: gate.Ask, Tool: "write_file", Specifier: ".github/**", Scope: gate.ScopeServer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := &tool.Tool{Name: "write_file", WritesFiles: true, Annotations: tool.Annotations{DestructiveHint: tool.Bool(true)}}
+	for p, want := range map[string]gate.DecisionSource{
+		".github/workflows/ci.yml":                              gate.FromRule,
+		"../" + filepath.Base(ws) + "/.github/workflows/ci.yml": gate.FromRule,
+		"gh/workflows/ci.yml":                                   gate.FromRule,
+		alias + "/.github/workflows/ci.yml":                     gate.FromRule,
+		"docs/../.github/x":                                     gate.FromRule,
+		"docs/notes.md":                                         gate.FromMode,
+	} {
+		args, _ := json.Marshal(map[string]string{"path": p, "content": "x"})
+		d := gate.Checker{Rules: eval}.Check(context.Background(), gate.CheckCall{SessionID: "s", Tool: write,
+			Arguments: args, Workspace: ws, Mode: gate.ModeAcceptEdits})
+		wantOutcome := gate.Asked
+		if want == gate.FromMode {
+			wantOutcome = gate.Allowed
+		}
+		if d.Outcome != wantOutcome || d.Source != want {
+			t.Errorf("%s: %s from %s (%s), want %s from %s", p, d.Outcome, d.Source, d.Reason, wantOutcome, want)
+		}
 	}
 }

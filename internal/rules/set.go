@@ -180,7 +180,7 @@ type Set struct {
 	globs []*compiled
 	n     int
 	// protected are the server's own files (absolute, clean): never a redirection target of an
-	// allowed command (see NewCompiler).
+	// allowed command nor a path an allow rule matches (see NewCompiler).
 	protected []string
 }
 
@@ -237,11 +237,13 @@ var Compiler = NewCompiler(nil)
 
 // NewCompiler returns Compile as a gate.RuleCompiler whose Sets never allow a run_command that
 // redirects to, or from, one of the protected files (SPEC §14: "The agent can never write its own
-// rules"): the server's database with its -wal, -shm, -journal, .lock and .share-key files and
-// the policy file. Entries are paths, absolute or relative to the process's working folder (made
-// absolute now); at each evaluation they are compared as internal/tools.Protected compares them
-// for the file tools: by resolved real path, and for a file that exists by identity
-// (os.SameFile), so a symlink or a hard link to them is caught too. Such a command is never
+// rules"), nor a call whose `path` lands on one: the server's database with its -wal, -shm,
+// -journal, .lock and key files, the policy file, the MCP config, the -system-prompt file and the
+// -scripts folder's scripts (cmd/web's ownFiles). Entries are paths, absolute or relative to the
+// process's working folder (made absolute now), the last element possibly a pattern
+// ("<scripts>/*.json"); at each evaluation they are compared as internal/tools.Protected compares
+// them for the file tools (realpath.IsOneOf): by resolved real path, and for a file that exists by
+// identity (os.SameFile), so a symlink or a hard link to them is caught too. Such a call is never
 // allowed by a rule (it asks); deny and ask rules are unchanged.
 func NewCompiler(protected []string) gate.RuleCompiler {
 	var abs []string

@@ -665,8 +665,10 @@ func (c config) notifyKeyFile() string {
 
 // ownFiles are the files of the server that the file tools must never read or write and that
 // no command allowed by a rule may redirect to (SPEC §14: the agent can never write its own
-// rules): the database with its -wal, -shm and -journal files and its lock, the share key, and
-// the policy file.
+// rules; issue 28): the database with its -wal, -shm and -journal files and its lock, the share
+// and notify keys, the policy file, the MCP config (-mcp-config: its servers' secrets, and the
+// programs the next start runs), the -system-prompt file and the -scripts folder's scripts
+// (<folder>/*.json, what models.LoadDir reads: a new one is a model the next session may pick).
 func ownFiles(cfg config) tools.Protected {
 	var files tools.Protected
 	if !isPostgres(cfg.db) {
@@ -675,8 +677,13 @@ func ownFiles(cfg config) tools.Protected {
 		}
 	}
 	files = append(files, cfg.shareKeyFile(), cfg.notifyKeyFile())
-	if cfg.policy != "" {
-		files = append(files, cfg.policy)
+	for _, f := range []string{cfg.policy, cfg.mcpConfig, cfg.systemPrompt} {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	if cfg.scripts != "" {
+		files = append(files, filepath.Join(cfg.scripts, "*.json"))
 	}
 	return files
 }

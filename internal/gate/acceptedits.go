@@ -2,49 +2,74 @@ package gate
 
 import (
 	"encoding/json"
-	"errors"
-	"path/filepath"
 	"strings"
 
 	"countersign/internal/realpath"
 )
 
-// acceptEditsExcluded says why accept-edits mode does not cover a file tool's write ("" when it
-// does): a write that reaches the repository's configuration — anything under a .git folder
-// (config, hooks), or a .gitattributes or .gitmodules file — can make programs run the next time
-// git runs (core.fsmonitor, hooks, filter drivers), and an allowed `git status` would then run
-// them without anyone being asked (found by a review). Such writes ask, as in default mode.
+// unguardedWrite says why a file tool's write (tool.WritesFiles) must be decided by a person
+// whatever the rules and the mode say ("" when it need not): SPEC §14 "Paths as they resolve" —
+// a path that leaves the workspace, cannot be resolved, or lands in git's or Countersign's own
+// files (realpath.Place.Git: inside .git/ or .countersign at any depth, in a folder laid out as a
+// git repository or completing one, a file named HEAD) never matches an allow rule and is never
+// allowed by accept-edits. A review ran code without a prompt this way: accept-edits wrote
+// .git/config (core.fsmonitor), or HEAD, objects/ and refs/ and a config into a plain
+// workspace, and an allowed `git status` then ran what they named (issue 28).
 //
-// The path is the tool's `path` argument, decoded as the tool decodes it (encoding/json into a
-// struct: the last key matching case-insensitively), relative to workspace or absolute, with the
-// symlinks followed as the kernel would (realpath.Resolve, a dangling one too), so a link in the
-// workspace to .git/config, or to a hook that does not exist yet, is seen through. A path that
-// cannot be resolved asks too.
-func acceptEditsExcluded(args json.RawMessage, workspace string) string {
+// The path is the tool's `path` argument decoded as the tool decodes it (encoding/json into a
+// struct: the last key matching case-insensitively), judged where the tool will open it
+// (realpath.Locate from workspace: the file tools' own resolver, symlinks followed as the kernel
+// would, a dangling one too). The reason names the path as it resolves, e.g. "no rule or mode
+// allows writing .git/config: it is inside a .git folder, where git reads its configuration and
+// hooks".
+//
+// Arguments with no string `path` are not judged here ("": the tool's inputSchema refuses them
+// before the gate); accept-edits still asks for them (acceptEditsExcluded).
+func unguardedWrite(args json.RawMessage, workspace string) string {
+	_, why := judgeWrite(args, workspace)
+	if why == noPath {
+		return ""
+	}
+	return why
+}
+
+// noPath is judgeWrite's reason for arguments with no string `path`.
+const noPath = "accept-edits mode cannot tell which file this call writes"
+
+// judgeWrite is unguardedWrite, with the place it judged (the zero Place when the path cannot be
+// read or resolved); for arguments with no string `path` the reason is noPath.
+func judgeWrite(args json.RawMessage, workspace string) (realpath.Place, string) {
 	var in struct {
 		Path string `json:"path"`
 	}
 	if err := json.Unmarshal(args, &in); err != nil || in.Path == "" {
-		return "accept-edits mode cannot tell which file this call writes"
+		return realpath.Place{}, noPath
 	}
-	p := in.Path
-	if workspace != "" && !filepath.IsAbs(p) {
-		p = filepath.Join(workspace, p)
+	pl, err := realpath.Locate(workspace, in.Path)
+	switch {
+	case err != nil:
+		return realpath.Place{}, "no rule or mode can tell where this call writes: " + err.Error()
+	case !pl.Inside:
+		return pl, "no rule or mode allows writing " + in.Path + ": it is outside the workspace"
 	}
-	p = filepath.Clean(p)
-	if workspace != "" {
-		real, err := realpath.Resolve(workspace, p)
-		realWS, werr := realpath.Resolve("/", workspace)
-		if err != nil || werr != nil {
-			return "accept-edits mode cannot tell where this call writes: " + errors.Join(err, werr).Error()
-		}
-		if rel, err := filepath.Rel(realWS, real); err == nil {
-			p = rel
-		}
+	if why := pl.Git(true); why != "" {
+		return pl, "no rule or mode allows writing " + pl.Rel + ": " + why
 	}
-	for _, seg := range strings.Split(filepath.ToSlash(p), "/") {
+	return pl, ""
+}
+
+// acceptEditsExcluded says why accept-edits mode does not cover a file tool's write ("" when it
+// does): unguardedWrite's reasons, and a .gitattributes or .gitmodules file at any depth, which
+// can make programs run the next time git runs (filter drivers, submodules) — found by a review.
+// Such writes ask, as in default mode.
+func acceptEditsExcluded(args json.RawMessage, workspace string) string {
+	pl, why := judgeWrite(args, workspace)
+	if why != "" {
+		return why
+	}
+	for _, seg := range strings.Split(pl.Rel, "/") {
 		switch strings.ToLower(seg) {
-		case ".git", ".gitattributes", ".gitmodules":
+		case ".gitattributes", ".gitmodules":
 			return "accept-edits mode does not cover " + seg + ": a repository's configuration can make git run programs"
 		}
 	}

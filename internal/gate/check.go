@@ -109,11 +109,16 @@ type Checker struct {
 //  3. plan mode: a tool whose effective annotations are not readOnlyHint: true → Blocked with
 //     PlanReason (FromMode). An allow rule does NOT override plan: read-only means read-only;
 //  4. an allow rule → Allowed (FromRule). It also releases a tool that always asks (an untrusted
-//     MCP server's, tool.AlwaysAsk): a person made the rule, naming the tool;
+//     MCP server's, tool.AlwaysAsk): a person made the rule, naming the tool. Not for a write of
+//     a tool marked tool.WritesFiles whose path, as the tool will open it, leaves the workspace
+//     or lands in git's or Countersign's own files (unguardedWrite: .git/, .countersign, a
+//     folder laid out or completed as a git repository, a file named HEAD): that write goes on
+//     to 5 and 6, which ask;
 //  5. accept-edits mode: a tool marked tool.WritesFiles (its path was already checked inside the
-//     workspace by its InputCheck) → Allowed (FromMode), unless it always asks; a write to the
-//     repository's configuration (.git/…, .gitattributes, .gitmodules) → Asked (FromMode);
-//  6. the annotation default (NeedsApproval, AskReason): Allowed or Asked (FromAnnotations).
+//     workspace by its InputCheck) → Allowed (FromMode), unless it always asks; a write
+//     unguardedWrite refuses, or to .gitattributes or .gitmodules → Asked (FromMode);
+//  6. a write unguardedWrite refuses → Asked (FromAnnotations, its reason); else the annotation
+//     default (NeedsApproval, AskReason): Allowed or Asked (FromAnnotations).
 func (ck Checker) Check(ctx context.Context, c CheckCall) Decision {
 	d := ck.check(ctx, c)
 	if d.Source == FromRule && d.Rule != nil {
@@ -152,15 +157,28 @@ func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 	if mode == ModePlan && !readOnly {
 		return Decision{Outcome: Blocked, Source: FromMode, Mode: mode, Reason: PlanReason}
 	}
-	if rd.Effect == Allow {
+	// A file write's path is judged where the tool will open it: one in git's own files (or
+	// outside, or unreadable) matches no allow rule and no mode (SPEC §14 "Paths as they
+	// resolve"); it falls through to the annotation default, which asks, saying why.
+	guard := ""
+	if t.WritesFiles {
+		guard = unguardedWrite(c.Arguments, c.Workspace)
+	}
+	if rd.Effect == Allow && guard == "" {
 		return Decision{Outcome: Allowed, Source: FromRule, Rule: rd.Rule, Mode: mode, Reason: ruleReason(rd, "allows the call")}
 	}
 	if mode == ModeAcceptEdits && t.WritesFiles && !t.AlwaysAsk {
-		why := acceptEditsExcluded(c.Arguments, c.Workspace)
+		why := guard
+		if why == "" {
+			why = acceptEditsExcluded(c.Arguments, c.Workspace)
+		}
 		if why == "" {
 			return Decision{Outcome: Allowed, Source: FromMode, Mode: mode, Reason: "accept-edits mode allows writing files in the workspace"}
 		}
 		return Decision{Outcome: Asked, Source: FromMode, Mode: mode, Reason: why}
+	}
+	if guard != "" {
+		return Decision{Outcome: Asked, Source: FromAnnotations, Mode: mode, Reason: guard}
 	}
 	if why := AskReason(t); why != "" {
 		return Decision{Outcome: Asked, Source: FromAnnotations, Mode: mode, Reason: why}

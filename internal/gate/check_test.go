@@ -158,6 +158,9 @@ func TestCheckFollowsTheDecisionTable(t *testing.T) {
 	}
 }
 
+// gitConfigWhy is why a write of .git/config asks whatever the rules and mode say.
+const gitConfigWhy = "no rule or mode allows writing .git/config: it is inside a .git folder, where git reads its configuration and hooks"
+
 // TestCheckOrder: what the table cannot show — handlers first, an allow rule releasing a tool
 // that always asks, accept-edits for file-writing tools only, and the words the audit records.
 func TestCheckOrder(t *testing.T) {
@@ -193,10 +196,10 @@ func TestCheckOrder(t *testing.T) {
 		{"accept-edits outside the rule's path", nil, denySecrets, write, `{"path":"docs/k"}`, gate.ModeAcceptEdits, gate.Allowed, gate.FromMode, gate.ByMode, "accept-edits mode allows writing files in the workspace"},
 		// A review ran code without a prompt: accept-edits wrote .git/config (core.fsmonitor),
 		// then an allowed `git status` ran it. The repository's configuration asks.
-		{"accept-edits asks for .git/config", nil, nil, write, `{"path":".git/config"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", "accept-edits mode does not cover .git: a repository's configuration can make git run programs"},
-		{"accept-edits asks for a hook", nil, nil, write, `{"path":"sub/../.git/hooks/pre-commit"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", "accept-edits mode does not cover .git: a repository's configuration can make git run programs"},
+		{"accept-edits asks for .git/config", nil, nil, write, `{"path":".git/config"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", gitConfigWhy},
+		{"accept-edits asks for a hook", nil, nil, write, `{"path":"sub/../.git/hooks/pre-commit"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", "no rule or mode allows writing .git/hooks/pre-commit: it is inside a .git folder, where git reads its configuration and hooks"},
 		{"accept-edits asks for .gitattributes, whatever its case", nil, nil, write, `{"path":"lib/.GitAttributes"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", "accept-edits mode does not cover .GitAttributes: a repository's configuration can make git run programs"},
-		{"accept-edits reads the path as the tool does (last key wins)", nil, nil, write, `{"path":"a","Path":".git/config"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", "accept-edits mode does not cover .git: a repository's configuration can make git run programs"},
+		{"accept-edits reads the path as the tool does (last key wins)", nil, nil, write, `{"path":"a","Path":".git/config"}`, gate.ModeAcceptEdits, gate.Asked, gate.FromMode, "", gitConfigWhy},
 		{"default mode asks for a file write", nil, nil, write, `{}`, gate.ModeDefault, gate.Asked, gate.FromAnnotations, "", "destructiveHint is true"},
 		{"accept-edits never releases an untrusted server's tool", nil, nil, untrustedWriter, `{}`, gate.ModeAcceptEdits, gate.Asked, gate.FromAnnotations, "", "server files is not trusted"},
 		{"an untrusted server's tool asks", nil, nil, untrusted, `{}`, gate.ModeDefault, gate.Asked, gate.FromAnnotations, "", "server files is not trusted"},
@@ -257,5 +260,91 @@ func TestAcceptEditsSeesThroughSymlinksToTheRepositoryConfiguration(t *testing.T
 		if d.Outcome != want {
 			t.Errorf("accept-edits write of %s: %s (%s), want %s", path, d.Outcome, d.Reason, want)
 		}
+	}
+}
+
+// TestWritesIntoGitsOwnFilesAlwaysAsk (issue 28): neither accept-edits nor an allow rule lets a
+// file write reach git's own files without a person — .git/ (also through a symlink), a HEAD
+// anywhere (several writes decided at once could each find the layout incomplete), the write
+// that completes a repository layout (HEAD, objects/, refs/) in a plain workspace, and any write
+// (config, hooks/…, packed-refs, info/…) into a folder laid out as one.
+func TestWritesIntoGitsOwnFilesAlwaysAsk(t *testing.T) {
+	ws := t.TempDir()
+	mk := func(names ...string) {
+		t.Helper()
+		for _, n := range names {
+			p := filepath.Join(ws, n)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mk(".git/config", "docs/readme.md")
+	if err := os.Symlink("../.git/config", filepath.Join(ws, "docs", "link")); err != nil {
+		t.Fatal(err)
+	}
+	write := &tool.Tool{Name: "write_file", WritesFiles: true, Annotations: tool.Annotations{DestructiveHint: tool.Bool(true)}}
+	allowAll, err := gatetest.Compile([]gate.Rule{{ID: "a", Effect: gate.Allow, Tool: "*", Scope: gate.ScopeServer, Source: gate.SourceAPI}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(t *testing.T, p string, mode gate.Mode, rules gate.RuleEvaluator) gate.Decision {
+		t.Helper()
+		args, _ := json.Marshal(map[string]string{"path": p, "content": "x"})
+		return gate.Checker{Rules: rules}.Check(context.Background(), gate.CheckCall{SessionID: "s", Tool: write,
+			Arguments: args, Workspace: ws, Mode: mode})
+	}
+	type want struct {
+		outcome gate.Outcome
+		source  gate.DecisionSource
+	}
+	run := func(t *testing.T, cases map[string][2]want) {
+		t.Helper()
+		for p, w := range cases {
+			if d := check(t, p, gate.ModeAcceptEdits, nil); d.Outcome != w[0].outcome || d.Source != w[0].source {
+				t.Errorf("accept-edits %s: %s from %s (%s), want %s from %s", p, d.Outcome, d.Source, d.Reason, w[0].outcome, w[0].source)
+			}
+			if d := check(t, p, gate.ModeDefault, allowAll); d.Outcome != w[1].outcome || d.Source != w[1].source {
+				t.Errorf("allow * %s: %s from %s (%s), want %s from %s", p, d.Outcome, d.Source, d.Reason, w[1].outcome, w[1].source)
+			}
+		}
+	}
+	askMode, askDefault := want{gate.Asked, gate.FromMode}, want{gate.Asked, gate.FromAnnotations}
+	byMode, byRule := want{gate.Allowed, gate.FromMode}, want{gate.Allowed, gate.FromRule}
+	t.Run("a plain workspace", func(t *testing.T) {
+		run(t, map[string][2]want{
+			"docs/new.md":     {byMode, byRule},
+			".git/config":     {askMode, askDefault},
+			"docs/link":       {askMode, askDefault},
+			"HEAD":            {askMode, askDefault},
+			"objects/pack/x":  {byMode, byRule},
+			"refs/heads/main": {byMode, byRule},
+			"config":          {byMode, byRule},
+		})
+	})
+	t.Run("HEAD and objects/ there: refs/ completes the layout", func(t *testing.T) {
+		mk("HEAD", "objects/pack/x")
+		run(t, map[string][2]want{
+			"refs/heads/main": {askMode, askDefault},
+			"config":          {byMode, byRule},
+		})
+	})
+	t.Run("a workspace laid out as a repository", func(t *testing.T) {
+		mk("refs/heads/main")
+		run(t, map[string][2]want{
+			"config":              {askMode, askDefault},
+			"hooks/post-checkout": {askMode, askDefault},
+			"info/attributes":     {askMode, askDefault},
+			"packed-refs":         {askMode, askDefault},
+			"objects/pack/y":      {askMode, askDefault},
+			"refs/heads/other":    {askMode, askDefault},
+		})
+	})
+	d := check(t, "docs/link", gate.ModeDefault, allowAll)
+	if want := "no rule or mode allows writing .git/config: it is inside a .git folder, where git reads its configuration and hooks"; d.Reason != want {
+		t.Errorf("the reason is %q, want %q", d.Reason, want)
 	}
 }

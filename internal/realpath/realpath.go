@@ -34,12 +34,15 @@ func Resolve(base, p string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		real, err := Resolve("/", b)
-		if err != nil {
+		if cur, err = walk("/", b); err != nil {
 			return "", err
 		}
-		cur = real
 	}
+	return walk(cur, p)
+}
+
+// walk is Resolve of p from cur, a folder already resolved (absolute, clean, no symlinks).
+func walk(cur, p string) (string, error) {
 	rest := strings.Split(filepath.ToSlash(p), "/")
 	links := 0
 	for i := 0; i < len(rest); i++ {
@@ -80,19 +83,35 @@ func Resolve(base, p string) (string, error) {
 }
 
 // IsOneOf reports whether target (absolute, resolved by Resolve) is one of files (paths,
-// resolved here, a relative one from the working folder): the same resolved path, or, for a file that exists, the same file by os.Stat
-// identity, so that a hard link or another symlink to it is caught too. The rules engine and the
-// file tools use it for the server's own files (SPEC §14: the agent can never write its own
-// rules).
+// resolved here, a relative one from the working folder): the same resolved path, or, for a file
+// that exists, the same file by os.Stat identity, so that a hard link or another symlink to it is
+// caught too. An entry whose last element is a pattern (filepath.Match: `*`, `?`, `[`), such as
+// "<scripts>/*.json", names the files of its folder that match, by resolved path only (a hard
+// link to one is not caught: neither the file tools nor a redirection can make one). The rules
+// engine and the file tools use it for the server's own files (SPEC §14: the agent can never
+// write its own rules).
 func IsOneOf(target string, files []string) bool {
 	if len(files) == 0 {
 		return false
 	}
 	fi, statErr := os.Stat(target)
 	for _, p := range files {
+		if dir, pattern := filepath.Split(p); strings.ContainsAny(pattern, `*?[`) {
+			if dir == "" {
+				dir = "."
+			}
+			realDir, err := Resolve(".", dir)
+			if err != nil {
+				realDir = filepath.Clean(dir)
+			}
+			if ok, _ := filepath.Match(pattern, filepath.Base(target)); ok && filepath.Dir(target) == realDir {
+				return true
+			}
+			continue
+		}
 		real, err := Resolve(".", p)
 		if err != nil {
-			real = p
+			real = filepath.Clean(p)
 		}
 		if real == target {
 			return true

@@ -9,24 +9,36 @@ import (
 	"strings"
 
 	"github.com/bmatcuk/doublestar/v4"
+
+	"countersign/internal/realpath"
 )
 
-// Path specifiers (SPEC §14 `write_file(docs/**)`) match a call's `path` argument, cleaned and
-// made workspace-relative: an absolute path inside RuleCall.Workspace becomes relative to it, a
-// relative one is cleaned (path.Clean, forward slashes). The glob is gitignore-style, with
-// github.com/bmatcuk/doublestar/v4: `**` crosses folders, `*` does not; a pattern without a "/"
-// (`*.go`, `.env`) matches at any depth; a leading "/" anchors at the workspace root (it is
-// dropped); a trailing "/" means the folder and everything in it (`docs/` = `docs/**`).
+// Path specifiers (SPEC §14 `write_file(docs/**)`) match the path the tool will open (SPEC §14
+// "Paths as they resolve"; realpath.Locate, the file tools' own resolver): the call's `path`
+// argument joined to RuleCall.Workspace, cleaned, every symlink resolved (a dangling one
+// followed), another name of the workspace (`../<its name>/x`, an absolute path through a
+// symlink) recognised, and made workspace-relative with forward slashes. The glob is
+// gitignore-style, with github.com/bmatcuk/doublestar/v4: `**` crosses folders, `*` does not; a
+// pattern without a "/" (`*.go`, `.env`) matches at any depth; a leading "/" anchors at the
+// workspace root (it is dropped); a trailing "/" means the folder and everything in it (`docs/`
+// = `docs/**`).
 //
-// A path that escapes the workspace (absolute outside it, or ".." leaving it) NEVER matches an
-// allow rule. Deny and ask rules whose pattern has no "/" (`*.pem`, `.env`) still match such a
-// path by its base name, so `deny write_file(*.pem)` denies `/etc/ssl/x.pem`; anchored patterns
-// (`secrets/**`) say nothing about a path outside and do not match it. (The file tools refuse
-// paths outside the workspace themselves; paths are compared as written: symlinks are not
-// resolved.)
+// An allow rule matches only the resolved path, and NEVER one that leaves the workspace, cannot
+// be resolved, or is git's or Countersign's own (realpath.Place.Git: inside `.git/` or
+// `.countersign`, in or completing a folder laid out as a git repository, a write of a file
+// named HEAD; judged as a write unless the tool is readOnlyHint) or one of the server's own files
+// (NewCompiler): such a call is left to the mode and the annotation default, which ask for a
+// write. Deny and ask rules match the path as written (cleaned, as before) OR as it resolves, so
+// neither a symlink nor another name of the workspace dodges them; a pattern without a "/"
+// (`*.pem`, `.env`) still matches a path outside the workspace by its base name, so
+// `deny write_file(*.pem)` denies `/etc/ssl/x.pem`, while anchored patterns (`secrets/**`) say
+// nothing about a path outside and do not match it. (The file tools refuse paths outside the
+// workspace themselves.)
 
-// workspacePath returns the cleaned, slash-separated, workspace-relative form of p and whether
-// it stays inside the workspace. With no workspace, only relative paths can be inside.
+// workspacePath returns the cleaned, slash-separated, workspace-relative form of p as written
+// (no symlink resolved) and whether it stays inside the workspace. With no workspace, only
+// relative paths can be inside. Deny and ask rules match this form besides the resolved one;
+// "Always allow…" suggests from it.
 func workspacePath(p, workspace string) (string, bool) {
 	if p == "" {
 		return "", false
@@ -78,14 +90,24 @@ func compilePathSpec(spec string) (*pathSpec, error) {
 	return ps, nil
 }
 
-// match reports whether the path argument matches; allow says whether the rule allows (an
-// escaping path never matches then).
-func (ps *pathSpec) match(p, workspace string, allow bool) bool {
+// matchWritten reports whether the path argument p, as written (workspacePath), matches a deny
+// or ask rule.
+func (ps *pathSpec) matchWritten(p, workspace string) bool {
 	rel, inside := workspacePath(p, workspace)
-	return ps.matchRel(rel, inside, allow)
+	return ps.matchRel(rel, inside, false)
 }
 
-// matchRel is match on a path already made workspace-relative.
+// matchPlace reports whether the resolved place pl matches; allow says whether the rule allows
+// (a place outside the workspace never matches then). The caller judges Place.Git and the
+// server's own files for an allow rule.
+func (ps *pathSpec) matchPlace(pl realpath.Place, allow bool) bool {
+	if pl.Inside {
+		return ps.matchRel(pl.Rel, true, allow)
+	}
+	return ps.matchRel(filepath.ToSlash(pl.Abs), false, allow)
+}
+
+// matchRel is the match of a path already made workspace-relative (inside) or absolute.
 func (ps *pathSpec) matchRel(rel string, inside, allow bool) bool {
 	if !inside {
 		if allow || !ps.floating {

@@ -236,7 +236,10 @@ func TestPathSpecifier(t *testing.T) {
 		{"absolute inside", "docs/**", "/ws/docs/a.md", gate.Allow, true},
 		{"absolute outside", "docs/**", "/other/docs/a.md", gate.Allow, false},
 		{"dotdot escaping allow", "**", "../x", gate.Allow, false},
-		{"dotdot escaping via inside", "docs/**", "docs/../../ws/docs/a", gate.Allow, false},
+		{"dotdot escaping via inside", "docs/**", "docs/../../other/docs/a", gate.Allow, false},
+		// SPEC §14 "Paths as they resolve": another name of the workspace lands inside it.
+		{"dotdot back in through the workspace's name", "docs/**", "docs/../../ws/docs/a", gate.Allow, true},
+		{"the workspace's name, deny", "secrets/**", "../ws/secrets/k", gate.Deny, true},
 		{"floating at depth", "*.go", "a/b/c.go", gate.Allow, true},
 		{"floating at root", "*.go", "c.go", gate.Allow, true},
 		{"anchored root", "/*.go", "a/c.go", gate.Allow, false},

@@ -14,6 +14,7 @@ import (
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/realpath"
 	"countersign/internal/share"
 )
 
@@ -179,7 +180,7 @@ type Set struct {
 	globs []*compiled
 	n     int
 	// protected are the server's own files (absolute, clean): never a redirection target of an
-	// allowed command (see NewCompiler).
+	// allowed command nor a path an allow rule matches (see NewCompiler).
 	protected []string
 }
 
@@ -236,11 +237,13 @@ var Compiler = NewCompiler(nil)
 
 // NewCompiler returns Compile as a gate.RuleCompiler whose Sets never allow a run_command that
 // redirects to, or from, one of the protected files (SPEC §14: "The agent can never write its own
-// rules"): the server's database with its -wal, -shm, -journal, .lock and .share-key files and
-// the policy file. Entries are paths, absolute or relative to the process's working folder (made
-// absolute now); at each evaluation they are compared as internal/tools.Protected compares them
-// for the file tools: by resolved real path, and for a file that exists by identity
-// (os.SameFile), so a symlink or a hard link to them is caught too. Such a command is never
+// rules"), nor a call whose `path` lands on one: the server's database with its -wal, -shm,
+// -journal, .lock and key files, the policy file, the MCP config, the -system-prompt file and the
+// -scripts folder's scripts (cmd/web's ownFiles). Entries are paths, absolute or relative to the
+// process's working folder (made absolute now), the last element possibly a pattern
+// ("<scripts>/*.json"); at each evaluation they are compared as internal/tools.Protected compares
+// them for the file tools (realpath.IsOneOf): by resolved real path, and for a file that exists by
+// identity (os.SameFile), so a symlink or a hard link to them is caught too. Such a call is never
 // allowed by a rule (it asks); deny and ask rules are unchanged.
 func NewCompiler(protected []string) gate.RuleCompiler {
 	var abs []string
@@ -302,9 +305,12 @@ type evaluation struct {
 	fields     []field
 	strs       [2]strArgs // "path" and "command", decoded once
 
-	relDone   bool // the unambiguous path, workspace-relative
-	rel       string
-	relInside bool
+	// placeDone: place is where the unambiguous path lands (realpath.Locate), placeOK false
+	// when it cannot be resolved; placeSafe says it is neither git's own nor one of the
+	// server's files, once placeSafeDone.
+	placeDone, placeOK       bool
+	place                    realpath.Place
+	placeSafeDone, placeSafe bool
 
 	shellDone bool
 	shells    []*shellView // one per value of "command" (several only when ambiguous)
@@ -369,6 +375,32 @@ func (ev *evaluation) single(k string) (string, bool) {
 	return vals[0], true
 }
 
+// unambiguousPlace is where p, the call's one unambiguous path, lands (realpath.Locate, read
+// once); false when it cannot be resolved.
+func (ev *evaluation) unambiguousPlace(p string) (realpath.Place, bool) {
+	if !ev.placeDone {
+		ev.placeDone = true
+		var err error
+		ev.place, err = realpath.Locate(ev.call.Workspace, p)
+		ev.placeOK = err == nil
+	}
+	return ev.place, ev.placeOK
+}
+
+// safePlace reports whether the unambiguous path's place (unambiguousPlace, already read) may
+// match an allow rule: inside the workspace, not git's or Countersign's own (Place.Git, judged
+// as a write unless the tool is readOnlyHint) and not one of the server's own files (SPEC §14).
+func (ev *evaluation) safePlace() bool {
+	if !ev.placeSafeDone {
+		ev.placeSafeDone = true
+		ro := ev.call.Annotations.ReadOnlyHint
+		write := ro == nil || !*ro
+		ev.placeSafe = ev.placeOK && ev.place.Inside && ev.place.Git(write) == "" &&
+			!realpath.IsOneOf(ev.place.Abs, ev.protected)
+	}
+	return ev.placeSafe
+}
+
 func (ev *evaluation) views() []*shellView {
 	if !ev.shellDone {
 		ev.shellDone = true
@@ -423,18 +455,26 @@ func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int
 			if !ok {
 				return false, "", nil
 			}
-			if !ev.relDone {
-				ev.relDone = true
-				ev.rel, ev.relInside = workspacePath(p, ev.call.Workspace)
+			pl, ok := ev.unambiguousPlace(p)
+			if !ok || !r.path.matchPlace(pl, true) || !ev.safePlace() {
+				return false, "", nil
 			}
-			if r.path.matchRel(ev.rel, ev.relInside, true) {
+			return true, ev.call.Tool + " " + p, nil
+		}
+		vals, unamb := ev.stringArgs("path")
+		for _, p := range vals {
+			if r.path.matchWritten(p, ev.call.Workspace) {
 				return true, ev.call.Tool + " " + p, nil
 			}
-			return false, "", nil
-		}
-		vals, _ := ev.stringArgs("path")
-		for _, p := range vals {
-			if r.path.match(p, ev.call.Workspace, false) {
+			var pl realpath.Place
+			var err error
+			if unamb {
+				pl, ok = ev.unambiguousPlace(p)
+			} else {
+				pl, err = realpath.Locate(ev.call.Workspace, p)
+				ok = err == nil
+			}
+			if ok && r.path.matchPlace(pl, false) {
 				return true, ev.call.Tool + " " + p, nil
 			}
 		}

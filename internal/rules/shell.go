@@ -565,7 +565,14 @@ func unquoteDbl(s string) string {
 	return b.String()
 }
 
-// checkRedirect says why a redirection cannot be allowed ("" when it can).
+// checkRedirect says why a redirection cannot be allowed ("" when it can). A file target is
+// judged where the shell will open it (realpath.Locate from the workspace, the file tools' own
+// resolver, SPEC §14 "Paths as they resolve"): it must land inside the workspace (another name of
+// it counts), not in git's or Countersign's own files (realpath.Place.Git, as a write unless the
+// operator only reads: `> .git/config`, `>> HEAD`, a file completing a repository layout), and
+// not on one of the server's own files (rs.protected); /dev/null and descriptor duplications are
+// fine. The static view assumes the shell is still in the workspace (a `cd` before it is judged
+// where it happens).
 func checkRedirect(r *syntax.Redirect, rs redirScope) string {
 	switch r.Op {
 	case syntax.Hdoc, syntax.DashHdoc:
@@ -586,26 +593,17 @@ func checkRedirect(r *syntax.Redirect, rs redirScope) string {
 	if w.val == "/dev/null" {
 		return ""
 	}
-	if _, ok := workspacePath(w.val, rs.workspace); !ok {
-		return "a redirection outside the workspace (" + w.val + ")"
-	}
-	// The shell opens the target from the workspace, following symlinks: judge where it lands.
-	base := rs.workspace
-	if base == "" {
-		base = "." // run_command then runs in the server's working folder
-	}
-	target, err := realpath.Resolve(base, w.val)
+	pl, err := realpath.Locate(rs.workspace, w.val)
 	if err != nil {
 		return "a redirection to a path that cannot be resolved (" + w.val + ": " + err.Error() + ")"
 	}
-	root, err := realpath.Resolve(".", base)
-	if err != nil {
-		return "a redirection from a workspace that cannot be resolved (" + err.Error() + ")"
+	if !pl.Inside {
+		return "a redirection outside the workspace (" + w.val + ")"
 	}
-	if rel, err := filepath.Rel(root, target); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "a redirection that leaves the workspace through a symbolic link (" + w.val + ")"
+	if why := pl.Git(r.Op != syntax.RdrIn); why != "" {
+		return "a redirection into git's own files (" + w.val + ": " + why + ")"
 	}
-	if realpath.IsOneOf(target, rs.protected) {
+	if realpath.IsOneOf(pl.Abs, rs.protected) {
 		return "a redirection to one of the server's own files (" + w.val + ")"
 	}
 	return ""

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"countersign/internal/realpath"
 	"countersign/internal/tool"
 )
 
@@ -51,33 +52,32 @@ func openJail(dir string, protected Protected) (*jail, error) {
 // Close releases the workspace's root.
 func (j *jail) Close() error { return j.root.Close() }
 
-// resolve maps a tool's path argument (relative to the workspace, or absolute) to a path
-// relative to the workspace's real folder ("." for the folder itself) with every symlink of the
-// existing part resolved. A path that resolves outside the workspace is an error wrapping
-// ErrOutsideWorkspace; one that reaches a protected file (the server's own) wraps ErrProtected.
+// resolve maps a tool's path argument (relative to the workspace, or absolute) to the path the
+// tool opens: relative to the workspace's real folder ("." for the folder itself), with every
+// symlink resolved as the kernel would (realpath.Locate, the one function the rules,
+// accept-edits and run_command's redirections judge paths by, SPEC §14). A path that resolves
+// outside the workspace is an error wrapping ErrOutsideWorkspace; one that reaches a protected
+// file (the server's own) wraps ErrProtected; an empty path, a NUL byte or a path that cannot be
+// resolved (a symlink loop) is an error naming the path.
 func (j *jail) resolve(p string) (string, error) {
-	if p == "" {
-		return "", errors.New("the path is empty")
-	}
-	if strings.IndexByte(p, 0) >= 0 {
-		return "", fmt.Errorf("the path %q contains a NUL byte", p)
-	}
-	abs := p
-	if !filepath.IsAbs(abs) {
-		abs = filepath.Join(j.dir, abs)
-	}
-	real, err := realPath(filepath.Clean(abs))
+	pl, err := realpath.Locate(j.dir, p)
 	if err != nil {
+		if p == "" || strings.IndexByte(p, 0) >= 0 {
+			return "", err
+		}
 		return "", fmt.Errorf("path %q: %w", p, err)
 	}
-	rel, err := filepath.Rel(j.real, real)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+	if !pl.Inside {
 		return "", fmt.Errorf("path %q is %w", p, ErrOutsideWorkspace)
 	}
-	if err := j.protected.check(real, p); err != nil {
+	if pl.Root != j.real {
+		// The workspace's own name was moved to another folder since openJail.
+		return "", fmt.Errorf("path %q: the workspace %s changed while the call ran", p, j.dir)
+	}
+	if err := j.protected.check(pl.Abs, p); err != nil {
 		return "", err
 	}
-	return rel, nil
+	return filepath.FromSlash(pl.Rel), nil
 }
 
 // checkPath returns the file tools' tool.InputCheckFunc: the string argument field (absent:
@@ -114,60 +114,6 @@ func checkPath(field, def string, file bool, protected Protected) tool.InputChec
 		}
 		return nil
 	}
-}
-
-// maxLinks bounds the symlinks realPath follows, as the kernel does (ELOOP after 40).
-const maxLinks = 40
-
-// realPath returns the absolute, clean path p with every symlink resolved, where p need not
-// exist: the longest existing prefix is resolved with filepath.EvalSymlinks, and a dangling
-// symlink just after it is followed by hand, so that a write through it is judged by where it
-// lands.
-func realPath(p string) (string, error) {
-	for range maxLinks {
-		dir, rest := p, []string(nil)
-		var real string
-		for {
-			r, err := filepath.EvalSymlinks(dir)
-			if err == nil {
-				real = r
-				break
-			}
-			if !errors.Is(err, fs.ErrNotExist) {
-				return "", err
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				return "", err
-			}
-			rest = append([]string{filepath.Base(dir)}, rest...)
-			dir = parent
-		}
-		if len(rest) == 0 {
-			return real, nil
-		}
-		first := filepath.Join(real, rest[0])
-		fi, err := os.Lstat(first)
-		if errors.Is(err, fs.ErrNotExist) {
-			return filepath.Join(append([]string{real}, rest...)...), nil
-		}
-		if err != nil {
-			return "", err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			// It appeared since EvalSymlinks looked; start over.
-			continue
-		}
-		target, err := os.Readlink(first)
-		if err != nil {
-			return "", err
-		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(real, target)
-		}
-		p = filepath.Clean(filepath.Join(append([]string{target}, rest[1:]...)...))
-	}
-	return "", errors.New("too many levels of symbolic links")
 }
 
 // ErrNotRegular is wrapped by the error a file tool returns for a named pipe, socket, device or

@@ -81,3 +81,54 @@ func TestRelativeServerFilesAreOutOfReach(t *testing.T) {
 		}
 	}
 }
+
+// TestProtectedConfigFilesAndScripts (issue 28): the MCP config, the -system-prompt file and the
+// -scripts folder's scripts (an entry "<folder>/*.json") are refused by read_file and write_file
+// whatever path reaches them — by name, through the workspace's own name, through a symlink —
+// while another file of the scripts folder's kind elsewhere is not.
+func TestProtectedConfigFilesAndScripts(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(root, "ws")
+	scripts := filepath.Join(ws, "scripts")
+	for f, content := range map[string]string{
+		filepath.Join(ws, "mcp.json"):       `{"mcpServers": {"x": {"command": "x", "env": {"TOKEN": "secret"}}}}`,
+		filepath.Join(ws, "prompt.md"):      "You are careful.",
+		filepath.Join(scripts, "demo.json"): `{"steps": []}`,
+		filepath.Join(ws, "data.json"):      "{}",
+	} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("mcp.json", filepath.Join(ws, "cfg")); err != nil {
+		t.Fatal(err)
+	}
+	byName := mustTools(t, Config{Protected: Protected{filepath.Join(ws, "mcp.json"), filepath.Join(ws, "prompt.md"), filepath.Join(scripts, "*.json")}})
+	for _, name := range []string{"read_file", "write_file"} {
+		for _, p := range []string{"mcp.json", "../ws/mcp.json", "cfg", "prompt.md", "scripts/demo.json", "scripts/new.json", "./scripts/../scripts/demo.json"} {
+			args := map[string]any{"path": p}
+			if name == "write_file" {
+				args["content"] = "x"
+			}
+			raw, _ := json.Marshal(args)
+			if vs := byName[name].CheckInput(raw, ws); len(vs) != 1 || !strings.Contains(vs[0].Message, "one of the server's own files") {
+				t.Errorf("%s %s: violations %v, want the server's own files", name, p, vs)
+			}
+			if _, err := call(t, byName, name, ws, args); !errors.Is(err, ErrProtected) {
+				t.Errorf("%s %s ran: err %v, want ErrProtected", name, p, err)
+			}
+		}
+	}
+	if res, err := call(t, byName, "read_file", ws, map[string]any{"path": "data.json"}); err != nil || !strings.Contains(res.TextOf(), "{}") {
+		t.Errorf("read_file data.json = %q, %v", res.TextOf(), err)
+	}
+	if _, err := os.Stat(filepath.Join(scripts, "new.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a new script was written: %v", err)
+	}
+}

@@ -496,14 +496,18 @@ func serversOwn(path string) bool {
 }
 
 // uncoveredWrite says why no rule covers writing target (a real path), "" when one may: outside
-// the workspace, or into the repository's own files (.git).
+// the workspace, or into git's own files (realpath.Place.Git: .git/, a HEAD, a folder laid out
+// as a repository), judged as the rules and the file tools judge a path.
 func (s *shellRun) uncoveredWrite(target string) string {
-	rel, ok := s.relative(target)
-	if !ok {
+	pl, err := realpath.Locate(s.workspace, target)
+	switch {
+	case err != nil:
+		return "a path that cannot be resolved (" + err.Error() + ")"
+	case !pl.Inside:
 		return "outside the workspace"
 	}
-	if rel == ".git" || strings.HasPrefix(rel, ".git/") || strings.Contains(rel, "/.git/") || strings.HasSuffix(rel, "/.git") {
-		return "one of the repository's own files (.git)"
+	if why := pl.Git(true); why != "" {
+		return "one of git's own files (" + why + ")"
 	}
 	return ""
 }

@@ -99,6 +99,11 @@ func normalize(r gate.Rule) (gate.Rule, error) {
 	default:
 		return r, fmt.Errorf("unknown effect %q (want allow, ask or deny)", r.Effect)
 	}
+	for _, f := range []struct{ name, val string }{{"tool", r.Tool}, {"specifier", r.Specifier}, {"when", r.When}} {
+		if err := visibleText(f.val); err != nil {
+			return r, fmt.Errorf("%s %q: %w", f.name, f.val, err)
+		}
+	}
 	r.Tool = strings.TrimSpace(r.Tool)
 	r.Specifier = strings.TrimSpace(r.Specifier)
 	if strings.Contains(r.Tool, "(") {
@@ -157,7 +162,9 @@ func normalize(r gate.Rule) (gate.Rule, error) {
 	return r, nil
 }
 
-// Check validates and normalizes one rule before it is saved (SPEC §14): a known effect and
+// Check validates and normalizes one rule before it is saved (SPEC §14): no invisible or
+// bidirectional character in its tool, specifier or `when` (a *SyntaxError with the byte
+// column, wrapped: "specifier \"rm\u200b:*\": column 3: U+200B is …"), a known effect and
 // scope (a session rule names its session, a workspace rule its folder, which is cleaned), a
 // tool pattern in path.Match syntax, a specifier that compiles for the tool's kind (shell words
 // for run_command, key=glob with an "=", else a path glob) and a `when` that compiles with CEL

@@ -107,7 +107,9 @@ type Checker struct {
 //  5. accept-edits mode: a tool marked tool.WritesFiles (its path was already checked inside the
 //     workspace by its InputCheck) → Allowed (FromMode), unless it always asks; a write to the
 //     repository's configuration (.git/…, .gitattributes, .gitmodules) → Asked (FromMode);
-//  6. the annotation default (NeedsApproval, AskReason): Allowed or Asked (FromAnnotations).
+//  6. the annotation default (NeedsApproval, AskReason): Allowed or Asked (FromAnnotations);
+//     when it asks and the rules left a RuleDecision.Note (what they did not cover), the note
+//     is the reason.
 func (ck Checker) Check(ctx context.Context, c CheckCall) Decision {
 	d := ck.check(ctx, c)
 	if d.Source == FromRule && d.Rule != nil {
@@ -154,6 +156,11 @@ func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 		return Decision{Outcome: Asked, Source: FromMode, Mode: mode, Reason: why}
 	}
 	if why := AskReason(t); why != "" {
+		if rd.Note != "" {
+			// The rules looked at the call and say what they did not cover (SPEC §14): more
+			// use to the person than the annotation default.
+			why = rd.Note
+		}
 		return Decision{Outcome: Asked, Source: FromAnnotations, Mode: mode, Reason: why}
 	}
 	return Decision{Outcome: Allowed, Source: FromAnnotations, Mode: mode, Reason: "annotations allow it without approval"}

@@ -113,6 +113,12 @@ type RuleDecision struct {
 	// Rule is the deciding rule; it may point at the evaluator's own copy, so it is read only.
 	Rule   *Rule
 	Reason string
+	// Note, when no rule decided (Effect ""), says why the rules did not allow the call although
+	// they looked at it, for the prompt instead of the annotation default's reason: the part of
+	// a command line no allow rule covers ("`touch x` is not covered by run_command(git diff:*)"),
+	// or a command no rule can allow ("the command holds U+000D … which shells read
+	// differently"). "" when there is nothing to say.
+	Note string
 }
 
 // RuleEvaluator decides calls by rules. Implementations are safe for concurrent use; Evaluate

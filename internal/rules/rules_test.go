@@ -92,7 +92,11 @@ func TestCheck(t *testing.T) {
 		{"command list", ok(gate.Rule{Tool: "run_command", Specifier: "git diff; rm x"}), "one simple command"},
 		{"command substitution", ok(gate.Rule{Tool: "run_command", Specifier: "git $(x):*"}), "not literal"},
 		{"allow a wrapper", ok(gate.Rule{Tool: "run_command", Specifier: "sudo:*"}), "runs other commands"},
-		{"allow a writing option", ok(gate.Rule{Tool: "run_command", Specifier: "git log --output=x:*"}), "writes files or runs programs"},
+		// A rule that names an option that writes files or runs programs trusts it (SPEC §14).
+		{"allow a writing option named by the rule", ok(gate.Rule{Tool: "run_command", Specifier: "git log --output=x:*"}), ""},
+		{"allow an exact wrapper", ok(gate.Rule{Tool: "run_command", Specifier: "nice -n 5 make"}), ""},
+		{"command with braces", ok(gate.Rule{Tool: "run_command", Specifier: "git log {a,b}:*"}), "not literal"},
+		{"command with a carriage return", ok(gate.Rule{Tool: "run_command", Specifier: "git log\r:*"}), "invisible or bidirectional"},
 		{"empty command", ok(gate.Rule{Tool: "run_command", Specifier: ":*"}), "no command words"},
 		{"bad path glob", ok(gate.Rule{Tool: "write_file", Specifier: "docs/[**"}), "not a valid glob"},
 		{"kv without value separator", ok(gate.Rule{Tool: "t", Specifier: "a=1,b"}), "must be key=glob"},

@@ -293,6 +293,12 @@ func (s *Set) Evaluate(c gate.RuleCall) gate.RuleDecision {
 	return ev.decide()
 }
 
+// miss is an allow rule that names a command's words but does not cover it, and why.
+type miss struct {
+	r   *compiled
+	why string
+}
+
 // hit is a rule that matched, with what it matched.
 type hit struct {
 	r    *compiled
@@ -316,11 +322,20 @@ type evaluation struct {
 	shellDone bool
 	shells    []*shellView // one per value of "command" (several only when ambiguous)
 	covered   []*compiled  // per shells[0].cmds when "command" is unambiguous: the first allow rule that covers it
+	// missed is, per shells[0].cmds, the first allow rule whose words match the command but
+	// which does not cover it, and why (cmdSpec.allows), for the note.
+	missed []miss
 
 	act *whenVars // built on the first `when`
 
 	deny, ask, fail, allow hit
 	failWhy                string
+}
+
+// missAt is a miss of the simple command at index i.
+type missAt struct {
+	i   int
+	why string
 }
 
 // strArgs are the string values of one argument name (see args.go on ambiguity).
@@ -385,6 +400,7 @@ func (ev *evaluation) views() []*shellView {
 		}
 		if unamb {
 			ev.covered = make([]*compiled, len(ev.shells[0].cmds))
+			ev.missed = make([]miss, len(ev.shells[0].cmds))
 		}
 	}
 	return ev.shells
@@ -420,64 +436,69 @@ func betterAsk(cur hit, r *compiled) bool {
 }
 
 // matchSpec reports whether r's specifier matches the call and what it matched; for an allow
-// rule on run_command, covers lists the simple commands it covers.
-func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int) {
+// rule on run_command, covers lists the simple commands it covers, and misses those whose
+// words it names without covering them (with why).
+func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int, misses []missAt) {
 	allow := r.rule.Effect == gate.Allow
 	switch r.kind {
 	case kindPath:
 		if allow {
 			p, ok := ev.single("path")
 			if !ok {
-				return false, "", nil
+				return false, "", nil, nil
 			}
 			if !ev.relDone {
 				ev.relDone = true
 				ev.rel, ev.relInside = workspacePath(p, ev.call.Workspace)
 			}
 			if r.path.matchRel(ev.rel, ev.relInside, true) {
-				return true, ev.call.Tool + " " + p, nil
+				return true, ev.call.Tool + " " + p, nil, nil
 			}
-			return false, "", nil
+			return false, "", nil, nil
 		}
 		vals, _ := ev.stringArgs("path")
 		for _, p := range vals {
 			if r.path.match(p, ev.call.Workspace, false) {
-				return true, ev.call.Tool + " " + p, nil
+				return true, ev.call.Tool + " " + p, nil, nil
 			}
 		}
-		return false, "", nil
+		return false, "", nil, nil
 	case kindKV:
-		return r.kv.match(ev.args(), allow), ev.call.Tool, nil
+		return r.kv.match(ev.args(), allow), ev.call.Tool, nil, nil
 	case kindCmd:
 		vs := ev.views()
 		if allow {
 			if ev.covered == nil {
-				return false, "", nil
+				return false, "", nil, nil
 			}
 			for i := range vs[0].cmds {
-				if r.cmd.allows(&vs[0].cmds[i]) {
+				ok, why := r.cmd.allows(&vs[0].cmds[i])
+				switch {
+				case ok:
 					covers = append(covers, i)
+				case why != "":
+					misses = append(misses, missAt{i, why})
 				}
 			}
-			return len(covers) > 0, "", covers
+			return len(covers) > 0 || len(misses) > 0, "", covers, misses
 		}
 		for _, v := range vs {
 			for _, list := range [][]simpleCmd{v.cmds, v.hidden} {
 				for i := range list {
 					if r.cmd.denies(&list[i]) {
-						return true, list[i].text, nil
+						return true, list[i].text, nil, nil
 					}
 				}
 			}
 		}
-		return false, "", nil
+		return false, "", nil, nil
 	}
 	if ev.call.Tool == CommandTool {
 		if cmd, ok := ev.single("command"); ok {
-			return true, cmd, nil
+			return true, cmd, nil, nil
 		}
 	}
-	return true, ev.call.Tool, nil
+	return true, ev.call.Tool, nil, nil
 }
 
 func (ev *evaluation) consider(r *compiled) {
@@ -496,7 +517,7 @@ func (ev *evaluation) consider(r *compiled) {
 			return
 		}
 	}
-	ok, what, covers := ev.matchSpec(r)
+	ok, what, covers, misses := ev.matchSpec(r)
 	if !ok {
 		return
 	}
@@ -534,10 +555,15 @@ func (ev *evaluation) consider(r *compiled) {
 			ev.ask = hit{r, what}
 		}
 	case gate.Allow:
-		if covers != nil {
+		if covers != nil || misses != nil {
 			for _, i := range covers {
 				if ev.covered[i] == nil || r.ord < ev.covered[i].ord {
 					ev.covered[i] = r
+				}
+			}
+			for _, m := range misses {
+				if ev.missed[m.i].r == nil || r.ord < ev.missed[m.i].r.ord {
+					ev.missed[m.i] = miss{r, m.why}
 				}
 			}
 			return
@@ -572,13 +598,16 @@ func (ev *evaluation) decide() gate.RuleDecision {
 	case ev.allow.r != nil:
 		return decision(gate.Allow, ev.allow, "allows")
 	}
+	if ev.call.Tool == CommandTool {
+		ev.views() // for the note, also when no run_command rule looked at the command
+	}
 	if ev.covered == nil || ev.shells[0].opaque != "" || len(ev.covered) == 0 {
-		return gate.RuleDecision{}
+		return gate.RuleDecision{Note: ev.note()}
 	}
 	var used []*compiled
 	for _, r := range ev.covered {
 		if r == nil {
-			return gate.RuleDecision{}
+			return gate.RuleDecision{Note: ev.note()}
 		}
 		if !slices.Contains(used, r) {
 			used = append(used, r)
@@ -595,4 +624,63 @@ func (ev *evaluation) decide() gate.RuleDecision {
 		label = "rules " + strings.Join(texts, ", ") + " allow"
 	}
 	return gate.RuleDecision{Effect: gate.Allow, Rule: &used[0].rule, Reason: label + " " + cmd}
+}
+
+// note says why the rules did not allow a run_command call they looked at (gate.RuleDecision's
+// Note), or "": the text shells may read differently, or that the rules do not read (the
+// view's unreadable reason, whatever the rules); otherwise, when some allow rule covered or
+// named part of the command line, the simple commands no allow rule covers, each with the
+// rule that named its words and why it still does not cover it, or the rules that covered the
+// rest: "`touch x` is not covered by run_command(git diff:*)", "`go test -toolexec x ./...` is
+// not covered by run_command(go test:*): -toolexec runs programs or writes files"; or what
+// else in the line no rule can allow ("run_command(git diff:*) covers its commands, but it
+// has a command substitution").
+func (ev *evaluation) note() string {
+	if ev.call.Tool != CommandTool || len(ev.shells) == 0 {
+		return ""
+	}
+	v := ev.shells[0]
+	if v.unreadable {
+		return v.opaque + ": no rule allows it"
+	}
+	if ev.covered == nil {
+		return ""
+	}
+	var by []*compiled // the rules that covered something, in order
+	for _, r := range ev.covered {
+		if r != nil && !slices.Contains(by, r) {
+			by = append(by, r)
+		}
+	}
+	slices.SortFunc(by, func(a, b *compiled) int { return a.ord - b.ord })
+	texts := func(rs []*compiled) string {
+		t := make([]string, len(rs))
+		for i, r := range rs {
+			t[i] = r.text
+		}
+		return strings.Join(t, " or ")
+	}
+	var parts []string
+	for i, r := range ev.covered {
+		if r != nil {
+			continue
+		}
+		c := v.cmds[i].text
+		switch m := ev.missed[i]; {
+		case m.r != nil:
+			parts = append(parts, fmt.Sprintf("`%s` is not covered by %s: %s", c, m.r.text, m.why))
+		case len(by) > 0:
+			parts = append(parts, fmt.Sprintf("`%s` is not covered by %s", c, texts(by)))
+		}
+	}
+	if len(parts) > 0 {
+		if len(parts) > 3 {
+			parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
+		}
+		return strings.Join(parts, "; ")
+	}
+	if v.opaque != "" && len(by) > 0 {
+		return fmt.Sprintf("%s covers its commands, but the command has %s, which no rule allows", texts(by), v.opaque)
+	}
+	return ""
 }

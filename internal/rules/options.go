@@ -144,7 +144,7 @@ var optionTable = []optRow{
 	{programs: []string{"lua", "lua[0-9]*", "luajit"}, short: "eli", words: []string{"-"}},
 	{programs: []string{"awk", "gawk", "mawk", "nawk", "original-awk"}, short: "feilEodpD", shortArg: "Fv",
 		options: []string{"--file", "--source", "--include", "--load", "--pretty-print", "--dump-variables", "--profile", "--debug"},
-		script: awkScript},
+		script:  awkScript},
 	{programs: []string{"sed", "gsed"}, short: "fi", shortArg: "el", options: []string{"--file", "--in-place"}, script: sedScript},
 
 	// archives: programs run on every member, as the compressor, at checkpoints, between

@@ -156,7 +156,7 @@ func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 		return Decision{Outcome: Asked, Source: FromMode, Mode: mode, Reason: why}
 	}
 	if why := AskReason(t); why != "" {
-		if rd.Note != "" {
+		if rd.Note != "" && !t.AlwaysAsk {
 			// The rules looked at the call and say what they did not cover (SPEC §14): more
 			// use to the person than the annotation default.
 			why = rd.Note

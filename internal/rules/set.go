@@ -632,9 +632,9 @@ func (ev *evaluation) decide() gate.RuleDecision {
 // named part of the command line, the simple commands no allow rule covers, each with the
 // rule that named its words and why it still does not cover it, or the rules that covered the
 // rest: "`touch x` is not covered by run_command(git diff:*)", "`go test -toolexec x ./...` is
-// not covered by run_command(go test:*): -toolexec runs programs or writes files"; or what
-// else in the line no rule can allow ("run_command(git diff:*) covers its commands, but it
-// has a command substitution").
+// not covered by run_command(go test:*): -toolexec runs programs or writes files"; before
+// those, what else in the line no rule can allow ("the command has a command substitution,
+// which no rule allows").
 func (ev *evaluation) note() string {
 	if ev.call.Tool != CommandTool || len(ev.shells) == 0 {
 		return ""
@@ -660,6 +660,16 @@ func (ev *evaluation) note() string {
 		}
 		return strings.Join(t, " or ")
 	}
+	anyMiss := false
+	for _, m := range ev.missed {
+		anyMiss = anyMiss || m.r != nil
+	}
+	if v.opaque != "" {
+		if len(by) == 0 && !anyMiss {
+			return ""
+		}
+		return "the command has " + v.opaque + ", which no rule allows"
+	}
 	var parts []string
 	for i, r := range ev.covered {
 		if r != nil {
@@ -673,14 +683,8 @@ func (ev *evaluation) note() string {
 			parts = append(parts, fmt.Sprintf("`%s` is not covered by %s", c, texts(by)))
 		}
 	}
-	if len(parts) > 0 {
-		if len(parts) > 3 {
-			parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
-		}
-		return strings.Join(parts, "; ")
+	if len(parts) > 3 {
+		parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
 	}
-	if v.opaque != "" && len(by) > 0 {
-		return fmt.Sprintf("%s covers its commands, but the command has %s, which no rule allows", texts(by), v.opaque)
-	}
-	return ""
+	return strings.Join(parts, "; ")
 }

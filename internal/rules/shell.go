@@ -233,17 +233,20 @@ func (cs *cmdSpec) allows(c *simpleCmd) (ok bool, miss string) {
 	if c.stdin && readsCode(p) {
 		return false, p + " reads a program from its standard input here"
 	}
-	for _, w := range c.words[len(cs.words):] {
-		switch {
-		case !w.arg:
-			return false, fmt.Sprintf("the argument %q is an expansion the rules cannot read", w.val)
-		case w.writes:
-			return false, fmt.Sprintf("the argument %q may become an option that writes files or runs programs", w.lead+"…")
-		}
-	}
 	for _, h := range c.options {
 		if h.at >= len(cs.words) {
 			return false, fmt.Sprintf("%s runs programs or writes files", h.what)
+		}
+	}
+	for _, w := range c.words[len(cs.words):] {
+		switch {
+		case !w.arg:
+			return false, fmt.Sprintf("the argument %s is an expansion the rules cannot read", w.lead+"…")
+		case w.writes && w.complete && writingOption(w.val, true):
+			name, _, _ := strings.Cut(w.val, "=")
+			return false, fmt.Sprintf("%s runs programs or writes files", name)
+		case w.writes:
+			return false, fmt.Sprintf("the argument %s may become an option that writes files or runs programs", w.lead+"…")
 		}
 	}
 	return true, ""

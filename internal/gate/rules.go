@@ -134,8 +134,10 @@ type RuleEvaluator interface {
 // and report it in the error while still returning a usable evaluator.
 type RuleCompiler func(rules []Rule) (RuleEvaluator, error)
 
-// RuleSuggester proposes the narrowest rule that covers a call, for "Always allow…" (SPEC §14:
-// run_command(<first words of the first simple command>:*), write_file(<folder>/**), or the tool
-// with its exact arguments as key=value). Effect is Allow; Scope, Source and CreatedBy are left
-// for the caller.
-type RuleSuggester func(c RuleCall) Rule
+// RuleSuggester proposes the narrowest rules that together cover a call, for "Always allow…"
+// (SPEC §14: run_command(<program and subcommand>:*) per simple command, the exact command for
+// interpreters and shells, write_file(<folder>/**), or the tool with its exact arguments as
+// key=value): one rule, or several for a command line whose simple commands one rule cannot
+// cover (`echo hi && ls -1`). Effect is Allow; Scope, Source and CreatedBy are left for the
+// caller.
+type RuleSuggester func(c RuleCall) []Rule

@@ -211,6 +211,7 @@ var subcommandArgs = map[string][]string{
 	"yarn":   {"--cwd"},
 	"docker": {"-H", "--host", "--config", "-c", "--context", "-l", "--log-level"},
 	"cargo":  {"--config", "-Z", "-C"},
+	"go":     {"-C"},
 }
 
 // subcommandAt is the index of the subcommand of ws (its first operand: a word that does not

@@ -15,11 +15,29 @@ import (
 // pending approvals that a new rule or mode now allows. Nothing is ever denied retroactively:
 // a pending approval is only ever released (approved), never denied, by a change.
 
-// RememberRule is the rule a "remember" decision saves (SPEC §14 "Always allow…").
+// RememberRule is the rule a "remember" decision saves (SPEC §14 "Always allow…"): Text, and
+// Texts when one rule cannot cover the call ("Always allow…" on `echo hi && ls -1` suggests
+// run_command(echo hi:*) and run_command(ls:*)); every text is a rule, all with Scope, saved
+// together or not at all. Empty texts are skipped.
 type RememberRule struct {
-	Text  string         `json:"text"`  // "run_command(git diff:*)"
-	Scope gate.RuleScope `json:"scope"` // session or workspace
+	Text  string         `json:"text"`            // "run_command(git diff:*)"
+	Texts []string       `json:"texts,omitempty"` // more rules saved with it
+	Scope gate.RuleScope `json:"scope"`           // session or workspace
 }
+
+// texts are the rule texts to save, in order, without the empty ones.
+func (rr *RememberRule) texts() []string {
+	var out []string
+	for _, t := range append([]string{rr.Text}, rr.Texts...) {
+		if strings.TrimSpace(t) != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// maxRememberRules bounds how many rules one "remember" decision saves.
+const maxRememberRules = 16
 
 // sessionMode is the session's mode as of now (a switch applies to the next call).
 func (r *Runner) sessionMode(s Session) gate.Mode {
@@ -208,23 +226,47 @@ func (r *Runner) DeleteRule(ctx context.Context, id string) (err error) {
 	return nil
 }
 
-// SuggestRule is the rule "Always allow…" proposes for approval a (SPEC §14), as text: the
-// narrowest rule that covers the call (Config.SuggestRule; without it the tool as a whole).
-func (r *Runner) SuggestRule(a gate.Approval) gate.Rule {
+// SuggestRules are the rules "Always allow…" proposes for approval a (SPEC §14): the narrowest
+// rules that together cover the call (Config.SuggestRule: one, or several for a command line
+// one rule cannot cover; without it the tool as a whole).
+func (r *Runner) SuggestRules(a gate.Approval) []gate.Rule {
 	c := gate.RuleCall{Tool: a.ToolName, Arguments: a.Arguments, Annotations: a.Annotations, SessionID: a.SessionID}
 	if r.cfg.SuggestRule != nil {
-		return r.cfg.SuggestRule(c)
+		if rs := r.cfg.SuggestRule(c); len(rs) > 0 {
+			return rs
+		}
 	}
-	return gate.Rule{Effect: gate.Allow, Tool: a.ToolName}
+	return []gate.Rule{{Effect: gate.Allow, Tool: a.ToolName}}
 }
 
-// rememberRule builds and checks the rule a "remember" decision on a saves (effect allow; scope
-// session or workspace; made by the decider, through their link). Errors: apperr.Invalid.
-func (r *Runner) rememberRule(ctx context.Context, a gate.Approval, d Decision) (gate.Rule, error) {
-	if d.Rule == nil || strings.TrimSpace(d.Rule.Text) == "" {
-		return gate.Rule{}, apperr.Errorf(apperr.Invalid, "A remember decision needs a rule: {\"rule\": {\"text\": \"tool(specifier)\", \"scope\": \"session\"}}.")
+// rememberRules builds and checks the rules a "remember" decision on a saves (RememberRule's
+// texts; effect allow; scope session or workspace; made by the decider, through their link).
+// Errors: apperr.Invalid (naming the text when there are several), apperr.Forbidden.
+func (r *Runner) rememberRules(ctx context.Context, a gate.Approval, d Decision) ([]gate.Rule, error) {
+	if d.Rule == nil || len(d.Rule.texts()) == 0 {
+		return nil, apperr.Errorf(apperr.Invalid, "A remember decision needs a rule: {\"rule\": {\"text\": \"tool(specifier)\", \"scope\": \"session\"}}.")
 	}
-	toolPattern, spec, err := r.ParseRule(d.Rule.Text)
+	texts := d.Rule.texts()
+	if len(texts) > maxRememberRules {
+		return nil, apperr.Errorf(apperr.Invalid, "A remember decision saves at most %d rules, not %d.", maxRememberRules, len(texts))
+	}
+	out := make([]gate.Rule, 0, len(texts))
+	for _, text := range texts {
+		rl, err := r.rememberRule(ctx, a, d, text)
+		if err != nil {
+			if len(texts) > 1 {
+				return nil, apperr.Errorf(apperr.CodeOf(err), "%s: %s", text, apperr.MessageOf(err))
+			}
+			return nil, err
+		}
+		out = append(out, rl)
+	}
+	return out, nil
+}
+
+// rememberRule builds and checks one rule text of a "remember" decision on a.
+func (r *Runner) rememberRule(ctx context.Context, a gate.Approval, d Decision, text string) (gate.Rule, error) {
+	toolPattern, spec, err := r.ParseRule(text)
 	if err != nil {
 		return gate.Rule{}, err
 	}

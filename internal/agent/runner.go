@@ -411,7 +411,8 @@ type Decision struct {
 	Decision string `json:"decision"` // approve | approve_session | remember | deny
 	Reason   string `json:"reason,omitempty"`
 	// Rule is, for "remember" ("Always allow…", SPEC §14), the rule to save: its text
-	// ("run_command(git diff:*)") and scope (session or workspace). Its effect is allow.
+	// ("run_command(git diff:*)"), more texts when one rule cannot cover the call, and the
+	// scope (session or workspace). Its effect is allow.
 	Rule      *RememberRule   `json:"rule,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"` // edited arguments, approve only
 	// By is who decides and with what rights: gate.Owner(), or a reviewer through a share link.
@@ -467,18 +468,20 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 	// changes (a rule the compiler refuses decides nothing) and stored before the decision, so
 	// the calls the run makes once this one is approved already see it; it is taken back if
 	// another decision won. Pending calls it allows are released after the decision.
-	var remember *gate.Rule
+	var remember []gate.Rule
 	switch d.Decision {
 	case "remember":
-		rl, err := r.rememberRule(ctx, a, d)
+		rls, err := r.rememberRules(ctx, a, d)
 		if err != nil {
 			return gate.Approval{}, err
 		}
-		rl.FromApproval = a.ID
-		remember = &rl
+		for i := range rls {
+			rls[i].FromApproval = a.ID
+		}
+		remember = rls
 	case "approve_session":
 		if rl, ok := r.sessionRule(a, d.By); ok {
-			remember = &rl
+			remember = []gate.Rule{rl}
 		}
 	}
 	if len(d.Arguments) > 0 && res.Status == gate.Approved {
@@ -488,23 +491,38 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		}
 		res.EditedArguments = edited
 	}
-	if remember != nil {
-		rl, err := r.addRule(ctx, *remember)
-		if err != nil {
-			return gate.Approval{}, err
-		}
-		remember = &rl
-		// The decision names the rule it saved and says how far it reaches (a workspace rule
-		// reaches further than "this session").
-		res.RuleID, res.RuleText, res.RuleSource, res.RuleScope = rl.ID, rl.Text(), rl.Source, rl.Scope
-	}
-	a, err = r.gate.Decide(ctx, id, res)
-	if err != nil && remember != nil {
-		if _, derr := r.rules.Delete(context.WithoutCancel(ctx), remember.ID); derr != nil {
-			r.log.Error("take back the rule of a decision that lost", "rule", remember.ID, "err", derr)
+	// takeBack deletes the rules this decision saved (it lost, or a later rule was refused).
+	takeBack := func(saved []gate.Rule) {
+		for _, rl := range saved {
+			if _, derr := r.rules.Delete(context.WithoutCancel(ctx), rl.ID); derr != nil {
+				r.log.Error("take back the rule of a decision that lost", "rule", rl.ID, "err", derr)
+			}
 		}
 		r.rulesChanged()
 		r.grantsChanged(ctx, sessionID)
+	}
+	if remember != nil {
+		saved := make([]gate.Rule, 0, len(remember))
+		for _, rl := range remember {
+			rl, err := r.addRule(ctx, rl)
+			if err != nil {
+				takeBack(saved)
+				return gate.Approval{}, err
+			}
+			saved = append(saved, rl)
+		}
+		remember = saved
+		// The decision names the rule it saved (the first; all their texts) and says how far
+		// it reaches (a workspace rule reaches further than "this session").
+		texts := make([]string, len(saved))
+		for i, rl := range saved {
+			texts[i] = rl.Text()
+		}
+		res.RuleID, res.RuleText, res.RuleSource, res.RuleScope = saved[0].ID, strings.Join(texts, " and "), saved[0].Source, saved[0].Scope
+	}
+	a, err = r.gate.Decide(ctx, id, res)
+	if err != nil && remember != nil {
+		takeBack(remember)
 	}
 	if apperr.CodeOf(err) == apperr.Conflict {
 		// Another decision won between the check above and the store's atomic update: the
@@ -517,7 +535,7 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 		return gate.Approval{}, err
 	}
 	if remember != nil {
-		return a, r.releaseReached(ctx, *remember)
+		return a, r.releaseReached(ctx, remember[0]) // one scope for all of them
 	}
 	if a.Status == gate.Approved && a.Scope == gate.Session {
 		// The session had a grant for the tool already: release what it allows.

@@ -118,7 +118,8 @@ type Checker struct {
 //     workspace by its InputCheck) → Allowed (FromMode), unless it always asks; a write
 //     unguardedWrite refuses, or to .gitattributes or .gitmodules → Asked (FromMode);
 //  6. a write unguardedWrite refuses → Asked (FromAnnotations, its reason); else the annotation
-//     default (NeedsApproval, AskReason): Allowed or Asked (FromAnnotations).
+//     default (NeedsApproval, AskReason): Allowed or Asked (FromAnnotations); when it asks and
+//     the rules left a RuleDecision.Note (what they did not cover), the note is the reason.
 func (ck Checker) Check(ctx context.Context, c CheckCall) Decision {
 	d := ck.check(ctx, c)
 	if d.Source == FromRule && d.Rule != nil {
@@ -181,6 +182,11 @@ func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 		return Decision{Outcome: Asked, Source: FromAnnotations, Mode: mode, Reason: guard}
 	}
 	if why := AskReason(t); why != "" {
+		if rd.Note != "" && !t.AlwaysAsk {
+			// The rules looked at the call and say what they did not cover (SPEC §14): more
+			// use to the person than the annotation default.
+			why = rd.Note
+		}
 		return Decision{Outcome: Asked, Source: FromAnnotations, Mode: mode, Reason: why}
 	}
 	return Decision{Outcome: Allowed, Source: FromAnnotations, Mode: mode, Reason: "annotations allow it without approval"}

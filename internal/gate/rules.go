@@ -113,6 +113,12 @@ type RuleDecision struct {
 	// Rule is the deciding rule; it may point at the evaluator's own copy, so it is read only.
 	Rule   *Rule
 	Reason string
+	// Note, when no rule decided (Effect ""), says why the rules did not allow the call although
+	// they looked at it, for the prompt instead of the annotation default's reason: the part of
+	// a command line no allow rule covers ("`touch x` is not covered by run_command(git diff:*)"),
+	// or a command no rule can allow ("the command holds U+000D … which shells read
+	// differently"). "" when there is nothing to say.
+	Note string
 }
 
 // RuleEvaluator decides calls by rules. Implementations are safe for concurrent use; Evaluate
@@ -128,8 +134,10 @@ type RuleEvaluator interface {
 // and report it in the error while still returning a usable evaluator.
 type RuleCompiler func(rules []Rule) (RuleEvaluator, error)
 
-// RuleSuggester proposes the narrowest rule that covers a call, for "Always allow…" (SPEC §14:
-// run_command(<first words of the first simple command>:*), write_file(<folder>/**), or the tool
-// with its exact arguments as key=value). Effect is Allow; Scope, Source and CreatedBy are left
-// for the caller.
-type RuleSuggester func(c RuleCall) Rule
+// RuleSuggester proposes the narrowest rules that together cover a call, for "Always allow…"
+// (SPEC §14: run_command(<program and subcommand>:*) per simple command, the exact command for
+// interpreters and shells, write_file(<folder>/**), or the tool with its exact arguments as
+// key=value): one rule, or several for a command line whose simple commands one rule cannot
+// cover (`echo hi && ls -1`). Effect is Allow; Scope, Source and CreatedBy are left for the
+// caller.
+type RuleSuggester func(c RuleCall) []Rule

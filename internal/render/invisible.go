@@ -6,6 +6,8 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"countersign/internal/invisible"
 )
 
 // Segment is a piece of text as a view shows it: Text as it is, or, when Hidden, one character
@@ -44,23 +46,8 @@ func Reveal(s string) (segs []Segment, hidden bool) {
 	return segs, hidden
 }
 
-func isHidden(r rune) bool {
-	switch {
-	case r == '\n' || r == '\t' || r == ' ':
-		return false
-	case unicode.IsControl(r), unicode.Is(unicode.Cf, r), unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r),
-		unicode.Is(unicode.Variation_Selector, r), unicode.IsSpace(r), unicode.Is(unicode.Zs, r):
-		return true
-	case blankGlyphs[r]:
-		return true
-	}
-	return false
-}
-
-// blankGlyphs are characters that are none of the above but draw as blank space: the braille
-// pattern blank (found by a new-user review) and the Hangul fillers that are not default
-// ignorable.
-var blankGlyphs = map[rune]bool{'\u2800': true, '\u3164': true, '\uFFA0': true, '\u115F': true, '\u1160': true}
+// isHidden is invisible.Is: the prompts mark exactly what the rules refuse.
+func isHidden(r rune) bool { return invisible.Is(r) }
 
 // EscapeHiddenJSON returns JSON text with every hidden character (see Reveal) written as a JSON
 // escape ("\u202e"; a pair of surrogate escapes above U+FFFF), so that a JSON view or an

@@ -89,7 +89,7 @@ func TestLoadPolicyFileErrors(t *testing.T) {
 		{"unknown mode", `{"permissions": {"defaultMode": "yolo"}}`, `1:33: unknown mode "yolo" (want default, plan or accept-edits)`},
 		{"rule text syntax", `{"permissions": {"deny": ["run_command(rm:*"]}}`, `1:44: rule "run_command(rm:*": missing ")" at the end of the rule`},
 		{"bad specifier", "{\"permissions\": {\n \"deny\": [\"write_file(docs/[**)\"]}}", `2:11: rule "write_file(docs/[**)": path specifier "docs/[**" is not a valid glob`},
-		{"bad command specifier in rules", "{\"rules\": [{\"effect\": \"allow\",\n \"tool\": \"run_command(git $(x):*)\"}]}", `2:10: rule "run_command(git $(x):*)": run_command specifier "git $(x):*": word $(x) is not literal (quote glob characters, ~ and $)`},
+		{"bad command specifier in rules", "{\"rules\": [{\"effect\": \"allow\",\n \"tool\": \"run_command(git $(x):*)\"}]}", `2:10: rule "run_command(git $(x):*)": run_command specifier "git $(x):*": word $(x) is not literal (quote glob characters, braces, ~ and $)`},
 		{"cel error", "{\"rules\": [{\"effect\": \"deny\", \"tool\": \"pay__*\",\n   \"when\": \"args.amount >\"}]}", "2:12: when: ERROR: <input>:1:14: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}\n | args.amount >\n | .............^"},
 		{"rule without tool", `{"rules": [{"effect": "deny"}]}`, `1:12: a rule needs "tool"`},
 		{"allow not array", `{"permissions": {"allow": "read_file"}}`, `1:27: "allow" must be an array`},

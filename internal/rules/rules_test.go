@@ -92,7 +92,11 @@ func TestCheck(t *testing.T) {
 		{"command list", ok(gate.Rule{Tool: "run_command", Specifier: "git diff; rm x"}), "one simple command"},
 		{"command substitution", ok(gate.Rule{Tool: "run_command", Specifier: "git $(x):*"}), "not literal"},
 		{"allow a wrapper", ok(gate.Rule{Tool: "run_command", Specifier: "sudo:*"}), "runs other commands"},
-		{"allow a writing option", ok(gate.Rule{Tool: "run_command", Specifier: "git log --output=x:*"}), "writes files or runs programs"},
+		// A rule that names an option that writes files or runs programs trusts it (SPEC §14).
+		{"allow a writing option named by the rule", ok(gate.Rule{Tool: "run_command", Specifier: "git log --output=x:*"}), ""},
+		{"allow an exact wrapper", ok(gate.Rule{Tool: "run_command", Specifier: "nice -n 5 make"}), ""},
+		{"command with braces", ok(gate.Rule{Tool: "run_command", Specifier: "git log {a,b}:*"}), "not literal"},
+		{"command with a carriage return", ok(gate.Rule{Tool: "run_command", Specifier: "git log\r:*"}), "invisible or bidirectional"},
 		{"empty command", ok(gate.Rule{Tool: "run_command", Specifier: ":*"}), "no command words"},
 		{"bad path glob", ok(gate.Rule{Tool: "write_file", Specifier: "docs/[**"}), "not a valid glob"},
 		{"kv without value separator", ok(gate.Rule{Tool: "t", Specifier: "a=1,b"}), "must be key=glob"},
@@ -391,7 +395,7 @@ func TestSuggest(t *testing.T) {
 	cases := []struct {
 		name string
 		call gate.RuleCall
-		text string
+		text string // the rules' texts, joined with " | "
 	}{
 		{"git diff ref", commandCall("git diff HEAD~1"), "run_command(git diff:*)"},
 		{"ls flags", commandCall("ls -la"), "run_command(ls:*)"},
@@ -399,7 +403,20 @@ func TestSuggest(t *testing.T) {
 		{"npm run build", commandCall("npm run build"), "run_command(npm run:*)"},
 		{"make", commandCall("make"), "run_command(make:*)"},
 		{"quoted program", commandCall("'my tool' x"), "run_command('my tool' x:*)"},
-		{"first of a list", commandCall("git status && git diff"), "run_command(git status:*)"},
+		// issue 28, acceptance 5: never broader than SPEC §14, and covering the call.
+		{"options before the subcommand", commandCall("git --no-pager log -1"), "run_command(git --no-pager log:*)"},
+		{"an option with an argument before the subcommand", commandCall("git -C sub status"), "run_command(git -C sub status:*)"},
+		{"no subcommand", commandCall("git --version"), "run_command(git --version)"},
+		{"go with a flag before the subcommand is no subcommand", commandCall("go -C x test"), "run_command(go -C x test:*)"},
+		{"interpreter", commandCall("python3 -c 'print(1)'"), "run_command(python3 -c 'print(1)')"},
+		{"interpreter script", commandCall("python3 job.py --fast"), "run_command(python3 job.py --fast)"},
+		{"shell string", commandCall("sh -c 'git log'"), "run_command(sh -c 'git log')"},
+		{"wrapper", commandCall("nice -n 5 make"), "run_command(nice -n 5 make)"},
+		{"an option that runs programs after the prefix", commandCall("go test -toolexec x ./..."), "run_command(go test -toolexec x ./...)"},
+		{"every simple command", commandCall("echo hi && ls -1"), "run_command(echo hi:*) | run_command(ls:*)"},
+		{"one rule covers both", commandCall("git status && git status -s"), "run_command(git status:*)"},
+		{"first of a list", commandCall("git status && git diff"), "run_command(git status:*) | run_command(git diff:*)"},
+		{"pipeline and subshell", commandCall("(ls -1 | grep x) && git log -1"), "run_command(ls:*) | run_command(grep x:*) | run_command(git log:*)"},
 		{"write in folder", call("write_file", map[string]string{"path": "docs/guide/a.md", "content": "x"}), "write_file(docs/guide/**)"},
 		{"write absolute inside", call("write_file", map[string]string{"path": "/ws/src/a.go", "content": "x"}), "write_file(src/**)"},
 		{"write at root", call("write_file", map[string]string{"path": "README.md", "content": "x"}), "write_file(/README.md)"},
@@ -409,15 +426,43 @@ func TestSuggest(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := Suggest(tc.call)
-			if Text(r) != tc.text || r.Effect != gate.Allow {
-				t.Fatalf("Suggest = %q (%s), want %q", Text(r), r.Effect, tc.text)
+			rs := Suggest(tc.call)
+			texts := make([]string, len(rs))
+			for i, r := range rs {
+				texts[i] = Text(r)
+				if r.Effect != gate.Allow {
+					t.Fatalf("rule %d: effect %s", i, r.Effect)
+				}
+				rs[i].Scope = gate.ScopeServer
 			}
-			r.Scope = gate.ScopeServer
-			if d := mustCompile(t, []gate.Rule{r}).Evaluate(tc.call); d.Effect != gate.Allow && tc.name != "first of a list" { // several commands: the first only
-				t.Fatalf("the suggested rule %s does not allow its own call: %+v", Text(r), d)
+			if got := strings.Join(texts, " | "); got != tc.text {
+				t.Fatalf("Suggest = %q, want %q", got, tc.text)
+			}
+			// The rules compile and cover the call they came from.
+			if d := mustCompile(t, rs).Evaluate(tc.call); d.Effect != gate.Allow {
+				t.Fatalf("the suggested rules %q do not allow their own call: %+v", texts, d)
 			}
 		})
+	}
+}
+
+// Never broader than SPEC §14 says (issue 28, acceptance 5): no suggestion for a program with
+// subcommands is the program alone, and none for an interpreter or shell is a prefix.
+func TestSuggestIsNeverBroaderThanTheProgramAndSubcommand(t *testing.T) {
+	for _, cmd := range []string{"git --no-pager log -1", "git -c color.ui=never log", "git --git-dir=.git log",
+		"go -C . test ./...", "npm --prefix . test", "docker --context x ps", "cargo +nightly build", "git --paginate diff"} {
+		for _, r := range Suggest(commandCall(cmd)) {
+			if r.Specifier == "git:*" || r.Specifier == "go:*" || r.Specifier == "npm:*" || r.Specifier == "docker:*" || r.Specifier == "cargo:*" {
+				t.Errorf("%q: suggests %s", cmd, Text(r))
+			}
+		}
+	}
+	for _, cmd := range []string{"python3 -c 'import os'", "node -e 1", "bash -c 'ls'", "perl -e 1", "ruby x.rb", "deno run x.ts", "sudo ls"} {
+		for _, r := range Suggest(commandCall(cmd)) {
+			if strings.HasSuffix(r.Specifier, ":*") {
+				t.Errorf("%q: suggests a prefix %s", cmd, Text(r))
+			}
+		}
 	}
 }
 

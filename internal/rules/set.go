@@ -100,6 +100,11 @@ func normalize(r gate.Rule) (gate.Rule, error) {
 	default:
 		return r, fmt.Errorf("unknown effect %q (want allow, ask or deny)", r.Effect)
 	}
+	for _, f := range []struct{ name, val string }{{"tool", r.Tool}, {"specifier", r.Specifier}, {"when", r.When}} {
+		if err := visibleText(f.val); err != nil {
+			return r, fmt.Errorf("%s %q: %w", f.name, f.val, err)
+		}
+	}
 	r.Tool = strings.TrimSpace(r.Tool)
 	r.Specifier = strings.TrimSpace(r.Specifier)
 	if strings.Contains(r.Tool, "(") {
@@ -158,7 +163,9 @@ func normalize(r gate.Rule) (gate.Rule, error) {
 	return r, nil
 }
 
-// Check validates and normalizes one rule before it is saved (SPEC §14): a known effect and
+// Check validates and normalizes one rule before it is saved (SPEC §14): no invisible or
+// bidirectional character in its tool, specifier or `when` (a *SyntaxError with the byte
+// column, wrapped: "specifier \"rm\u200b:*\": column 3: U+200B is …"), a known effect and
 // scope (a session rule names its session, a workspace rule its folder, which is cleaned), a
 // tool pattern in path.Match syntax, a specifier that compiles for the tool's kind (shell words
 // for run_command, key=glob with an "=", else a path glob) and a `when` that compiles with CEL
@@ -289,6 +296,12 @@ func (s *Set) Evaluate(c gate.RuleCall) gate.RuleDecision {
 	return ev.decide()
 }
 
+// miss is an allow rule that names a command's words but does not cover it, and why.
+type miss struct {
+	r   *compiled
+	why string
+}
+
 // hit is a rule that matched, with what it matched.
 type hit struct {
 	r    *compiled
@@ -315,11 +328,20 @@ type evaluation struct {
 	shellDone bool
 	shells    []*shellView // one per value of "command" (several only when ambiguous)
 	covered   []*compiled  // per shells[0].cmds when "command" is unambiguous: the first allow rule that covers it
+	// missed is, per shells[0].cmds, the first allow rule whose words match the command but
+	// which does not cover it, and why (cmdSpec.allows), for the note.
+	missed []miss
 
 	act *whenVars // built on the first `when`
 
 	deny, ask, fail, allow hit
 	failWhy                string
+}
+
+// missAt is a miss of the simple command at index i.
+type missAt struct {
+	i   int
+	why string
 }
 
 // strArgs are the string values of one argument name (see args.go on ambiguity).
@@ -410,6 +432,7 @@ func (ev *evaluation) views() []*shellView {
 		}
 		if unamb {
 			ev.covered = make([]*compiled, len(ev.shells[0].cmds))
+			ev.missed = make([]miss, len(ev.shells[0].cmds))
 		}
 	}
 	return ev.shells
@@ -445,26 +468,27 @@ func betterAsk(cur hit, r *compiled) bool {
 }
 
 // matchSpec reports whether r's specifier matches the call and what it matched; for an allow
-// rule on run_command, covers lists the simple commands it covers.
-func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int) {
+// rule on run_command, covers lists the simple commands it covers, and misses those whose
+// words it names without covering them (with why).
+func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int, misses []missAt) {
 	allow := r.rule.Effect == gate.Allow
 	switch r.kind {
 	case kindPath:
 		if allow {
 			p, ok := ev.single("path")
 			if !ok {
-				return false, "", nil
+				return false, "", nil, nil
 			}
 			pl, ok := ev.unambiguousPlace(p)
 			if !ok || !r.path.matchPlace(pl, true) || !ev.safePlace() {
-				return false, "", nil
+				return false, "", nil, nil
 			}
-			return true, ev.call.Tool + " " + p, nil
+			return true, ev.call.Tool + " " + p, nil, nil
 		}
 		vals, unamb := ev.stringArgs("path")
 		for _, p := range vals {
 			if r.path.matchWritten(p, ev.call.Workspace) {
-				return true, ev.call.Tool + " " + p, nil
+				return true, ev.call.Tool + " " + p, nil, nil
 			}
 			var pl realpath.Place
 			var err error
@@ -475,42 +499,46 @@ func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int
 				ok = err == nil
 			}
 			if ok && r.path.matchPlace(pl, false) {
-				return true, ev.call.Tool + " " + p, nil
+				return true, ev.call.Tool + " " + p, nil, nil
 			}
 		}
-		return false, "", nil
+		return false, "", nil, nil
 	case kindKV:
-		return r.kv.match(ev.args(), allow), ev.call.Tool, nil
+		return r.kv.match(ev.args(), allow), ev.call.Tool, nil, nil
 	case kindCmd:
 		vs := ev.views()
 		if allow {
 			if ev.covered == nil {
-				return false, "", nil
+				return false, "", nil, nil
 			}
 			for i := range vs[0].cmds {
-				if r.cmd.allows(&vs[0].cmds[i]) {
+				ok, why := r.cmd.allows(&vs[0].cmds[i])
+				switch {
+				case ok:
 					covers = append(covers, i)
+				case why != "":
+					misses = append(misses, missAt{i, why})
 				}
 			}
-			return len(covers) > 0, "", covers
+			return len(covers) > 0 || len(misses) > 0, "", covers, misses
 		}
 		for _, v := range vs {
 			for _, list := range [][]simpleCmd{v.cmds, v.hidden} {
 				for i := range list {
 					if r.cmd.denies(&list[i]) {
-						return true, list[i].text, nil
+						return true, list[i].text, nil, nil
 					}
 				}
 			}
 		}
-		return false, "", nil
+		return false, "", nil, nil
 	}
 	if ev.call.Tool == CommandTool {
 		if cmd, ok := ev.single("command"); ok {
-			return true, cmd, nil
+			return true, cmd, nil, nil
 		}
 	}
-	return true, ev.call.Tool, nil
+	return true, ev.call.Tool, nil, nil
 }
 
 func (ev *evaluation) consider(r *compiled) {
@@ -529,7 +557,7 @@ func (ev *evaluation) consider(r *compiled) {
 			return
 		}
 	}
-	ok, what, covers := ev.matchSpec(r)
+	ok, what, covers, misses := ev.matchSpec(r)
 	if !ok {
 		return
 	}
@@ -567,10 +595,15 @@ func (ev *evaluation) consider(r *compiled) {
 			ev.ask = hit{r, what}
 		}
 	case gate.Allow:
-		if covers != nil {
+		if covers != nil || misses != nil {
 			for _, i := range covers {
 				if ev.covered[i] == nil || r.ord < ev.covered[i].ord {
 					ev.covered[i] = r
+				}
+			}
+			for _, m := range misses {
+				if ev.missed[m.i].r == nil || r.ord < ev.missed[m.i].r.ord {
+					ev.missed[m.i] = miss{r, m.why}
 				}
 			}
 			return
@@ -605,13 +638,16 @@ func (ev *evaluation) decide() gate.RuleDecision {
 	case ev.allow.r != nil:
 		return decision(gate.Allow, ev.allow, "allows")
 	}
+	if ev.call.Tool == CommandTool {
+		ev.views() // for the note, also when no run_command rule looked at the command
+	}
 	if ev.covered == nil || ev.shells[0].opaque != "" || len(ev.covered) == 0 {
-		return gate.RuleDecision{}
+		return gate.RuleDecision{Note: ev.note()}
 	}
 	var used []*compiled
 	for _, r := range ev.covered {
 		if r == nil {
-			return gate.RuleDecision{}
+			return gate.RuleDecision{Note: ev.note()}
 		}
 		if !slices.Contains(used, r) {
 			used = append(used, r)
@@ -628,4 +664,67 @@ func (ev *evaluation) decide() gate.RuleDecision {
 		label = "rules " + strings.Join(texts, ", ") + " allow"
 	}
 	return gate.RuleDecision{Effect: gate.Allow, Rule: &used[0].rule, Reason: label + " " + cmd}
+}
+
+// note says why the rules did not allow a run_command call they looked at (gate.RuleDecision's
+// Note), or "": the text shells may read differently, or that the rules do not read (the
+// view's unreadable reason, whatever the rules); otherwise, when some allow rule covered or
+// named part of the command line, the simple commands no allow rule covers, each with the
+// rule that named its words and why it still does not cover it, or the rules that covered the
+// rest: "`touch x` is not covered by run_command(git diff:*)", "`go test -toolexec x ./...` is
+// not covered by run_command(go test:*): -toolexec runs programs or writes files"; before
+// those, what else in the line no rule can allow ("the command has a command substitution,
+// which no rule allows").
+func (ev *evaluation) note() string {
+	if ev.call.Tool != CommandTool || len(ev.shells) == 0 {
+		return ""
+	}
+	v := ev.shells[0]
+	if v.unreadable {
+		return v.opaque + ": no rule allows it"
+	}
+	if ev.covered == nil {
+		return ""
+	}
+	var by []*compiled // the rules that covered something, in order
+	for _, r := range ev.covered {
+		if r != nil && !slices.Contains(by, r) {
+			by = append(by, r)
+		}
+	}
+	slices.SortFunc(by, func(a, b *compiled) int { return a.ord - b.ord })
+	texts := func(rs []*compiled) string {
+		t := make([]string, len(rs))
+		for i, r := range rs {
+			t[i] = r.text
+		}
+		return strings.Join(t, " or ")
+	}
+	anyMiss := false
+	for _, m := range ev.missed {
+		anyMiss = anyMiss || m.r != nil
+	}
+	if v.opaque != "" {
+		if len(by) == 0 && !anyMiss {
+			return ""
+		}
+		return "the command has " + v.opaque + ", which no rule allows"
+	}
+	var parts []string
+	for i, r := range ev.covered {
+		if r != nil {
+			continue
+		}
+		c := v.cmds[i].text
+		switch m := ev.missed[i]; {
+		case m.r != nil:
+			parts = append(parts, fmt.Sprintf("`%s` is not covered by %s: %s", c, m.r.text, m.why))
+		case len(by) > 0:
+			parts = append(parts, fmt.Sprintf("`%s` is not covered by %s", c, texts(by)))
+		}
+	}
+	if len(parts) > 3 {
+		parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -6,47 +6,47 @@ import (
 	"strings"
 	"sync"
 
+	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
 
 	"countersign/internal/realpath"
 )
 
-// Shell matching (SPEC §14 "Commands are parsed, not string-matched").
+// Shell matching (SPEC §14 "Commands are parsed, not string-matched", "Rules judge the action,
+// not the text"). This is the text judge of run_command: the first check of the commands
+// Countersign runs, and the whole check of the commands an outside agent's own shell runs
+// (SPEC §18), so it is conservative: what it cannot read with certainty never matches allow.
 //
-// run_command runs its `command` argument with /bin/sh -c in the workspace, and /bin/sh is dash
-// on Debian, so commands are parsed as POSIX shell (syntax.LangPOSIX). Bash-only syntax (process
-// substitution, [[ ]], $'…', arrays, <<<) is a parse error there, and a parse error never
-// allows: the call asks. For deny and ask rules only, a command that is not POSIX is parsed a
-// second time as bash, best effort, so that `git diff <(rm x)` is still denied by
-// `deny run_command(rm:*)`.
-//
-// A call is ALLOWED by run_command rules only when all of these hold:
+// A command is read twice by mvdan.cc/sh/v3/syntax, as POSIX shell (dash, /bin/sh on Debian)
+// and as bash. A call is ALLOWED by run_command rules only when all of these hold:
+//   - the command is at most 1 MiB (maxCommandBytes) and shells read it alike (unreadableText,
+//     sameTree): it holds no carriage return, NUL, other control character but tab and
+//     newline, DEL or C1 control (a backslash before CR-LF is one of them), no comment ending
+//     in a backslash, no word whose braces bash expands and dash does not (`{a,b}`, `{1..3}`),
+//     and the POSIX and bash parses are the same tree (`$'x'`, `&>`, `[[`, `time`, `declare`,
+//     `((…))` are read differently). Such text is opaque: it never matches allow, and the
+//     prompt says why;
 //   - the POSIX parse succeeded;
 //   - there is no command substitution ($(…), `…`), process substitution, arithmetic expansion,
 //     function definition, declaration (export/readonly/local), bash/zsh-only construct,
 //     assignment (`PATH=/tmp git diff`, `X=1`), or statement that is only a redirection
 //     (`> file`) anywhere in it;
-//   - every redirection is a here-document without substitutions, a duplication of a file
-//     descriptor (2>&1, >&-), or a file given as literal words that is /dev/null or, cleaned,
-//     inside the workspace (absolute inside RuleCall.Workspace, or relative without escaping
-//     ".."), and that is still inside the workspace's real path once symlinks are resolved as
-//     the kernel resolves them (`docs/out/x` with `docs/out -> /tmp/o` is /tmp/o/x; a dangling
-//     symlink is followed to the file a write would create), and is none of the server's own
-//     files (NewCompiler: the database and its companions, the policy file; SPEC §14 "The agent
-//     can never write its own rules"), compared by real path and by identity. Symlinks are read
-//     when the call is decided: one created later (by an earlier command of the same line, say
-//     `ln -s /etc d && ls > d/x`, allowed only if `ln` is) is not seen;
+//   - every redirection is one checkRedirect accepts;
 //   - every simple command (of lists, pipelines, &&, ||, ;, newlines, subshells, { } blocks,
 //     if/while/until/for/case bodies) is matched by some allow rule; a simple command is
 //     matched by a prefix rule (`git diff:*`) when its first words are exactly those words and
 //     the rest are arguments, by an exact rule (`go test ./...`) when its words are exactly
 //     those words;
-//   - no word is, or may expand to, an option that writes files or runs programs
-//     (writingOptions: `git log --output=/tmp/x`, `find . -exec …`, `tar --to-command=…`);
-//   - the program is not a wrapper that runs another command or a string (eval, exec, source,
-//     ".", sh/bash/dash/zsh/… , env, command, builtin, xargs, nohup, nice, timeout, time,
-//     sudo, doas, su, chroot, setsid, stdbuf, ionice, flock, watch, busybox, strace):
-//     such a command never matches an allow rule, whatever the rule says.
+//   - after the words a prefix rule names, no word is, or may expand to, an option that runs
+//     programs or writes files (optionTable: `go test -toolexec …`, `git -c core.pager=…`,
+//     `make --eval`, `find -exec`, `python3 -c`, `sed 's/x/y/e'`, …; writingOptions for every
+//     program): a rule that names the option itself matches;
+//   - a prefix rule never matches a wrapper, a program that runs another command or a string
+//     (wrappers: eval, exec, source, ".", sh/bash/dash/zsh/…, env, command, xargs, nohup,
+//     nice, timeout, time, sudo, chrt, taskset, setpriv, unshare, systemd-run, …); an exact rule
+//     may (`run_command(nice -n 5 make)`). A shell or interpreter whose standard input is a
+//     redirection, a here-document or a pipe (simpleCmd.stdin) reads its program there: no rule
+//     matches it.
 //
 // Words. Quotes are resolved as the shell resolves them: `g''it diff`, `"git" diff` and
 // `g\it diff` are the words git and diff, so they are matched as `git diff` (they are exactly
@@ -56,93 +56,49 @@ import (
 // unquoted glob character (* ? [) and no leading unquoted ~. The arguments after a matched
 // prefix may also contain plain parameter expansions ($X, ${X}), globs and ~: they only produce
 // more arguments to the same program; any other expansion (${X:-…}, ${#X}, …) is not seen
-// through. No word may be, or may become, an option that writes files or runs programs
-// (writingOptions): so an argument that begins with an expansion or a glob (`$F`, `*.go`) is not
-// seen through either, while `./$F`, `src/*.go` and `--stat=$N` are.
+// through. No word may be, or may become, an option that writes files or runs programs: so an
+// argument that begins with an expansion or a glob (`$F`, `*.go`) is not seen through either,
+// while `./$F` quoted, `src/*.go` and `"--stat=$N"` are.
 //
 // A call is DENIED (or ASKED) when any simple command anywhere, including inside substitutions,
-// here-documents and assignments, is matched by a deny (or ask) rule. For these the program is
-// compared by its base name (`/bin/rm -rf /` is `rm`), leading assignments are ignored
-// (`PATH=/tmp rm x`), the words of a wrapper are tried at every position after the wrapper
-// (`sudo rm x`, `xargs rm`, `find . -exec rm {} ;`), and the string of `sh -c '…'`, `bash -c`
-// and `eval …` is parsed again and searched the same way, to a depth of 3. That is best effort:
-// what cannot be seen at all (a variable holding a command, a script file) is not denied, but it
-// is never allowed either, so the call asks.
+// here-documents, assignments and the bash reading of the line, is matched by a deny (or ask)
+// rule. For these (cmdSpec.denies):
+//   - the program is compared by its base name (`/bin/rm -rf /` is `rm`), leading assignments
+//     are ignored (`PATH=/tmp rm x`), and an unquoted $IFS splits a word as the shell would
+//     (`rm${IFS}-rf /` is `rm -rf /`);
+//   - options are compared as a set (denyPattern): `deny rm -rf:*` matches `rm -fr`, `rm -r -f`,
+//     `rm -Rf`, `rm --recursive --force` and `rm x -rf`; the subcommand is found after the
+//     program's own options (`git -C d --no-pager push` for `git push:*`);
+//   - wrappers are looked through: the command after their options (wrapperSpecs, with their
+//     arities: `nice -n 5 rm`, `timeout 5 rm`, `chrt 1 rm`), and every word after them
+//     (`sudo rm x`, `xargs rm`, `find . -exec rm {} ;`);
+//   - command strings are parsed again and searched the same way, to a depth of 3: `sh -c '…'`
+//     (after its options and "--": `sh -c -- '…'`), `eval …`, `su -c`, `env -S`, `watch '…'`,
+//     also behind other wrappers (`env sh -c '…'`).
+//
+// That is best effort: what cannot be seen at all (a variable holding a command, a script
+// file) is not denied, but it is never allowed either, so the call asks. Text that shells read
+// differently is denied if a deny rule matches any reading of it, and asks otherwise.
 
-// wrappers run another command or a string: never matched by an allow rule; deny rules look at
-// the words after them.
-var wrappers = map[string]bool{
-	"eval": true, "exec": true, "source": true, ".": true, "command": true, "builtin": true,
-	"env": true, "xargs": true, "nohup": true, "nice": true, "ionice": true, "timeout": true,
-	"time": true, "sudo": true, "doas": true, "su": true, "chroot": true, "setsid": true,
-	"stdbuf": true, "flock": true, "watch": true, "busybox": true, "strace": true, "ltrace": true,
-	"unbuffer": true, "script": true, "run-parts": true, "parallel": true,
-	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true,
-	"fish": true, "csh": true, "tcsh": true, "rbash": true,
-}
-
-// writingOptions are programs' own options that write files or run commands (SPEC §14: what the
-// matcher cannot see through never matches allow): `git log --output=/tmp/x` writes anywhere,
-// `git diff --ext-diff`, `--textconv`, `--pager`, `--upload-pack`, `--open-files-in-pager` run a
-// program, `--git-dir`, `--work-tree`, `--exec-path`, `--config` point git elsewhere, find's
-// -exec, -ok, -delete and -fprint* run, delete or write, tar's --to-command,
-// --use-compress-program and --checkpoint-action run a program. A simple command with such a
-// word anywhere (prefix included) is never matched by an allow rule, whatever the rule says, so
-// the call asks; deny and ask matching ignores this list. A word matches an entry when it starts
-// with it (`--output-directory`, `--config-env`, `-execdir`, `-fprint0`), and a long option
-// also when its name (before "=") is an abbreviation of one (`--outp=x`: git's parse-options and
-// getopt_long accept unique prefixes). A word that is not fully literal is judged by its literal
-// beginning: `--out$X`, `-$X`, and a word that begins with an expansion, a tilde or a glob
-// (`$OPT`, `~x`, `*`, which a file named `--output=x` would turn into that option) may become such
-// an option; so may a word with an unquoted expansion anywhere (`./$X`: field splitting makes new
-// words of its value). Quoted, `"./$X"` is one word and judged by its beginning.
-// Program-specific short options (`git grep -O`, `curl -o`, `sort -o`) are not in the list: a
-// prefix rule on such a program allows them.
-var writingOptions = []string{
-	"--output", "--exec", "--upload-pack", "--receive-pack", "--ext-diff", "--textconv",
-	"--git-dir", "--work-tree", "--exec-path", "--config", "--open-files-in-pager",
-	"--to-command", "--use-compress-program", "--checkpoint-action", "--pager",
-	"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls",
-}
-
-// writingOption reports whether w may be one of writingOptions: w is the word when complete,
-// else its literal beginning (the rest unknown).
-func writingOption(w string, complete bool) bool {
-	if w == "" {
-		return !complete
-	}
-	if w[0] != '-' {
-		return false
-	}
-	for _, o := range writingOptions {
-		if strings.HasPrefix(w, o) || (!complete && strings.HasPrefix(o, w)) {
-			return true
-		}
-	}
-	name, _, eq := strings.Cut(w, "=")
-	if (complete || eq) && len(name) > 2 && strings.HasPrefix(name, "--") {
-		for _, o := range writingOptions {
-			if strings.HasPrefix(o, name) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// shells take a command string after -c.
-var shells = map[string]bool{
-	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true,
-	"fish": true, "csh": true, "tcsh": true, "rbash": true, "busybox": true,
-}
+// maxCommandBytes is the longest command the judge reads (1 MiB): a longer one asks.
+const maxCommandBytes = 1 << 20
 
 // word is one shell word as the matcher sees it.
 type word struct {
 	val   string // the literal value, quotes and backslashes resolved (partial when !exact)
 	exact bool   // fully literal: can be compared with a rule's word
 	arg   bool   // acceptable as an argument after a matched prefix
-	// writes: it is, or may expand to, one of writingOptions (never matched by allow)
+	// writes: it is, or may expand to, one of writingOptions, or may split into several words
+	// (an unquoted expansion): never matched by allow after a rule's words
 	writes bool
+	// lead is the literal beginning of the word: val up to the first expansion, unquoted glob
+	// character or leading tilde; complete says nothing unknown follows (lead == val).
+	lead     string
+	complete bool
+	// fields are the words the shell may make of it, for deny and ask rules: val split where
+	// an unquoted $IFS stands (nil when there is none: the word is val).
+	fields []string
+	brace  bool // bash expands braces in it ({a,b}, {1..3}); dash does not
 }
 
 // simpleCmd is one simple command found in a command line.
@@ -150,6 +106,11 @@ type simpleCmd struct {
 	words   []word
 	assigns bool   // leading VAR=… assignments
 	text    string // its source text, for reasons
+	// stdin: its standard input may be a program text: an input redirection or here-document
+	// on it (or on a block around it), or a pipe into it.
+	stdin bool
+	// options are its words that run programs or write files (programOptions), in order.
+	options []optionHit
 }
 
 // program is the base name of the first word, for deny matching.
@@ -160,27 +121,56 @@ func (c *simpleCmd) program() string {
 	return filepath.Base(c.words[0].val)
 }
 
+// denyWords are the command's words as deny and ask rules see them: each word's value, split
+// where an unquoted $IFS stands.
+func (c *simpleCmd) denyWords() []string {
+	out := make([]string, 0, len(c.words))
+	for _, w := range c.words {
+		if w.fields != nil {
+			out = append(out, w.fields...)
+			continue
+		}
+		out = append(out, w.val)
+	}
+	return out
+}
+
 // shellView is what the matcher saw of one command line.
 type shellView struct {
 	cmds []simpleCmd // every simple command that can be allowed (empty when opaque by parse error)
 	// opaque is why the line can never be allowed ("" when it can be, if every command is
 	// matched): a parse error, a substitution, an assignment, a redirection outside, …
 	opaque string
+	// unreadable: opaque because shells may read the text differently, or the judge does not
+	// read it at all (too long, or no parse): the prompt says so whatever the rules are.
+	unreadable bool
 	// hidden are simple commands that can only be denied or asked: those inside substitutions
-	// are in cmds too; these are the ones re-parsed from sh -c / eval strings and from the
-	// bash reading of a non-POSIX line.
+	// are in cmds too; these are the ones re-parsed from sh -c / eval strings, seen behind
+	// wrappers, and from the bash reading of a line.
 	hidden []simpleCmd
+	// stdinCalls are the calls whose standard input may carry a program (simpleCmd.stdin),
+	// marked while walking.
+	stdinCalls map[*syntax.CallExpr]bool
+}
+
+// setOpaque records the first reason the line cannot be allowed.
+func (v *shellView) setOpaque(why string, unreadable bool) {
+	if v.opaque == "" {
+		v.opaque, v.unreadable = why, unreadable
+	}
 }
 
 // cmdSpec is a compiled run_command specifier.
 type cmdSpec struct {
 	words  []string
-	prefix bool // "…:*"
+	prefix bool         // "…:*"
+	deny   *denyPattern // the words read for deny and ask rules
 }
 
 // compileCmdSpec compiles a run_command specifier: shell words (parsed as POSIX, fully literal),
-// optionally followed by ":*". A specifier whose program is a wrapper (sudo, sh, eval, …) is
-// refused for allow rules, which could never match it, and accepted for deny and ask rules.
+// optionally followed by ":*". A prefix specifier whose program is a wrapper (sudo, sh, eval, …)
+// is refused for allow rules, which could never match it, and accepted for deny and ask rules;
+// an exact one is accepted (it names every word).
 func compileCmdSpec(spec string, allow bool) (*cmdSpec, error) {
 	s := strings.TrimSpace(spec)
 	cs := &cmdSpec{}
@@ -191,7 +181,10 @@ func compileCmdSpec(spec string, allow bool) (*cmdSpec, error) {
 	if s == "" {
 		return nil, fmt.Errorf("run_command specifier %q has no command words", spec)
 	}
-	f, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(s), "")
+	if why := unreadableText(s); why != "" {
+		return nil, fmt.Errorf("run_command specifier %q: %s", spec, why)
+	}
+	f, err := parsePOSIX(s)
 	if err != nil {
 		return nil, fmt.Errorf("run_command specifier %q is not shell words: %v", spec, err)
 	}
@@ -204,72 +197,97 @@ func compileCmdSpec(spec string, allow bool) (*cmdSpec, error) {
 	}
 	for _, w := range call.Args {
 		rw := resolveWord(w)
-		if !rw.exact {
-			return nil, fmt.Errorf("run_command specifier %q: word %s is not literal (quote glob characters, ~ and $)", spec, nodeText(s, w))
+		if !rw.exact || rw.brace {
+			return nil, fmt.Errorf("run_command specifier %q: word %s is not literal (quote glob characters, braces, ~ and $)", spec, nodeText(s, w))
 		}
 		cs.words = append(cs.words, rw.val)
 	}
-	if allow && (wrappers[cs.words[0]] || wrappers[filepath.Base(cs.words[0])]) {
-		return nil, fmt.Errorf("run_command specifier %q starts with %s, which runs other commands the rules cannot see, so an allow rule could never match it (deny and ask rules may name it)", spec, cs.words[0])
+	if allow && cs.prefix && isWrapper(cs.words[0]) {
+		return nil, fmt.Errorf("run_command specifier %q starts with %s, which runs other commands the rules cannot see, so an allow rule could never match it (deny and ask rules may name it; an exact rule without \":*\" may too)", spec, cs.words[0])
 	}
-	for _, w := range cs.words {
-		if allow && writingOption(w, true) {
-			return nil, fmt.Errorf("run_command specifier %q has %s, an option that writes files or runs programs, so an allow rule could never match it (deny and ask rules may name it)", spec, w)
-		}
+	if !allow {
+		cs.deny = compileDenyPattern(cs.words)
 	}
 	return cs, nil
 }
 
 // allows reports whether the simple command is matched by this specifier for an allow rule.
-func (cs *cmdSpec) allows(c *simpleCmd) bool {
-	if c.assigns || len(c.words) < len(cs.words) || wrappers[c.words[0].val] {
-		return false
+// When the rule's words match but the command is still not covered, miss says why ("-toolexec
+// runs programs or writes files"); it is "" when the words do not match.
+func (cs *cmdSpec) allows(c *simpleCmd) (ok bool, miss string) {
+	if c.assigns || len(c.words) < len(cs.words) {
+		return false, ""
 	}
 	if !cs.prefix && len(c.words) != len(cs.words) {
-		return false
+		return false, ""
 	}
 	for i, w := range cs.words {
 		if !c.words[i].exact || c.words[i].val != w {
-			return false
+			return false, ""
+		}
+	}
+	p := c.program()
+	if cs.prefix && isWrapper(c.words[0].val) {
+		return false, p + " runs other commands"
+	}
+	if c.stdin && readsCode(p) {
+		return false, p + " reads a program from its standard input here"
+	}
+	for _, h := range c.options {
+		if h.at >= len(cs.words) {
+			return false, fmt.Sprintf("%s runs programs or writes files", h.what)
 		}
 	}
 	for _, w := range c.words[len(cs.words):] {
-		if !w.arg || w.writes {
-			return false
+		switch {
+		case !w.arg:
+			return false, fmt.Sprintf("the argument %s is an expansion the rules cannot read", w.lead+"…")
+		case w.writes && w.complete && writingOption(w.val, true):
+			name, _, _ := strings.Cut(w.val, "=")
+			return false, fmt.Sprintf("%s runs programs or writes files", name)
+		case w.writes:
+			return false, fmt.Sprintf("the argument %s may become an option that writes files or runs programs", w.lead+"…")
 		}
 	}
-	return true
+	return true, ""
 }
 
 // denies reports whether the simple command is matched by this specifier for a deny or ask rule
-// (best effort, see above): the program by base name, assignments ignored, wrappers looked
-// through.
+// (best effort, see above): by position (the program by base name), and as a denyPattern;
+// at the program and, for a wrapper or find, at every later word and at the command its
+// options leave.
 func (cs *cmdSpec) denies(c *simpleCmd) bool {
-	if cs.denyAt(c.words, true) {
+	ws := c.denyWords()
+	if len(ws) == 0 {
+		return false
+	}
+	if cs.denyAt(ws) {
 		return true
 	}
-	if len(c.words) == 0 {
+	p := filepath.Base(ws[0])
+	if !isWrapper(p) && p != "find" {
 		return false
 	}
-	p := c.program()
-	if !wrappers[p] && p != "find" {
-		return false
-	}
-	for i := 1; i < len(c.words); i++ {
-		if cs.denyAt(c.words[i:], true) {
+	for i := 1; i < len(ws); i++ {
+		if cs.denyAt(ws[i:]) {
 			return true
 		}
 	}
 	return false
 }
 
-func (cs *cmdSpec) denyAt(ws []word, base bool) bool {
+// denyAt: the words start with the specifier's words (the first by base name), or match its
+// denyPattern.
+func (cs *cmdSpec) denyAt(ws []string) bool {
+	if cs.deny != nil && cs.deny.matches(ws, cs.prefix) {
+		return true
+	}
 	if len(ws) < len(cs.words) || (!cs.prefix && len(ws) != len(cs.words)) {
 		return false
 	}
 	for i, w := range cs.words {
-		v := ws[i].val
-		if v == w || (i == 0 && base && filepath.Base(v) == w) {
+		v := ws[i]
+		if v == w || (i == 0 && filepath.Base(v) == filepath.Base(w)) {
 			continue
 		}
 		return false
@@ -277,13 +295,26 @@ func (cs *cmdSpec) denyAt(ws []word, base bool) bool {
 	return true
 }
 
-// posixParsers reuses parsers (a *syntax.Parser is not safe for concurrent use, but can parse
-// again).
-var posixParsers = sync.Pool{New: func() any { return syntax.NewParser(syntax.Variant(syntax.LangPOSIX)) }}
+// parsers reuse parsers per language (a *syntax.Parser is not safe for concurrent use, but can
+// parse again). Comments are kept: one ending in a backslash is opaque.
+var (
+	posixParsers = sync.Pool{New: func() any {
+		return syntax.NewParser(syntax.Variant(syntax.LangPOSIX), syntax.KeepComments(true))
+	}}
+	bashParsers = sync.Pool{New: func() any {
+		return syntax.NewParser(syntax.Variant(syntax.LangBash), syntax.KeepComments(true))
+	}}
+)
 
 func parsePOSIX(s string) (*syntax.File, error) {
 	p := posixParsers.Get().(*syntax.Parser)
 	defer posixParsers.Put(p)
+	return p.Parse(strings.NewReader(s), "")
+}
+
+func parseBash(s string) (*syntax.File, error) {
+	p := bashParsers.Get().(*syntax.Parser)
+	defer bashParsers.Put(p)
 	return p.Parse(strings.NewReader(s), "")
 }
 
@@ -297,15 +328,23 @@ type redirScope struct {
 	protected []string
 }
 
-// viewShell parses a command line and collects its simple commands; rs says where redirections
-// may go.
+// viewShell parses a command line, as POSIX shell and as bash, and collects its simple
+// commands; rs says where redirections may go.
 func viewShell(command string, rs redirScope) *shellView {
 	v := &shellView{}
+	if len(command) > maxCommandBytes {
+		v.setOpaque(fmt.Sprintf("the command is %d bytes long, more than the 1 MiB the rules read", len(command)), true)
+		return v
+	}
+	if why := unreadableText(command); why != "" {
+		v.setOpaque(why, true)
+	}
 	f, err := parsePOSIX(command)
+	bf, berr := parseBash(command)
 	if err != nil {
-		v.opaque = "the command does not parse as POSIX shell: " + err.Error()
+		v.setOpaque("the command does not parse as POSIX shell: "+err.Error(), true)
 		// best effort for deny and ask: read it as bash.
-		if bf, berr := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(command), ""); berr == nil {
+		if berr == nil {
 			bv := &shellView{}
 			bv.collect(bf, command, rs, 0)
 			v.hidden = append(bv.cmds, bv.hidden...)
@@ -313,105 +352,182 @@ func viewShell(command string, rs redirScope) *shellView {
 		return v
 	}
 	v.collect(f, command, rs, 0)
+	switch {
+	case berr != nil:
+		v.setOpaque("bash does not read the command as POSIX shells do ("+berr.Error()+")", true)
+	case !sameTree(f, bf):
+		v.setOpaque("bash and POSIX shells read the command differently", true)
+		bv := &shellView{}
+		bv.collect(bf, command, rs, 0)
+		v.hidden = append(v.hidden, bv.cmds...)
+		v.hidden = append(v.hidden, bv.hidden...)
+	}
 	return v
 }
 
 // collect walks the whole AST of one parsed string.
 func (v *shellView) collect(f *syntax.File, src string, rs redirScope, depth int) {
-	setOpaque := func(why string) {
-		if v.opaque == "" {
-			v.opaque = why
-		}
+	markStdin := func(n syntax.Node) {
+		syntax.Walk(n, func(m syntax.Node) bool {
+			if ce, ok := m.(*syntax.CallExpr); ok {
+				if v.stdinCalls == nil {
+					v.stdinCalls = map[*syntax.CallExpr]bool{}
+				}
+				v.stdinCalls[ce] = true
+			}
+			return true
+		})
 	}
 	syntax.Walk(f, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case nil: // Walk's end of a node's children
-		case *syntax.File, *syntax.Word, *syntax.Lit, *syntax.Comment, *syntax.BinaryCmd,
-			*syntax.Block, *syntax.Subshell, *syntax.IfClause, *syntax.WhileClause,
-			*syntax.ForClause, *syntax.WordIter, *syntax.CaseClause, *syntax.CaseItem:
+		case *syntax.File, *syntax.Word, *syntax.Lit, *syntax.Block, *syntax.Subshell, *syntax.IfClause,
+			*syntax.WhileClause, *syntax.ForClause, *syntax.WordIter, *syntax.CaseClause, *syntax.CaseItem:
+		case *syntax.Comment:
+			// mvdan.cc/sh continues a comment that ends in a backslash on the next line (the
+			// next line's words join the command before it); shells end the comment there
+			// and run the next line (found by the differential fuzzer).
+			if strings.Contains(n.Text, "\\\n") || strings.HasSuffix(n.Text, `\`) {
+				v.setOpaque("a comment ends in a backslash, which shells read differently", true)
+			}
+		case *syntax.BinaryCmd:
+			if (n.Op == syntax.Pipe || n.Op == syntax.PipeAll) && n.Y != nil {
+				markStdin(n.Y)
+			}
 		case *syntax.SglQuoted:
 			if n.Dollar {
-				setOpaque("$'…' quoting")
+				v.setOpaque("$'…' quoting", false)
 			}
 		case *syntax.DblQuoted:
 			if n.Dollar {
-				setOpaque(`$"…" quoting`)
+				v.setOpaque(`$"…" quoting`, false)
 			}
 		case *syntax.ParamExp:
 			if !simpleParam(n) {
-				setOpaque("a parameter expansion with operators")
+				v.setOpaque("a parameter expansion with operators", false)
 			}
 		case *syntax.Stmt:
 			if n.Cmd == nil {
-				setOpaque("a statement that is only a redirection")
+				v.setOpaque("a statement that is only a redirection", false)
 			}
 			for _, r := range n.Redirs {
 				if why := checkRedirect(r, rs); why != "" {
-					setOpaque(why)
+					v.setOpaque(why, false)
+				}
+				if readsInput(r.Op) && n.Cmd != nil {
+					markStdin(n.Cmd)
+				}
+				if body := shellHeredoc(n.Cmd, r); body != "" && depth < maxReparse {
+					v.reparse(body, "", rs, depth)
 				}
 			}
 		case *syntax.Redirect:
 		case *syntax.Assign:
-			setOpaque("a variable assignment")
+			v.setOpaque("a variable assignment", false)
 		case *syntax.CallExpr:
-			c := simpleCmd{assigns: len(n.Assigns) > 0, text: nodeText(src, n)}
+			c := simpleCmd{assigns: len(n.Assigns) > 0, text: nodeText(src, n), stdin: v.stdinCalls[n]}
+			brace := false
 			for _, w := range n.Args {
-				c.words = append(c.words, resolveWord(w))
+				rw := resolveWord(w)
+				brace = brace || rw.brace
+				c.words = append(c.words, rw)
 			}
 			if len(n.Args) == 0 {
-				setOpaque("a variable assignment")
+				v.setOpaque("a variable assignment", false)
 				return true
 			}
 			if c.assigns {
-				setOpaque("a leading variable assignment (" + c.text + ")")
+				v.setOpaque("a leading variable assignment ("+c.text+")", false)
 			}
-			if wrappers[c.words[0].val] || wrappers[c.program()] {
-				setOpaque(c.program() + " runs a command the rules cannot see")
-				if depth < maxReparse {
-					v.reparse(c, rs, depth)
+			if brace {
+				v.setOpaque("bash expands the braces in "+c.text+", POSIX shells do not", true)
+				if bc, ok := braceExpanded(n, c); ok {
+					v.hidden = append(v.hidden, bc)
+				}
+			}
+			c.options = programOptions(c.words)
+			if depth < maxReparse {
+				for _, s := range commandStrings(c.denyWords()) {
+					v.reparse(s, c.text, rs, depth)
 				}
 			}
 			v.cmds = append(v.cmds, c)
 		case *syntax.CmdSubst:
-			setOpaque("a command substitution")
+			v.setOpaque("a command substitution", false)
 		case *syntax.ProcSubst:
-			setOpaque("a process substitution")
+			v.setOpaque("a process substitution", false)
 		case *syntax.ArithmExp:
-			setOpaque("an arithmetic expansion")
+			v.setOpaque("an arithmetic expansion", false)
 		case *syntax.FuncDecl:
-			setOpaque("a function definition")
+			v.setOpaque("a function definition", false)
 		default:
-			setOpaque(fmt.Sprintf("shell syntax the rules cannot see through (%T)", n))
+			v.setOpaque(fmt.Sprintf("shell syntax the rules cannot see through (%T)", n), false)
 		}
 		return true
 	})
 }
 
-// reparse parses the string run by sh -c or eval and adds its commands as hidden ones.
-func (v *shellView) reparse(c simpleCmd, rs redirScope, depth int) {
-	var s string
-	p := c.program()
+// shellHeredoc is the text of a here-document or here-string fed to a shell that reads its
+// commands from it (`bash <<EOF`, no -c), for deny and ask rules; "" otherwise.
+func shellHeredoc(cmd syntax.Command, r *syntax.Redirect) string {
+	ce, ok := cmd.(*syntax.CallExpr)
+	if !ok || len(ce.Args) == 0 {
+		return ""
+	}
+	ws := make([]string, len(ce.Args))
+	for i, w := range ce.Args {
+		ws[i] = resolveWord(w).val
+	}
+	if !shells[filepath.Base(ws[0])] || shellString(ws) != "" {
+		return ""
+	}
 	switch {
-	case p == "eval":
-		parts := make([]string, 0, len(c.words)-1)
-		for _, w := range c.words[1:] {
-			parts = append(parts, w.val)
+	case (r.Op == syntax.Hdoc || r.Op == syntax.DashHdoc) && r.Hdoc != nil:
+		return resolveWord(r.Hdoc).val
+	case r.Op == syntax.WordHdoc && r.Word != nil:
+		return resolveWord(r.Word).val
+	}
+	return ""
+}
+
+// readsInput: the redirection gives the command's standard input (or another descriptor it
+// reads) from a file, a here-document or a here-string.
+func readsInput(op syntax.RedirOperator) bool {
+	switch op {
+	case syntax.RdrIn, syntax.RdrInOut, syntax.Hdoc, syntax.DashHdoc, syntax.WordHdoc, syntax.DplIn:
+		return true
+	}
+	return false
+}
+
+// maxBraceWords bounds the words a brace expansion may make for deny matching.
+const maxBraceWords = 64
+
+// braceExpanded is the simple command as bash runs it after brace expansion, for deny and ask
+// rules (`{rm,-rf,/}` is `rm -rf /` in bash); ok is false when it would make too many words.
+func braceExpanded(n *syntax.CallExpr, c simpleCmd) (simpleCmd, bool) {
+	out := simpleCmd{text: c.text, assigns: c.assigns}
+	for _, w := range n.Args {
+		cp := &syntax.Word{Parts: append([]syntax.WordPart(nil), w.Parts...)}
+		if !hasBraceExp(w) || !syntax.SplitBraces(cp) {
+			out.words = append(out.words, resolveWord(w))
+			continue
 		}
-		s = strings.Join(parts, " ")
-	case shells[p]:
-		for i := 1; i+1 < len(c.words); i++ {
-			w := c.words[i].val
-			if strings.HasPrefix(w, "-") && !strings.HasPrefix(w, "--") && strings.Contains(w, "c") {
-				s = c.words[i+1].val
-				break
+		for bw, err := range expand.BracesSeq(nil, cp) {
+			if err != nil || len(out.words) >= maxBraceWords {
+				return simpleCmd{}, false
 			}
+			out.words = append(out.words, resolveWord(bw))
 		}
 	}
-	if s == "" {
-		return
-	}
-	for _, lang := range []syntax.LangVariant{syntax.LangPOSIX, syntax.LangBash} {
-		f, err := syntax.NewParser(syntax.Variant(lang)).Parse(strings.NewReader(s), "")
+	return out, true
+}
+
+// reparse parses a command string run by a shell or a wrapper (commandStrings) and adds its
+// commands as hidden ones, by the POSIX reading and, when it differs, the bash one too.
+func (v *shellView) reparse(s, from string, rs redirScope, depth int) {
+	for _, parse := range []func(string) (*syntax.File, error){parsePOSIX, parseBash} {
+		f, err := parse(s)
 		if err != nil {
 			continue
 		}
@@ -419,7 +535,6 @@ func (v *shellView) reparse(c simpleCmd, rs redirScope, depth int) {
 		inner.collect(f, s, rs, depth+1)
 		v.hidden = append(v.hidden, inner.cmds...)
 		v.hidden = append(v.hidden, inner.hidden...)
-		return
 	}
 }
 
@@ -445,6 +560,7 @@ func resolveWord(w *syntax.Word) word {
 	var b strings.Builder
 	lead, open := 0, true // b[:lead] is the literal beginning; open while nothing unknown came
 	split := false        // an unquoted expansion: field splitting may make new words of it
+	var breaks []int      // offsets in b where an unquoted $IFS splits the word
 	stop := func() {
 		if open {
 			lead, open = b.Len(), false
@@ -464,6 +580,9 @@ func resolveWord(w *syntax.Word) word {
 			}
 			if globAt >= 0 && open {
 				lead, open = b.Len()+globAt, false
+			}
+			if strings.Contains(p.Value, "{") {
+				out.brace = true // confirmed below
 			}
 			b.WriteString(val)
 		case *syntax.SglQuoted:
@@ -501,6 +620,9 @@ func resolveWord(w *syntax.Word) word {
 			// Unquoted, its value is split into fields wherever it stands: "./$X" with X set
 			// to "a --output=y" is two words, the second an option (found by the fuzzer).
 			split = true
+			if p.Param != nil && p.Param.Value == "IFS" {
+				breaks = append(breaks, b.Len())
+			}
 		default:
 			out.exact, out.arg = false, false
 			stop()
@@ -510,8 +632,42 @@ func resolveWord(w *syntax.Word) word {
 	if open {
 		lead = len(out.val)
 	}
-	out.writes = split || writingOption(out.val[:lead], open)
+	out.lead, out.complete = out.val[:lead], open
+	out.writes = split || writingOption(out.lead, open)
+	if len(breaks) > 0 {
+		prev := 0
+		for _, at := range append(breaks, len(out.val)) {
+			if at > prev {
+				out.fields = append(out.fields, out.val[prev:at])
+			}
+			prev = at
+		}
+		if out.fields == nil {
+			out.fields = []string{}
+		}
+	}
+	if out.brace {
+		out.brace = hasBraceExp(w)
+		if out.brace {
+			out.exact = false
+		}
+	}
 	return out
+}
+
+// hasBraceExp reports whether bash expands braces in the word ({a,b}, {1..3}; not {x},
+// \{a,b} or '{a,b}'): syntax.SplitBraces on a copy leaves a BraceExp part.
+func hasBraceExp(w *syntax.Word) bool {
+	cp := &syntax.Word{Parts: append([]syntax.WordPart(nil), w.Parts...)}
+	if !syntax.SplitBraces(cp) {
+		return false
+	}
+	for _, p := range cp.Parts {
+		if _, ok := p.(*syntax.BraceExp); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // unquoteLit removes the backslashes of an unquoted literal and returns the offset in the result

@@ -3,6 +3,8 @@ package rules
 import (
 	"encoding/json"
 	"path"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -11,27 +13,38 @@ import (
 	"countersign/internal/gate"
 )
 
-// Suggest proposes the narrowest allow rule that covers a call, for "Always allow…" (SPEC §14);
-// it is a gate.RuleSuggester. Effect is Allow; Scope, Source and CreatedBy are left to the
-// caller.
+// Suggest proposes the narrowest allow rules that cover a call, for "Always allow…" (SPEC §14);
+// it is a gate.RuleSuggester. Each rule has Effect Allow; Scope, Source and CreatedBy are left
+// to the caller. There is one rule, except for a command line whose simple commands one rule
+// cannot cover (`echo hi && ls -1` → `run_command(echo hi:*)` and `run_command(ls:*)`).
 //
-//   - run_command → run_command(<first words>:*), the first words of the FIRST simple command:
-//     the program, then the words that follow while they look like sub-commands (lowercase
-//     letters, digits, "-" and "_", not starting with "-"; so no flag, path, "=" or "~"), at
-//     most 2 words: `git diff HEAD~1` → `git diff:*`, `ls -la` → `ls:*`, `go test ./...` →
-//     `go test:*`, `npm run build` → `npm run:*`. Words are shell-quoted when they need it. When
-//     the command does not parse or its first word is not literal, the whole command is the
-//     specifier, exact (the person edits it; it may not compile); a first word that is a
-//     wrapper (sudo, sh, eval, …) gives a rule Check refuses for allow, for the same reason.
+//   - run_command → per simple command (suggestCommand), in order, leaving out one that a rule
+//     before already covers:
+//     the exact command for shells, interpreters and wrappers (`python3 -c 'print(1)'`, never
+//     `python3:*`; codeReaders, wrappers);
+//     for programs with subcommands (multiCommand: git, go, npm, cargo, docker, …) the words up
+//     to and including the subcommand, with the options before it (`git --no-pager log -1` →
+//     `git --no-pager log:*`, never `git:*`), or the exact command when there is none
+//     (`git --version`);
+//     for other programs the program, then the word after it when it looks like a subcommand
+//     (lowercase letters, digits, "-" and "_", not starting with "-"): `ls -la` → `ls:*`,
+//     `echo hi` → `echo hi:*`.
+//     A prefix that would not cover its command (an option after it runs programs,
+//     optionTable) becomes the exact command. Words are shell-quoted when they need it. When
+//     the command does not parse, or a first word is not literal, the whole command is the
+//     specifier, exact (the person edits it; it may not compile). A command that no rule can
+//     allow (text shells read differently, a substitution, a redirection outside the
+//     workspace) gets the rules for its words all the same; saving them approves this call
+//     once and the same text asks again.
 //   - a call with a string `path` argument inside the workspace (write_file, read_file,
 //     edit-style tools) → <tool>(<folder>/**) for the file's workspace-relative folder, or
 //     <tool>(/<file>) for a file at the workspace root (the "/" anchors it there).
 //   - anything else → the tool with its exact top-level arguments as key=value, sorted by key,
 //     escaped (EscapeValue), or the bare tool name when there are none.
 //
-// The suggestion matches the call it came from whenever the call is fully visible (for a
-// command line of several simple commands it covers the first one only).
-func Suggest(c gate.RuleCall) gate.Rule {
+// The rules together match the call they came from whenever the call is fully visible (every
+// simple command readable and literal, nothing opaque).
+func Suggest(c gate.RuleCall) []gate.Rule {
 	r := gate.Rule{Effect: gate.Allow, Tool: c.Tool}
 	var args map[string]json.RawMessage
 	_ = json.Unmarshal(c.Arguments, &args)
@@ -45,8 +58,13 @@ func Suggest(c gate.RuleCall) gate.Rule {
 	}
 	if c.Tool == CommandTool {
 		if cmd, ok := str("command"); ok {
-			r.Specifier = suggestCommand(cmd)
-			return r
+			specs := suggestCommand(cmd, c.Workspace)
+			out := make([]gate.Rule, len(specs))
+			for i, s := range specs {
+				out[i] = r
+				out[i].Specifier = s
+			}
+			return out
 		}
 	}
 	if p, ok := str("path"); ok {
@@ -57,7 +75,7 @@ func Suggest(c gate.RuleCall) gate.Rule {
 			} else {
 				r.Specifier = EscapeValue(dir) + "/**"
 			}
-			return r
+			return []gate.Rule{r}
 		}
 	}
 	keys := make([]string, 0, len(args))
@@ -70,7 +88,7 @@ func Suggest(c gate.RuleCall) gate.Rule {
 		parts = append(parts, escapeKey(k)+"="+EscapeValue(argString(args[k])))
 	}
 	r.Specifier = strings.Join(parts, ",")
-	return r
+	return []gate.Rule{r}
 }
 
 // escapeKey escapes the separators in an argument name.
@@ -85,43 +103,115 @@ func escapeKey(k string) string {
 	return b.String()
 }
 
-// suggestCommand is the specifier for run_command (see Suggest).
-func suggestCommand(cmd string) string {
+// multiCommand are programs whose first operand is a subcommand: a suggestion for them names
+// it (SPEC §14: `git log:*`, never `git:*`).
+var multiCommand = map[string]bool{
+	"git": true, "go": true, "npm": true, "pnpm": true, "yarn": true, "cargo": true, "rustup": true,
+	"docker": true, "podman": true, "kubectl": true, "helm": true, "gh": true, "glab": true, "apt": true,
+	"apt-get": true, "dnf": true, "yum": true, "brew": true, "pip": true, "pip3": true, "pipx": true, "uv": true,
+	"poetry": true, "conda": true, "gem": true, "bundle": true, "composer": true, "dotnet": true,
+	"systemctl": true, "terraform": true, "aws": true, "gcloud": true, "az": true, "hg": true, "svn": true,
+	"nix": true, "just": true, "mvn": true, "gradle": true, "hugo": true, "flutter": true, "dart": true,
+	"swift": true, "stack": true, "cabal": true, "mix": true, "opam": true, "zig": true,
+}
+
+// suggestCommand is the run_command specifiers for a command line (see Suggest).
+func suggestCommand(cmd, workspace string) []string {
 	whole := strings.TrimSpace(cmd)
-	f, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(cmd), "")
-	if err != nil {
-		return whole
+	v := viewShell(cmd, redirScope{workspace: workspace})
+	if len(v.cmds) == 0 {
+		return []string{whole}
 	}
-	var first *syntax.CallExpr
-	syntax.Walk(f, func(n syntax.Node) bool {
-		if first != nil {
-			return false
+	var specs []string
+	var chosen []*cmdSpec
+	for i := range v.cmds {
+		c := &v.cmds[i]
+		covered := false
+		for _, cs := range chosen {
+			if ok, _ := cs.allows(c); ok {
+				covered = true
+				break
+			}
 		}
-		if ce, ok := n.(*syntax.CallExpr); ok && len(ce.Args) > 0 {
-			first = ce
-			return false
+		if covered {
+			continue
 		}
-		return true
-	})
-	if first == nil {
-		return whole
+		spec := suggestFor(c)
+		if spec == "" {
+			return []string{whole}
+		}
+		if slices.Contains(specs, spec) {
+			continue
+		}
+		specs = append(specs, spec)
+		if cs, err := compileCmdSpec(spec, true); err == nil {
+			chosen = append(chosen, cs)
+		}
 	}
-	w0 := resolveWord(first.Args[0])
+	return specs
+}
+
+// suggestFor is the specifier for one simple command: its prefix (see Suggest) when that
+// covers it, else the exact command; "" when its program is not literal.
+func suggestFor(c *simpleCmd) string {
+	w0 := c.words[0]
 	if !w0.exact || w0.val == "" {
-		return whole
+		return ""
 	}
-	words := []string{quoteWord(w0.val)}
-	for _, w := range first.Args[1:] {
-		if len(words) == 2 {
+	exact := exactSpec(c)
+	prog := filepath.Base(w0.val)
+	if readsCode(prog) || isWrapper(w0.val) {
+		if exact != "" {
+			return exact
+		}
+	}
+	n := 1 // words in the prefix
+	if multiCommand[prog] {
+		sub := subcommandAt(prog, c.words)
+		if sub < 0 || !c.words[sub].exact {
+			if exact != "" {
+				return exact
+			}
+		} else {
+			n = sub + 1
+		}
+	} else if len(c.words) > 1 && c.words[1].exact && subcommandLike(c.words[1].val) {
+		n = 2
+	}
+	words := make([]string, 0, n)
+	for _, w := range c.words[:n] {
+		if !w.exact {
 			break
 		}
-		rw := resolveWord(w)
-		if !rw.exact || !subcommandLike(rw.val) {
-			break
-		}
-		words = append(words, rw.val)
+		words = append(words, quoteWord(w.val))
 	}
-	return strings.Join(words, " ") + ":*"
+	spec := strings.Join(words, " ") + ":*"
+	if cs, err := compileCmdSpec(spec, true); err == nil {
+		if ok, _ := cs.allows(c); ok || exact == "" {
+			return spec
+		}
+	}
+	if exact != "" {
+		return exact
+	}
+	return spec
+}
+
+// exactSpec is the exact specifier of a simple command (every word quoted), or "" when a word
+// is not literal or cannot be quoted.
+func exactSpec(c *simpleCmd) string {
+	words := make([]string, 0, len(c.words))
+	for _, w := range c.words {
+		if !w.exact {
+			return ""
+		}
+		q, err := syntax.Quote(w.val, syntax.LangPOSIX)
+		if err != nil {
+			return ""
+		}
+		words = append(words, q)
+	}
+	return strings.Join(words, " ")
 }
 
 // subcommandLike: lowercase letters, digits, "-" and "_", not starting with "-".

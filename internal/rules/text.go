@@ -28,8 +28,10 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"unicode/utf8"
 
 	"countersign/internal/gate"
+	"countersign/internal/invisible"
 )
 
 // SyntaxError is an error in a rule's text: Col is the 1-based column (in bytes) where it is.
@@ -42,10 +44,14 @@ func (e *SyntaxError) Error() string { return fmt.Sprintf("column %d: %s", e.Col
 
 // Parse splits a rule's text into its tool pattern and its specifier ("" when there are no
 // parentheses), SPEC §14: "run_command(git diff:*)" → ("run_command", "git diff:*"). It checks
-// the shape only (a non-empty tool pattern of name characters and globs, valid path.Match
-// syntax, a closing ")" at the very end, a non-empty specifier); whether the specifier compiles
-// for the tool is Check's business. Errors are *SyntaxError with the column.
+// the shape only (no invisible or bidirectional character anywhere (visibleText), a non-empty
+// tool pattern of name characters and globs, valid path.Match syntax, a closing ")" at the very
+// end, a non-empty specifier); whether the specifier compiles for the tool is Check's business.
+// Errors are *SyntaxError with the column.
 func Parse(text string) (toolPattern, specifier string, err error) {
+	if err := visibleText(text); err != nil {
+		return "", "", err
+	}
 	open := strings.IndexByte(text, '(')
 	toolPattern = text
 	if open >= 0 {
@@ -65,6 +71,24 @@ func Parse(text string) (toolPattern, specifier string, err error) {
 		return "", "", &SyntaxError{Col: open + 2, Msg: "empty specifier in parentheses (leave the parentheses out to match every call)"}
 	}
 	return toolPattern, specifier, nil
+}
+
+// visibleText refuses text holding a character a person cannot see as written (invisible.Find:
+// bidirectional overrides and isolates, zero-width characters, controls other than tab and
+// newline, spaces other than U+0020, bytes that are not UTF-8): a rule that reads
+// "run_command(git log:*)" on the Rules page must be that rule (SPEC §14; Trojan Source). The
+// error is a *SyntaxError at the character's byte column, e.g. "column 18: U+202E is an
+// invisible or bidirectional character (byte 18): type the rule without it".
+func visibleText(s string) error {
+	off, r, found := invisible.Find(s)
+	if !found {
+		return nil
+	}
+	what := fmt.Sprintf("%U is an invisible or bidirectional character", r)
+	if r == utf8.RuneError {
+		what = "a byte that is not UTF-8"
+	}
+	return &SyntaxError{Col: off + 1, Msg: fmt.Sprintf("%s (byte %d): type the rule without it", what, off+1)}
 }
 
 // checkToolPattern validates a tool pattern: non-empty, no spaces, quotes or parentheses, and

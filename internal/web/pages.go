@@ -219,8 +219,12 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID stri
 		return err
 	}
 	d := agent.Decision{Decision: r.PostForm.Get("decision"), Reason: r.PostForm.Get("reason"), By: by}
-	if d.Decision == "remember" { // "Always allow…" (SPEC §14): the rule's text and scope
-		d.Rule = &agent.RememberRule{Text: r.PostForm.Get("rule"), Scope: gate.RuleScope(r.PostForm.Get("scope"))}
+	if d.Decision == "remember" { // "Always allow…" (SPEC §14): the rules' texts (one box each) and scope
+		texts := r.PostForm["rule"]
+		d.Rule = &agent.RememberRule{Scope: gate.RuleScope(r.PostForm.Get("scope"))}
+		if len(texts) > 0 {
+			d.Rule.Text, d.Rule.Texts = texts[0], texts[1:]
+		}
 	}
 	// Edited arguments matter only to an approval: a denial never depends on them, so their JSON
 	// is not checked then. They still go to the runner, which refuses arguments of any kind

@@ -392,7 +392,9 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 		av.CanEdit, av.CanRemember = false, false
 	}
 	if av.CanRemember {
-		av.SuggestedRule = b.s.cfg.Runner.SuggestRule(a).Pattern()
+		for _, rl := range b.s.cfg.Runner.SuggestRules(a) {
+			av.SuggestedRules = append(av.SuggestedRules, rl.Pattern())
+		}
 		av.SessionScopeOnly = b.who.decider.Via != nil
 	}
 	if av.CanEdit {

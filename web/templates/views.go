@@ -203,9 +203,10 @@ type ApprovalView struct {
 	// SessionScopeOnly: the decider is a share link, which remembers for its own session only
 	// ("Always allow…" offers no workspace scope).
 	SessionScopeOnly bool
-	// SuggestedRule pre-fills "Always allow…" (CanRemember only): the narrowest rule that covers
-	// the call, as text ("run_command(git diff:*)").
-	SuggestedRule string
+	// SuggestedRules pre-fill "Always allow…" (CanRemember only): the narrowest rules that
+	// together cover the call, as text ("run_command(git diff:*)"); several when one rule cannot
+	// cover a command line (`echo hi && ls -1`), one box each.
+	SuggestedRules []string
 	// AskReason says why the call waits for a person, after "asks because" (stored with the
 	// approval: "server files is not trusted").
 	AskReason string
@@ -473,4 +474,12 @@ type RuleRow struct {
 	// AllowsEverything: an allow rule for every tool with no specifier or condition — every
 	// call it reaches runs without a prompt (SPEC §14 "the page says so").
 	AllowsEverything bool
+}
+
+// rememberBoxes are the "Rule" boxes of "Always allow…": one per suggested rule, at least one.
+func rememberBoxes(suggested []string) []string {
+	if len(suggested) == 0 {
+		return []string{""}
+	}
+	return suggested
 }

@@ -129,6 +129,6 @@ func Parse(text string) (tool, specifier string, err error) {
 }
 
 // Suggest proposes an allow rule for c's tool as a whole (a gate.RuleSuggester).
-func Suggest(c gate.RuleCall) gate.Rule {
-	return gate.Rule{Effect: gate.Allow, Tool: c.Tool}
+func Suggest(c gate.RuleCall) []gate.Rule {
+	return []gate.Rule{{Effect: gate.Allow, Tool: c.Tool}}
 }

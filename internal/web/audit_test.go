@@ -63,6 +63,7 @@ func TestAuditShowsEachGatedCallsOutcome(t *testing.T) {
 	var sess agent.Session
 	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "audit", "model": "faux:audit"}, &sess)
 	events := ts.events(t, sess.ID)
+	next(t, events, "snapshot") // subscribed: the approvals come as events, not in a later snapshot
 	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
 	for range 2 {
 		a := next(t, events, "approval_requested")["approval"].(map[string]any)

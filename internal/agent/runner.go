@@ -574,12 +574,13 @@ func (r *Runner) CheckEdit(ctx context.Context, sessionID, id string, by gate.De
 // editPreview is the preview an edit of a's arguments is shown against: the one stored with a
 // while the edit keeps its "path" (the same "before", not the file as it is now), else the
 // tool's preview of the edited arguments, computed now and not stored (a file tool whose edit
-// names another file; issue 19). args passed validateEdit.
+// names another file; issue 19; a command's edit, which may run other scripts: issue 28). args
+// passed validateEdit.
 func (r *Runner) editPreview(ctx context.Context, a gate.Approval, args json.RawMessage) *tool.Preview {
 	var in struct {
 		Path string `json:"path"`
 	}
-	if a.Preview != nil && json.Unmarshal(args, &in) == nil && in.Path == a.Preview.Path {
+	if a.Preview != nil && a.Preview.Path != "" && json.Unmarshal(args, &in) == nil && in.Path == a.Preview.Path {
 		return a.Preview
 	}
 	t, ok := r.cfg.Tools.Lookup(a.ToolName)

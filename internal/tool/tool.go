@@ -154,11 +154,39 @@ type InputCheckFunc func(arguments json.RawMessage, workspace string) []Violatio
 // and after an edit, without reading the workspace again. Path is the "path" argument it was
 // computed for. Exists is false for a new file. Error, when set, is why there is no content
 // (too large, a folder, not a regular file); Content is "" then.
+//
+// A person's approval binds what they saw (SPEC §14; issue 28): Digest is the SHA-256 (lowercase
+// hex) of the file's whole content when the preview was made — also of a file too large to show —
+// and "" for a new file (Exists false) or one that could not be read (a folder). Scripts are the
+// workspace scripts a run_command call runs (`sh job.sh`, `./deploy`), each with its digest then.
+// A tool that runs after a person's approval (Consent.ByPerson) checks them first and writes or
+// runs nothing when the workspace changed. Stored as JSON with the approval: fields added here
+// need no migration.
 type Preview struct {
-	Path    string `json:"path"`
-	Exists  bool   `json:"exists"`
-	Content string `json:"content,omitempty"`
-	Error   string `json:"error,omitempty"`
+	Path    string         `json:"path"`
+	Exists  bool           `json:"exists"`
+	Content string         `json:"content,omitempty"`
+	Error   string         `json:"error,omitempty"`
+	Digest  string         `json:"digest,omitempty"`
+	Scripts []ScriptDigest `json:"scripts,omitempty"`
+}
+
+// ScriptDigest is one workspace script a command runs, as its prompt showed it (Preview.Scripts):
+// Path as the command names it (relative to the workspace, or absolute inside it), whether it
+// existed, and the SHA-256 (lowercase hex) of its content then ("" when it did not exist).
+type ScriptDigest struct {
+	Path   string `json:"path"`
+	Exists bool   `json:"exists"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// Short is the start of the digest as prompts and errors show it: its first 12 hex digits and
+// an ellipsis ("1a2b3c4d5e6f…").
+func (s ScriptDigest) Short() string {
+	if len(s.SHA256) <= 12 {
+		return s.SHA256
+	}
+	return s.SHA256[:12] + "…"
 }
 
 // PreviewFunc computes a call's Preview from arguments that passed the tool's checks, with the

@@ -71,6 +71,8 @@ func runCommandTool(cfg Config) *tool.Tool {
 		OutputSchema: json.RawMessage(runCommandOutput),
 		// No annotations: the MCP defaults (not read-only, destructive, open world) make every
 		// call need approval (SPEC §3, §10).
+		// The workspace scripts the command runs, with their digests, shown in its prompt.
+		Preview: scriptsPreview,
 		Execute: func(ctx context.Context, arguments json.RawMessage, onUpdate func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {
 				Command   string `json:"command"`
@@ -78,6 +80,17 @@ func runCommandTool(cfg Config) *tool.Tool {
 			}
 			if err := decode(arguments, &in); err != nil {
 				return tool.Result{}, err
+			}
+			// A person's approval binds the scripts their prompt showed (SPEC §14; issue 28):
+			// before anything runs, each is still that file, and the command (perhaps edited)
+			// runs no workspace script the prompt did not show.
+			if c := tc.Consent(); c.ByPerson {
+				if err := checkScripts(c.Preview, tc.Workspace()); err != nil {
+					return tool.Result{}, err
+				}
+				if err := unshownScripts(in.Command, c.Preview, tc.Workspace()); err != nil {
+					return tool.Result{}, err
+				}
 			}
 			timeout := cfg.CommandTimeout
 			if in.TimeoutMs > 0 {

@@ -439,13 +439,22 @@ func writeFileTool(cfg Config) *tool.Tool {
 			if err := decode(arguments, &in); err != nil {
 				return tool.Result{}, err
 			}
-			return writeFile(tc.Workspace(), in.Path, in.Content, cfg.Protected)
+			// A person's approval binds what they saw (SPEC §14; issue 28): the file must still
+			// be what their prompt's diff was drawn against. An edit that names another path was
+			// shown a diff computed when it was typed, which is not stored: it is not checked.
+			var base *tool.Preview
+			if c := tc.Consent(); c.ByPerson && c.Preview != nil && c.Preview.Path == in.Path {
+				base = c.Preview
+			}
+			return writeFile(ctx, tc.Workspace(), in.Path, in.Content, cfg.Protected, base)
 		},
 	}
 }
 
-// writeFile implements write_file.
-func writeFile(workspace, p, content string, protected Protected) (tool.Result, error) {
+// writeFile implements write_file. base, when not nil, is the preview a person approved the call
+// on: the file must still be what it showed (unchangedSincePreview), else nothing is written and
+// the error wraps ErrChangedSincePrompt.
+func writeFile(ctx context.Context, workspace, p, content string, protected Protected, base *tool.Preview) (tool.Result, error) {
 	j, err := openJail(workspace, protected)
 	if err != nil {
 		return tool.Result{}, err
@@ -457,6 +466,11 @@ func writeFile(workspace, p, content string, protected Protected) (tool.Result, 
 	}
 	if rel == "." {
 		return tool.Result{}, fmt.Errorf("path %q is the workspace folder itself", p)
+	}
+	if base != nil {
+		if err := unchangedSincePreview(ctx, j, rel, base); err != nil {
+			return tool.Result{}, err
+		}
 	}
 	created := false
 	var details WriteFileDetails

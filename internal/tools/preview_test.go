@@ -49,7 +49,8 @@ func TestWriteFilePreviewIsTheFileWhenTheApprovalOpensAndHonoursTheJail(t *testi
 		path string
 		want *tool.Preview
 	}{
-		{"notes.txt", &tool.Preview{Path: "notes.txt", Exists: true, Content: "a\nb\n"}},
+		{"notes.txt", &tool.Preview{Path: "notes.txt", Exists: true, Content: "a\nb\n",
+			Digest: "911169ddaaf146aff539f58c26c489af3b892dff0fe283c1c264c65ae5aa59a2"}},
 		{"sub/new.txt", &tool.Preview{Path: "sub/new.txt"}},
 		{"dir", &tool.Preview{Path: "dir", Exists: true, Error: "dir is a folder"}},
 	} {
@@ -59,8 +60,9 @@ func TestWriteFilePreviewIsTheFileWhenTheApprovalOpensAndHonoursTheJail(t *testi
 		}
 	}
 	big, err := wf.Preview(context.Background(), args("big.txt"), ws)
-	if err != nil || big == nil || !big.Exists || big.Content != "" || !strings.Contains(big.Error, "too large to preview") {
-		t.Errorf("preview of a file over MaxPreview = %+v, %v; want no content and why", big, err)
+	if err != nil || big == nil || !big.Exists || big.Content != "" || !strings.Contains(big.Error, "too large to preview") ||
+		big.Digest != sha256Hex([]byte(strings.Repeat("x", MaxPreview+1))) {
+		t.Errorf("preview of a file over MaxPreview = %+v, %v; want no content, why, and the whole file's digest", big, err)
 	}
 
 	// Outside the workspace, by a relative path, an absolute one or a link: no preview, nothing

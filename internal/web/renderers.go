@@ -56,7 +56,11 @@ func BuiltinRenderers() map[string]Renderer {
 				if err := json.Unmarshal(c.Arguments, &in); err != nil || in.Command == "" {
 					return nil, fmt.Errorf("no command in %s", c.Arguments)
 				}
-				return templates.RunCommandCall(in.Command, c.Workspace), nil
+				var scripts []tool.ScriptDigest
+				if c.Preview != nil {
+					scripts = c.Preview.Scripts
+				}
+				return templates.RunCommandCall(in.Command, c.Workspace, scripts), nil
 			},
 			Result: func(res tool.Result) (templ.Component, error) {
 				var out struct {

@@ -29,8 +29,8 @@ func (f fakeContext) ExecuteTool(context.Context, string, any) tool.Outcome {
 	return tool.Outcome{IsError: true, Result: tool.ErrorResult("no nested calls in tests")}
 }
 
-// Consent is a person's approval as written: run_command's exec-time checks allow every start.
-func (f fakeContext) Consent() tool.Consent { return tool.Consent{ByPerson: true} }
+// Consent is no person's: Authorize (which allows everything here) decides every start.
+func (f fakeContext) Consent() tool.Consent { return tool.Consent{} }
 func (f fakeContext) Authorize(context.Context, string, any, string) tool.Authorization {
 	return tool.Authorization{Allowed: true}
 }

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
 )
 
 // Issue 28, acceptance 8 (SPEC §14 "A person's approval binds what they saw"), through the JSON
@@ -130,4 +129,3 @@ func TestApprovingShJobShDoesNotRunAScriptChangedWhileItWaited(t *testing.T) {
 		t.Errorf("the approved script did not run: %v", err)
 	}
 }
-

@@ -81,7 +81,7 @@ func runCommandTool(cfg Config) *tool.Tool {
 			if in.TimeoutMs > 0 {
 				timeout = time.Duration(in.TimeoutMs) * time.Millisecond
 			}
-			return runCommand(ctx, cfg, tc.Workspace(), in.Command, timeout, onUpdate)
+			return runCommand(ctx, cfg.forCall(tc), tc.Workspace(), in.Command, timeout, onUpdate)
 		},
 	}
 }

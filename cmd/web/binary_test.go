@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -260,12 +261,13 @@ func (f serverFiles) args(addr string) []string {
 // for and waits until the command runs (and waits for "release"). It returns the session id.
 func startExecutingCall(t *testing.T, p *proc, f serverFiles) string {
 	t.Helper()
-	// A test that kills the server (or fails) leaves the command waiting: release it at the
-	// end and let it finish before the workspace goes, so no shell loop outlives the test.
+	// A test that fails leaves the command waiting: release it at the end and let it finish
+	// before the workspace goes, so no shell loop outlives the test. (A killed server's command
+	// died with it, or with the recovery of the next server: nothing runs there then.)
 	t.Cleanup(func() {
 		_ = os.WriteFile(filepath.Join(f.workspace, "release"), nil, 0o644)
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if _, err := os.Stat(filepath.Join(f.workspace, "finished")); err == nil {
+			if _, err := os.Stat(filepath.Join(f.workspace, "finished")); err == nil || len(runningIn(f.workspace)) == 0 {
 				return
 			}
 		}
@@ -286,6 +288,67 @@ func startExecutingCall(t *testing.T, p *proc, f serverFiles) string {
 		return err == nil
 	})
 	return sess.ID
+}
+
+// commandScript is a faux script whose one tool call is run_command with command (a JSON
+// string, quoted), which the gate asks a person about.
+func commandScript(command string) string {
+	return `{"steps":[
+ {"content":[{"type":"toolCall","id":"call-1","name":"run_command","arguments":{"command":` + command + `}}],"stopReason":"toolUse"},
+ {"content":[{"type":"text","text":"Done."}],"stopReason":"stop"}]}`
+}
+
+// escapersScript's command leaves processes that outlive its shell: a subshell in its process
+// group and a shell in a session of its own (setsid), each to write a file after 20 s
+// (marker2, marker3); it creates "started2" once they are on their way.
+var escapersScript = commandScript(`"(sleep 20; touch marker2) & setsid sh -c 'sleep 20; touch marker3' & touch started2; wait"`)
+
+// startApproved creates a session with model on p, sends a message, approves the run_command it
+// asks for and waits until the command has created the file started in the workspace. It
+// returns the session's id.
+func startApproved(t *testing.T, p *proc, f serverFiles, model, started string) string {
+	t.Helper()
+	var sess struct{ ID string }
+	p.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": model, "model": model}, &sess)
+	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
+	var pending struct {
+		Approvals []struct{ ID string }
+	}
+	eventually(t, "the run_command approval", func() bool {
+		p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &pending)
+		return len(pending.Approvals) == 1
+	})
+	p.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+pending.Approvals[0].ID+"/decision", map[string]string{"decision": "approve"}, nil)
+	eventually(t, "the command to start", func() bool {
+		_, err := os.Stat(filepath.Join(f.workspace, started))
+		return err == nil
+	})
+	return sess.ID
+}
+
+// runningIn returns the pids of the processes whose working folder is dir, from /proc (Linux;
+// none elsewhere): what a tool call started in a workspace and still runs there. A zombie has
+// no working folder: it has ended.
+func runningIn(dir string) []int {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && cwd == real {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // A second start on a database that a running server uses exits non-zero with a clear message,

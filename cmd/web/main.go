@@ -458,8 +458,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	})
 	db.SetOnCommit(met.Commit)
 
+	// The processes tool calls start are marked with the store, the session and the call, so
+	// that recovery kills what a crash left running of its own calls only (SPEC §8).
+	storeID, err := storeIdentity(ctx, db, cfg.db)
+	if err != nil {
+		return err
+	}
 	reg := tool.NewRegistry()
-	all := tools.Builtin(tools.Config{PassEnv: cfg.passEnv, Protected: ownFiles(cfg)})
+	all := tools.Builtin(tools.Config{PassEnv: cfg.passEnv, Protected: ownFiles(cfg), StoreID: storeID})
 	if cfg.fixtureTools {
 		all = append(all, fixtures.Tools()...)
 	}
@@ -537,7 +543,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		CompileRules: rules.NewCompiler(ownFiles(cfg)), ParseRule: rules.Parse, SuggestRule: rules.Suggest,
 		PolicyRules: policy.Rules, DefaultMode: policy.DefaultMode,
 		// Instructions and the context budget (SPEC §17).
-		Instructions: cfg.instructions, ContextTokens: cfg.contextTokens}
+		Instructions: cfg.instructions, ContextTokens: cfg.contextTokens,
+		// What a call left running when the last process died is killed before the call is
+		// recorded as interrupted (SPEC §8).
+		KillOrphans: killOrphans(storeID, log)}
 	if replicas != nil {
 		acfg.Replicas = replicas // several servers on one PostgreSQL database (SPEC §16)
 	}

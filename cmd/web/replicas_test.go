@@ -186,13 +186,23 @@ func TestTwoReplicasServeOneTeam(t *testing.T) {
 // replica B drives the parked ones: one approved on B right after the kill (the decision reached
 // no live replica: B runs the call once it owns the session), one approved once B owns it; each
 // call ran exactly once; the executing call is not run again, and its result says it was
-// interrupted.
+// interrupted. What an executing command left running (background jobs that outlive its shell)
+// is killed before B records it as interrupted (issue 28).
 func TestAKilledReplicasRunsAreTakenOver(t *testing.T) {
 	f := newReplicaFiles(t)
+	if err := os.WriteFile(filepath.Join(f.scripts, "escapers.json"), []byte(escapersScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, pid := range runningIn(f.workspace) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 	a := startServing(t, f.args()...)
 	b := startServing(t, f.args()...)
 
 	executing := startExecutingCall(t, a, f.serverFiles)
+	escapers := startApproved(t, a, f.serverFiles, "faux:escapers", "started2")
 	var parked apiSession
 	a.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "parked", "model": "faux:count"}, &parked)
 	a.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+parked.ID+"/messages", map[string]string{"text": "count"}, nil)
@@ -244,6 +254,12 @@ func TestAKilledReplicasRunsAreTakenOver(t *testing.T) {
 	})
 	if _, err := os.Stat(filepath.Join(f.workspace, "finished")); err == nil {
 		t.Fatal("the interrupted command ran again")
+	}
+	eventually(t, "B to end the escapers' call as interrupted", func() bool {
+		return strings.Contains(transcriptText(t, b, escapers), "Interrupted by server restart")
+	})
+	if left := runningIn(f.workspace); len(left) > 0 {
+		t.Errorf("processes %v of A's commands still run after B recorded them as interrupted", left)
 	}
 	if !strings.Contains(b.stderr.String(), "took over a session") {
 		t.Errorf("B's log does not say it took over; stderr:\n%s", b.stderr.String())

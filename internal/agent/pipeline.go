@@ -447,6 +447,7 @@ type toolContext struct {
 }
 
 func (tc *toolContext) ToolCallID() string { return tc.inv.call.ID }
+func (tc *toolContext) SessionID() string  { return tc.rn.session.ID }
 func (tc *toolContext) Workspace() string  { return tc.rn.session.Workspace }
 
 // Consent says how the running call came to run: a person approved it when its decision is a

@@ -255,7 +255,8 @@ func runWasCut(entries []Entry) bool {
 	return entries[len(entries)-1].Message.Role != Assistant
 }
 
-// interrupted is the error result of a call that was executing when the process died. What ran
+// interrupted is the error result of a call that was executing when the process died; what the
+// call left running is killed first (Config.KillOrphans), so that its record is true. What ran
 // beneath it is rebuilt from the audit (every nested call passed the gate and was recorded),
 // marked incomplete: its results died with the process (SPEC §4, §8). The calls a grouped record
 // counts (issue 19) are one entry, its first call's, naming the record (ApprovalID) whose count
@@ -263,6 +264,11 @@ func runWasCut(entries []Entry) bool {
 // says when the call started — when its approval let it run, a person's decision or a rule's,
 // which every executed call has — and its duration runs from then to now, the restart.
 func (r *Runner) interrupted(ctx context.Context, sessionID, messageID, callID string) tool.Result {
+	if r.cfg.KillOrphans != nil {
+		if err := r.cfg.KillOrphans(ctx, sessionID, callID); err != nil {
+			r.log.Error("recover: what an interrupted call started may still run", "session", sessionID, "toolCallId", callID, "err", err)
+		}
+	}
 	res := tool.ErrorResult("%s", InterruptedText)
 	now := time.Now().UTC()
 	res.Interrupted = &tool.Interruption{At: now}

@@ -3,6 +3,8 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +22,12 @@ import (
 // write again because nothing wakes them before the test ends).
 func (h *harness) restart(t *testing.T, script string, tools ...*tool.Tool) (*agent.Runner, *store.DB, *agent.Subscription) {
 	t.Helper()
+	return h.restartWith(t, nil, script, tools...)
+}
+
+// restartWith is restart with a runner whose configuration set changes first (nil: none).
+func (h *harness) restartWith(t *testing.T, set func(*agent.Config), script string, tools ...*tool.Tool) (*agent.Runner, *store.DB, *agent.Subscription) {
+	t.Helper()
 	ctx := context.Background()
 	db, err := store.Open(ctx, h.db.Path())
 	if err != nil {
@@ -36,7 +44,11 @@ func (h *harness) restart(t *testing.T, script string, tools ...*tool.Tool) (*ag
 	}
 	broker := agent.NewBroker()
 	sub := broker.Subscribe(h.sess.ID)
-	r := agent.New(agent.Config{Store: db, Models: ms, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute})
+	cfg := agent.Config{Store: db, Models: ms, Tools: reg, Broker: broker, ApprovalTimeout: time.Minute}
+	if set != nil {
+		set(&cfg)
+	}
+	r := agent.New(cfg)
 	t.Cleanup(func() { r.Shutdown("test cleanup"); r.Wait() })
 	if err := r.Recover(ctx); err != nil {
 		t.Fatal(err)
@@ -142,6 +154,54 @@ func TestRestartInterruptsAnExecutingCallAndNeverRerunsIt(t *testing.T) {
 	awaitOn(t, sub, agent.AgentEnd)
 	if runs.Load() != 1 || runs2.Load() != 0 {
 		t.Errorf("the call ran %d times before and %d after the restart, want 1 and 0", runs.Load(), runs2.Load())
+	}
+}
+
+// TestRestartKillsWhatAnInterruptedCallLeftRunningBeforeItRecordsIt (issue 28): recovery asks
+// for the processes of the executing call to be killed (Config.KillOrphans), with the session's
+// and the call's ids, once, and before the call's result says "interrupted"; a kill that fails
+// is logged, and the call is recorded all the same.
+func TestRestartKillsWhatAnInterruptedCallLeftRunningBeforeItRecordsIt(t *testing.T) {
+	started := make(chan struct{}, 1)
+	blocking := &tool.Tool{Name: "shell", InputSchema: json.RawMessage(`{"type":"object"}`),
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			return tool.Result{}, ctx.Err()
+		}}
+	script := `{"steps":[{"content":[{"type":"toolCall","id":"c","name":"shell","arguments":{}}],"stopReason":"toolUse"},
+	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`
+	h := newHarness(t, script, nil, blocking)
+	ctx := context.Background()
+	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	asked := h.await(agent.ApprovalRequested).Approval
+	if _, err := h.runner.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+
+	var kills []string
+	_, db2, _ := h.restartWith(t, func(cfg *agent.Config) {
+		cfg.KillOrphans = func(ctx context.Context, sessionID, toolCallID string) error {
+			kills = append(kills, sessionID+" "+toolCallID)
+			es, err := h.db.Entries(ctx, sessionID)
+			if err != nil {
+				t.Error(err)
+			}
+			if last := es[len(es)-1].Message; last.Role == agent.ToolResult {
+				t.Errorf("when the call's processes are killed, its result is stored already: %+v", last.Result)
+			}
+			return errors.New("processes [4242] were still there 5s after SIGKILL")
+		}
+	}, script, blocking)
+	if want := []string{h.sess.ID + " c"}; !slices.Equal(kills, want) {
+		t.Errorf("KillOrphans was called for %q, want %q", kills, want)
+	}
+	es, _ := db2.Entries(ctx, h.sess.ID)
+	if last := es[len(es)-1].Message; last.Role != agent.ToolResult || last.Result.TextOf() != agent.InterruptedText {
+		t.Fatalf("last entry %+v, want the error result %q although the kill failed", last, agent.InterruptedText)
 	}
 }
 

@@ -61,6 +61,14 @@ type Config struct {
 	// Replicas connects this server to the others sharing its database (SPEC §16): leases and
 	// the event relay. nil (a SQLite file): this server is the only one.
 	Replicas Replicas
+	// KillOrphans ends what a call left running when its server died (SPEC §8: the record never
+	// says "interrupted" of a command that goes on; issue 28). Recovery calls it for each call it
+	// is about to record as "Interrupted by server restart", at start and when it takes a dead
+	// replica's session over, with the session's and the call's ids: it kills the processes of
+	// the call and of the calls nested in it, and returns once they are gone. An error is logged
+	// and the call recorded all the same (it is never run again either way). nil: nothing is
+	// killed. cmd/web wires orphans.Kill with its store's identity.
+	KillOrphans func(ctx context.Context, sessionID, toolCallID string) error
 }
 
 // Runner runs agent sessions: at most one run per session, each with its own cancellable

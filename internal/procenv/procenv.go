@@ -9,11 +9,15 @@
 // TMPDIR. The operator names more with -pass-env (COUNTERSIGN_PASS_ENV); a server's own "env"
 // in the MCP config and a tool's configured entries are added by their callers.
 //
+// Every process a tool call starts is also marked with the call (CallVar), so that a restarted
+// server can find what a crash left running (internal/orphans, SPEC §8).
+//
 // The package imports nothing of Countersign's, so every adapter can use it.
 package procenv
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -80,4 +84,61 @@ func validName(n string) bool {
 		}
 	}
 	return n != ""
+}
+
+// CallVar is the environment variable that marks every process a tool call starts with the call
+// (Call.Entry). An environment is inherited, so what those processes start carries it too, even
+// after leaving the call's process group (setsid): a server that restarts after a crash finds by
+// it what its interrupted calls left running, and kills it before it records them as
+// interrupted (SPEC §8; internal/orphans).
+const CallVar = "COUNTERSIGN_CALL"
+
+// Call identifies one tool call among those of every server on the machine, for the marker of
+// its processes. Store is the identity of the store that records the call ("sqlite:" and the
+// database file's real path, or "postgres:" and the database's system identifier and oid):
+// servers of other stores, which the test suite runs side by side, never match it. SessionID and
+// ToolCallID are the call's as the store has them ("c1/2" for the second call nested in c1).
+type Call struct {
+	Store, SessionID, ToolCallID string
+}
+
+// Entry is c's environment entry: "COUNTERSIGN_CALL=<store> <sessionId> <toolCallId>", each field
+// escaped with url.PathEscape, so that no field holds a space, and no value holds a NUL (which
+// exec refuses) or a newline.
+func (c Call) Entry() string {
+	return CallVar + "=" + url.PathEscape(c.Store) + " " + url.PathEscape(c.SessionID) + " " + url.PathEscape(c.ToolCallID)
+}
+
+// ParseCall reads the value of a CallVar entry (what follows "COUNTERSIGN_CALL="); ok is false
+// when it is not one Entry wrote.
+func ParseCall(value string) (c Call, ok bool) {
+	f := strings.Split(value, " ")
+	if len(f) != 3 {
+		return Call{}, false
+	}
+	var err [3]error
+	c.Store, err[0] = url.PathUnescape(f[0])
+	c.SessionID, err[1] = url.PathUnescape(f[1])
+	c.ToolCallID, err[2] = url.PathUnescape(f[2])
+	return c, err[0] == nil && err[1] == nil && err[2] == nil
+}
+
+// Within reports whether c is call, or a call nested in it (at any depth): the same store and
+// session, and a tool call id that is call's or starts with call's and "/".
+func (c Call) Within(call Call) bool {
+	return c.Store == call.Store && c.SessionID == call.SessionID &&
+		(c.ToolCallID == call.ToolCallID || strings.HasPrefix(c.ToolCallID, call.ToolCallID+"/"))
+}
+
+// WithCall returns env ("NAME=value" entries) with c's Entry as its only CallVar entry, last:
+// one env already held (set by a tool's configuration, or inherited from an outer call) is
+// dropped. The result is a new slice.
+func WithCall(env []string, c Call) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); name != CallVar {
+			out = append(out, kv)
+		}
+	}
+	return append(out, c.Entry())
 }

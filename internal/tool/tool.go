@@ -90,6 +90,8 @@ type Call struct {
 type Context interface {
 	// ToolCallID is the id of the running call ("c1", or "c1/2" for a nested one).
 	ToolCallID() string
+	// SessionID is the id of the session the call runs in.
+	SessionID() string
 	// Workspace is the absolute path of the session's workspace folder.
 	Workspace() string
 	// ExecuteTool runs another tool through the full call pipeline (lookup, validation,

@@ -120,7 +120,7 @@ func runChecksTool(cfg Config) *tool.Tool {
 			if err := decode(arguments, &in); err != nil {
 				return tool.Result{}, err
 			}
-			return runChecks(ctx, cfg, tc.Workspace(), in.Checks, onUpdate)
+			return runChecks(ctx, cfg.forCall(tc), tc.Workspace(), in.Checks, onUpdate)
 		},
 	}
 }
@@ -355,7 +355,7 @@ func failingTestsTool(cfg Config) *tool.Tool {
 			if err := decode(arguments, &in); err != nil {
 				return tool.Result{}, err
 			}
-			return failingTests(ctx, cfg, tc.Workspace(), in.Packages, onUpdate)
+			return failingTests(ctx, cfg.forCall(tc), tc.Workspace(), in.Packages, onUpdate)
 		},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -281,7 +282,7 @@ func (r *codemodeRun) run(code string) (result json.RawMessage, resultHead strin
 		return nil, "", err
 	}
 	defer release() // after w.stop (deferred below) has reaped the worker
-	w, err := startWorker(r.cfg.Codemode.Command, r.maxMessage)
+	w, err := startWorker(r.cfg.Codemode.Command, r.maxMessage, callEnv([]string{}, r.cfg.forCall(r.tc)))
 	if err != nil {
 		return nil, "", fmt.Errorf("Script failed: the interpreter cannot start: %v", err)
 	}
@@ -556,10 +557,11 @@ type codemodeWorker struct {
 // first).
 const workerStderrCap = 8 << 10
 
-// startWorker starts command in its own process group, in "/", with an empty environment and
-// pipes for its stdin, stdout and stderr, and starts reading its messages (lines of at most
-// maxMessage bytes) and its stderr.
-func startWorker(command []string, maxMessage int) (w *codemodeWorker, err error) {
+// startWorker starts command in its own process group with the parent-death signal (childAttr),
+// in "/", with env as its whole environment (the call's marker only: callEnv) and pipes for its
+// stdin, stdout and stderr, and starts reading its messages (lines of at most maxMessage bytes)
+// and its stderr.
+func startWorker(command []string, maxMessage int, env []string) (w *codemodeWorker, err error) {
 	if len(command) == 0 {
 		return nil, errors.New("no worker command")
 	}
@@ -584,22 +586,32 @@ func startWorker(command []string, maxMessage int) (w *codemodeWorker, err error
 	}
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Dir = "/"
-	// The worker's whole environment: nothing of the server's (it holds the owner token and the
-	// model providers' API keys) is passed on, and the interpreter needs nothing.
-	cmd.Env = []string{}
+	// The worker's whole environment is env: nothing of the server's (it holds the owner token
+	// and the model providers' API keys) is passed on, and the interpreter needs nothing.
+	cmd.Env = env
 	// *os.File streams are handed over as they are: no copying goroutines inside exec.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	files = []*os.File{inR, outW, errW} // the child's ends: closed here, kept open by the child
+	cmd.SysProcAttr = childAttr()
 	w = &codemodeWorker{cmd: cmd, stdin: inW, stdout: outR, stderr: errR,
 		msgs: make(chan codemodeMessage), quit: make(chan struct{}), exited: make(chan struct{}), errDone: make(chan struct{})}
+	// One goroutine, locked to its thread, starts the worker and waits for it: the parent-death
+	// signal follows the thread that started the process (childAttr).
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		_ = cmd.Wait() // its status is in cmd.ProcessState
 		close(w.exited)
 	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	files = []*os.File{inR, outW, errW} // the child's ends: closed here, kept open by the child
 	w.bg.Add(2)
 	go w.read(maxMessage)
 	go w.readStderr()

@@ -25,6 +25,7 @@ type nestedFake struct {
 }
 
 func (f *nestedFake) ToolCallID() string    { return "c1" }
+func (f *nestedFake) SessionID() string     { return "s1" }
 func (f *nestedFake) Workspace() string     { return "/nowhere" }
 func (f *nestedFake) Consent() tool.Consent { return tool.Consent{ByPerson: true} }
 func (f *nestedFake) Authorize(context.Context, string, any, string) tool.Authorization {

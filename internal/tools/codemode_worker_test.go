@@ -180,17 +180,20 @@ func TestCodemodeWorkerThatBreaksTheProtocol(t *testing.T) {
 	})
 }
 
-// TestCodemodeWorkerGetsNoEnvironment: the worker's environment is empty; the server's secrets
-// (the owner token, the model providers' keys) stay in the server.
-func TestCodemodeWorkerGetsNoEnvironment(t *testing.T) {
+// TestCodemodeWorkerGetsNothingButItsCallsMarker: the worker's environment is its call's marker
+// alone (SPEC §8: what a crash leaves is found by it); the server's secrets (the owner token,
+// the model providers' keys) stay in the server.
+func TestCodemodeWorkerGetsNothingButItsCallsMarker(t *testing.T) {
 	t.Setenv("COUNTERSIGN_TOKEN", "owner-token-that-must-not-leak")
 	t.Setenv("OPENAI_API_KEY", "sk-must-not-leak")
-	r := within(t, startJS(t, context.Background(), fakeConfig("env", 0), &nestedFake{handle: cannedTools}, "return 1"), 10*time.Second)
+	cfg := fakeConfig("env", 0)
+	cfg.StoreID = "sqlite:/data/cs.db"
+	r := within(t, startJS(t, context.Background(), cfg, &nestedFake{handle: cannedTools}, "return 1"), 10*time.Second)
 	if r.res.IsError {
 		t.Fatalf("isError: %s", r.res.TextOf())
 	}
-	if want := []ConsoleLine{{Level: "log", Text: ""}}; !reflect.DeepEqual(r.out.Console, want) {
-		t.Errorf("the worker's environment, as it printed it: %+v; want none", r.out.Console)
+	if want := []ConsoleLine{{Level: "log", Text: "COUNTERSIGN_CALL=sqlite:%2Fdata%2Fcs.db s1 c1"}}; !reflect.DeepEqual(r.out.Console, want) {
+		t.Errorf("the worker's environment, as it printed it: %+v; want %+v", r.out.Console, want)
 	}
 }
 

@@ -96,10 +96,13 @@ func runCommandTool(cfg Config) *tool.Tool {
 			if in.TimeoutMs > 0 {
 				timeout = time.Duration(in.TimeoutMs) * time.Millisecond
 			}
-			return runCommand(ctx, cfg, tc, in.Command, timeout, onUpdate)
+			return runCommand(ctx, cfg.forCall(tc), tc, in.Command, timeout, onUpdate)
 		},
 	}
 }
+
+// errTimedOut is the cause of a command's context when its timeout passed.
+var errTimedOut = errors.New("the command's timeout passed")
 
 // runCommand implements run_command: the command parsed once and run in the interpreter, with
 // every program it starts and every file it writes checked by the gate (shell.go).
@@ -134,11 +137,10 @@ func runCommand(ctx context.Context, cfg Config, tc tool.Context, command string
 			Content:  []tool.Content{tool.Text(recent.String())},
 		}
 	}
-	sh := &shellRun{tc: tc, workspace: root, protected: cfg.Protected}
+	sh := &shellRun{tc: tc, cfg: cfg, workspace: root, protected: cfg.Protected}
 	p := process{
 		dir:     workspace,
 		env:     environ(cfg),
-		timeout: timeout,
 		stdout:  stdout,
 		stderr:  stderr,
 		onLine: func(_ bool, line []byte) {
@@ -151,9 +153,18 @@ func runCommand(ctx context.Context, cfg Config, tc tool.Context, command string
 			rep.update(snapshot)
 		},
 	}
-	e, err := p.runWith(ctx, func(ctx context.Context, stdin, stdout, stderr *os.File) (int, error) {
+	// The timeout counts the command's own time: it waits while the gate asks a person about
+	// something the command is about to do (shellRun.authorize).
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	sh.clock = newPausableTimer(timeout, func() { cancelRun(errTimedOut) })
+	defer sh.clock.stop()
+	e, err := p.runWith(runCtx, func(ctx context.Context, stdin, stdout, stderr *os.File) (int, error) {
 		return sh.run(ctx, f, p.dir, p.env, stdin, stdout, stderr)
 	})
+	if ctx.Err() == nil && errors.Is(context.Cause(runCtx), errTimedOut) {
+		e.code, e.timedOut, err = -1, true, nil
+	}
 	var ref *refusal
 	if errors.As(err, &ref) {
 		out := RunCommandOutput{ExitCode: 126, Stdout: stdout.String(), Stderr: stderr.String(),

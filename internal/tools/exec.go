@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,12 +111,17 @@ var errCannotStart = errors.New("cannot start")
 // background is killed with its group, but a process that left the group may hold the pipes.
 const pipeGrace = 2 * time.Second
 
-// run starts the process in a new process group and waits for it. Cancelling ctx, or the
-// timeout, kills the whole group (SIGKILL to -pgid) so children die too; when the process exits
-// normally, whatever it left running in its group is killed as well, so no work outlives the
-// call. A cancelled ctx returns ctx's error; a timeout is exit.timedOut; a process that cannot
-// start is an error wrapping errCannotStart.
+// run starts the process in a new process group, with the parent-death signal (childAttr), and
+// waits for it. Cancelling ctx, or the timeout, kills the whole group (SIGKILL to -pgid) so
+// children die too; when the process exits normally, whatever it left running in its group is
+// killed as well, so no work outlives the call; if the server dies, the process dies with it. A
+// cancelled ctx returns ctx's error; a timeout is exit.timedOut; a process that cannot start is
+// an error wrapping errCannotStart.
 func (p process) run(ctx context.Context) (exit, error) {
+	// Locked from before Start until after Wait: the parent-death signal follows the thread that
+	// started the process (childAttr).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	runCtx, cancel := ctx, context.CancelFunc(func() {})
 	if p.timeout > 0 {
 		runCtx, cancel = context.WithTimeout(ctx, p.timeout)
@@ -144,7 +150,7 @@ func (p process) run(ctx context.Context) (exit, error) {
 	if p.combined {
 		cmd.Stderr = outW
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = childAttr()
 	var killed atomic.Bool
 	cmd.Cancel = func() error {
 		killed.Store(true)
@@ -248,11 +254,11 @@ func (p process) pump(wg *sync.WaitGroup, r *os.File, c *capture, stderr bool) {
 // procenv: never its whole environment, which holds the owner token and the model providers'
 // keys; a command's output lands in a transcript reviewers may see, and run_checks and
 // failing_tests run workspace code), then cfg.Env, then more (a tool's own settings, such as
-// git's GIT_*). Later entries win.
+// git's GIT_*), then the marker of the call cfg was made for (callEnv). Later entries win.
 func environ(cfg Config, more ...string) []string {
 	env := procenv.Filter(os.Environ(), cfg.PassEnv)
 	env = append(env, cfg.Env...)
-	return append(env, more...)
+	return callEnv(append(env, more...), cfg)
 }
 
 // shellQuote quotes s for /bin/sh as one word.

@@ -100,7 +100,7 @@ func gitDiffTool(cfg Config) *tool.Tool {
 			if err := decode(arguments, &in); err != nil {
 				return tool.Result{}, err
 			}
-			return gitDiff(ctx, cfg, tc.Workspace(), in.Base)
+			return gitDiff(ctx, cfg.forCall(tc), tc.Workspace(), in.Base)
 		},
 	}
 }

@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -139,4 +141,21 @@ func WorkerLimits(tb testing.TB, pid int) (cpu, as string) {
 		}
 	}
 	return cpu, as
+}
+
+// procsServerArg starts this package's test binary as a stand-in for a server running one
+// run_command call (see procsServer).
+const procsServerArg = "__procs-server"
+
+// procsServer runs run_command as call c1 of session s1 of store args[0], with command args[1]
+// in workspace args[2], as the server would, and returns when it ends (the tests kill it first).
+func procsServer(args []string) int {
+	for _, t := range Builtin(Config{StoreID: args[0]}) {
+		if t.Name == "run_command" {
+			raw, _ := json.Marshal(map[string]string{"command": args[1]})
+			_, _ = t.Execute(context.Background(), raw, nil, fakeContext{workspace: args[2]})
+			return 0
+		}
+	}
+	return 1
 }

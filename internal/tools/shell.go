@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,12 +44,20 @@ import (
 // shellRun is one run_command command line running in the interpreter.
 type shellRun struct {
 	tc        tool.Context
+	cfg       Config // made for the call (forCall): its marker goes to every program
 	workspace string // the workspace's real path
 	protected Protected
+	// clock is the command's timeout, paused while the gate waits for a person (nil: none).
+	clock *pausableTimer
 
-	mu     sync.Mutex
-	groups map[int]bool // process groups started and not yet known to be gone
-	done   bool         // the command has ended: nothing more starts
+	mu sync.Mutex
+	// leader is the process group every program of the command joins: a placeholder process
+	// that lives until the command ends, so that the group's id cannot be reused by another
+	// process while the command may still signal it (0 before it started).
+	leader     int
+	leaderDone chan struct{}
+	leaderIn   *os.File // the leader's standard input: closing it ends the leader
+	done       bool     // the command has ended: nothing more starts
 	// refused is the first action the gate refused; the runner stops on it.
 	refused *refusal
 }
@@ -91,6 +100,9 @@ func parseCommand(command string) (*syntax.File, error) {
 func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []string, stdin, stdout, stderr *os.File) (int, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := s.startLeader(env); err != nil {
+		return 0, fmt.Errorf("%w: %w", errCannotStart, err)
+	}
 	r, err := interp.New(
 		interp.Dir(dir),
 		interp.Env(expand.ListEnviron(env...)),
@@ -119,17 +131,60 @@ func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []st
 	return 0, err
 }
 
-// finish marks the command ended and kills every process group it started that may be left (a
-// background job, a daemon that kept the group).
+// startLeader starts the placeholder process whose group every program of the command joins
+// (cat, reading a pipe the server holds: it ends when the pipe closes, and with the server by the
+// parent-death signal). Its OS thread stays locked until it ends (childAttr: Go's Pdeathsig
+// fires when the thread that started the process exits).
+func (s *shellRun) startLeader(env []string) error {
+	cat, err := exec.LookPath("cat")
+	if err != nil {
+		cat = "/bin/cat"
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	started := make(chan error, 1)
+	s.leaderDone = make(chan struct{})
+	go func() {
+		defer close(s.leaderDone)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cmd := exec.Command(cat)
+		cmd.Stdin = r
+		cmd.Env = callEnv(nil, s.cfg)
+		cmd.SysProcAttr = childAttr()
+		err := cmd.Start()
+		r.Close()
+		if err != nil {
+			started <- err
+			return
+		}
+		s.leader = cmd.Process.Pid
+		started <- nil
+		_ = cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		w.Close()
+		return fmt.Errorf("the command's process group: %w", err)
+	}
+	s.leaderIn = w
+	return nil
+}
+
+// finish marks the command ended and kills its process group: whatever it left running (a
+// background job, a daemon) and the leader, which is then reaped.
 func (s *shellRun) finish() {
 	s.mu.Lock()
 	s.done = true
-	groups := s.groups
-	s.groups = nil
+	leader := s.leader
 	s.mu.Unlock()
-	for pgid := range groups {
-		_ = killGroup(pgid)
+	if leader == 0 {
+		return
 	}
+	_ = killGroup(leader)
+	s.leaderIn.Close()
+	<-s.leaderDone
 }
 
 func (s *shellRun) refuse(r *refusal) error {
@@ -151,7 +206,10 @@ func (s *shellRun) refusedAction() *refusal {
 // uncovered says why no rule may allow it ("" when rules may). A refusal is recorded and stops
 // the runner.
 func (s *shellRun) authorize(ctx context.Context, action, text, uncovered string) error {
+	// The time a person takes to decide is not the command's: its timeout waits meanwhile.
+	s.clock.pause()
 	a := s.tc.Authorize(ctx, "run_command", map[string]string{"command": text}, uncovered)
+	s.clock.resume()
 	if a.Allowed {
 		return nil
 	}
@@ -341,17 +399,23 @@ func (s *shellRun) subshell(ctx context.Context, hc interp.HandlerContext, src s
 	return r.Run(ctx, f)
 }
 
-// start runs the program at path with args in its own process group and waits for it.
+// start runs the program at path with args in the command's process group (the leader's), with
+// the parent-death signal and the call's marker (procs.go), and waits for it.
 func (s *shellRun) start(ctx context.Context, hc interp.HandlerContext, path string, args []string) error {
 	newCmd := func() *exec.Cmd {
 		cmd := exec.Command(path)
 		cmd.Args = args
-		cmd.Env = exportedEnv(hc.Env)
+		cmd.Env = callEnv(exportedEnv(hc.Env), s.cfg)
 		cmd.Dir = hc.Dir
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = hc.Stdin, hc.Stdout, hc.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = childAttr()
+		cmd.SysProcAttr.Pgid = s.leader
 		return cmd
 	}
+	// Until the program has been waited for: the parent-death signal is tied to the thread
+	// that started it (childAttr).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	s.mu.Lock()
 	if s.done {
 		s.mu.Unlock()
@@ -368,12 +432,6 @@ func (s *shellRun) start(ctx context.Context, hc interp.HandlerContext, path str
 		cmd = newCmd()
 		err = cmd.Start()
 	}
-	if err == nil {
-		if s.groups == nil {
-			s.groups = map[int]bool{}
-		}
-		s.groups[cmd.Process.Pid] = true
-	}
 	s.mu.Unlock()
 	if errors.Is(err, syscall.ENOEXEC) {
 		return s.script(ctx, hc, path, args)
@@ -382,7 +440,8 @@ func (s *shellRun) start(ctx context.Context, hc interp.HandlerContext, path str
 		fmt.Fprintln(hc.Stderr, err)
 		return interp.ExitStatus(127)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = killGroup(cmd.Process.Pid) })
+	// Cancelled (Stop, the timeout): the whole group goes, as /bin/sh's did.
+	stop := context.AfterFunc(ctx, func() { _ = killGroup(s.leader) })
 	err = cmd.Wait()
 	stop()
 	var ee *exec.ExitError
@@ -591,4 +650,55 @@ func plainWord(a string, first bool) bool {
 		}
 	}
 	return true
+}
+
+// pausableTimer calls fire once a duration of running time has passed; pause and resume stop
+// and restart the count (the command's timeout does not run while a person decides). Nesting
+// is counted: the clock runs again when every pause has resumed. A nil timer does nothing.
+type pausableTimer struct {
+	mu     sync.Mutex
+	left   time.Duration
+	since  time.Time
+	paused int
+	t      *time.Timer
+	fire   func()
+}
+
+func newPausableTimer(d time.Duration, fire func()) *pausableTimer {
+	pt := &pausableTimer{left: d, since: time.Now(), fire: fire}
+	pt.t = time.AfterFunc(d, fire)
+	return pt
+}
+
+func (pt *pausableTimer) pause() {
+	if pt == nil {
+		return
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if pt.paused++; pt.paused == 1 && pt.t.Stop() {
+		pt.left -= time.Since(pt.since)
+	}
+}
+
+func (pt *pausableTimer) resume() {
+	if pt == nil {
+		return
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if pt.paused--; pt.paused == 0 {
+		pt.since = time.Now()
+		pt.t = time.AfterFunc(max(pt.left, 0), pt.fire)
+	}
+}
+
+func (pt *pausableTimer) stop() {
+	if pt == nil {
+		return
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	pt.t.Stop()
+	pt.paused = 1 << 30 // never again
 }

@@ -25,6 +25,7 @@ type gateFake struct {
 }
 
 func (f *gateFake) ToolCallID() string { return "c1" }
+func (f *gateFake) SessionID() string  { return "s1" }
 func (f *gateFake) Workspace() string  { return f.workspace }
 func (f *gateFake) ExecuteTool(context.Context, string, any) tool.Outcome {
 	return tool.Outcome{IsError: true, Result: tool.ErrorResult("no nested calls")}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"countersign/internal/procenv"
 	"countersign/internal/tool"
 )
 
@@ -83,6 +84,14 @@ type Config struct {
 	// PassEnv names more of the server's environment variables that commands get (the -pass-env
 	// flag), e.g. GOPROXY or GOFLAGS.
 	PassEnv []string
+	// StoreID is the identity of the store that records the calls (procenv.Call.Store): with the
+	// session's and the call's ids it marks every process a call starts (callEnv), so that the
+	// server that restarts on this store kills what its interrupted calls left running, and no
+	// other server's (SPEC §8).
+	StoreID string
+
+	// call is the call this Config was made for (forCall); zero in the tools' configuration.
+	call procenv.Call
 }
 
 // CodemodeConfig configures the worker process codemode runs its interpreter in (SPEC §4

@@ -24,6 +24,7 @@ import (
 type fakeContext struct{ workspace string }
 
 func (f fakeContext) ToolCallID() string { return "c1" }
+func (f fakeContext) SessionID() string  { return "s1" }
 func (f fakeContext) Workspace() string  { return f.workspace }
 func (f fakeContext) ExecuteTool(context.Context, string, any) tool.Outcome {
 	return tool.Outcome{IsError: true, Result: tool.ErrorResult("no nested calls in tests")}

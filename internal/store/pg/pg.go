@@ -111,6 +111,32 @@ func (db *DB) Close() error {
 // SetOnCommit sets db.OnCommit (store.Backend).
 func (db *DB) SetOnCommit(fn func(d time.Duration, writes int)) { db.OnCommit = fn }
 
+// Identity names the database among all PostgreSQL databases, for the marker of the processes
+// tool calls start (procenv.Call.Store: a server restarting on this database kills what its
+// interrupted calls left running, and nothing of another database's servers): "postgres:" and
+// the cluster's system identifier (made by initdb, pg_control_system()) and the database's oid,
+// "postgres:7715576550223431664/16384". Where pg_control_system() is not granted to the
+// server's role, the server's address and port and the database's name stand in for the
+// identifier: "postgres:10.0.0.5:5432/countersign/16384" ("local" for a Unix socket). Errors:
+// the database's.
+func (db *DB) Identity(ctx context.Context) (id string, err error) {
+	defer apperr.Wrap(&err, "pg.Identity")
+	var oid string
+	if err := db.pool.QueryRow(ctx, `SELECT oid::text FROM pg_database WHERE datname = current_database()`).Scan(&oid); err != nil {
+		return "", err
+	}
+	var cluster string
+	err = db.pool.QueryRow(ctx, `SELECT system_identifier::text FROM pg_control_system()`).Scan(&cluster)
+	if err != nil {
+		err = db.pool.QueryRow(ctx, `SELECT coalesce(host(inet_server_addr()), 'local') || ':' ||
+			coalesce(inet_server_port()::text, '') || '/' || current_database()`).Scan(&cluster)
+	}
+	if err != nil {
+		return "", err
+	}
+	return "postgres:" + cluster + "/" + oid, nil
+}
+
 // ReadyTimeout bounds Ready: a database that hangs (a network partition, a stuck server) makes
 // Ready fail after it rather than keep GET /readyz waiting.
 const ReadyTimeout = 2 * time.Second

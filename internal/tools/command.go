@@ -139,10 +139,10 @@ func runCommand(ctx context.Context, cfg Config, tc tool.Context, command string
 	}
 	sh := &shellRun{tc: tc, cfg: cfg, workspace: root, protected: cfg.Protected}
 	p := process{
-		dir:     workspace,
-		env:     environ(cfg),
-		stdout:  stdout,
-		stderr:  stderr,
+		dir:    workspace,
+		env:    environ(cfg),
+		stdout: stdout,
+		stderr: stderr,
 		onLine: func(_ bool, line []byte) {
 			mu.Lock()
 			lines++

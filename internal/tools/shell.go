@@ -100,7 +100,7 @@ func parseCommand(command string) (*syntax.File, error) {
 func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []string, stdin, stdout, stderr *os.File) (int, error) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := s.startLeader(env); err != nil {
+	if err := s.startLeader(dir); err != nil {
 		return 0, fmt.Errorf("%w: %w", errCannotStart, err)
 	}
 	r, err := interp.New(
@@ -135,7 +135,7 @@ func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []st
 // (cat, reading a pipe the server holds: it ends when the pipe closes, and with the server by the
 // parent-death signal). Its OS thread stays locked until it ends (childAttr: Go's Pdeathsig
 // fires when the thread that started the process exits).
-func (s *shellRun) startLeader(env []string) error {
+func (s *shellRun) startLeader(dir string) error {
 	cat, err := exec.LookPath("cat")
 	if err != nil {
 		cat = "/bin/cat"
@@ -152,6 +152,7 @@ func (s *shellRun) startLeader(env []string) error {
 		defer runtime.UnlockOSThread()
 		cmd := exec.Command(cat)
 		cmd.Stdin = r
+		cmd.Dir = dir // where the command runs, like the programs of its group
 		cmd.Env = callEnv(nil, s.cfg)
 		cmd.SysProcAttr = childAttr()
 		err := cmd.Start()

@@ -8,8 +8,9 @@
 // subshell would still touch x after the restart. They carry the call's marker in their
 // environment (procenv.CallVar, inherited by whatever they start), by which Kill finds them:
 // on Linux by reading /proc/<pid>/environ, which also works for a process that left the call's
-// process group or session (setsid). A process that both left the group and dropped the marker
-// from its environment (env -i) is out of its reach.
+// process group or session (setsid). A process that dropped the marker from its environment
+// (env -i) is found only through its process group, when a marked process is left in it; one
+// whose group has no marked process left, or that also left the group, is out of its reach.
 //
 // The package imports only procenv, so the agent's recovery can use it without the tools.
 package orphans

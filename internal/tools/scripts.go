@@ -38,15 +38,18 @@ import (
 // something not literal stops relative paths from being seen. Paths that resolve outside the
 // workspace, and folders, are left out; a script that does not exist is listed as missing (it
 // must still be missing when the call runs). What is not seen is not bound: a script a script
-// runs, a path in a variable, `cat x | sh`.
+// runs, a path in a variable, `cat x | sh`, the scripts of a command past its first maxScripts.
 
 // maxScripts bounds the scripts one preview lists.
 const maxScripts = 32
 
 // ErrScriptChangedSincePrompt is wrapped by the error of a run_command call a person approved
-// when a workspace script it runs is no longer what the prompt showed, or the prompt did not
-// show it: nothing ran.
-var ErrScriptChangedSincePrompt = errors.New("changed on disk after the prompt showed its digest")
+// when a workspace script it runs is no longer what the prompt showed (checkScripts); and
+// ErrScriptNotShown when the prompt did not show it (unshownScripts). Nothing ran.
+var (
+	ErrScriptChangedSincePrompt = errors.New("changed on disk after the prompt showed its digest")
+	ErrScriptNotShown           = errors.New("the prompt showed no digest of this script")
+)
 
 // scriptsPreview is run_command's tool.PreviewFunc: the workspace scripts the command runs, each
 // with its digest (tool.Preview.Scripts; Path, Exists and Digest of the Preview itself are
@@ -68,7 +71,8 @@ func scriptsPreview(ctx context.Context, arguments json.RawMessage, workspace st
 // checkScripts checks that every script preview p lists (Preview.Scripts) is still, in workspace,
 // what the prompt showed: missing if it was missing, else a regular file with the same SHA-256.
 // The first that is not is an error wrapping ErrScriptChangedSincePrompt, e.g. "job.sh changed on
-// disk after the prompt showed its digest (then sha256 1a2b3c4d…, now 5e6f7a8b…); nothing ran.
+// disk after the prompt showed its digest (then sha256 1a2b3c4d5e6f…, now sha256 5e6f7a8b9c0d…);
+// nothing ran.
 // Call run_command again to see the new digest." nil p, or one without scripts, passes. A
 // workspace that cannot be opened is an error.
 func checkScripts(p *tool.Preview, workspace string) error {
@@ -95,14 +99,16 @@ func checkScripts(p *tool.Preview, workspace string) error {
 	return nil
 }
 
-// unshownScripts checks that every workspace script command runs (as scriptsPreview finds them
-// in workspace now) is one preview p lists: a command edited after its prompt opened may name
+// unshownScripts checks that every workspace script command runs, as scriptsPreview finds them
+// in workspace now, is one preview p lists: a command edited after its prompt opened may name
 // another script, whose digest the prompt did not show. The first that is not listed is an error
-// wrapping ErrScriptChangedSincePrompt. nil p lists none.
+// wrapping ErrScriptNotShown: "other.sh: the prompt showed no digest of this script, which the
+// command runs; nothing ran. Call run_command again to see its digest."
+// nil p lists none.
 func unshownScripts(command string, p *tool.Preview, workspace string) error {
-	paths := commandScripts(command)
-	if len(paths) == 0 {
-		return nil
+	now, err := scriptDigests(context.Background(), command, workspace)
+	if err != nil || len(now) == 0 {
+		return err
 	}
 	shown := map[string]bool{}
 	if p != nil {
@@ -110,20 +116,11 @@ func unshownScripts(command string, p *tool.Preview, workspace string) error {
 			shown[s.Path] = true
 		}
 	}
-	j, err := openJail(workspace, nil)
-	if err != nil {
-		return err
-	}
-	defer j.Close()
-	for _, sp := range paths {
-		if shown[sp] {
-			continue
+	for _, s := range now {
+		if !shown[s.Path] {
+			return fmt.Errorf("%s: %w, which the command runs; nothing ran. Call run_command again to see its digest.",
+				s.Path, ErrScriptNotShown)
 		}
-		if _, ok := scriptState(j, sp); !ok {
-			continue // left out of previews too
-		}
-		return fmt.Errorf("%s: the prompt showed no digest of this script, which the command runs (%w); nothing ran. "+
-			"Call run_command again to see its digest.", sp, ErrScriptChangedSincePrompt)
 	}
 	return nil
 }

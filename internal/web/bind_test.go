@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,14 +14,18 @@ import (
 // write or run over what the person never saw — the call ends with a clear message, and what
 // changed is still there.
 
-// approveAndEnd approves the session's pending approval aid over the API and returns the text of
-// the call's result and whether it is an error.
-func approveAndEnd(t *testing.T, ts *testServer, sid, aid string) (string, bool) {
+// approveAndEnd approves the session's pending approval aid over the API, with edited arguments
+// when edit is not "", and returns the text of the call's result and whether it is an error.
+func approveAndEnd(t *testing.T, ts *testServer, sid, aid string, edit ...string) (string, bool) {
 	t.Helper()
 	events := ts.events(t, sid)
 	next(t, events, "snapshot")
+	body := map[string]any{"decision": "approve"}
+	if len(edit) > 0 {
+		body["arguments"] = json.RawMessage(edit[0])
+	}
 	var decided map[string]any
-	if st := ts.call(t, "POST", "/api/approvals/"+aid+"/decision", map[string]string{"decision": "approve"}, &decided); st != 200 || decided["status"] != "approved" {
+	if st := ts.call(t, "POST", "/api/approvals/"+aid+"/decision", body, &decided); st != 200 || decided["status"] != "approved" {
 		t.Fatalf("decide = %d %v", st, decided)
 	}
 	res := next(t, events, "tool_execution_end")["result"].(map[string]any)
@@ -53,6 +58,22 @@ func TestApprovingAWriteFilePromptDoesNotEraseALineAddedWhileItWaited(t *testing
 	}
 	if got, _ := os.ReadFile(notes); string(got) != changed {
 		t.Errorf("notes.txt holds %q, want the added line kept: %q", got, changed)
+	}
+
+	// Approved with an edit of the content (the same path): the same check.
+	if err := os.WriteFile(notes, []byte("a\nb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sid, aid = pendingWrite(t, ts, "notes")
+	if err := os.WriteFile(notes, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text, isError = approveAndEnd(t, ts, sid, aid, `{"path":"notes.txt","content":"edited by a person\n"}`)
+	if !isError || text != want {
+		t.Errorf("the edited call ended with %q (isError %v), want %q", text, isError, want)
+	}
+	if got, _ := os.ReadFile(notes); string(got) != changed {
+		t.Errorf("notes.txt holds %q after an edited approval, want the added line kept: %q", got, changed)
 	}
 
 	// Unchanged since the prompt: Approve writes as before.
@@ -118,6 +139,27 @@ func TestApprovingShJobShDoesNotRunAScriptChangedWhileItWaited(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(ts.workDir, f)); err == nil {
 			t.Errorf("%s exists: the script ran", f)
 		}
+	}
+
+	// An edit that runs another script: its preview shows that script's digest, not job.sh's,
+	// and Approve with it runs nothing (the stored prompt never showed other.sh).
+	if err := os.WriteFile(filepath.Join(ts.workDir, "other.sh"), []byte("touch other-ran.txt\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sid, aid = pendingWrite(t, ts, "job")
+	st, body := ts.do(t, "POST", "/sessions/"+sid+"/approvals/"+aid+"/preview", "application/x-www-form-urlencoded",
+		url.Values{"arguments": {`{"command":"sh other.sh"}`}}.Encode(), nil)
+	const otherDigest = "bc17aa97183e" // sha256("touch other-ran.txt\n"), its first 12 digits
+	if st != 200 || !strings.Contains(body, `<code class="script-path">other.sh</code>`) || !strings.Contains(body, "sha256 "+otherDigest+"…") ||
+		strings.Contains(body, `<code class="script-path">job.sh</code>`) {
+		t.Errorf("the edit's preview = %d, want other.sh with its digest and not job.sh:\n%s", st, body)
+	}
+	text, isError = approveAndEnd(t, ts, sid, aid, `{"command":"sh other.sh"}`)
+	if want := "other.sh: the prompt showed no digest of this script, which the command runs; nothing ran. Call run_command again to see its digest."; !isError || text != want {
+		t.Errorf("the edited call ended with %q (isError %v), want %q", text, isError, want)
+	}
+	if _, err := os.Stat(filepath.Join(ts.workDir, "other-ran.txt")); err == nil {
+		t.Error("other.sh ran")
 	}
 
 	// Unchanged since the prompt: Approve runs it.

@@ -60,7 +60,7 @@ func BuiltinRenderers() map[string]Renderer {
 				if c.Preview != nil {
 					scripts = c.Preview.Scripts
 				}
-				return templates.RunCommandCall(in.Command, c.Workspace, scripts), nil
+				return templates.RunCommandCall(in.Command, c.Workspace, scripts, c.Finished), nil
 			},
 			Result: func(res tool.Result) (templ.Component, error) {
 				var out struct {

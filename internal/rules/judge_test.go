@@ -88,3 +88,25 @@ func TestShellUnreadableCommandAsksWithItsReasonWithoutRules(t *testing.T) {
 		}
 	}
 }
+
+// A rule for every command ("Approve for session", `run_command`, `*`) still never allows text
+// shells may read differently or that the judge does not read: the call asks, saying why.
+func TestShellToolWideAllowNeverAllowsUnreadableText(t *testing.T) {
+	for _, rl := range []gate.Rule{
+		{Effect: gate.Allow, Tool: "run_command", Scope: gate.ScopeSession, SessionID: "s1"},
+		{Effect: gate.Allow, Tool: "*", Scope: gate.ScopeServer},
+	} {
+		set := mustCompile(t, []gate.Rule{rl})
+		for _, cmd := range []string{"git log\rid", "git log # x\\\nid", "ls '", strings.Repeat("x", maxCommandBytes+1), "ls {a,b}"} {
+			d := set.Evaluate(commandCall(cmd))
+			if d.Effect != "" || d.Note == "" {
+				t.Errorf("%s: %.30q: %+v, want no effect and a note", Text(rl), cmd, d)
+			}
+		}
+		for _, cmd := range []string{"git log && id", "rm -rf x", "ls $(id)"} {
+			if d := set.Evaluate(commandCall(cmd)); d.Effect != gate.Allow {
+				t.Errorf("%s: %q: %+v, want allowed (the rule trusts every readable command)", Text(rl), cmd, d)
+			}
+		}
+	}
+}

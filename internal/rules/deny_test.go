@@ -31,6 +31,7 @@ func TestShellDenySeesThroughSpellingsAndWrappers(t *testing.T) {
 		"ls && rm -fr x", "ls | xargs -I{} rm -fr {}", "bash <<'EOF'\nrm -rf x\nEOF", "sh <<EOF\nrm -fr x\nEOF",
 		"git push --force", "git push -f", "git push origin main --force", "git --no-pager push -f", "git -C d push --force",
 		"git -c x=y push -f", "git reset --hard", "git --no-pager reset", "git -C d reset", "git -c a=b reset HEAD~",
+		"trap 'rm -rf x' EXIT", "alias ls='rm -fr x'", "complete -C 'rm -rf x' ls", "mapfile -C 'rm -rf x' -c 1 a < f",
 	}
 	allow := []string{
 		"rm -r x", "rm -f x", "rm x", "rm -- -rf", "git push", "git push origin main", "git log -f", "git status",

@@ -239,8 +239,12 @@ func (cs *cmdSpec) allows(c *simpleCmd) (ok bool, miss string) {
 	if cs.prefix && isWrapper(c.words[0].val) {
 		return false, p + " runs other commands"
 	}
-	if c.stdin && readsCode(p) {
-		return false, p + " reads a program from its standard input here"
+	if c.stdin {
+		for _, w := range c.words {
+			if readsCode(w.val) && (w.val == c.words[0].val || isWrapper(c.words[0].val)) {
+				return false, filepath.Base(w.val) + " reads a program from its standard input here"
+			}
+		}
 	}
 	for _, h := range c.options {
 		if h.at >= len(cs.words) {
@@ -433,7 +437,7 @@ func (v *shellView) collect(f *syntax.File, src string, rs redirScope, depth int
 					markStdin(n.Cmd)
 				}
 				if body := shellHeredoc(n.Cmd, r); body != "" && depth < maxReparse {
-					v.reparse(body, "", rs, depth)
+					v.reparse(body, rs, depth)
 				}
 			}
 		case *syntax.Redirect:
@@ -475,7 +479,7 @@ func (v *shellView) collect(f *syntax.File, src string, rs redirScope, depth int
 			c.options = programOptions(c.words)
 			if depth < maxReparse {
 				for _, s := range commandStrings(c.denyWords()) {
-					v.reparse(s, c.text, rs, depth)
+					v.reparse(s, rs, depth)
 				}
 			}
 			v.cmds = append(v.cmds, c)
@@ -495,7 +499,7 @@ func (v *shellView) collect(f *syntax.File, src string, rs redirScope, depth int
 }
 
 // shellHeredoc is the text of a here-document or here-string fed to a shell that reads its
-// commands from it (`bash <<EOF`, no -c), for deny and ask rules; "" otherwise.
+// commands from it (`bash <<EOF`, `nice sh <<EOF`: no -c), for deny and ask rules; "" otherwise.
 func shellHeredoc(cmd syntax.Command, r *syntax.Redirect) string {
 	ce, ok := cmd.(*syntax.CallExpr)
 	if !ok || len(ce.Args) == 0 {
@@ -505,7 +509,17 @@ func shellHeredoc(cmd syntax.Command, r *syntax.Redirect) string {
 	for i, w := range ce.Args {
 		ws[i] = resolveWord(w).val
 	}
-	if !shells[filepath.Base(ws[0])] || shellString(ws) != "" {
+	feeds := false
+	for i := range ws {
+		if shells[filepath.Base(ws[i])] && shellString(ws[i:]) == "" {
+			feeds = true
+			break
+		}
+		if !isWrapper(ws[i]) && i == 0 {
+			break
+		}
+	}
+	if !feeds {
 		return ""
 	}
 	switch {
@@ -618,7 +632,7 @@ func braceExpanded(n *syntax.CallExpr, c simpleCmd) (simpleCmd, bool) {
 
 // reparse parses a command string run by a shell or a wrapper (commandStrings) and adds its
 // commands as hidden ones, by the POSIX reading and, when it differs, the bash one too.
-func (v *shellView) reparse(s, from string, rs redirScope, depth int) {
+func (v *shellView) reparse(s string, rs redirScope, depth int) {
 	for _, parse := range []func(string) (*syntax.File, error){parsePOSIX, parseBash} {
 		f, err := parse(s)
 		if err != nil {

@@ -277,6 +277,9 @@ const maxStrings = 8
 // when the program is a wrapper (or find), at every later word and through the wrappers'
 // own command lines (unwrap); at most maxStrings of them.
 func commandStrings(ws []string) []string {
+	if len(ws) == 0 {
+		return nil // `$IFS` alone: no words at all (found by the differential fuzzer)
+	}
 	var out []string
 	add := func(s string) {
 		if s != "" && len(out) < maxStrings && !contains(out, s) {

@@ -110,6 +110,7 @@ FUZZ_TARGETS := \
 	./internal/tool:FuzzCompileSchema \
 	./internal/tool:FuzzAmbiguousKey \
 	./internal/rules:FuzzShellAllow \
+	./internal/rules:FuzzShellDifferential \
 	./internal/web:FuzzAPIBody \
 	./internal/web:FuzzDecisionForm \
 	./internal/web:FuzzShareForm \

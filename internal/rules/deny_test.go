@@ -31,8 +31,10 @@ func TestShellDenySeesThroughSpellingsAndWrappers(t *testing.T) {
 		"ls && rm -fr x", "ls | xargs -I{} rm -fr {}", "bash <<'EOF'\nrm -rf x\nEOF", "sh <<EOF\nrm -fr x\nEOF",
 		"git push --force", "git push -f", "git push origin main --force", "git --no-pager push -f", "git -C d push --force",
 		"git -c x=y push -f", "git reset --hard", "git --no-pager reset", "git -C d reset", "git -c a=b reset HEAD~",
+		"nice bash <<'EOF'\nrm -rf x\nEOF", "trap 'rm -rf x' EXIT", "alias ls='rm -fr x'", "complete -C 'rm -rf x' ls", "mapfile -C 'rm -rf x' -c 1 a < f",
 	}
 	allow := []string{
+		"$IFS", "${IFS}${IFS}", "$IFS x", // no words at all, or no program: nothing to deny (it once panicked)
 		"rm -r x", "rm -f x", "rm x", "rm -- -rf", "git push", "git push origin main", "git log -f", "git status",
 		"nice -n 5 ls", "sh -c 'rm -r x'", "echo rm -rf x", "git log --grep reset",
 	}
@@ -55,6 +57,7 @@ func TestShellExactRulesOnWrappersAndInterpreters(t *testing.T) {
 	set := mustCompile(t, []gate.Rule{
 		{Effect: gate.Allow, Tool: "run_command", Specifier: "sh -c 'git log -1'", Scope: gate.ScopeServer},
 		{Effect: gate.Allow, Tool: "run_command", Specifier: "nice -n 5 make", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "run_command", Specifier: "nice -n 5 python3", Scope: gate.ScopeServer},
 		{Effect: gate.Allow, Tool: "run_command", Specifier: "python3 job.py", Scope: gate.ScopeServer},
 		{Effect: gate.Allow, Tool: "run_command", Specifier: "bash", Scope: gate.ScopeServer},
 		{Effect: gate.Allow, Tool: "run_command", Specifier: "ls:*", Scope: gate.ScopeServer},
@@ -76,6 +79,8 @@ func TestShellExactRulesOnWrappersAndInterpreters(t *testing.T) {
 		{"bash <<'EOF'\nls\nEOF", "ask"},
 		{"bash <<'EOF'\nrm x\nEOF", "deny"},
 		{"ls | sh -c 'git log -1'", "ask"},
+		{"nice -n 5 make < Makefile", "allow"}, // make reads no program from stdin
+		{"nice -n 5 python3 < x", "ask"},
 	}
 	for _, tc := range cases {
 		if got := outcome(set.Evaluate(commandCall(tc.cmd))); got != tc.want {

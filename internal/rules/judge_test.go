@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -85,6 +87,82 @@ func TestShellUnreadableCommandAsksWithItsReasonWithoutRules(t *testing.T) {
 		d := set.Evaluate(commandCall(cmd))
 		if d.Effect != "" || (want == "" && d.Note != "") || !strings.Contains(d.Note, want) {
 			t.Errorf("%.40q: %+v, want no effect and a note saying %q", cmd, d, want)
+		}
+	}
+}
+
+// A rule for every command ("Approve for session", `run_command`, `*`) still never allows text
+// shells may read differently or that the judge does not read: the call asks, saying why.
+func TestShellToolWideAllowNeverAllowsUnreadableText(t *testing.T) {
+	for _, rl := range []gate.Rule{
+		{Effect: gate.Allow, Tool: "run_command", Scope: gate.ScopeSession, SessionID: "s1"},
+		{Effect: gate.Allow, Tool: "*", Scope: gate.ScopeServer},
+	} {
+		set := mustCompile(t, []gate.Rule{rl})
+		for _, cmd := range []string{"git log\rid", "git log # x\\\nid", "ls '", strings.Repeat("x", maxCommandBytes+1), "ls {a,b}"} {
+			d := set.Evaluate(commandCall(cmd))
+			if d.Effect != "" || d.Note == "" {
+				t.Errorf("%s: %.30q: %+v, want no effect and a note", Text(rl), cmd, d)
+			}
+		}
+		for _, cmd := range []string{"git log && id", "rm -rf x", "ls $(id)"} {
+			if d := set.Evaluate(commandCall(cmd)); d.Effect != gate.Allow {
+				t.Errorf("%s: %q: %+v, want allowed (the rule trusts every readable command)", Text(rl), cmd, d)
+			}
+		}
+	}
+}
+
+// A change of directory (issue 28: `cd .. && echo x > f` wrote outside the workspace under
+// `cd:*` and `echo:*`): the judge places redirections and relative programs from the
+// workspace, so a line that changes directory has neither, and follows only a change it can
+// place (a literal ./, ../ or absolute folder inside the workspace: a bare name may go
+// through CDPATH in an outside agent's shell).
+func TestShellChangeOfDirectory(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, "sub", "deeper"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(t.TempDir(), filepath.Join(ws, "out")); err != nil {
+		t.Fatal(err)
+	}
+	set := mustCompile(t, []gate.Rule{
+		{Effect: gate.Allow, Tool: "run_command", Specifier: "cd:*", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "run_command", Specifier: "pushd:*", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "run_command", Specifier: "popd", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "run_command", Specifier: "echo:*", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "run_command", Specifier: "ls:*", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "run_command", Specifier: "./x", Scope: gate.ScopeServer},
+	})
+	cases := []struct{ cmd, want string }{
+		{"cd .. && echo x > f", "ask"},
+		{"cd ./sub && echo x > f", "ask"},
+		{"echo x > f; cd ./sub", "ask"},
+		{"cd ./sub && ls", "allow"},
+		{"cd ./sub/deeper && ls -la", "allow"},
+		{"cd ./sub/deeper && cd .. && ls", "ask"}, // each change is placed from the workspace
+		{"(cd ./sub && ls) && ls", "allow"},
+		{"cd " + ws + "/sub && ls", "allow"},
+		{"cd sub && ls", "ask"}, // CDPATH
+		{"cd / && ls", "ask"},
+		{"cd .. && ls", "ask"},
+		{"cd ./out && ls", "ask"}, // a symlink out of the workspace
+		{"cd && ls", "ask"},
+		{"cd - && ls", "ask"},
+		{`cd "$D" && ls`, "ask"},
+		{"cd ~ && ls", "ask"},
+		{"pushd ./sub && ls", "allow"},
+		{"popd && ls", "ask"},
+		{"cd ./sub && ./x", "ask"},
+		{"./x", "allow"},
+		{"echo x > f", "allow"},
+		{"cd ./sub && ls 2>/dev/null >&2", "allow"},
+	}
+	for _, tc := range cases {
+		c := commandCall(tc.cmd)
+		c.Workspace = ws
+		if got := outcome(set.Evaluate(c)); got != tc.want {
+			t.Errorf("%q: %s, want %s", tc.cmd, got, tc.want)
 		}
 	}
 }

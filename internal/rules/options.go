@@ -180,6 +180,10 @@ var optionTable = []optRow{
 
 	// build tools: cmake -E runs a command, -P a script, -C a cache script.
 	{programs: []string{"cmake"}, short: "EPC"},
+	// builtins that set a variable named by an operand: `printf -v PATH …`, `read PATH` change
+	// where every later program is looked up.
+	{programs: []string{"printf"}, options: []string{"-v"}},
+	{programs: []string{"read", "getopts"}, script: envNames},
 	{programs: []string{"sqlite3"}, contains: []string{".shell", ".system", ".output", ".once", ".load", ".save", ".backup"}, options: []string{"-cmd", "-init"}},
 }
 
@@ -652,4 +656,29 @@ func sedRuns(s string) bool {
 		}
 	}
 	return false
+}
+
+// envNames finds an operand of read or getopts that names a variable in capitals (PATH, IFS,
+// LD_PRELOAD, GIT_DIR: the ones programs and the shell itself read) or is not literal.
+func envNames(ws []word) int {
+	for i := 1; i < len(ws); i++ {
+		w := ws[i]
+		if !w.complete {
+			return i
+		}
+		if strings.HasPrefix(w.val, "-") || w.val == "" {
+			continue
+		}
+		upper := true
+		for j := 0; j < len(w.val); j++ {
+			if c := w.val[j]; c >= 'a' && c <= 'z' {
+				upper = false
+				break
+			}
+		}
+		if upper {
+			return i
+		}
+	}
+	return -1
 }

@@ -223,6 +223,8 @@ func TestOptionTableMakesPrefixRulesAsk(t *testing.T) {
 			"curl -H 'x-o: y' u": "allow", "curl -sSL u": "allow"}},
 		{"wget:*", map[string]string{"wget -e 'x' u": "ask", "wget -O /tmp/x u": "ask", "wget --execute=x u": "ask", "wget -q u": "allow"}},
 		{"cmake:*", map[string]string{"cmake -E rm x": "ask", "cmake -P x.cmake": "ask", "cmake -S . -B build": "allow"}},
+		{"printf:*", map[string]string{"printf -v PATH %s /tmp/evil": "ask", "printf '%s\\n' x": "allow"}},
+		{"read:*", map[string]string{"read -r PATH": "ask", "read IFS": "ask", `read "$V"`: "ask", "read -r line": "allow"}},
 		{"sqlite3:*", map[string]string{"sqlite3 db '.shell id'": "ask", "sqlite3 db '.output /tmp/x'": "ask", "sqlite3 db 'select 1'": "allow"}},
 	}
 	n := 0

@@ -95,6 +95,8 @@ func TestCheck(t *testing.T) {
 		// A rule that names an option that writes files or runs programs trusts it (SPEC §14).
 		{"allow a writing option named by the rule", ok(gate.Rule{Tool: "run_command", Specifier: "git log --output=x:*"}), ""},
 		{"allow an exact wrapper", ok(gate.Rule{Tool: "run_command", Specifier: "nice -n 5 make"}), ""},
+		{"allow a prefix of a builtin that keeps a string", ok(gate.Rule{Tool: "run_command", Specifier: "alias:*"}), "runs other commands"},
+		{"allow a prefix of trap", ok(gate.Rule{Tool: "run_command", Specifier: "trap:*"}), "runs other commands"},
 		{"command with braces", ok(gate.Rule{Tool: "run_command", Specifier: "git log {a,b}:*"}), "not literal"},
 		{"command with a carriage return", ok(gate.Rule{Tool: "run_command", Specifier: "git log\r:*"}), "invisible or bidirectional"},
 		{"empty command", ok(gate.Rule{Tool: "run_command", Specifier: ":*"}), "no command words"},

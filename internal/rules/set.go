@@ -534,6 +534,16 @@ func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int
 		return false, "", nil, nil
 	}
 	if ev.call.Tool == CommandTool {
+		if allow {
+			// A rule for every command (`run_command`, `*`, "Approve for session") still
+			// never allows text shells may read differently, nor text the judge does not
+			// read (SPEC §14): nobody can know what it runs.
+			for _, v := range ev.views() {
+				if v.unreadable {
+					return false, "", nil, nil
+				}
+			}
+		}
 		if cmd, ok := ev.single("command"); ok {
 			return true, cmd, nil, nil
 		}

@@ -31,7 +31,11 @@ import (
 //     function definition, declaration (export/readonly/local), bash/zsh-only construct,
 //     assignment (`PATH=/tmp git diff`, `X=1`), or statement that is only a redirection
 //     (`> file`) anywhere in it;
-//   - every redirection is one checkRedirect accepts;
+//   - every redirection is one checkRedirect accepts, and none stands on a line that changes
+//     directory (cd, pushd, popd: checkRedirect places targets from the workspace); a change of
+//     directory is followed only to a literal "./…", "../…" or absolute folder inside the
+//     workspace (a bare `cd sub` may go through CDPATH), and then no program is named by a
+//     relative path (dirChange);
 //   - every simple command (of lists, pipelines, &&, ||, ;, newlines, subshells, { } blocks,
 //     if/while/until/for/case bodies) is matched by some allow rule; a simple command is
 //     matched by a prefix rule (`git diff:*`) when its first words are exactly those words and
@@ -43,8 +47,9 @@ import (
 //     program): a rule that names the option itself matches;
 //   - a prefix rule never matches a wrapper, a program that runs another command or a string
 //     (wrappers: eval, exec, source, ".", sh/bash/dash/zsh/…, env, command, xargs, nohup,
-//     nice, timeout, time, sudo, chrt, taskset, setpriv, unshare, systemd-run, …); an exact rule
-//     may (`run_command(nice -n 5 make)`). A shell or interpreter whose standard input is a
+//     nice, timeout, time, sudo, chrt, taskset, setpriv, unshare, systemd-run, …, and the
+//     builtins that keep a string or change later commands: alias, trap, hash, shopt, …); an
+//     exact rule may (`run_command(nice -n 5 make)`). A shell or interpreter whose standard input is a
 //     redirection, a here-document or a pipe (simpleCmd.stdin) reads its program there: no rule
 //     matches it.
 //
@@ -74,7 +79,8 @@ import (
 //     (`sudo rm x`, `xargs rm`, `find . -exec rm {} ;`);
 //   - command strings are parsed again and searched the same way, to a depth of 3: `sh -c '…'`
 //     (after its options and "--": `sh -c -- '…'`), `eval …`, `su -c`, `env -S`, `watch '…'`,
-//     also behind other wrappers (`env sh -c '…'`).
+//     `trap '…'`, alias values, here-documents fed to a shell, also behind other wrappers
+//     (`env sh -c '…'`).
 //
 // That is best effort: what cannot be seen at all (a variable holding a command, a script
 // file) is not denied, but it is never allowed either, so the call asks. Text that shells read
@@ -151,6 +157,9 @@ type shellView struct {
 	// stdinCalls are the calls whose standard input may carry a program (simpleCmd.stdin),
 	// marked while walking.
 	stdinCalls map[*syntax.CallExpr]bool
+	// moves: the line changes directory (cd, pushd, popd); redirects: it redirects to or from a
+	// file. Together they are opaque: checkRedirect places a target from the workspace.
+	moves, redirects bool
 }
 
 // setOpaque records the first reason the line cannot be allowed.
@@ -230,8 +239,12 @@ func (cs *cmdSpec) allows(c *simpleCmd) (ok bool, miss string) {
 	if cs.prefix && isWrapper(c.words[0].val) {
 		return false, p + " runs other commands"
 	}
-	if c.stdin && readsCode(p) {
-		return false, p + " reads a program from its standard input here"
+	if c.stdin {
+		for _, w := range c.words {
+			if readsCode(w.val) && (w.val == c.words[0].val || isWrapper(c.words[0].val)) {
+				return false, filepath.Base(w.val) + " reads a program from its standard input here"
+			}
+		}
 	}
 	for _, h := range c.options {
 		if h.at >= len(cs.words) {
@@ -414,11 +427,17 @@ func (v *shellView) collect(f *syntax.File, src string, rs redirScope, depth int
 				if why := checkRedirect(r, rs); why != "" {
 					v.setOpaque(why, false)
 				}
+				if writesFile(r) {
+					v.redirects = true
+					if v.moves {
+						v.setOpaque("a redirection on a line that changes directory: the rules judge it from the workspace", false)
+					}
+				}
 				if readsInput(r.Op) && n.Cmd != nil {
 					markStdin(n.Cmd)
 				}
 				if body := shellHeredoc(n.Cmd, r); body != "" && depth < maxReparse {
-					v.reparse(body, "", rs, depth)
+					v.reparse(body, rs, depth)
 				}
 			}
 		case *syntax.Redirect:
@@ -445,10 +464,22 @@ func (v *shellView) collect(f *syntax.File, src string, rs redirScope, depth int
 					v.hidden = append(v.hidden, bc)
 				}
 			}
+			if why := dirChange(c, rs); why != "" {
+				v.setOpaque(why, false)
+			}
+			if v.moves && strings.Contains(c.words[0].val, "/") && !filepath.IsAbs(c.words[0].val) {
+				v.setOpaque("a program by relative path on a line that changes directory ("+c.text+")", false)
+			}
+			if v.moves || isDirChange(c) {
+				v.moves = true
+				if v.redirects {
+					v.setOpaque("a redirection on a line that changes directory ("+c.text+"): the rules judge it from the workspace", false)
+				}
+			}
 			c.options = programOptions(c.words)
 			if depth < maxReparse {
 				for _, s := range commandStrings(c.denyWords()) {
-					v.reparse(s, c.text, rs, depth)
+					v.reparse(s, rs, depth)
 				}
 			}
 			v.cmds = append(v.cmds, c)
@@ -468,7 +499,7 @@ func (v *shellView) collect(f *syntax.File, src string, rs redirScope, depth int
 }
 
 // shellHeredoc is the text of a here-document or here-string fed to a shell that reads its
-// commands from it (`bash <<EOF`, no -c), for deny and ask rules; "" otherwise.
+// commands from it (`bash <<EOF`, `nice sh <<EOF`: no -c), for deny and ask rules; "" otherwise.
 func shellHeredoc(cmd syntax.Command, r *syntax.Redirect) string {
 	ce, ok := cmd.(*syntax.CallExpr)
 	if !ok || len(ce.Args) == 0 {
@@ -478,7 +509,17 @@ func shellHeredoc(cmd syntax.Command, r *syntax.Redirect) string {
 	for i, w := range ce.Args {
 		ws[i] = resolveWord(w).val
 	}
-	if !shells[filepath.Base(ws[0])] || shellString(ws) != "" {
+	feeds := false
+	for i := range ws {
+		if shells[filepath.Base(ws[i])] && shellString(ws[i:]) == "" {
+			feeds = true
+			break
+		}
+		if !isWrapper(ws[i]) && i == 0 {
+			break
+		}
+	}
+	if !feeds {
 		return ""
 	}
 	switch {
@@ -488,6 +529,72 @@ func shellHeredoc(cmd syntax.Command, r *syntax.Redirect) string {
 		return resolveWord(r.Word).val
 	}
 	return ""
+}
+
+// dirChanges are the builtins that change the shell's directory.
+var dirChanges = map[string]bool{"cd": true, "pushd": true, "popd": true, "chdir": true}
+
+// isDirChange reports whether the simple command changes directory (`cd x`, `builtin cd x`,
+// `command cd x`).
+func isDirChange(c simpleCmd) bool {
+	for _, w := range c.words {
+		if dirChanges[w.val] {
+			return true
+		}
+		if w.val != "builtin" && w.val != "command" {
+			return false
+		}
+	}
+	return false
+}
+
+// dirChange says why a directory change cannot be followed ("" when it can, or the command
+// changes none): the judge places redirections and relative programs from the workspace, and
+// an outside agent's shell may resolve a bare `cd sub` through CDPATH. A change is followed
+// only when its target is one literal word that starts with "/", "./" or "../" (or is "." or
+// ".."; CDPATH is not searched for these) and resolves (realpath.Locate) inside the workspace,
+// outside git's own files.
+func dirChange(c simpleCmd, rs redirScope) string {
+	if !isDirChange(c) {
+		return ""
+	}
+	i := 0
+	for i < len(c.words) && !dirChanges[c.words[i].val] {
+		i++
+	}
+	args := c.words[i+1:]
+	for len(args) > 0 && (args[0].val == "-P" || args[0].val == "-L" || args[0].val == "--") {
+		args = args[1:]
+	}
+	if len(args) != 1 || c.words[i].val != "cd" && c.words[i].val != "pushd" {
+		return "a change of directory the rules cannot follow (" + c.text + ")"
+	}
+	t := args[0]
+	if !t.exact || !(t.val == "." || t.val == ".." || strings.HasPrefix(t.val, "/") || strings.HasPrefix(t.val, "./") || strings.HasPrefix(t.val, "../")) {
+		return "a change of directory the rules cannot follow (" + c.text + "; write ./dir: a shell may look a bare name up in CDPATH)"
+	}
+	pl, err := realpath.Locate(rs.workspace, t.val)
+	if err != nil || !pl.Inside {
+		return "a change of directory outside the workspace (" + c.text + ")"
+	}
+	if why := pl.Git(false); why != "" {
+		return "a change of directory into git's own files (" + c.text + ")"
+	}
+	return ""
+}
+
+// writesFile: the redirection opens a file (not a descriptor duplication, a here-document or
+// /dev/null).
+func writesFile(r *syntax.Redirect) bool {
+	switch r.Op {
+	case syntax.Hdoc, syntax.DashHdoc, syntax.WordHdoc:
+		return false
+	case syntax.DplIn, syntax.DplOut:
+		if w := resolveWord(r.Word); w.exact && (w.val == "-" || isDigits(w.val)) {
+			return false
+		}
+	}
+	return resolveWord(r.Word).val != "/dev/null"
 }
 
 // readsInput: the redirection gives the command's standard input (or another descriptor it
@@ -525,7 +632,7 @@ func braceExpanded(n *syntax.CallExpr, c simpleCmd) (simpleCmd, bool) {
 
 // reparse parses a command string run by a shell or a wrapper (commandStrings) and adds its
 // commands as hidden ones, by the POSIX reading and, when it differs, the bash one too.
-func (v *shellView) reparse(s, from string, rs redirScope, depth int) {
+func (v *shellView) reparse(s string, rs redirScope, depth int) {
 	for _, parse := range []func(string) (*syntax.File, error){parsePOSIX, parseBash} {
 		f, err := parse(s)
 		if err != nil {

@@ -92,6 +92,9 @@ var wrapperSpecs = map[string]wrapperSpec{
 // look at the words after them. Every key of wrapperSpecs, the shells, and the rest here.
 var wrappers = func() map[string]bool {
 	m := map[string]bool{"eval": true, "source": true, ".": true}
+	for k := range stateBuiltins {
+		m[k] = true
+	}
 	for k := range wrapperSpecs {
 		m[k] = true
 	}
@@ -100,6 +103,16 @@ var wrappers = func() map[string]bool {
 	}
 	return m
 }()
+
+// stateBuiltins change what later commands of the shell do, or keep a command string to run
+// later: an alias rewrites a program name (dash expands aliases in `sh -c`), trap and the
+// callbacks of complete, compgen and mapfile run a string, hash -p points a name at any file,
+// enable -f loads code, fc re-runs history, shopt turns aliases and other readings on. They are
+// wrappers: no prefix rule matches them; deny rules read their strings (commandStrings).
+var stateBuiltins = map[string]bool{
+	"alias": true, "trap": true, "enable": true, "hash": true, "fc": true, "bind": true, "complete": true,
+	"compgen": true, "shopt": true, "mapfile": true, "readarray": true,
+}
 
 // shells take a command string after -c.
 var shells = map[string]bool{
@@ -264,6 +277,9 @@ const maxStrings = 8
 // when the program is a wrapper (or find), at every later word and through the wrappers'
 // own command lines (unwrap); at most maxStrings of them.
 func commandStrings(ws []string) []string {
+	if len(ws) == 0 {
+		return nil // `$IFS` alone: no words at all (found by the differential fuzzer)
+	}
 	var out []string
 	add := func(s string) {
 		if s != "" && len(out) < maxStrings && !contains(out, s) {
@@ -277,6 +293,20 @@ func commandStrings(ws []string) []string {
 			add(strings.Join(ws[1:], " "))
 		case shells[p]:
 			add(shellString(ws))
+		case p == "trap" && len(ws) > 1 && !strings.HasPrefix(ws[1], "-"):
+			add(ws[1])
+		case p == "alias":
+			for _, w := range ws[1:] {
+				if _, v, ok := strings.Cut(w, "="); ok {
+					add(v)
+				}
+			}
+		case p == "complete" || p == "compgen" || p == "mapfile" || p == "readarray":
+			for i := 1; i+1 < len(ws); i++ {
+				if ws[i] == "-C" {
+					add(ws[i+1])
+				}
+			}
 		}
 	}
 	at(ws)

@@ -35,7 +35,7 @@ func runCommandInput(cfg Config) string {
 	return fmt.Sprintf(`{
   "type": "object",
   "properties": {
-    "command": {"type": "string", "minLength": 1, "description": "Shell command, run with /bin/sh -c in the workspace."},
+    "command": {"type": "string", "minLength": 1, "description": "Shell command (POSIX sh; bash syntax where needed), run in the workspace."},
     "timeoutMs": {"type": "integer", "minimum": 1, "maximum": %d, "description": "Timeout in milliseconds (default %d)."}
   },
   "required": ["command"],
@@ -63,7 +63,7 @@ func runCommandTool(cfg Config) *tool.Tool {
 	return &tool.Tool{
 		Name:  "run_command",
 		Title: "Run command",
-		Description: "Run a shell command with /bin/sh -c in the workspace and return its exit code, " +
+		Description: "Run a shell command (POSIX sh, as /bin/sh -c would; bash syntax where needed) in the workspace and return its exit code, " +
 			"stdout and stderr (each cut to its last " + fmt.Sprint(cfg.OutputCap) + " bytes). " +
 			"A non-zero exit code is reported, not treated as a failure. Processes the command " +
 			"leaves running in the background are stopped when it exits.",

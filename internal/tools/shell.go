@@ -235,12 +235,26 @@ func callHandler(_ context.Context, args []string) ([]string, error) {
 	return args, nil
 }
 
-// signalsServer reports whether a kill argument names the server's own process or group: in the
-// interpreter $$ is the server's pid, and `kill $$` must not stop Countersign.
+// signalsServer reports whether a kill names the server's own process or group as a target: in
+// the interpreter $$ is the server's pid, and `kill $$` must not stop Countersign; nor may -1
+// (every process the server's user may signal). Signal options (-9, -TERM, -s NAME, -n N, -l)
+// are not targets.
 func signalsServer(args []string) bool {
 	self := strconv.Itoa(os.Getpid())
 	group := strconv.Itoa(syscall.Getpgrp())
-	for _, a := range args[1:] {
+	targets := args[1:]
+	if len(targets) > 0 && strings.HasPrefix(targets[0], "-") && targets[0] != "--" {
+		switch targets[0] {
+		case "-s", "-n":
+			targets = targets[min(2, len(targets)):]
+		default:
+			targets = targets[1:]
+		}
+	}
+	if len(targets) > 0 && targets[0] == "--" {
+		targets = targets[1:]
+	}
+	for _, a := range targets {
 		if a == self || a == "-"+self || a == "-"+group || a == "-1" {
 			return true
 		}

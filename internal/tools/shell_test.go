@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -254,6 +255,19 @@ func TestRunCommandStillRunsWhatPeopleRun(t *testing.T) {
 		res, out, err := runIn(t, &gateFake{workspace: ws}, c.command)
 		if err != nil || res.IsError || out.Stdout != c.want {
 			t.Errorf("%q: stdout %q (exit %d, stderr %q, err %v), want %q", c.command, out.Stdout, out.ExitCode, out.Stderr, err, c.want)
+		}
+	}
+}
+
+func TestKillNeverTargetsTheServer(t *testing.T) {
+	self := strconv.Itoa(os.Getpid())
+	for args, want := range map[string]bool{
+		"kill " + self: true, "kill -9 " + self: true, "kill -s KILL " + self: true, "kill -- -1": true,
+		"kill -9 -1": true, "kill -TERM -- " + self: true,
+		"kill -1 12345": false, "kill 12345": false, "kill -9 12345 54321": false, "kill -l": false,
+	} {
+		if got := signalsServer(strings.Fields(args)); got != want {
+			t.Errorf("%s: %v, want %v", args, got, want)
 		}
 	}
 }

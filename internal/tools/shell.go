@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,6 +59,8 @@ type shellRun struct {
 	leaderDone chan struct{}
 	leaderIn   *os.File // the leader's standard input: closing it ends the leader
 	done       bool     // the command has ended: nothing more starts
+	// globbed counts the folder entries the command's globs have read (readDir).
+	globbed int
 	// refused is the first action the gate refused; the runner stops on it.
 	refused *refusal
 }
@@ -109,6 +112,7 @@ func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []st
 		interp.StdIO(stdin, stdout, stderr),
 		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return s.exec }),
 		interp.OpenHandler(s.open),
+		interp.ReadDirHandler2(s.readDir),
 		interp.CallHandler(callHandler),
 	)
 	if err != nil {
@@ -235,13 +239,13 @@ func callHandler(_ context.Context, args []string) ([]string, error) {
 	return args, nil
 }
 
-// signalsServer reports whether a kill names the server's own process or group as a target: in
-// the interpreter $$ is the server's pid, and `kill $$` must not stop Countersign; nor may -1
-// (every process the server's user may signal). Signal options (-9, -TERM, -s NAME, -n N, -l)
-// are not targets.
+// signalsServer reports whether a kill names the server as a target: in the interpreter $$ is
+// the server's pid, and `kill $$` must not stop Countersign. A target is read as kill reads it,
+// as a number (`0$$` and `+$$` are the same pid): the server's pid, any of its threads' ids
+// (a signal to a thread reaches the whole process), -1 (every process the server's user may
+// signal) and minus the server's group. Signal options (-9, -TERM, -s NAME, -n N, -l) are not
+// targets.
 func signalsServer(args []string) bool {
-	self := strconv.Itoa(os.Getpid())
-	group := strconv.Itoa(syscall.Getpgrp())
 	targets := args[1:]
 	if len(targets) > 0 && strings.HasPrefix(targets[0], "-") && targets[0] != "--" {
 		switch targets[0] {
@@ -255,8 +259,33 @@ func signalsServer(args []string) bool {
 		targets = targets[1:]
 	}
 	for _, a := range targets {
-		if a == self || a == "-"+self || a == "-"+group || a == "-1" {
+		n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(a, "+")), 10, 64)
+		switch {
+		case err != nil:
+			continue // not a pid (a job name, %1): kill refuses it itself
+		case n == -1, n == -int64(syscall.Getpgrp()):
 			return true
+		case n > 0 && serverTask(int(n)):
+			return true
+		}
+	}
+	return false
+}
+
+// serverTask reports whether id is the server's pid or the id of one of its threads (its
+// /proc/<id>/status says Tgid: <server pid>).
+func serverTask(id int) bool {
+	self := os.Getpid()
+	if id == self {
+		return true
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(id) + "/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			return strings.TrimSpace(v) == strconv.Itoa(self)
 		}
 	}
 	return false
@@ -405,6 +434,7 @@ func (s *shellRun) subshell(ctx context.Context, hc interp.HandlerContext, src s
 			}
 		}),
 		interp.OpenHandler(s.open),
+		interp.ReadDirHandler2(s.readDir),
 		interp.CallHandler(callHandler),
 		interp.Params(append([]string{"--"}, params...)...),
 	)
@@ -497,6 +527,7 @@ func (s *shellRun) script(ctx context.Context, hc interp.HandlerContext, path st
 		interp.StdIO(stdin, hc.Stdout, hc.Stderr),
 		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return s.exec }),
 		interp.OpenHandler(s.open),
+		interp.ReadDirHandler2(s.readDir),
 		interp.CallHandler(callHandler),
 		interp.Params(args[1:]...),
 	)
@@ -504,6 +535,28 @@ func (s *shellRun) script(ctx context.Context, hc interp.HandlerContext, path st
 		return err
 	}
 	return r.Run(ctx, f)
+}
+
+// maxGlobEntries bounds the folder entries one command's globs may read: globs expand inside the
+// server, so `*/../*/*/*` over a wide tree would take the server's time and memory (the
+// programs a command starts are what its timeout is for).
+const maxGlobEntries = 200_000
+
+// readDir is the interpreter's ReadDirHandler2, for globs: it stops when the command's context
+// ends (Stop, the timeout) and past maxGlobEntries.
+func (s *shellRun) readDir(ctx context.Context, path string) ([]fs.DirEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(path)
+	s.mu.Lock()
+	s.globbed += len(entries)
+	over := s.globbed > maxGlobEntries
+	s.mu.Unlock()
+	if over {
+		return nil, fmt.Errorf("the command's globs read more than %d folder entries, so the glob was not expanded", maxGlobEntries)
+	}
+	return entries, err
 }
 
 // writeFlags are the open flags of a redirection that writes (>, >>, <>, >|).
@@ -552,7 +605,9 @@ func (s *shellRun) open(ctx context.Context, path string, flag int, perm os.File
 			}
 		}
 	}
-	return os.OpenFile(abs, flag, perm)
+	// What was judged is what opens: the resolved path, not followed again (a symbolic link
+	// swapped in at its end since is refused, not followed).
+	return os.OpenFile(target, flag|syscall.O_NOFOLLOW, perm)
 }
 
 // serversOwn reports whether path (absolute, cleaned) names the server's own process in /proc
@@ -563,6 +618,13 @@ func serversOwn(path string) bool {
 	self := "/proc/" + strconv.Itoa(os.Getpid())
 	for _, p := range []string{"/proc/self", "/proc/thread-self", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr", self} {
 		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	// /proc/<id of one of the server's threads> is the server too.
+	if rest, ok := strings.CutPrefix(path, "/proc/"); ok {
+		id, _, _ := strings.Cut(rest, "/")
+		if n, err := strconv.Atoi(id); err == nil && serverTask(n) {
 			return true
 		}
 	}

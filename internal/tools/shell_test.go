@@ -264,10 +264,48 @@ func TestKillNeverTargetsTheServer(t *testing.T) {
 	for args, want := range map[string]bool{
 		"kill " + self: true, "kill -9 " + self: true, "kill -s KILL " + self: true, "kill -- -1": true,
 		"kill -9 -1": true, "kill -TERM -- " + self: true,
+		"kill -9 0" + self: true, "kill -0 +" + self: true, "kill -9 " + firstThread(): true,
 		"kill -1 12345": false, "kill 12345": false, "kill -9 12345 54321": false, "kill -l": false,
 	} {
 		if got := signalsServer(strings.Fields(args)); got != want {
 			t.Errorf("%s: %v, want %v", args, got, want)
 		}
+	}
+}
+
+// firstThread is the id of one of this process's threads other than the main one ("" if none).
+func firstThread() string {
+	entries, _ := os.ReadDir("/proc/self/task")
+	for _, e := range entries {
+		if e.Name() != strconv.Itoa(os.Getpid()) {
+			return e.Name()
+		}
+	}
+	return strconv.Itoa(os.Getpid())
+}
+
+// TestGlobsCannotExhaustTheServer: a glob expands inside the server; one that would read more
+// than maxGlobEntries folder entries fails, saying so, and the command that holds it does not
+// run; the command's later globs are not expanded (left as written).
+func TestGlobsCannotExhaustTheServer(t *testing.T) {
+	ws := t.TempDir()
+	for i := range 20 {
+		for j := range 20 {
+			for k := range 20 {
+				if err := os.MkdirAll(filepath.Join(ws, "t", strconv.Itoa(i), strconv.Itoa(j), strconv.Itoa(k)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	_, out, err := runIn(t, &gateFake{workspace: ws}, "echo t/1/1/* | wc -w; echo t/*/../*/../*/*/* | wc -c; echo t/1/1/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.ReplaceAll(out.Stdout, " ", ""), "20\n0\nt/1/1/*\n"; got != want {
+		t.Errorf("stdout %q, want %q", got, want)
+	}
+	if !strings.Contains(out.Stderr, "globs read more than 200000 folder entries") {
+		t.Errorf("stderr %q does not say why the glob failed", out.Stderr)
 	}
 }

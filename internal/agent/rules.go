@@ -106,9 +106,14 @@ func (r *Runner) release(ctx context.Context, pending []gate.Approval) {
 		if p.ParentToolCallID != "" {
 			parent = p.RequestedBy
 		}
+		uncovered := ""
+		if p.DecisionSource == gate.FromAction {
+			// An action no rule may cover (CheckCall.Uncovered): asked again, it asks again.
+			uncovered = p.AskReason
+		}
 		d := check.Check(ctx, gate.CheckCall{SessionID: p.SessionID, ToolCallID: p.ToolCallID,
 			ParentToolCallID: p.ParentToolCallID, Parent: parent, Tool: t, Arguments: p.Arguments,
-			Workspace: s.Workspace, Mode: r.sessionMode(s)})
+			Workspace: s.Workspace, Mode: r.sessionMode(s), Uncovered: uncovered})
 		if d.Outcome != gate.Allowed || d.Source == gate.FromAnnotations {
 			continue // still asks (or would be denied: never retroactively)
 		}

@@ -36,6 +36,10 @@ const (
 	FromMode        DecisionSource = "mode"               // the session's mode decided
 	FromAnnotations DecisionSource = "annotation default" // SPEC §3's default from the annotations
 	FromPerson      DecisionSource = "person"             // a person decided a prompt
+	// FromAction: the call is an action inside a running call that no rule may cover
+	// (CheckCall.Uncovered: a write outside the workspace, a program started outside it); it
+	// asks, and no later rule or mode releases it.
+	FromAction DecisionSource = "action"
 )
 
 // Words is the source as the audit shows it: "tool_call handler", "rule", "mode", "annotation
@@ -152,7 +156,7 @@ func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 		return Decision{Outcome: Asked, Source: FromRule, Rule: rd.Rule, Mode: mode, Reason: ruleReason(rd, "asks")}
 	}
 	if c.Uncovered != "" {
-		return Decision{Outcome: Asked, Source: FromRule, Mode: mode, Reason: c.Uncovered}
+		return Decision{Outcome: Asked, Source: FromAction, Mode: mode, Reason: c.Uncovered}
 	}
 	readOnly := t.Annotations.ReadOnlyHint != nil && *t.Annotations.ReadOnlyHint
 	if mode == ModePlan && !readOnly {

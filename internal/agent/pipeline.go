@@ -301,8 +301,14 @@ func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 	})
 	inv.execCtx = ctx
 	if inv.inside {
-		// An action of the running parent, now approved: the parent takes it (Authorize).
+		// An action of the running parent, now approved: the parent takes it (Authorize). Its
+		// arguments only describe what the parent is about to do: an edit of them would approve
+		// an action the parent does not take, so an edited approval refuses it.
 		inv.finished.Store(true)
+		if !bytes.Equal(inv.args, inv.call.Arguments) {
+			inv.status = "error"
+			return tool.ErrorResult("The approval edited the description of an action inside %s %s; an action cannot be edited, so it was not taken", inv.requestedBy, inv.call.ParentToolCallID)
+		}
 		inv.status = "ok"
 		return tool.Result{Content: []tool.Content{tool.Text("Approved: " + inv.requestedBy + " " + inv.call.ParentToolCallID + " goes on with it.")}}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"countersign/internal/agent"
+	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/gate/gatetest"
 	"countersign/internal/tool"
@@ -112,6 +113,12 @@ func TestAuthorizeFollowsRulesAndUncoveredActionsAlwaysAsk(t *testing.T) {
 				}
 				if ev.Type == agent.ApprovalRequested {
 					prompts++
+					for _, d := range []agent.Decision{{Decision: "approve_session", By: gate.Owner()},
+						{Decision: "approve", Arguments: json.RawMessage(`{"what":"x"}`), By: gate.Owner()}} {
+						if _, err := h.runner.Decide(context.Background(), h.sess.ID, ev.Approval.ID, d); apperr.CodeOf(err) != apperr.Invalid {
+							t.Errorf("%s of an uncovered action: %v, want invalid", d.Decision, err)
+						}
+					}
 					if ev.Approval.AskReason != c.uncovered || ev.Approval.DecisionSource != gate.FromAction {
 						t.Errorf("prompt %+v, want the uncovered reason and the source action", ev.Approval)
 					}

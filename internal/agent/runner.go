@@ -457,6 +457,12 @@ func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (
 	default:
 		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "decision must be approve, approve_session, remember or deny, not %q", d.Decision)
 	}
+	if a.DecisionSource == gate.FromAction && (res.Scope != gate.Once || len(d.Arguments) > 0) {
+		// An action inside a running call that no rule may cover (a write outside the
+		// workspace…): it is approved or denied as it is; a grant or a rule made from it would
+		// allow far more than it, and an edit would approve an action the call does not take.
+		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "this approval is for an action inside call %s that no rule can cover: approve or deny it as it is (no edit, no session grant, no rule)", a.ParentToolCallID)
+	}
 	res.Source = gate.FromPerson
 	by := d.By
 	res.Decider = &by

@@ -387,8 +387,9 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	}
 	av.DecideURL = b.who.decidePrefix + a.ID + "/decision"
 	av.CanEdit, av.CanRemember = b.who.decider.Rights.Edit, b.who.decider.Rights.Remember
-	if a.Quorum() {
-		// Several approvers each answer the call as asked (SPEC §15): no edit, no "for session".
+	if a.Quorum() || a.DecisionSource == gate.FromAction {
+		// Several approvers each answer the call as asked (SPEC §15), and an action no rule
+		// may cover is approved as it is (Runner.Decide): no edit, no "for session", no rule.
 		av.CanEdit, av.CanRemember = false, false
 	}
 	if av.CanRemember {

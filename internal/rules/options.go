@@ -48,9 +48,9 @@ type optRow struct {
 	assign   bool     // an operand NAME=value overrides the program's commands (make CC=…)
 	oldStyle bool     // the first argument is a cluster of short options written without "-" (tar xIf)
 	literal  bool     // a word that is not fully literal counts (git config "$KEY")
-	// script checks the program text the arguments carry (awk's, sed's): the index of the word
-	// that runs or writes something, or -1.
-	script func(ws []word) int
+	// script checks what the arguments carry (awk's and sed's program text): the index of the
+	// word that runs or writes something, or -1, and what it is ("" for the word itself).
+	script func(ws []word) (int, string)
 }
 
 // writingOptions are the row "*": options of many programs that write files or run commands.
@@ -142,7 +142,7 @@ var optionTable = []optRow{
 	{programs: []string{"php", "php[0-9]*"}, short: "rBREFdcaS", shortArg: "t", options: []string{"--run", "--process-begin", "--process-code",
 		"--process-file", "--process-end", "--define", "--php-ini", "--interactive"}},
 	{programs: []string{"lua", "lua[0-9]*", "luajit"}, short: "eli", words: []string{"-"}},
-	{programs: []string{"awk", "gawk", "mawk", "nawk", "original-awk"}, short: "feilEodpD", shortArg: "Fv",
+	{programs: []string{"awk", "gawk", "mawk", "nawk", "original-awk"}, short: "feilEodpDW", shortArg: "FvZ",
 		options: []string{"--file", "--source", "--include", "--load", "--pretty-print", "--dump-variables", "--profile", "--debug"},
 		script:  awkScript},
 	{programs: []string{"sed", "gsed"}, short: "fi", shortArg: "el", options: []string{"--file", "--in-place"}, script: sedScript},
@@ -293,8 +293,11 @@ func programOptions(ws []word) []optionHit {
 			}
 		}
 		if r.script != nil {
-			if i := r.script(ws); i >= 0 {
-				add(i, ws[i].val)
+			if i, what := r.script(ws); i >= 0 {
+				if what == "" {
+					what = ws[i].val
+				}
+				add(i, what)
 			}
 		}
 	}
@@ -453,32 +456,136 @@ func writingOption(w string, complete bool) bool {
 	return false
 }
 
-// awkScript finds awk's program text (the first operand, unless -f, -e, --file or --source
-// gave it) and judges it: text that is not literal, or that calls system(), pipes to or from
-// a command ("|"), writes with ">" or loads code ("@load", "@include"), counts. With -f or
-// --file the program is in a file the rules cannot read: the option itself counts (row short).
-func awkScript(ws []word) int {
+// getopt is how GNU getopt_long reads a program's options, for the parsers that look for what
+// the arguments carry (sedScript, awkScript): short options that take an
+// argument (the rest of the word, or the next word), short options whose argument is optional
+// (the rest of the word only), and long options that take an argument (after "=", or the next
+// word). A long option may be abbreviated (getopt_long takes unique prefixes): a word counts as
+// every entry of long it may abbreviate, with three characters or more, dashes included. No
+// long option without an argument may be a prefix of an entry of long (the word would be that
+// option, exactly, and the next word an operand).
+type getopt struct {
+	args, optArgs string
+	long          []string
+}
+
+// optArg is an option with an argument, as getopt.scan read it.
+type optArg struct {
+	opt      string // "-e", or the entry of getopt.long; "" when the word is not literal enough to tell
+	at       int    // the word holding the argument
+	val      string // the argument (its literal beginning when !complete)
+	complete bool
+}
+
+// longAbbrev reports whether name ("--exp", the part of a word before "=") is the long option
+// o or an abbreviation of it (three characters or more, dashes included).
+func longAbbrev(name, o string) bool {
+	return len(name) > 2 && strings.HasPrefix(name, "--") && strings.HasPrefix(o, name)
+}
+
+// scan reads ws[1:] in order: it calls opt for each option with an argument (and with opt ""
+// for a word starting with "-" whose options cannot be told: `--exp$X`, `-n$X`) and operand
+// for each operand; options may follow operands (getopt permutes) until "--". It stops when
+// either returns true and returns that word's index; -1 when they never do. A word that is not
+// fully literal and does not start with "-" is an operand.
+func (g getopt) scan(ws []word, opt func(optArg) bool, operand func(i int) bool) int {
 	for i := 1; i < len(ws); i++ {
 		w := ws[i]
 		v := w.lead
 		switch {
-		case !w.complete && !strings.HasPrefix(v, "-"):
-			return i
-		case v == "--":
-			if i+1 < len(ws) {
-				return awkText(ws, i+1)
+		case !strings.HasPrefix(v, "-") || (v == "-" && w.complete):
+			if operand(i) {
+				return i
+			}
+			continue
+		case v == "--" && w.complete:
+			for j := i + 1; j < len(ws); j++ {
+				if operand(j) {
+					return j
+				}
 			}
 			return -1
-		case v == "-F" || v == "-v" || v == "--assign" || v == "--field-separator":
-			i++
-		case v == "-e" || v == "--source" || strings.HasPrefix(v, "--source="):
-			return -1 // the option counts already (row short and options)
-		case strings.HasPrefix(v, "-") && len(v) > 1:
-		default:
-			return awkText(ws, i)
+		}
+		// the argument: the rest of this word when there is one, else the next word
+		arg := func(a optArg, rest bool) optArg {
+			if !rest && i+1 < len(ws) {
+				i++
+				a.at, a.val, a.complete = i, ws[i].lead, ws[i].complete
+			}
+			return a
+		}
+		if strings.HasPrefix(v, "--") {
+			name, val, eq := strings.Cut(v, "=")
+			if !eq && !w.complete {
+				if opt(optArg{at: i}) {
+					return i
+				}
+				continue
+			}
+			for _, l := range g.long {
+				if !longAbbrev(name, l) {
+					continue
+				}
+				a := arg(optArg{opt: l, at: i, val: val, complete: w.complete}, eq)
+				if opt(a) {
+					return a.at
+				}
+				break
+			}
+			continue
+		}
+		told := false
+		for j := 1; j < len(v) && !told; j++ {
+			c := v[j]
+			switch {
+			case strings.IndexByte(g.args, c) >= 0:
+				rest := v[j+1:]
+				a := arg(optArg{opt: "-" + string(c), at: i, val: rest, complete: w.complete}, rest != "" || !w.complete)
+				if opt(a) {
+					return a.at
+				}
+				told = true
+			case strings.IndexByte(g.optArgs, c) >= 0:
+				if opt(optArg{opt: "-" + string(c), at: i, val: v[j+1:], complete: w.complete}) {
+					return i
+				}
+				told = true
+			}
+		}
+		if !told && !w.complete && opt(optArg{at: i}) {
+			return i // more letters may follow
 		}
 	}
 	return -1
+}
+
+// awkGetopt: gawk's, mawk's and busybox awk's options with an argument.
+var awkGetopt = getopt{args: "FfvWeEilZ", optArgs: "dDLop",
+	long: []string{"--field-separator", "--file", "--assign", "--source", "--exec", "--include", "--load"}}
+
+// awkScript finds awk's program text (the first operand, unless -f, -e, -E, -W, --file,
+// --source or --exec gave it: the row counts those, the program being in a file the rules
+// cannot read or given by an option) and judges it: text that is not literal, or that calls
+// system(), pipes to or from a command ("|"), writes with ">" or loads code ("@load",
+// "@include"), counts. Options are read as getopt_long reads them (`-bF : '…'`, `--as x=1`).
+func awkScript(ws []word) (int, string) {
+	given := false
+	at := awkGetopt.scan(ws, func(a optArg) bool {
+		switch a.opt {
+		case "":
+			return true
+		case "-f", "-e", "-E", "-W", "--file", "--source", "--exec":
+			given = true
+		}
+		return false
+	}, func(i int) bool {
+		if given {
+			return false
+		}
+		given = true
+		return awkText(ws, i) >= 0
+	})
+	return at, ""
 }
 
 func awkText(ws []word, i int) int {
@@ -494,59 +601,34 @@ func awkText(ws []word, i int) int {
 	return -1
 }
 
-// sedScript finds sed's script (each -e or --expression, else the first operand) and judges
-// it with sedRuns: a script that is not literal, or that has a command or flag that runs a
-// program (e, s///e) or writes a file (w, W, s///w), counts. -f and -i count by the row.
-func sedScript(ws []word) int {
+// sedGetopt: GNU sed's options with an argument.
+var sedGetopt = getopt{args: "efl", optArgs: "i", long: []string{"--expression", "--file", "--line-length"}}
+
+// sedScript finds sed's script (each -e or --expression, abbreviated or not, else the first
+// operand) and judges it with sedRuns: a script that is not literal, or that has a command or
+// flag that runs a program (e, s///e) or writes a file (w, W, s///w), counts. -f and -i count
+// by the row. Options are read as getopt_long reads them (`-nl 5`, `--exp='…'`, `--e '…'`).
+func sedScript(ws []word) (int, string) {
 	given := false
-	for i := 1; i < len(ws); i++ {
-		w := ws[i]
-		v := w.lead
-		switch {
-		case !w.complete && !strings.HasPrefix(v, "-"):
-			if !given {
-				return i
-			}
-		case v == "-e" || v == "--expression":
+	at := sedGetopt.scan(ws, func(a optArg) bool {
+		switch a.opt {
+		case "":
+			return true
+		case "-e", "--expression":
 			given = true
-			if i+1 < len(ws) {
-				i++
-				if !ws[i].complete || sedRuns(ws[i].val) {
-					return i
-				}
-			}
-		case strings.HasPrefix(v, "--expression="):
+			return !a.complete || sedRuns(a.val)
+		case "-f", "--file":
 			given = true
-			if !w.complete || sedRuns(strings.TrimPrefix(w.val, "--expression=")) {
-				return i
-			}
-		case strings.HasPrefix(v, "-") && !strings.HasPrefix(v, "--") && strings.Contains(v, "e"):
-			// -ne 'script', -e'script': the script follows "e" in the cluster, or is the next word
-			given = true
-			rest := v[strings.IndexByte(v, 'e')+1:]
-			if rest != "" || !w.complete {
-				if !w.complete || sedRuns(rest) {
-					return i
-				}
-			} else if i+1 < len(ws) {
-				i++
-				if !ws[i].complete || sedRuns(ws[i].val) {
-					return i
-				}
-			}
-		case v == "-l" || v == "--line-length":
-			i++
-		case strings.HasPrefix(v, "-") && len(v) > 1:
-		default:
-			if !given {
-				if !w.complete || sedRuns(w.val) {
-					return i
-				}
-				given = true
-			}
 		}
-	}
-	return -1
+		return false
+	}, func(i int) bool {
+		if given {
+			return false
+		}
+		given = true
+		return !ws[i].complete || sedRuns(ws[i].val)
+	})
+	return at, ""
 }
 
 // sedRuns reads a sed script (GNU sed's commands) and reports whether it has a command that
@@ -660,11 +742,11 @@ func sedRuns(s string) bool {
 
 // envNames finds an operand of read or getopts that names a variable in capitals (PATH, IFS,
 // LD_PRELOAD, GIT_DIR: the ones programs and the shell itself read) or is not literal.
-func envNames(ws []word) int {
+func envNames(ws []word) (int, string) {
 	for i := 1; i < len(ws); i++ {
 		w := ws[i]
 		if !w.complete {
-			return i
+			return i, ""
 		}
 		if strings.HasPrefix(w.val, "-") || w.val == "" {
 			continue
@@ -677,8 +759,8 @@ func envNames(ws []word) int {
 			}
 		}
 		if upper {
-			return i
+			return i, ""
 		}
 	}
-	return -1
+	return -1, ""
 }

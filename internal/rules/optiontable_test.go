@@ -226,6 +226,34 @@ func TestOptionTableMakesPrefixRulesAsk(t *testing.T) {
 		{"printf:*", map[string]string{"printf -v PATH %s /tmp/evil": "ask", "printf '%s\\n' x": "allow"}},
 		{"read:*", map[string]string{"read -r PATH": "ask", "read IFS": "ask", `read "$V"`: "ask", "read -r line": "allow"}},
 		{"sqlite3:*", map[string]string{"sqlite3 db '.shell id'": "ask", "sqlite3 db '.output /tmp/x'": "ask", "sqlite3 db 'select 1'": "allow"}},
+
+		// F1: GNU long options abbreviated, and clusters whose letter takes the next word, in the
+		// options that carry sed's and awk's program text.
+		{"sed:*", map[string]string{
+			"sed -n --exp='1e touch /tmp/x' README": "ask",
+			"sed -n --exp='1w /tmp/x' README":       "ask",
+			"sed -n --exp '1e id' README":           "ask",
+			"sed --e='1e id' f":                     "ask",
+			"sed --expr=p --expr='1w x' f":          "ask",
+			"sed -nl 5 '1e id' f":                   "ask",
+			"sed --line 5 '1e id' f":                "ask",
+			"sed --line-length 5 '1e id' f":         "ask",
+			`sed "--exp$X" f`:                       "ask",
+			"sed -n --exp=1p f":                     "allow",
+			"sed --expression 's/a/b/' f":           "allow",
+			"sed -nl 5 p f":                         "allow",
+			"sed --line 5 p f":                      "allow",
+		}},
+		{"awk:*", map[string]string{
+			`awk -bF : '{system("id")}' f`:    "ask",
+			`awk --as x=1 '{system("id")}' f`: "ask",
+			`awk --fie : '{system("id")}' f`:  "ask",
+			"awk -W exec prog.awk":            "ask",
+			"awk --so='BEGIN{}' f":            "ask",
+			`awk --assign x=1 '{print x}' f`:  "allow",
+			`awk --as x=1 '{print x}' f`:      "allow",
+			`awk -bF : '{print $1}' f`:        "allow",
+		}},
 	}
 	n := 0
 	for _, row := range rows {

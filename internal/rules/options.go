@@ -62,8 +62,8 @@ type optRow struct {
 	// match wins over an abbreviation in getopt_long and argparse alike.
 	plain []string
 	// script checks what the arguments carry (awk's and sed's program text, pytest's
-	// plugins): the index of the word that runs or writes something, or -1, and what it is
-	// ("" for the word itself).
+	// plugins, ssh's remote command): the index of the word that runs or writes something, or
+	// -1, and what it is ("" for the word itself).
 	script func(ws []word) (int, string)
 }
 
@@ -188,7 +188,7 @@ var optionTable = []optRow{
 	// LocalCommand run here) and configuration files.
 	{programs: []string{"rsync"}, short: "eM", shortArg: "fBT", options: []string{"--rsh", "--rsync-path", "--remote-option",
 		"--log-file", "--write-batch", "--only-write-batch"}},
-	{programs: []string{"ssh"}, short: "oF", shortArg: "BbcDEeIiJLlmOpQRSWw"},
+	{programs: []string{"ssh"}, short: "oF", shortArg: "BbcDEeIiJLlmOpQRSWw", script: sshCommand},
 	{programs: []string{"scp"}, short: "oFS", shortArg: "cDilJP"},
 	{programs: []string{"sftp"}, short: "oFSDb", shortArg: "BcilJPRs"},
 
@@ -964,6 +964,34 @@ func envNames(ws []word) (int, string) {
 		if upper {
 			return i, ""
 		}
+	}
+	return -1, ""
+}
+
+// sshArgs are ssh's short options with an argument.
+const sshArgs = "BbcDEeFIiJLlmOopQRSWw"
+
+// sshCommand: ssh joins the words after the host with spaces and the remote user's shell runs
+// them as one command line, so `ssh build01 uptime '; rm -rf ~'` runs rm there. No prefix can
+// tell what that line does: the last word counts, and only a rule that names every word
+// after the host matches (`run_command(ssh build01 uptime)`, exactly or as a prefix);
+// `ssh build01:*` matches `ssh build01` and `ssh -p 22 build01`, not a command. Options
+// after the host (ssh reads them too) count the same way.
+func sshCommand(ws []word) (int, string) {
+	for i := 1; i < len(ws); i++ {
+		v := ws[i].lead
+		if v == "--" && ws[i].complete {
+			i++
+		} else if strings.HasPrefix(v, "-") && v != "-" {
+			if k := strings.IndexAny(v[1:], sshArgs); k >= 0 && k+2 == len(v) && ws[i].complete {
+				i++ // -p 22: the argument is the next word
+			}
+			continue
+		}
+		if i < len(ws)-1 {
+			return len(ws) - 1, "a remote command"
+		}
+		return -1, ""
 	}
 	return -1, ""
 }

@@ -374,6 +374,20 @@ func TestOptionTableMakesPrefixRulesAsk(t *testing.T) {
 		{"git apply:*", map[string]string{"git apply --unsafe-paths p.diff": "ask", "git apply p.diff": "allow"}},
 		{"git checkout-index:*", map[string]string{"git checkout-index -a --prefix=/tmp/x/": "ask", "git checkout-index -a": "allow"}},
 
+		// F5: ssh's remote command is a line for the remote shell: only a rule naming every word
+		// after the host covers it.
+		{"ssh build01:*", map[string]string{
+			"ssh build01 uptime":     "ask",
+			"ssh build01 'rm -rf ~'": "ask",
+			"ssh build01 -- id":      "ask",
+			"ssh build01":            "allow",
+		}},
+		{"ssh build01 uptime:*", map[string]string{
+			"ssh build01 uptime":              "allow",
+			"ssh build01 uptime '; rm -rf ~'": "ask",
+		}},
+		{"ssh:*", map[string]string{"ssh host id": "ask", "ssh -p 22 host id": "ask", "ssh -vp 22 host": "allow"}},
+
 		// F6: pytest, and python -m pytest.
 		{"pytest:*", map[string]string{
 			"pytest --basetemp=/home/u .":  "ask",

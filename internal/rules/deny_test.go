@@ -32,6 +32,9 @@ func TestShellDenySeesThroughSpellingsAndWrappers(t *testing.T) {
 		"git push --force", "git push -f", "git push origin main --force", "git --no-pager push -f", "git -C d push --force",
 		"git -c x=y push -f", "git reset --hard", "git --no-pager reset", "git -C d reset", "git -c a=b reset HEAD~",
 		"nice bash <<'EOF'\nrm -rf x\nEOF", "trap 'rm -rf x' EXIT", "alias ls='rm -fr x'", "complete -C 'rm -rf x' ls", "mapfile -C 'rm -rf x' -c 1 a < f",
+		// long options that carry a command string, abbreviated (getopt_long)
+		"env --split='rm -rf x'", "env --sp 'rm -rf x'", "su --comm='rm -rf x'", "su root --comm 'rm -rf x'",
+		"flock /tmp/l --comm 'rm -rf x'", "script -q --comm 'rm -rf x' /dev/null", "runuser -u x --comm='rm -rf x'",
 	}
 	allow := []string{
 		"$IFS", "${IFS}${IFS}", "$IFS x", // no words at all, or no program: nothing to deny (it once panicked)

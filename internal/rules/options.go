@@ -3,6 +3,7 @@ package rules
 import (
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -17,14 +18,19 @@ import (
 //
 // How a word is compared with an entry (optionMay):
 //   - "--name": the word starts with it (`--config-env=…`, `--output-directory`), or is a long
-//     option whose name is an abbreviation of it (`--ev=…`: getopt_long and git accept unique
-//     prefixes; any prefix counts, whether unique or not);
+//     option whose name is an abbreviation of it (`--ev=…`, `--ev …`: getopt_long, argparse
+//     and git accept unique prefixes; any prefix of three characters or more, dashes included,
+//     counts, whether unique or not, unless the row lists the word as plain);
 //   - "-name" (a single dash and several letters: Go's flags, find's primaries): the word starts
-//     with it or with "-" and it (`-toolexec=x`, `--toolexec`, `-execdir`);
+//     with it or with "-" and it (`-toolexec=x`, `--toolexec`, `-execdir`); in a row with
+//     longOnly (getopt_long_only: ld) an abbreviation with one dash counts too (`-plug`);
 //   - "-x" (one letter): the word starts with it (`-c`, `-cname=value`, `-C/elsewhere`);
 //   - short (letters): a word with one dash is a cluster of short options, and any of these
 //     letters in it counts (`make -sf x`, `perl -ne`), up to the first letter of shortArg,
 //     which takes the rest as its argument (`awk -vfs=1`).
+//
+// A row with strip compares an option also without that prefix of its name (`-test.trace=x`
+// and `--test.trace=x` are go test's `-trace=x`).
 //
 // A word that is not fully literal is judged by its literal beginning (word.lead): `-$X` or
 // `"--to$Y"` may become an option, `./$F` cannot (an unquoted expansion may still split into
@@ -48,9 +54,17 @@ type optRow struct {
 	assign   bool     // an operand NAME=value overrides the program's commands (make CC=…)
 	oldStyle bool     // the first argument is a cluster of short options written without "-" (tar xIf)
 	literal  bool     // a word that is not fully literal counts (git config "$KEY")
-	// script checks the program text the arguments carry (awk's, sed's): the index of the word
-	// that runs or writes something, or -1.
-	script func(ws []word) int
+	atFile   bool     // a word starting with "@" reads more options from a file (gcc @opts)
+	longOnly bool     // "-name" entries may be abbreviated with one dash too (getopt_long_only)
+	strip    string   // a prefix of option names the program also accepts (go test's "test.")
+	// plain are long options that are matched exactly and run nothing, though they are
+	// prefixes of entries (pytest's --co is --collect-only, not --config-file): an exact
+	// match wins over an abbreviation in getopt_long and argparse alike.
+	plain []string
+	// script checks what the arguments carry (awk's and sed's program text, pytest's
+	// plugins, ssh's remote command): the index of the word that runs or writes something, or
+	// -1, and what it is ("" for the word itself).
+	script func(ws []word) (int, string)
 }
 
 // writingOptions are the row "*": options of many programs that write files or run commands.
@@ -90,13 +104,23 @@ var optionTable = []optRow{
 			".clean", ".smudge", ".process", "credential.helper", ".helper", "gpg.program", ".program",
 			"sequence.editor", "pager.", "alias.", "include.path", "includeif.", ".uploadpack", ".receivepack",
 			".packobjectshook", ".cmd", "ext::", "web.browser", "ssh.variant"}},
-	{programs: []string{"git"}, sub: "config", literal: true, options: []string{"--edit", "-e", "--file", "-f", "--blob"}},
-	{programs: []string{"git"}, sub: "clone", options: []string{"-u", "--template", "-c", "--separate-git-dir"}},
+	// After the subcommand git reads clusters of short options (`git rebase -kx sh`,
+	// `git format-patch -ko /tmp/x`): shortArg are the letters whose argument ends the cluster.
+	{programs: []string{"git"}, sub: "config", literal: true, options: []string{"--edit", "--file", "--blob"}, short: "ef"},
+	{programs: []string{"git"}, sub: "clone", options: []string{"--template", "--separate-git-dir"}, short: "uc", shortArg: "obj"},
 	{programs: []string{"git"}, sub: "init", options: []string{"--template", "--separate-git-dir"}},
-	{programs: []string{"git"}, sub: "rebase", options: []string{"-x", "--exec", "-i", "--interactive"}},
-	{programs: []string{"git"}, sub: "difftool", options: []string{"-x", "--extcmd", "-t", "--tool"}},
-	{programs: []string{"git"}, sub: "mergetool", options: []string{"-t", "--tool"}},
-	{programs: []string{"git"}, sub: "grep", options: []string{"-O"}},
+	{programs: []string{"git"}, sub: "rebase", options: []string{"--exec", "--interactive"}, short: "xi", shortArg: "sXCS"},
+	{programs: []string{"git"}, sub: "difftool", options: []string{"--extcmd", "--tool"}, short: "xt"},
+	{programs: []string{"git"}, sub: "mergetool", options: []string{"--tool"}, short: "t", shortArg: "O"},
+	{programs: []string{"git"}, sub: "grep", short: "O", shortArg: "efABCm"},
+	// format-patch -o and archive -o write where they are told (their long forms,
+	// --output-directory and --output, are writingOptions).
+	{programs: []string{"git"}, sub: "format-patch", options: []string{"--output-directory"}, short: "o", shortArg: "vSGUlIOMCBX"},
+	{programs: []string{"git"}, sub: "archive", options: []string{"--output"}, short: "o"},
+	// apply --unsafe-paths writes outside the work tree; checkout-index --prefix writes where
+	// it is told.
+	{programs: []string{"git"}, sub: "apply", options: []string{"--unsafe-paths"}},
+	{programs: []string{"git"}, sub: "checkout-index", options: []string{"--prefix"}},
 	{programs: []string{"git"}, sub: "bisect", words: []string{"run"}},
 	{programs: []string{"git"}, sub: "submodule", words: []string{"foreach"}},
 	{programs: []string{"git"}, sub: "filter-branch", options: []string{"--env-filter", "--tree-filter", "--index-filter",
@@ -105,11 +129,15 @@ var optionTable = []optRow{
 	{programs: []string{"git"}, sub: "archive", options: []string{"--remote"}},
 
 	// go: -toolexec, -exec and -vettool run a program; -overlay and -modfile swap the code that
-	// builds, -C builds another folder; -o, -outputdir and the profiles write anywhere;
-	// -ldflags=-extld=… picks the linker; `go env -w` writes GOFLAGS for every later command.
+	// builds, -C builds another folder; -o, -outputdir, the profiles, -gocoverdir and the test
+	// binary's log and fuzz cache write anywhere; -ldflags=-extld=… and -extar=… pick the
+	// linker and archiver. go test takes every test flag also as -test.X and --test.X (strip),
+	// and gives the test binary everything after -args. `go env -w` writes GOFLAGS for every
+	// later command.
 	{programs: []string{"go"}, options: []string{"-toolexec", "-exec", "-vettool", "-overlay", "-modfile", "-C", "-o",
 		"-outputdir", "-coverprofile", "-cpuprofile", "-memprofile", "-blockprofile", "-mutexprofile", "-trace",
-		"-pkgdir"}, contains: []string{"extld"}},
+		"-pkgdir", "-gocoverdir", "-testlogfile", "-fuzzcachedir"}, contains: []string{"extld", "extar"}, strip: "test."},
+	{programs: []string{"go"}, sub: "test", options: []string{"-args"}},
 	{programs: []string{"go"}, sub: "env", options: []string{"-w", "-u"}},
 
 	// make: --eval and -E run make code, -f/--file/--makefile read another makefile, -C and -I
@@ -142,7 +170,7 @@ var optionTable = []optRow{
 	{programs: []string{"php", "php[0-9]*"}, short: "rBREFdcaS", shortArg: "t", options: []string{"--run", "--process-begin", "--process-code",
 		"--process-file", "--process-end", "--define", "--php-ini", "--interactive"}},
 	{programs: []string{"lua", "lua[0-9]*", "luajit"}, short: "eli", words: []string{"-"}},
-	{programs: []string{"awk", "gawk", "mawk", "nawk", "original-awk"}, short: "feilEodpD", shortArg: "Fv",
+	{programs: []string{"awk", "gawk", "mawk", "nawk", "original-awk"}, short: "feilEodpDW", shortArg: "FvZ",
 		options: []string{"--file", "--source", "--include", "--load", "--pretty-print", "--dump-variables", "--profile", "--debug"},
 		script:  awkScript},
 	{programs: []string{"sed", "gsed"}, short: "fi", shortArg: "el", options: []string{"--file", "--in-place"}, script: sedScript},
@@ -154,20 +182,25 @@ var optionTable = []optRow{
 			"--new-volume-script", "--rsh-command", "--rmt-command", "--index-file", "--volno-file"}},
 	{programs: []string{"zip"}, options: []string{"-TT", "--unzip-command"}},
 	{programs: []string{"sort"}, short: "o", shortArg: "kStT", options: []string{"--compress-program"}},
+	{programs: []string{"shuf"}, short: "o", shortArg: "ni"},
 
 	// remote shells: the command that reaches the other side, and ssh's options (ProxyCommand,
 	// LocalCommand run here) and configuration files.
 	{programs: []string{"rsync"}, short: "eM", shortArg: "fBT", options: []string{"--rsh", "--rsync-path", "--remote-option",
 		"--log-file", "--write-batch", "--only-write-batch"}},
-	{programs: []string{"ssh"}, short: "oF", shortArg: "BbcDEeIiJLlmOpQRSWw"},
+	{programs: []string{"ssh"}, short: "oF", shortArg: "BbcDEeIiJLlmOpQRSWw", script: sshCommand},
 	{programs: []string{"scp"}, short: "oFS", shortArg: "cDilJP"},
 	{programs: []string{"sftp"}, short: "oFSDb", shortArg: "BcilJPRs"},
 
-	// pagers and editors: commands at start, key files, the pager and preprocessors man runs.
-	{programs: []string{"less", "more"}, plus: true, short: "k", options: []string{"--lesskey-file", "--lesskey-src", "--lesskey-content"}},
+	// pagers and editors: commands at start, key files, the pager and preprocessors man runs;
+	// less -o/-O and --log-file copy the input to a file; vim -s and -e/-E read commands from a
+	// file or standard input, -w/-W and -V write a file.
+	{programs: []string{"less", "more"}, plus: true, short: "koO", shortArg: "bhjpPtTxyz#D",
+		options: []string{"--lesskey-file", "--lesskey-src", "--lesskey-content", "--log-file", "--LOG-FILE"}},
 	{programs: []string{"man"}, short: "PHpC", options: []string{"--html", "--preprocessor", "--config-file"}},
-	{programs: []string{"vi", "vim", "nvim", "view", "vimdiff", "ex", "gvim"}, plus: true, short: "cSuUi", options: []string{"--cmd"}},
-	{programs: []string{"emacs", "emacsclient"}, options: []string{"--eval", "--load", "--funcall", "--script", "-l", "-f"}},
+	{programs: []string{"vi", "vim", "nvim", "view", "vimdiff", "ex", "gvim"}, plus: true, short: "cSuUisWwVeE", options: []string{"--cmd"}},
+	{programs: []string{"emacs", "emacsclient"}, options: []string{"--eval", "-eval", "--load", "-load", "--funcall", "-funcall",
+		"--script", "-script", "-l", "-f", "-x"}},
 
 	// search tools that run a program per file.
 	{programs: []string{"rg"}, options: []string{"--pre"}},
@@ -175,11 +208,60 @@ var optionTable = []optRow{
 
 	// downloads that write where they are told, or read settings that do.
 	{programs: []string{"curl"}, short: "oOcDK", shortArg: "HdXuAeFTbmwxrECyYztUQP", options: []string{"--output-dir",
-		"--cookie-jar", "--dump-header", "--trace", "--libcurl", "--stderr", "--etag-save", "--hsts", "--alt-svc"}},
-	{programs: []string{"wget"}, short: "oOaPe", options: []string{"--execute", "--append-output", "--directory-prefix"}},
+		"--cookie-jar", "--dump-header", "--trace", "--libcurl", "--stderr", "--etag-save", "--hsts", "--alt-svc",
+		"--remote-name"}, contains: []string{"%output{"}},
+	{programs: []string{"wget"}, short: "oOaPe", options: []string{"--execute", "--append-output", "--directory-prefix",
+		"--use-askpass", "--save-cookies", "--warc-file", "--rejected-log", "--hsts-file"}},
 
 	// build tools: cmake -E runs a command, -P a script, -C a cache script.
 	{programs: []string{"cmake"}, short: "EPC"},
+
+	// C compilers: -wrapper runs every program the driver starts through another one; -B takes
+	// them (cc1, as, ld) from another folder; spec files rewrite the commands it runs;
+	// -fplugin and -fpass-plugin load code into the compiler; -fuse-ld= and --ld-path= pick
+	// the linker (a path, in clang); -Xclang, -Xlinker, -Xassembler, -Xpreprocessor, -Wl,,
+	// -Wa, and -Wp, hand any option to those programs (`-Wl,-plugin,x.so`, `-Xclang -load`);
+	// --gcc-toolchain, --gcc-install-dir and -ccc- pick other programs; -cc1 reads the
+	// front end's own options (-load); @file reads more options from a file (clang's --config
+	// is a writingOption). -o, -MF, -aux-info, -fopt-info=, -ftime-trace= and -dumpdir write
+	// where they are told, like go's and sort's -o.
+	{programs: []string{"gcc", "cc", "g++", "c++", "clang", "clang++", "cpp", "gfortran", "gccgo",
+		"gcc-[0-9]*", "g++-[0-9]*", "clang-[0-9]*", "clang++-[0-9]*", "*-gcc", "*-g++", "*-gcc-[0-9]*", "*-g++-[0-9]*",
+		"*-clang", "*-clang++"},
+		options: []string{"-wrapper", "-B", "-specs", "--specs", "-fplugin", "-fpass-plugin", "-fuse-ld", "--ld-path",
+			"-Xclang", "-Xlinker", "-Xassembler", "-Xpreprocessor", "-Wl,", "-Wa,", "-Wp,", "--gcc-toolchain",
+			"--gcc-install-dir", "-ccc-", "-cc1", "-o", "-MF", "-aux-info", "-fopt-info", "-ftime-trace=", "-dumpdir"},
+		atFile: true},
+	// tcc -run compiles and runs the program.
+	{programs: []string{"tcc"}, options: []string{"-run", "-B", "-o", "-Wl,"}, atFile: true},
+	// linkers: -plugin loads code (GNU ld reads long options after one dash, abbreviated too);
+	// mold -run runs a command; -o and -Map write where they are told.
+	{programs: []string{"ld", "ld.bfd", "ld.gold", "ld.lld", "lld", "ld64.lld", "mold", "ld.mold"},
+		options:  []string{"-plugin", "--plugin", "--load-pass-plugin", "-run", "-o", "-Map", "--dependency-file"},
+		longOnly: true, atFile: true},
+	// rustc: -C linker= and -C link-arg(s)= run or feed the linker (`-Clinker=sh`, `--codegen
+	// linker=sh`), -Z unstable options (codegen-backend= loads a library), --extern and -L load
+	// procedural macros into the compiler, --sysroot takes its libraries from elsewhere;
+	// -o, --out-dir, --emit TYPE=PATH and -C incremental= write where they are told; @file reads
+	// more options. cargo: -Z, -C (another package, whose build script runs), --manifest-path
+	// the same, --target-dir, --artifact-dir and --out-dir write elsewhere, `cargo rustc --`
+	// passes rustc's options, `install` builds (and runs the build script of) a package from
+	// the registry; --config is a writingOption (build.rustc-wrapper, target.*.runner).
+	{programs: []string{"rustc"}, options: []string{"-Z", "--extern", "-L", "--sysroot", "-o", "--out-dir", "--emit"},
+		contains: []string{"linker", "link-arg", "incremental"}, atFile: true},
+	{programs: []string{"cargo"}, before: []string{"-C"}, options: []string{"-Z", "--manifest-path", "--target-dir", "--artifact-dir",
+		"--out-dir"}, words: []string{"install"}, contains: []string{"linker", "link-arg"}},
+
+	// pytest: --basetemp empties the folder it names; -p and --pdbcls import a module (-p no:X
+	// only turns a plugin off: pytestPlugins); -c/--config-file, -o/--override-ini, --rootdir
+	// and --confcutdir change which settings and conftest.py files (code) are read;
+	// --junitxml, --junit-xml, --resultlog, --result-log, --log-file, --report-log, --html and
+	// --debug write where they are told; --pastebin sends the results to a web service. The
+	// same for `python3 -m pytest` (pythonModule).
+	{programs: []string{"pytest", "py.test", "pytest-3"}, short: "co", shortArg: "kmrpWn",
+		options: []string{"--basetemp", "--config-file", "--override-ini", "--rootdir", "--confcutdir", "--pdbcls",
+			"--junitxml", "--junit-xml", "--resultlog", "--result-log", "--log-file", "--report-log", "--html", "--debug",
+			"--pastebin"}, plain: []string{"--co"}, script: pytestPlugins},
 	// builtins that set a variable named by an operand: `printf -v PATH …`, `read PATH` change
 	// where every later program is looked up.
 	{programs: []string{"printf"}, options: []string{"-v"}},
@@ -187,20 +269,38 @@ var optionTable = []optRow{
 	{programs: []string{"sqlite3"}, contains: []string{".shell", ".system", ".output", ".once", ".load", ".save", ".backup"}, options: []string{"-cmd", "-init"}},
 }
 
-// optionRows indexes optionTable by program base name; patterns and "*" are in optionGlobs.
+// optionRows indexes optionTable by program base name; patterns are in optionGlobs (the row
+// "*" is in neither: word.writes holds it).
 var optionRows, optionGlobs = indexOptionTable()
 
-func indexOptionTable() (map[string][]*optRow, []*optRow) {
+// optionGlob is a pattern of a row's programs ("python[0-9]*", "*-gcc"), with its literal
+// part before the first metacharacter after a leading "*" ("python", "-gcc"): a name that does
+// not hold it (at its start, when anchored) cannot match, and path.Match is not called.
+type optionGlob struct {
+	pattern, lit string
+	anchored     bool
+	row          *optRow
+}
+
+func indexOptionTable() (map[string][]*optRow, []optionGlob) {
 	m := map[string][]*optRow{}
-	var globs []*optRow
+	var globs []optionGlob
 	for i := range optionTable {
 		r := &optionTable[i]
 		for _, p := range r.programs {
-			if strings.ContainsAny(p, "*?[") {
-				globs = append(globs, r)
-				continue
+			switch {
+			case p == "*":
+			case strings.ContainsAny(p, "*?["):
+				g := optionGlob{pattern: p, row: r, anchored: p[0] != '*'}
+				lit := strings.TrimPrefix(p, "*")
+				if k := strings.IndexAny(lit, "*?["); k >= 0 {
+					lit = lit[:k]
+				}
+				g.lit = lit
+				globs = append(globs, g)
+			default:
+				m[p] = append(m[p], r)
 			}
-			m[p] = append(m[p], r)
 		}
 	}
 	return m, globs
@@ -293,26 +393,22 @@ func programOptions(ws []word) []optionHit {
 			}
 		}
 		if r.script != nil {
-			if i := r.script(ws); i >= 0 {
-				add(i, ws[i].val)
+			if i, what := r.script(ws); i >= 0 {
+				if what == "" {
+					what = ws[i].val
+				}
+				add(i, what)
 			}
 		}
 	}
-	for _, r := range optionRows[prog] {
+	for _, r := range programRows(prog) {
 		check(r)
 	}
-	for _, r := range optionGlobs {
-		for _, p := range r.programs {
-			if p == "*" {
-				continue // writingOptions: word.writes holds them
-			}
-			if prog == "" || p[0] != prog[0] {
-				continue
-			}
-			if ok, _ := path.Match(p, prog); ok {
-				check(r)
-				break
-			}
+	if at, mod := pythonModule(prog, ws); at > 0 {
+		// `python3 -m pytest --basetemp=/x`: the module's own row reads the words after it
+		sub := append([]word{{val: mod, exact: true, arg: true, lead: mod, complete: true}}, ws[at+1:]...)
+		for _, h := range programOptions(sub) {
+			add(at+h.at, h.what)
 		}
 	}
 	if len(hits) > 1 {
@@ -326,6 +422,75 @@ func programOptions(ws []word) []optionHit {
 	return hits
 }
 
+// programRows are the rows of optionTable for a program (its base name), "*" left out
+// (writingOptions: word.writes holds them).
+func programRows(prog string) []*optRow {
+	rows := optionRows[prog]
+	if prog == "" {
+		return rows
+	}
+	for i := range optionGlobs {
+		g := &optionGlobs[i]
+		if g.anchored && !strings.HasPrefix(prog, g.lit) || !g.anchored && !strings.Contains(prog, g.lit) {
+			continue
+		}
+		if slices.Contains(rows, g.row) {
+			continue
+		}
+		if ok, _ := path.Match(g.pattern, prog); ok {
+			rows = append(rows[:len(rows):len(rows)], g.row)
+		}
+	}
+	return rows
+}
+
+// plainOption reports whether a long option (its name, before "=") is one of the program's
+// plain options (optRow.plain): exactly an option that runs nothing, not an abbreviation.
+func plainOption(prog, name string) bool {
+	for _, r := range programRows(prog) {
+		if slices.Contains(r.plain, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// pythonModule finds the module a Python interpreter runs with -m (`python3 -m pytest`,
+// `python -Bm pytest`, `python3 -mpytest`), read as a program by optionTable: the index of
+// the word that names it, and its name; 0 when there is none, or the interpreter runs
+// something else first (-c, a script, standard input).
+func pythonModule(prog string, ws []word) (int, string) {
+	if !strings.HasPrefix(prog, "python") && !strings.HasPrefix(prog, "pypy") {
+		return 0, ""
+	}
+	for i := 1; i < len(ws); i++ {
+		v := ws[i].val
+		if !ws[i].complete || !strings.HasPrefix(v, "-") || v == "-" || strings.HasPrefix(v, "--") {
+			return 0, ""
+		}
+		for j := 1; j < len(v); j++ {
+			switch v[j] {
+			case 'c':
+				return 0, ""
+			case 'm':
+				if j+1 < len(v) {
+					return i, v[j+1:]
+				}
+				if i+1 < len(ws) && ws[i+1].complete {
+					return i + 1, ws[i+1].val
+				}
+				return 0, ""
+			case 'W', 'X':
+				if j+1 == len(v) {
+					i++
+				}
+				j = len(v)
+			}
+		}
+	}
+	return 0, ""
+}
+
 // match says which entry of the row the word may be ("" for none); before is whether it
 // stands before the subcommand, first whether it is the row's first word (old-style clusters).
 func (r *optRow) match(w word, before, first bool) string {
@@ -333,17 +498,16 @@ func (r *optRow) match(w word, before, first bool) string {
 	if r.literal && !complete {
 		return "a word that is not literal"
 	}
-	for _, o := range r.options {
-		if optionMay(o, lead, complete) {
+	if o := r.optionIn(r.options, lead, complete); o != "" {
+		return o
+	}
+	if before {
+		if o := r.optionIn(r.before, lead, complete); o != "" {
 			return o
 		}
 	}
-	if before {
-		for _, o := range r.before {
-			if optionMay(o, lead, complete) {
-				return o
-			}
-		}
+	if r.atFile && (strings.HasPrefix(lead, "@") || (!complete && lead == "")) {
+		return "@file"
 	}
 	if r.short != "" && strings.HasPrefix(lead, "-") && !strings.HasPrefix(lead, "--") {
 		if !complete && len(lead) == 1 {
@@ -382,6 +546,48 @@ func (r *optRow) match(w word, before, first bool) string {
 	}
 	if r.assign && !strings.HasPrefix(lead, "-") && (strings.Contains(lead, "=") || !complete) {
 		return "NAME=value"
+	}
+	return ""
+}
+
+// optionIn is the entry of list the word (its literal beginning lead) may be, "" for none: as
+// optionMay says, also with the row's strip removed from its name (`--test.trace=x` is
+// `-trace`), and for longOnly rows abbreviated after one dash; a plain option is none.
+func (r *optRow) optionIn(list []string, lead string, complete bool) string {
+	if len(list) == 0 || !strings.HasPrefix(lead, "-") {
+		if lead == "" && !complete && len(list) > 0 {
+			return list[0] // it begins with an expansion: anything
+		}
+		return ""
+	}
+	if complete && len(r.plain) > 0 {
+		name, _, _ := strings.Cut(lead, "=")
+		if slices.Contains(r.plain, name) {
+			return ""
+		}
+	}
+	alt := ""
+	if r.strip != "" {
+		dashes := "-"
+		if strings.HasPrefix(lead, "--") {
+			dashes = "--"
+		}
+		if rest, ok := strings.CutPrefix(lead[len(dashes):], r.strip); ok {
+			alt = "-" + rest
+		} else if !complete && strings.HasPrefix(r.strip, lead[len(dashes):]) {
+			alt = "-" // `-te$X` may become `-test.anything`
+		}
+	}
+	// getopt_long_only reads `-r` as the short option r; `-ru` may abbreviate --run
+	name, _, _ := strings.Cut(lead, "=")
+	single := r.longOnly && !strings.HasPrefix(lead, "--") && len(name) > 2
+	for _, o := range list {
+		if optionMay(o, lead, complete) || (alt != "" && optionMay(o, alt, complete && alt != "-")) {
+			return o
+		}
+		if single && len(o) > 2 && o[1] != '-' && optionMay("-"+o, "-"+lead, complete) {
+			return o
+		}
 	}
 	return ""
 }
@@ -453,32 +659,136 @@ func writingOption(w string, complete bool) bool {
 	return false
 }
 
-// awkScript finds awk's program text (the first operand, unless -f, -e, --file or --source
-// gave it) and judges it: text that is not literal, or that calls system(), pipes to or from
-// a command ("|"), writes with ">" or loads code ("@load", "@include"), counts. With -f or
-// --file the program is in a file the rules cannot read: the option itself counts (row short).
-func awkScript(ws []word) int {
+// getopt is how GNU getopt_long reads a program's options, for the parsers that look for what
+// the arguments carry (sedScript, awkScript, pytestPlugins): short options that take an
+// argument (the rest of the word, or the next word), short options whose argument is optional
+// (the rest of the word only), and long options that take an argument (after "=", or the next
+// word). A long option may be abbreviated (getopt_long takes unique prefixes): a word counts as
+// every entry of long it may abbreviate, with three characters or more, dashes included. No
+// long option without an argument may be a prefix of an entry of long (the word would be that
+// option, exactly, and the next word an operand).
+type getopt struct {
+	args, optArgs string
+	long          []string
+}
+
+// optArg is an option with an argument, as getopt.scan read it.
+type optArg struct {
+	opt      string // "-e", or the entry of getopt.long; "" when the word is not literal enough to tell
+	at       int    // the word holding the argument
+	val      string // the argument (its literal beginning when !complete)
+	complete bool
+}
+
+// longAbbrev reports whether name ("--exp", the part of a word before "=") is the long option
+// o or an abbreviation of it (three characters or more, dashes included).
+func longAbbrev(name, o string) bool {
+	return len(name) > 2 && strings.HasPrefix(name, "--") && strings.HasPrefix(o, name)
+}
+
+// scan reads ws[1:] in order: it calls opt for each option with an argument (and with opt ""
+// for a word starting with "-" whose options cannot be told: `--exp$X`, `-n$X`) and operand
+// for each operand; options may follow operands (getopt permutes) until "--". It stops when
+// either returns true and returns that word's index; -1 when they never do. A word that is not
+// fully literal and does not start with "-" is an operand.
+func (g getopt) scan(ws []word, opt func(optArg) bool, operand func(i int) bool) int {
 	for i := 1; i < len(ws); i++ {
 		w := ws[i]
 		v := w.lead
 		switch {
-		case !w.complete && !strings.HasPrefix(v, "-"):
-			return i
-		case v == "--":
-			if i+1 < len(ws) {
-				return awkText(ws, i+1)
+		case !strings.HasPrefix(v, "-") || (v == "-" && w.complete):
+			if operand(i) {
+				return i
+			}
+			continue
+		case v == "--" && w.complete:
+			for j := i + 1; j < len(ws); j++ {
+				if operand(j) {
+					return j
+				}
 			}
 			return -1
-		case v == "-F" || v == "-v" || v == "--assign" || v == "--field-separator":
-			i++
-		case v == "-e" || v == "--source" || strings.HasPrefix(v, "--source="):
-			return -1 // the option counts already (row short and options)
-		case strings.HasPrefix(v, "-") && len(v) > 1:
-		default:
-			return awkText(ws, i)
+		}
+		// the argument: the rest of this word when there is one, else the next word
+		arg := func(a optArg, rest bool) optArg {
+			if !rest && i+1 < len(ws) {
+				i++
+				a.at, a.val, a.complete = i, ws[i].lead, ws[i].complete
+			}
+			return a
+		}
+		if strings.HasPrefix(v, "--") {
+			name, val, eq := strings.Cut(v, "=")
+			if !eq && !w.complete {
+				if opt(optArg{at: i}) {
+					return i
+				}
+				continue
+			}
+			for _, l := range g.long {
+				if !longAbbrev(name, l) {
+					continue
+				}
+				a := arg(optArg{opt: l, at: i, val: val, complete: w.complete}, eq)
+				if opt(a) {
+					return a.at
+				}
+				break
+			}
+			continue
+		}
+		told := false
+		for j := 1; j < len(v) && !told; j++ {
+			c := v[j]
+			switch {
+			case strings.IndexByte(g.args, c) >= 0:
+				rest := v[j+1:]
+				a := arg(optArg{opt: "-" + string(c), at: i, val: rest, complete: w.complete}, rest != "" || !w.complete)
+				if opt(a) {
+					return a.at
+				}
+				told = true
+			case strings.IndexByte(g.optArgs, c) >= 0:
+				if opt(optArg{opt: "-" + string(c), at: i, val: v[j+1:], complete: w.complete}) {
+					return i
+				}
+				told = true
+			}
+		}
+		if !told && !w.complete && opt(optArg{at: i}) {
+			return i // more letters may follow
 		}
 	}
 	return -1
+}
+
+// awkGetopt: gawk's, mawk's and busybox awk's options with an argument.
+var awkGetopt = getopt{args: "FfvWeEilZ", optArgs: "dDLop",
+	long: []string{"--field-separator", "--file", "--assign", "--source", "--exec", "--include", "--load"}}
+
+// awkScript finds awk's program text (the first operand, unless -f, -e, -E, -W, --file,
+// --source or --exec gave it: the row counts those, the program being in a file the rules
+// cannot read or given by an option) and judges it: text that is not literal, or that calls
+// system(), pipes to or from a command ("|"), writes with ">" or loads code ("@load",
+// "@include"), counts. Options are read as getopt_long reads them (`-bF : '…'`, `--as x=1`).
+func awkScript(ws []word) (int, string) {
+	given := false
+	at := awkGetopt.scan(ws, func(a optArg) bool {
+		switch a.opt {
+		case "":
+			return true
+		case "-f", "-e", "-E", "-W", "--file", "--source", "--exec":
+			given = true
+		}
+		return false
+	}, func(i int) bool {
+		if given {
+			return false
+		}
+		given = true
+		return awkText(ws, i) >= 0
+	})
+	return at, ""
 }
 
 func awkText(ws []word, i int) int {
@@ -494,59 +804,34 @@ func awkText(ws []word, i int) int {
 	return -1
 }
 
-// sedScript finds sed's script (each -e or --expression, else the first operand) and judges
-// it with sedRuns: a script that is not literal, or that has a command or flag that runs a
-// program (e, s///e) or writes a file (w, W, s///w), counts. -f and -i count by the row.
-func sedScript(ws []word) int {
+// sedGetopt: GNU sed's options with an argument.
+var sedGetopt = getopt{args: "efl", optArgs: "i", long: []string{"--expression", "--file", "--line-length"}}
+
+// sedScript finds sed's script (each -e or --expression, abbreviated or not, else the first
+// operand) and judges it with sedRuns: a script that is not literal, or that has a command or
+// flag that runs a program (e, s///e) or writes a file (w, W, s///w), counts. -f and -i count
+// by the row. Options are read as getopt_long reads them (`-nl 5`, `--exp='…'`, `--e '…'`).
+func sedScript(ws []word) (int, string) {
 	given := false
-	for i := 1; i < len(ws); i++ {
-		w := ws[i]
-		v := w.lead
-		switch {
-		case !w.complete && !strings.HasPrefix(v, "-"):
-			if !given {
-				return i
-			}
-		case v == "-e" || v == "--expression":
+	at := sedGetopt.scan(ws, func(a optArg) bool {
+		switch a.opt {
+		case "":
+			return true
+		case "-e", "--expression":
 			given = true
-			if i+1 < len(ws) {
-				i++
-				if !ws[i].complete || sedRuns(ws[i].val) {
-					return i
-				}
-			}
-		case strings.HasPrefix(v, "--expression="):
+			return !a.complete || sedRuns(a.val)
+		case "-f", "--file":
 			given = true
-			if !w.complete || sedRuns(strings.TrimPrefix(w.val, "--expression=")) {
-				return i
-			}
-		case strings.HasPrefix(v, "-") && !strings.HasPrefix(v, "--") && strings.Contains(v, "e"):
-			// -ne 'script', -e'script': the script follows "e" in the cluster, or is the next word
-			given = true
-			rest := v[strings.IndexByte(v, 'e')+1:]
-			if rest != "" || !w.complete {
-				if !w.complete || sedRuns(rest) {
-					return i
-				}
-			} else if i+1 < len(ws) {
-				i++
-				if !ws[i].complete || sedRuns(ws[i].val) {
-					return i
-				}
-			}
-		case v == "-l" || v == "--line-length":
-			i++
-		case strings.HasPrefix(v, "-") && len(v) > 1:
-		default:
-			if !given {
-				if !w.complete || sedRuns(w.val) {
-					return i
-				}
-				given = true
-			}
 		}
-	}
-	return -1
+		return false
+	}, func(i int) bool {
+		if given {
+			return false
+		}
+		given = true
+		return !ws[i].complete || sedRuns(ws[i].val)
+	})
+	return at, ""
 }
 
 // sedRuns reads a sed script (GNU sed's commands) and reports whether it has a command that
@@ -660,11 +945,11 @@ func sedRuns(s string) bool {
 
 // envNames finds an operand of read or getopts that names a variable in capitals (PATH, IFS,
 // LD_PRELOAD, GIT_DIR: the ones programs and the shell itself read) or is not literal.
-func envNames(ws []word) int {
+func envNames(ws []word) (int, string) {
 	for i := 1; i < len(ws); i++ {
 		w := ws[i]
 		if !w.complete {
-			return i
+			return i, ""
 		}
 		if strings.HasPrefix(w.val, "-") || w.val == "" {
 			continue
@@ -677,8 +962,50 @@ func envNames(ws []word) int {
 			}
 		}
 		if upper {
-			return i
+			return i, ""
 		}
 	}
-	return -1
+	return -1, ""
+}
+
+// sshArgs are ssh's short options with an argument.
+const sshArgs = "BbcDEeFIiJLlmOopQRSWw"
+
+// sshCommand: ssh joins the words after the host with spaces and the remote user's shell runs
+// them as one command line, so `ssh build01 uptime '; rm -rf ~'` runs rm there. No prefix can
+// tell what that line does: the last word counts, and only a rule that names every word
+// after the host matches (`run_command(ssh build01 uptime)`, exactly or as a prefix);
+// `ssh build01:*` matches `ssh build01` and `ssh -p 22 build01`, not a command. Options
+// after the host (ssh reads them too) count the same way.
+func sshCommand(ws []word) (int, string) {
+	for i := 1; i < len(ws); i++ {
+		v := ws[i].lead
+		if v == "--" && ws[i].complete {
+			i++
+		} else if strings.HasPrefix(v, "-") && v != "-" {
+			if k := strings.IndexAny(v[1:], sshArgs); k >= 0 && k+2 == len(v) && ws[i].complete {
+				i++ // -p 22: the argument is the next word
+			}
+			continue
+		}
+		if i < len(ws)-1 {
+			return len(ws) - 1, "a remote command"
+		}
+		return -1, ""
+	}
+	return -1, ""
+}
+
+// pytestGetopt: pytest's short options with an argument, and the long ones the row does not
+// count already.
+var pytestGetopt = getopt{args: "kmrpcoWn", long: []string{"--deselect", "--ignore", "--ignore-glob", "--maxfail",
+	"--durations", "--capture", "--tb", "--import-mode", "--log-level", "--log-format", "--junit-prefix"}}
+
+// pytestPlugins: pytest's -p imports a module as a plugin, unless its name starts with "no:"
+// (which turns one off: `-p no:cacheprovider`).
+func pytestPlugins(ws []word) (int, string) {
+	at := pytestGetopt.scan(ws, func(a optArg) bool {
+		return a.opt == "" || (a.opt == "-p" && (!a.complete || !strings.HasPrefix(a.val, "no:")))
+	}, func(int) bool { return false })
+	return at, "-p"
 }

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -226,6 +227,206 @@ func TestOptionTableMakesPrefixRulesAsk(t *testing.T) {
 		{"printf:*", map[string]string{"printf -v PATH %s /tmp/evil": "ask", "printf '%s\\n' x": "allow"}},
 		{"read:*", map[string]string{"read -r PATH": "ask", "read IFS": "ask", `read "$V"`: "ask", "read -r line": "allow"}},
 		{"sqlite3:*", map[string]string{"sqlite3 db '.shell id'": "ask", "sqlite3 db '.output /tmp/x'": "ask", "sqlite3 db 'select 1'": "allow"}},
+
+		// F1: GNU long options abbreviated, and clusters whose letter takes the next word, in the
+		// options that carry sed's and awk's program text.
+		{"sed:*", map[string]string{
+			"sed -n --exp='1e touch /tmp/x' README": "ask",
+			"sed -n --exp='1w /tmp/x' README":       "ask",
+			"sed -n --exp '1e id' README":           "ask",
+			"sed --e='1e id' f":                     "ask",
+			"sed --expr=p --expr='1w x' f":          "ask",
+			"sed -nl 5 '1e id' f":                   "ask",
+			"sed --line 5 '1e id' f":                "ask",
+			"sed --line-length 5 '1e id' f":         "ask",
+			`sed "--exp$X" f`:                       "ask",
+			"sed -n --exp=1p f":                     "allow",
+			"sed --expression 's/a/b/' f":           "allow",
+			"sed -nl 5 p f":                         "allow",
+			"sed --line 5 p f":                      "allow",
+		}},
+		{"awk:*", map[string]string{
+			`awk -bF : '{system("id")}' f`:    "ask",
+			`awk --as x=1 '{system("id")}' f`: "ask",
+			`awk --fie : '{system("id")}' f`:  "ask",
+			"awk -W exec prog.awk":            "ask",
+			"awk --so='BEGIN{}' f":            "ask",
+			`awk --assign x=1 '{print x}' f`:  "allow",
+			`awk --as x=1 '{print x}' f`:      "allow",
+			`awk -bF : '{print $1}' f`:        "allow",
+		}},
+
+		// F2: compilers, linkers, rustc and cargo.
+		{"gcc:*", map[string]string{
+			"gcc -wrapper sh,-c,'touch x' -c x.c": "ask",
+			"gcc -fplugin=./evil.so -c x.c":       "ask",
+			"gcc -B/tmp/evil -c x.c":              "ask",
+			"gcc -B /tmp/evil -c x.c":             "ask",
+			"gcc -specs=/tmp/s -c x.c":            "ask",
+			"gcc --specs=/tmp/s -c x.c":           "ask",
+			"gcc --specs /tmp/s -c x.c":           "ask",
+			"gcc --spec=/tmp/s -c x.c":            "ask",
+			"gcc -Wl,-plugin,/tmp/p.so x.c":       "ask",
+			"gcc -Xlinker -plugin x.c":            "ask",
+			"gcc @opts x.c":                       "ask",
+			"gcc -o /tmp/x x.c":                   "ask",
+			"gcc -MD -MF /tmp/x.d -c x.c":         "ask",
+			"gcc -fuse-ld=/tmp/ld x.c":            "ask",
+			"gcc -c -O2 -Wall x.c":                "allow",
+			"gcc -E -Iinclude x.c":                "allow",
+		}},
+		{"cc:*", map[string]string{"cc -wrapper sh,-c,id -c x.c": "ask", "cc -c x.c": "allow"}},
+		{"g++:*", map[string]string{"g++ -fplugin=x.so -c x.cc": "ask", "g++ -std=c++20 -c x.cc": "allow"}},
+		{"c++:*", map[string]string{"c++ -wrapper sh -c x.cc": "ask", "c++ -c x.cc": "allow"}},
+		{"clang:*", map[string]string{
+			"clang -fuse-ld=/tmp/ld x.c":                "ask",
+			"clang --ld-path=/tmp/ld x.c":               "ask",
+			"clang -Xclang -load -Xclang ./e.so -c x.c": "ask",
+			"clang -fpass-plugin=./p.so -c x.c":         "ask",
+			"clang --config=/tmp/c x.c":                 "ask",
+			"clang --gcc-toolchain=/tmp/t x.c":          "ask",
+			"clang -cc1 -load ./e.so x.c":               "ask",
+			"clang -std=c11 -Iinclude -Wall -c x.c":     "allow",
+			"clang -fsanitize=address -g -c x.c":        "allow",
+		}},
+		{"clang++:*", map[string]string{"clang++ -fplugin=x.so x.cc": "ask", "clang++ -c x.cc": "allow"}},
+		{"x86_64-linux-gnu-gcc:*", map[string]string{"x86_64-linux-gnu-gcc -wrapper sh x.c": "ask", "x86_64-linux-gnu-gcc -c x.c": "allow"}},
+		{"gcc-12:*", map[string]string{"gcc-12 -wrapper sh x.c": "ask"}},
+		{"clang-17:*", map[string]string{"clang-17 -fplugin=x.so x.c": "ask"}},
+		{"tcc:*", map[string]string{"tcc -run x.c": "ask", "tcc -c x.c": "allow"}},
+		{"ld:*", map[string]string{
+			"ld -plugin /tmp/p.so x.o":  "ask",
+			"ld --plugin=/tmp/p.so x.o": "ask",
+			"ld -plug /tmp/p.so x.o":    "ask",
+			"ld --plu=/tmp/p.so x.o":    "ask",
+			"ld -o /tmp/x x.o":          "ask",
+			"ld @opts":                  "ask",
+			"ld -r a.o b.o":             "allow", // -r is a short option, not an abbreviation of -run
+			"ld -shared a.o":            "allow",
+		}},
+		{"mold:*", map[string]string{"mold -run make": "ask"}},
+		{"rustc:*", map[string]string{
+			"rustc -C linker=sh x.rs":                  "ask",
+			"rustc -Clinker=./evil x.rs":               "ask",
+			"rustc --codegen link-arg=-fplugin x.rs":   "ask",
+			"rustc -Z codegen-backend=/tmp/b.so x.rs":  "ask",
+			"rustc --extern m=/tmp/libm.so x.rs":       "ask",
+			"rustc -L /tmp/evil x.rs":                  "ask",
+			"rustc @args":                              "ask",
+			"rustc -o /tmp/x x.rs":                     "ask",
+			"rustc -O x.rs":                            "allow",
+			"rustc --edition 2021 -C opt-level=3 x.rs": "allow",
+		}},
+		{"cargo:*", map[string]string{
+			"cargo -Z unstable-options build":                 "ask",
+			"cargo build -Zbuild-std":                         "ask",
+			"cargo -C /elsewhere build":                       "ask",
+			"cargo build --manifest-path /tmp/x/Cargo.toml":   "ask",
+			"cargo build --target-dir /tmp/t":                 "ask",
+			"cargo install evil":                              "ask",
+			"cargo rustc -- -C linker=sh":                     "ask",
+			`cargo --config 'build.rustc-wrapper="sh"' build`: "ask",
+			"cargo build --release":                           "allow",
+			"cargo test -p mycrate":                           "allow",
+		}},
+
+		// F3: go test's -test.X and --test.X spellings, and -args.
+		{"go test:*", map[string]string{
+			"go test -test.cpuprofile=/tmp/x .":       "ask",
+			"go test . -args -test.trace=/tmp/x":      "ask",
+			"go test --test.coverprofile=/tmp/x .":    "ask",
+			"go test -test.outputdir=/tmp .":          "ask",
+			"go test -test.memprofile /tmp/x .":       "ask",
+			"go test -test.gocoverdir=/tmp/x .":       "ask",
+			"go test -gocoverdir=/tmp/x .":            "ask",
+			"go test . -test.testlogfile=/tmp/x":      "ask",
+			"go test -args x":                         "ask",
+			"go test --args x":                        "ask",
+			`go test "-test.$X" .`:                    "ask",
+			"go test -ldflags=-extar=./evil ./...":    "ask",
+			"go test -test.v -test.run=TestX .":       "allow",
+			"go test -test.count=1 -test.short ./...": "allow",
+		}},
+
+		// F4: git format-patch -o, git archive -o, and their kin.
+		{"git format-patch:*", map[string]string{
+			"git format-patch -o /tmp/x HEAD~1":                 "ask",
+			"git format-patch -o/tmp/x HEAD~1":                  "ask",
+			"git format-patch -ko /tmp/x HEAD~1":                "ask",
+			"git format-patch --output-directory /tmp/x HEAD~1": "ask",
+			"git format-patch --output-d=/tmp/x HEAD~1":         "ask",
+			"git format-patch --output=/tmp/x.patch HEAD~1":     "ask",
+			"git format-patch -1 HEAD":                          "allow",
+			"git format-patch --stdout HEAD~1":                  "allow",
+			"git format-patch -v2 --cover-letter HEAD~3":        "allow",
+		}},
+		{"git archive:*", map[string]string{
+			"git archive -o /tmp/x.tar HEAD":   "ask",
+			"git archive -vo /tmp/x.tar HEAD":  "ask",
+			"git archive --output=/tmp/x HEAD": "ask",
+			"git archive --outp /tmp/x HEAD":   "ask",
+			"git archive --format=tar HEAD":    "allow",
+		}},
+		{"git diff:*", map[string]string{"git diff --output=/tmp/x": "ask", "git diff --outp /tmp/x": "ask", "git diff --stat": "allow"}},
+		{"git rebase:*", map[string]string{"git rebase -kx sh main": "ask", "git rebase -qi main": "ask", "git rebase -Xours main": "allow"}},
+		{"git clone:*", map[string]string{"git clone -qu 'sh -c id' r": "ask", "git clone -b main https://x/r": "allow"}},
+		{"git grep:*", map[string]string{"git grep -nO x": "ask", "git grep -e Ox": "allow"}},
+		{"git apply:*", map[string]string{"git apply --unsafe-paths p.diff": "ask", "git apply p.diff": "allow"}},
+		{"git checkout-index:*", map[string]string{"git checkout-index -a --prefix=/tmp/x/": "ask", "git checkout-index -a": "allow"}},
+
+		// F5: ssh's remote command is a line for the remote shell: only a rule naming every word
+		// after the host covers it.
+		{"ssh build01:*", map[string]string{
+			"ssh build01 uptime":     "ask",
+			"ssh build01 'rm -rf ~'": "ask",
+			"ssh build01 -- id":      "ask",
+			"ssh build01":            "allow",
+		}},
+		{"ssh build01 uptime:*", map[string]string{
+			"ssh build01 uptime":              "allow",
+			"ssh build01 uptime '; rm -rf ~'": "ask",
+		}},
+		{"ssh:*", map[string]string{"ssh host id": "ask", "ssh -p 22 host id": "ask", "ssh -vp 22 host": "allow"}},
+
+		// F6: pytest, and python -m pytest.
+		{"pytest:*", map[string]string{
+			"pytest --basetemp=/home/u .":  "ask",
+			"pytest --basetemp /tmp/x":     "ask",
+			"pytest --base=/tmp/x":         "ask",
+			"pytest -p evil":               "ask",
+			"pytest -pevil":                "ask",
+			"pytest -vp evil":              "ask",
+			"pytest -c /tmp/x.ini":         "ask",
+			"pytest --config-file=/tmp/x":  "ask",
+			"pytest -o cache_dir=/tmp/x":   "ask",
+			"pytest --rootdir=/tmp":        "ask",
+			"pytest --confcutdir=/":        "ask",
+			"pytest --junitxml=/tmp/x.xml": "ask",
+			"pytest --pastebin=all":        "ask",
+			"pytest --pdbcls=evil:X":       "ask",
+			"pytest":                       "allow",
+			"pytest -x -q tests/":          "allow",
+			"pytest -p no:cacheprovider":   "allow",
+			"pytest --co":                  "allow",
+			"pytest -k 'not slow' -v":      "allow",
+			"pytest -rA --lf":              "allow",
+		}},
+		{"python3 -m pytest:*", map[string]string{
+			"python3 -m pytest --basetemp=/tmp/x": "ask",
+			"python3 -m pytest -p evil":           "ask",
+			"python3 -m pytest -x tests/":         "allow",
+		}},
+		{"python3 -mpytest:*", map[string]string{"python3 -mpytest --basetemp=/tmp/x": "ask", "python3 -mpytest -q": "allow"}},
+		{"python3 -B -m pytest:*", map[string]string{"python3 -B -m pytest --rootdir=/tmp": "ask"}},
+
+		// Siblings: options that copy the input to a file, read commands from one, or run one.
+		{"less:*", map[string]string{"less -o /tmp/x f": "ask", "less -No /tmp/x f": "ask", "less --log-file=/tmp/x f": "ask",
+			"less --log=/tmp/x f": "ask", "less -R f": "allow", "less -p pattern f": "allow"}},
+		{"vim:*", map[string]string{"vim -s keys.txt f": "ask", "vim -W /tmp/x f": "ask", "vim -es f": "ask", "vim -R f": "allow"}},
+		{"emacs:*", map[string]string{"emacs -eval '(x)'": "ask", "emacs --ev '(x)'": "ask", "emacs -nw f": "allow"}},
+		{"curl:*", map[string]string{"curl --remote-name u": "ask", "curl -w '%output{/tmp/x}%{http_code}' u": "ask", "curl -w '%{http_code}' u": "allow"}},
+		{"wget:*", map[string]string{"wget --use-askpass=sh u": "ask", "wget --save-cookies /tmp/c u": "ask", "wget -q u": "allow"}},
+		{"shuf:*", map[string]string{"shuf -o /tmp/x f": "ask", "shuf -n 3 f": "allow"}},
 	}
 	n := 0
 	for _, row := range rows {
@@ -245,6 +446,68 @@ func TestOptionTableMakesPrefixRulesAsk(t *testing.T) {
 		}
 	}
 	if n < 200 {
+		t.Fatalf("only %d cases", n)
+	}
+}
+
+// Long options abbreviated (getopt_long, argparse and git take unique prefixes): for every row
+// of optionTable, every "--" entry and every prefix of it of three characters or more counts,
+// with its value after "=" or in the next word, and a "-name" entry of a longOnly row counts
+// abbreviated after one dash (ld -plug). A plain option of the row is the exception.
+func TestOptionTableLongOptionsAbbreviated(t *testing.T) {
+	concrete := map[string]string{"python[0-9]*": "python3", "perl[0-9]*": "perl5", "ruby[0-9]*": "ruby3",
+		"php[0-9]*": "php8", "lua[0-9]*": "lua5", "pypy[0-9]*": "pypy3"}
+	n := 0
+	for _, r := range optionTable {
+		prog := r.programs[0]
+		if c, ok := concrete[prog]; ok {
+			prog = c
+		}
+		if prog == "*" {
+			prog = "git log" // writingOptions: any program
+		}
+		if strings.ContainsAny(prog, "*?[") {
+			continue
+		}
+		check := func(list []string, before bool) {
+			for _, o := range list {
+				long := strings.HasPrefix(o, "--")
+				if !long && !(r.longOnly && len(o) > 3 && o[1] != '-') {
+					continue
+				}
+				for k := 3; k <= len(o); k++ {
+					abbr := o[:k]
+					if !long {
+						abbr = o[:k-1] // -plug: one dash, at least two letters
+						if k-1 < 3 {
+							continue
+						}
+					}
+					if slices.Contains(r.plain, abbr) {
+						continue
+					}
+					for _, form := range []string{abbr + "=x", abbr + " x"} {
+						cmd := prog + " " + form + " f"
+						rule := prog + ":*"
+						if r.sub != "" {
+							cmd = prog + " " + r.sub + " " + form + " f"
+							rule = prog + " " + r.sub + ":*"
+						} else if before {
+							cmd = prog + " " + form + " status"
+						}
+						n++
+						set := mustCompile(t, []gate.Rule{{Effect: gate.Allow, Tool: "run_command", Specifier: rule, Scope: gate.ScopeServer}})
+						if d := set.Evaluate(commandCall(cmd)); outcome(d) != "ask" {
+							t.Errorf("%q under %s: %s (%+v), want ask: %s abbreviates %s", cmd, rule, outcome(d), d, abbr, o)
+						}
+					}
+				}
+			}
+		}
+		check(r.options, false)
+		check(r.before, true)
+	}
+	if n < 500 {
 		t.Fatalf("only %d cases", n)
 	}
 }

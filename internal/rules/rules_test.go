@@ -416,6 +416,32 @@ func TestSuggest(t *testing.T) {
 		{"wrapper", commandCall("nice -n 5 make"), "run_command(nice -n 5 make)"},
 		{"an option that runs programs after the prefix", commandCall("go test -toolexec x ./..."), "run_command(go test -toolexec x ./...)"},
 		{"every simple command", commandCall("echo hi && ls -1"), "run_command(echo hi:*) | run_command(ls:*)"},
+		// F5: what runs any command or code elsewhere, in a container or from a registry is
+		// suggested exactly, like an interpreter.
+		{"ssh remote command", commandCall("ssh build01 uptime"), "run_command(ssh build01 uptime)"},
+		{"docker run", commandCall("docker run --rm alpine id"), "run_command(docker run --rm alpine id)"},
+		{"docker exec", commandCall("docker exec c1 ls"), "run_command(docker exec c1 ls)"},
+		{"docker compose run", commandCall("docker compose run web sh"), "run_command(docker compose run web sh)"},
+		{"docker compose exec after options", commandCall("docker compose -f x.yml exec web ls"), "run_command(docker compose -f x.yml exec web ls)"},
+		{"podman run", commandCall("podman run alpine id"), "run_command(podman run alpine id)"},
+		{"kubectl exec", commandCall("kubectl exec pod -- ls"), "run_command(kubectl exec pod -- ls)"},
+		{"kubectl debug", commandCall("kubectl debug node/x -it --image=busybox"), "run_command(kubectl debug node/x -it '--image=busybox')"},
+		{"go run", commandCall("go run ./cmd/x"), "run_command(go run ./cmd/x)"},
+		{"npx", commandCall("npx eslint ."), "run_command(npx eslint .)"},
+		{"pnpm dlx", commandCall("pnpm dlx cowsay hi"), "run_command(pnpm dlx cowsay hi)"},
+		{"yarn dlx", commandCall("yarn dlx cowsay"), "run_command(yarn dlx cowsay)"},
+		{"uvx", commandCall("uvx ruff check"), "run_command(uvx ruff check)"},
+		{"pipx run", commandCall("pipx run black ."), "run_command(pipx run black .)"},
+		{"bunx", commandCall("bunx cowsay"), "run_command(bunx cowsay)"},
+		{"deno run", commandCall("deno run x.ts"), "run_command(deno run x.ts)"},
+		{"nix run", commandCall("nix run nixpkgs#hello"), "run_command(nix run 'nixpkgs#hello')"},
+		{"nix shell", commandCall("nix shell nixpkgs#jq -c jq"), "run_command(nix shell 'nixpkgs#jq' -c jq)"},
+		{"gh api", commandCall("gh api repos/o/r"), "run_command(gh api repos/o/r)"},
+		{"gh codespace ssh", commandCall("gh codespace ssh -c x"), "run_command(gh codespace ssh -c x)"},
+		{"docker ps stays a prefix", commandCall("docker ps -a"), "run_command(docker ps:*)"},
+		{"kubectl get stays a prefix", commandCall("kubectl get pods"), "run_command(kubectl get:*)"},
+		{"go build stays a prefix", commandCall("go build ./..."), "run_command(go build:*)"},
+		{"gh pr stays a prefix", commandCall("gh pr list"), "run_command(gh pr:*)"},
 		{"one rule covers both", commandCall("git status && git status -s"), "run_command(git status:*)"},
 		{"first of a list", commandCall("git status && git diff"), "run_command(git status:*) | run_command(git diff:*)"},
 		{"pipeline and subshell", commandCall("(ls -1 | grep x) && git log -1"), "run_command(ls:*) | run_command(grep x:*) | run_command(git log:*)"},
@@ -459,7 +485,12 @@ func TestSuggestIsNeverBroaderThanTheProgramAndSubcommand(t *testing.T) {
 			}
 		}
 	}
-	for _, cmd := range []string{"python3 -c 'import os'", "node -e 1", "bash -c 'ls'", "perl -e 1", "ruby x.rb", "deno run x.ts", "sudo ls"} {
+	for _, cmd := range []string{"python3 -c 'import os'", "node -e 1", "bash -c 'ls'", "perl -e 1", "ruby x.rb", "deno run x.ts", "sudo ls",
+		// F5, and a word that is not literal: the whole line, never python3:* or ssh build01:*
+		`python3 -c "$X"`, `sh -c "$X"`, `ssh build01 "$CMD"`, "ssh build01 'rm -rf ~'", "docker run alpine sh",
+		"docker container exec c1 sh", "podman exec c1 sh", "kubectl run x --image=busybox -- sh", "go run example.com/x@latest",
+		"npx -y evil", "uv run pytest", "uv tool run ruff", "poetry run pytest", "bundle exec rake", "nix develop",
+		"vagrant ssh -c id", "gcloud compute ssh vm --command=id", "cargo install evil"} {
 		for _, r := range Suggest(commandCall(cmd)) {
 			if strings.HasSuffix(r.Specifier, ":*") {
 				t.Errorf("%q: suggests a prefix %s", cmd, Text(r))

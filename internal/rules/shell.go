@@ -257,6 +257,9 @@ func (cs *cmdSpec) allows(c *simpleCmd) (ok bool, miss string) {
 			return false, fmt.Sprintf("the argument %s is an expansion the rules cannot read", w.lead+"…")
 		case w.writes && w.complete && writingOption(w.val, true):
 			name, _, _ := strings.Cut(w.val, "=")
+			if plainOption(p, name) {
+				continue // pytest --co: exactly an option that runs nothing
+			}
 			return false, fmt.Sprintf("%s runs programs or writes files", name)
 		case w.writes:
 			return false, fmt.Sprintf("the argument %s may become an option that writes files or runs programs", w.lead+"…")

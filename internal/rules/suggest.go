@@ -21,7 +21,11 @@ import (
 //   - run_command → per simple command (suggestCommand), in order, leaving out one that a rule
 //     before already covers:
 //     the exact command for shells, interpreters and wrappers (`python3 -c 'print(1)'`, never
-//     `python3:*`; codeReaders, wrappers);
+//     `python3:*`; codeReaders, wrappers), and for what runs any command or code elsewhere, in
+//     a container or fetched from a registry, which SPEC §14 counts with them (runsAnything:
+//     `ssh build01 uptime`, `docker run …`, `docker compose exec …`, `kubectl exec …`,
+//     `go run …`, `npx …`, `pnpm dlx …`, `uvx …`, `pipx run …`, `nix run …`, `gh api …`; never
+//     `ssh build01:*` nor `docker run:*`);
 //     for programs with subcommands (multiCommand: git, go, npm, cargo, docker, …) the words up
 //     to and including the subcommand, with the options before it (`git --no-pager log -1` →
 //     `git --no-pager log:*`, never `git:*`), or the exact command when there is none
@@ -32,7 +36,8 @@ import (
 //     A prefix that would not cover its command (an option after it runs programs,
 //     optionTable) becomes the exact command. Words are shell-quoted when they need it. When
 //     the command does not parse, or a first word is not literal, the whole command is the
-//     specifier, exact (the person edits it; it may not compile). A command that no rule can
+//     specifier, exact (the person edits it; it may not compile); so too when a word of a
+//     command whose suggestion is exact is not literal (`python3 -c "$X"`). A command that no rule can
 //     allow (text shells read differently, a substitution, a redirection outside the
 //     workspace) gets the rules for its words all the same; saving them approves this call
 //     once and the same text asks again.
@@ -115,6 +120,66 @@ var multiCommand = map[string]bool{
 	"swift": true, "stack": true, "cabal": true, "mix": true, "opam": true, "zig": true,
 }
 
+// runners are the programs, or their subcommands, that run any command or code: on another
+// machine (ssh joins its words into a line for the remote shell), in a container, or from a
+// package they fetch. "" runs anything whatever follows; "a b" is the subcommand a with b
+// among the words after it (`docker compose -f x.yml run web sh`).
+var runners = map[string][]string{
+	"ssh": {""}, "mosh": {""}, "npx": {""}, "pnpx": {""}, "bunx": {""}, "uvx": {""},
+	"docker":         {"run", "exec", "compose run", "compose exec", "container run", "container exec", "debug"},
+	"podman":         {"run", "exec", "compose run", "compose exec", "container run", "container exec"},
+	"nerdctl":        {"run", "exec", "compose run", "compose exec", "container run", "container exec"},
+	"docker-compose": {"run", "exec"},
+	"podman-compose": {"run", "exec"},
+	"kubectl":        {"exec", "run", "debug", "attach"},
+	"oc":             {"exec", "run", "debug", "rsh", "attach"},
+	"go":             {"run"},
+	"cargo":          {"install"},
+	"npm":            {"exec", "x"},
+	"pnpm":           {"dlx", "exec", "x"},
+	"yarn":           {"dlx", "exec"},
+	"bun":            {"x"},
+	"pipx":           {"run"},
+	"uv":             {"run", "tool run"},
+	"poetry":         {"run"},
+	"pipenv":         {"run"},
+	"bundle":         {"exec"},
+	"conda":          {"run"},
+	"deno":           {"run", "eval", "x"},
+	"nix":            {"run", "shell", "develop"},
+	"nix-shell":      {""},
+	"gh":             {"api", "codespace ssh", "cs ssh", "extension exec", "ext exec"},
+	"gcloud":         {"compute ssh"},
+	"vagrant":        {"ssh"},
+}
+
+// runsAnything reports whether a simple command runs any command or code elsewhere (runners):
+// its suggestion is the exact command, never a prefix.
+func runsAnything(prog string, ws []word) bool {
+	subs, ok := runners[prog]
+	if !ok {
+		return false
+	}
+	sub := subcommandAt(prog, ws)
+	for _, s := range subs {
+		first, then, nested := strings.Cut(s, " ")
+		switch {
+		case first == "":
+			return true
+		case sub < 0 || ws[sub].val != first:
+			continue
+		case !nested:
+			return true
+		}
+		for _, w := range ws[sub+1:] {
+			if w.val == then {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // suggestCommand is the run_command specifiers for a command line (see Suggest).
 func suggestCommand(cmd, workspace string) []string {
 	whole := strings.TrimSpace(cmd)
@@ -160,10 +225,10 @@ func suggestFor(c *simpleCmd) string {
 	}
 	exact := exactSpec(c)
 	prog := filepath.Base(w0.val)
-	if readsCode(prog) || isWrapper(w0.val) {
-		if exact != "" {
-			return exact
-		}
+	if readsCode(prog) || isWrapper(w0.val) || runsAnything(prog, c.words) {
+		// exact, or the whole line when a word is not literal (`python3 -c "$X"`): never a
+		// prefix such as python3:*
+		return exact
 	}
 	n := 1 // words in the prefix
 	if multiCommand[prog] {

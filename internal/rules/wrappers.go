@@ -179,7 +179,7 @@ func unwrap(ws []string) (inner []string, strs []string, ok bool) {
 		}
 		if strings.HasPrefix(w, "--") {
 			name, val, eq := strings.Cut(w, "=")
-			isStr := contains(spec.longStrs, name)
+			isStr := abbreviatesAny(name, spec.longStrs)
 			switch {
 			case isStr && eq:
 				strs = append(strs, val)
@@ -219,7 +219,7 @@ func unwrap(ws []string) (inner []string, strs []string, ok bool) {
 			w := ws[j]
 			name, _, _ := strings.Cut(w, "=")
 			switch {
-			case strings.HasPrefix(w, "--") && contains(spec.longStrs, name):
+			case strings.HasPrefix(w, "--") && abbreviatesAny(name, spec.longStrs):
 				if strings.Contains(w, "=") {
 					strs = append(strs, w[len(name)+1:])
 				} else {
@@ -243,6 +243,18 @@ func unwrap(ws []string) (inner []string, strs []string, ok bool) {
 		strs = append(strs, strings.Join(ws[i:], " "))
 	}
 	return ws[i:], strs, true
+}
+
+// abbreviatesAny reports whether a long option's name is one of list or abbreviates one
+// (getopt_long: `env --split='…'`, `su --comm '…'`); a string found this way is only searched
+// by deny and ask rules, so a prefix of several counts.
+func abbreviatesAny(name string, list []string) bool {
+	for _, o := range list {
+		if longAbbrev(name, o) {
+			return true
+		}
+	}
+	return false
 }
 
 // isAssignment: NAME=value with a valid shell name.

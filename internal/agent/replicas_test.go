@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/testkit"
@@ -59,6 +60,16 @@ func TestEveryEventARunPublishesGoesToTheOtherReplicas(t *testing.T) {
 			out = append(out, ev.Type)
 		}
 		return out
+	}
+	// The replicas' copy of an event is handed over just after the local viewers' (one publish,
+	// two sinks): wait for the last one to arrive there too.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		reps.mu.Lock()
+		n := len(reps.events)
+		reps.mu.Unlock()
+		if n >= len(local) || time.Now().After(deadline) {
+			break
+		}
 	}
 	reps.mu.Lock()
 	defer reps.mu.Unlock()

@@ -119,6 +119,9 @@ func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []st
 		return 0, fmt.Errorf("%w: %w", errCannotStart, err)
 	}
 	err = r.Run(runCtx, f)
+	// The command has ended: its background jobs (goroutines of the interpreter) stop at their
+	// next statement, and what it started goes with its process group.
+	cancel()
 	s.finish()
 	if ref := s.refusedAction(); ref != nil {
 		return 126, ref
@@ -567,6 +570,9 @@ const writeFlags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREATE | os.O_TR
 // outside the workspace, or into the repository's own files, is an action no rule covers.
 func (s *shellRun) open(ctx context.Context, path string, flag int, perm os.FileMode) (io.ReadWriteCloser, error) {
 	hc := interp.HandlerCtx(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err} // the command has ended
+	}
 	if path == "" {
 		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.ENOENT}
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"countersign/internal/tool"
 )
@@ -307,5 +308,27 @@ func TestGlobsCannotExhaustTheServer(t *testing.T) {
 	}
 	if !strings.Contains(out.Stderr, "globs read more than 200000 folder entries") {
 		t.Errorf("stderr %q does not say why the glob failed", out.Stderr)
+	}
+}
+
+// TestBackgroundJobsEndWithTheCommand: a background loop of builtins (a goroutine of the
+// interpreter, no process of its own) stops when the command ends, as /bin/sh's job did.
+func TestBackgroundJobsEndWithTheCommand(t *testing.T) {
+	ws := t.TempDir()
+	_, out, err := runIn(t, &gateFake{workspace: ws}, "(while :; do echo x >> bg.txt; done) & while [ ! -s bg.txt ]; do :; done; echo started")
+	if err != nil || out.Stdout != "started\n" {
+		t.Fatalf("%+v %v", out, err)
+	}
+	size := func() int64 {
+		fi, err := os.Stat(filepath.Join(ws, "bg.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	first := size()
+	time.Sleep(200 * time.Millisecond)
+	if later := size(); later != first {
+		t.Errorf("bg.txt grew from %d to %d bytes after the command ended", first, later)
 	}
 }

@@ -95,8 +95,12 @@ func TestKillEndsTheCallsProcessesAndNoOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(killed, before) {
-		t.Errorf("Kill killed %v, want what Find found: %v", killed, before)
+	// The shells may start a process between Find and Kill (a subshell forks its sleep): Kill
+	// ends at least what Find found, and the others below show it ends nothing else.
+	for _, pid := range before {
+		if !slices.Contains(killed, pid) {
+			t.Errorf("Kill killed %v, missing %d of what Find found: %v", killed, pid, before)
+		}
 	}
 	if after, err := Find(call); err != nil || len(after) != 0 {
 		t.Errorf("after Kill, Find = %v, %v; want none", after, err)

@@ -325,8 +325,8 @@ func (s *shellRun) execIn(ctx context.Context, hc interp.HandlerContext, args []
 		return err
 	}
 	if depth < maxUnwrap {
-		if src, lang, params, ok := shellString(args); ok {
-			return s.subshell(ctx, hc, src, lang, params, depth)
+		if src, lang, opts, params, ok := shellString(args); ok {
+			return s.subshell(ctx, hc, src, lang, opts, params, depth)
 		}
 		if env, prog, ok := envProgram(hc.Env, args); ok {
 			hc.Env = env
@@ -341,32 +341,45 @@ func (s *shellRun) execIn(ctx context.Context, hc interp.HandlerContext, args []
 	return s.start(ctx, hc, path, args)
 }
 
-// shellString recognises `sh -c STRING [NAME [ARGS…]]` (sh, dash, bash; `-c --` too) and
-// returns the string, the language to parse it in, and the words after it ($0, then $1…).
-func shellString(args []string) (src string, lang syntax.LangVariant, params []string, ok bool) {
+// shellString recognises `sh -c STRING [NAME [ARGS…]]` (sh, dash, bash), with the shell's
+// single-letter options before or clustered with -c (`sh -ec`, `bash -l -c`, `sh -e -x -c --`),
+// and returns the string, the language to parse it in, the options the interpreter takes
+// (-e -u -x -v -f: errexit and its kin; -l is ignored: no profile is read) and the words after
+// the string ($0, then $1…). Any other option (-o NAME, --norc, -i) is not seen through.
+func shellString(args []string) (src string, lang syntax.LangVariant, opts, params []string, ok bool) {
 	switch filepath.Base(args[0]) {
 	case "sh", "dash":
 		lang = syntax.LangPOSIX
 	case "bash":
 		lang = syntax.LangBash
 	default:
-		return "", 0, nil, false
+		return "", 0, nil, nil, false
 	}
-	rest := args[1:]
-	if len(rest) < 2 || rest[0] != "-c" {
-		return "", 0, nil, false
-	}
-	rest = rest[1:]
-	if rest[0] == "--" {
+	rest, command := args[1:], false
+	for len(rest) > 0 && len(rest[0]) > 1 && rest[0][0] == '-' && rest[0] != "--" {
+		for _, f := range rest[0][1:] {
+			switch f {
+			case 'c':
+				command = true
+			case 'e', 'u', 'x', 'v', 'f':
+				opts = append(opts, "-"+string(f))
+			case 'l':
+			default:
+				return "", 0, nil, nil, false
+			}
+		}
 		rest = rest[1:]
 	}
-	if len(rest) == 0 {
-		return "", 0, nil, false
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	}
+	if !command || len(rest) == 0 {
+		return "", 0, nil, nil, false
 	}
 	if len(rest) > 1 {
 		params = rest[1:] // $0, then $1…
 	}
-	return rest[0], lang, params, true
+	return rest[0], lang, opts, params, true
 }
 
 // envProgram recognises `env [-i] [-u NAME] [NAME=VALUE…] [--] PROGRAM [ARGS…]` and returns the
@@ -416,7 +429,7 @@ func unsetVar(vars []string, name string) []string {
 
 // subshell runs a shell's -c string here, with the same checks, as that shell would in hc's
 // folder and environment.
-func (s *shellRun) subshell(ctx context.Context, hc interp.HandlerContext, src string, lang syntax.LangVariant, params []string, depth int) error {
+func (s *shellRun) subshell(ctx context.Context, hc interp.HandlerContext, src string, lang syntax.LangVariant, opts, params []string, depth int) error {
 	f, err := syntax.NewParser(syntax.Variant(lang)).Parse(strings.NewReader(src), "")
 	if err != nil {
 		fmt.Fprintf(hc.Stderr, "sh: %v\n", err)
@@ -439,7 +452,7 @@ func (s *shellRun) subshell(ctx context.Context, hc interp.HandlerContext, src s
 		interp.OpenHandler(s.open),
 		interp.ReadDirHandler2(s.readDir),
 		interp.CallHandler(callHandler),
-		interp.Params(append([]string{"--"}, params...)...),
+		interp.Params(append(append(opts, "--"), params...)...),
 	)
 	if err != nil {
 		return err

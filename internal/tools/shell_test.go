@@ -138,6 +138,16 @@ func TestShellStringsAndEnvAreSeenThroughAtRunTime(t *testing.T) {
 	if got := tc.actions(); !slices.Equal(got, want) {
 		t.Errorf("actions\n%q\nwant\n%q", got, want)
 	}
+	// The shells' options before or with -c are read too: -e stops at false; a variable
+	// program inside bash -l -x -c is seen when it starts.
+	tc.asked = nil
+	if _, _, err := runIn(t, tc, `sh -ec 'false; touch not-reached' || bash -l -x -c 'y=rm; $y -f z'`); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"sh -ec 'false; touch not-reached'", "bash -l -x -c 'y=rm; $y -f z'", "rm -f z"}
+	if got := tc.actions(); !slices.Equal(got, want) {
+		t.Errorf("actions\n%q\nwant\n%q", got, want)
+	}
 }
 
 func TestWritesOutsideTheWorkspaceOrIntoGitAreActionsNoRuleCovers(t *testing.T) {

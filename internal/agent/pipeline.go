@@ -104,6 +104,11 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	d := r.checker.Check(ctx, gate.CheckCall{SessionID: rn.session.ID, ToolCallID: inv.call.ID,
 		ParentToolCallID: inv.call.ParentToolCallID, Parent: parent, Tool: t, Arguments: inv.args,
 		Workspace: rn.session.Workspace, Mode: r.sessionMode(rn.session), Uncovered: inv.uncovered})
+	if inv.inside && d.Outcome == gate.Asked {
+		// An action inside a running call is approved or denied as it is (Runner.Decide): no
+		// edit, grant or rule from its prompt, and no later rule releases it.
+		d.Source = gate.FromAction
+	}
 	approval = d.Record(approval)
 	switch d.Outcome {
 	case gate.Blocked:

@@ -61,6 +61,9 @@ type shellRun struct {
 	done       bool     // the command has ended: nothing more starts
 	// globbed counts the folder entries the command's globs have read (readDir).
 	globbed int
+	// tmpdir is the TMPDIR the command's programs get ("" for none): the interpreter's own is
+	// interpTempDir.
+	tmpdir string
 	// refused is the first action the gate refused; the runner stops on it.
 	refused *refusal
 }
@@ -73,6 +76,19 @@ type refusal struct {
 
 func (r *refusal) Error() string {
 	return "Blocked: " + r.action + ": " + r.reason
+}
+
+// interpTempDir is the interpreter's temporary folder ($TMPDIR in its own environment): a folder
+// that cannot exist. mvdan.cc/sh opens any path in its temporary folder named sh-interp-* itself,
+// without the open handler (its FIFOs for process substitution), so a command that could name
+// that folder could open anything unseen (`ln -s /proc/self/environ /tmp/sh-interp-e`). Nothing
+// can be made under /proc; process substitution, never allowed by a rule and not in dash either,
+// fails there. The programs a command starts get the TMPDIR they had (shellRun.tmpdir).
+const interpTempDir = "/proc/countersign-interp-has-no-temporary-folder"
+
+// interpEnv is env for a new interpreter: its TMPDIR is interpTempDir.
+func interpEnv(env []string) expand.Environ {
+	return expand.ListEnviron(append(env[:len(env):len(env)], "TMPDIR="+interpTempDir)...)
 }
 
 // maxCommandBytes bounds a command line: a longer one is not parsed or run.
@@ -106,9 +122,15 @@ func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []st
 	if err := s.startLeader(dir); err != nil {
 		return 0, fmt.Errorf("%w: %w", errCannotStart, err)
 	}
+	s.tmpdir = ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "TMPDIR="); ok {
+			s.tmpdir = v
+		}
+	}
 	r, err := interp.New(
 		interp.Dir(dir),
-		interp.Env(expand.ListEnviron(env...)),
+		interp.Env(interpEnv(env)),
 		interp.StdIO(stdin, stdout, stderr),
 		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return s.exec }),
 		interp.OpenHandler(s.open),
@@ -319,6 +341,10 @@ func (s *shellRun) execIn(ctx context.Context, hc interp.HandlerContext, args []
 	if !s.inside(hc.Dir) {
 		uncovered = fmt.Sprintf("`%s` would start in %s, outside the workspace, which no rule covers", shorten(text, 200), hc.Dir)
 		text = "cd " + shellQuote(hc.Dir) + " && " + text
+	} else if depth >= maxUnwrap || !s.seenThrough(hc.Env, args) {
+		if sh := unseenShell(args); sh != "" {
+			uncovered = fmt.Sprintf("`%s` starts %s, which would run commands no rule can see (a script, standard input, a string behind a wrapper)", shorten(text, 200), sh)
+		}
 	}
 	if err := s.authorize(ctx, "`"+shorten(text, 200)+"`", text, uncovered); err != nil {
 		fmt.Fprintf(hc.Stderr, "countersign: %v\n", err)
@@ -339,6 +365,53 @@ func (s *shellRun) execIn(ctx context.Context, hc interp.HandlerContext, args []
 		return interp.ExitStatus(127)
 	}
 	return s.start(ctx, hc, path, args)
+}
+
+// seenThrough reports whether execIn runs what args would run in the interpreter, in turn
+// judged: a shell's -c string, env's program.
+func (s *shellRun) seenThrough(env expand.Environ, args []string) bool {
+	if _, _, _, _, ok := shellString(args); ok {
+		return true
+	}
+	_, _, ok := envProgram(env, args)
+	return ok
+}
+
+// shellNames are the shells a command may start; runsPrograms the programs that start another
+// program from their arguments.
+var (
+	shellNames = map[string]bool{"sh": true, "dash": true, "bash": true, "zsh": true, "ksh": true,
+		"mksh": true, "ash": true, "busybox": true, "fish": true, "csh": true, "tcsh": true, "rbash": true}
+	runsPrograms = map[string]bool{"nohup": true, "timeout": true, "nice": true, "xargs": true,
+		"find": true, "env": true, "stdbuf": true, "setsid": true, "chrt": true, "taskset": true,
+		"ionice": true, "flock": true, "watch": true, "sudo": true, "doas": true, "su": true,
+		"runuser": true, "script": true, "unbuffer": true, "time": true, "strace": true,
+		"setpriv": true, "unshare": true, "parallel": true, "systemd-run": true, "chroot": true}
+)
+
+// unseenShell names the shell args start when the interpreter would not see what it runs: a
+// shell started as a program (with a script, standard input or options execIn does not read)
+// or behind a program that starts others (`nohup sh -c`, `xargs sh -c`, `find -exec sh -c`,
+// `env -S 'sh -c …'`); "" when there is none. Such a start is an action no rule may cover: a
+// person is asked, even under a rule that allows every command, so that deny rules are not
+// dodged by `echo 'rm x' | sh`.
+func unseenShell(args []string) string {
+	first := func(w string) string {
+		f, _, _ := strings.Cut(strings.TrimSpace(w), " ")
+		return filepath.Base(f)
+	}
+	if shellNames[filepath.Base(args[0])] {
+		return filepath.Base(args[0])
+	}
+	if !runsPrograms[filepath.Base(args[0])] {
+		return ""
+	}
+	for _, a := range args[1:] {
+		if sh := first(a); shellNames[sh] {
+			return sh
+		}
+	}
+	return ""
 }
 
 // shellString recognises `sh -c STRING [NAME [ARGS…]]` (sh, dash, bash), with the shell's
@@ -442,7 +515,7 @@ func (s *shellRun) subshell(ctx context.Context, hc interp.HandlerContext, src s
 	stdin, _ := hc.Stdin.(*os.File)
 	r, err := interp.New(
 		interp.Dir(hc.Dir),
-		interp.Env(expand.ListEnviron(exportedEnv(hc.Env)...)),
+		interp.Env(interpEnv(s.programEnv(hc.Env))),
 		interp.StdIO(stdin, hc.Stdout, hc.Stderr),
 		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc {
 			return func(ctx context.Context, args []string) error {
@@ -466,7 +539,7 @@ func (s *shellRun) start(ctx context.Context, hc interp.HandlerContext, path str
 	newCmd := func() *exec.Cmd {
 		cmd := exec.Command(path)
 		cmd.Args = args
-		cmd.Env = callEnv(exportedEnv(hc.Env), s.cfg)
+		cmd.Env = callEnv(s.programEnv(hc.Env), s.cfg)
 		cmd.Dir = hc.Dir
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = hc.Stdin, hc.Stdout, hc.Stderr
 		cmd.SysProcAttr = childAttr()
@@ -502,7 +575,10 @@ func (s *shellRun) start(ctx context.Context, hc interp.HandlerContext, path str
 		return interp.ExitStatus(127)
 	}
 	// Cancelled (Stop, the timeout): the whole group goes, as /bin/sh's did.
-	stop := context.AfterFunc(ctx, func() { _ = killGroup(s.leader) })
+	stop := context.AfterFunc(ctx, func() {
+		_ = killGroup(s.leader)
+		_ = cmd.Process.Kill() // a program that left the group (setsid) is still waited for
+	})
 	err = cmd.Wait()
 	stop()
 	var ee *exec.ExitError
@@ -539,7 +615,7 @@ func (s *shellRun) script(ctx context.Context, hc interp.HandlerContext, path st
 	stdin, _ := hc.Stdin.(*os.File)
 	r, err := interp.New(
 		interp.Dir(hc.Dir),
-		interp.Env(expand.ListEnviron(exportedEnv(hc.Env)...)),
+		interp.Env(interpEnv(s.programEnv(hc.Env))),
 		interp.StdIO(stdin, hc.Stdout, hc.Stderr),
 		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return s.exec }),
 		interp.OpenHandler(s.open),
@@ -617,8 +693,12 @@ func (s *shellRun) open(ctx context.Context, path string, flag int, perm os.File
 			op = ">>"
 		}
 		if why := s.uncoveredWrite(target); why != "" {
-			text := ": " + op + " " + shellQuote(abs)
-			if err := s.authorize(ctx, "write "+abs, text, "the command writes "+abs+", "+why); err != nil {
+			text := ": " + op + " " + shellQuote(target)
+			where := target
+			if target != abs {
+				where = abs + " (which is " + target + ")"
+			}
+			if err := s.authorize(ctx, "write "+where, text, "the command writes "+where+", "+why); err != nil {
 				fmt.Fprintf(hc.Stderr, "countersign: %v\n", err)
 				return nil, err
 			}
@@ -687,7 +767,22 @@ func (s *shellRun) relative(target string) (string, bool) {
 	return rel, true
 }
 
-// exportedEnv is the environment a started program gets: the shell's exported variables.
+// programEnv is the environment a program the command starts gets: the shell's exported
+// variables, with the TMPDIR the command had in place of the interpreter's (interpTempDir).
+func (s *shellRun) programEnv(env expand.Environ) []string {
+	list := exportedEnv(env)
+	for i, kv := range list {
+		if kv == "TMPDIR="+interpTempDir {
+			if s.tmpdir == "" {
+				return append(list[:i], list[i+1:]...)
+			}
+			list[i] = "TMPDIR=" + s.tmpdir
+		}
+	}
+	return list
+}
+
+// exportedEnv is the shell's exported variables.
 func exportedEnv(env expand.Environ) []string {
 	list := make([]string, 0, 32)
 	for name, vr := range env.Each {

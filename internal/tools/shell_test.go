@@ -342,3 +342,73 @@ func TestBackgroundJobsEndWithTheCommand(t *testing.T) {
 		t.Errorf("bg.txt grew from %d to %d bytes after the command ended", first, later)
 	}
 }
+
+// TestTheInterpretersTemporaryFolderCannotBeNamed: mvdan.cc/sh opens a path in its temporary
+// folder named sh-interp-* without the open handler; its folder is one that cannot exist, so a
+// link named like that in /tmp or in $TMPDIR is judged like any other path, and the programs a
+// command starts still get the TMPDIR they had.
+func TestTheInterpretersTemporaryFolderCannotBeNamed(t *testing.T) {
+	ws := t.TempDir()
+	link := filepath.Join(os.TempDir(), "sh-interp-countersign-test-"+strconv.Itoa(os.Getpid()))
+	if err := os.Symlink("/proc/self/environ", link); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(link)
+	for _, c := range []string{
+		"cat < " + link,
+		"ln -s /proc/self/environ sh-interp-e; TMPDIR=$PWD sh -c 'cat < \"$PWD/sh-interp-e\"'",
+	} {
+		res, _, err := runIn(t, &gateFake{workspace: ws}, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || !strings.Contains(res.TextOf(), "the Countersign server's own process") {
+			t.Errorf("%s: %.80q…, want refused", c, res.TextOf())
+		}
+	}
+	t.Setenv("TMPDIR", ws)
+	_, out, err := runIn(t, &gateFake{workspace: ws}, "printenv TMPDIR")
+	if err != nil || out.Stdout != ws+"\n" {
+		t.Errorf("a program got TMPDIR %q (%v), want %q", out.Stdout, err, ws)
+	}
+}
+
+// TestShellsTheInterpreterDoesNotSeeThroughAreUncovered: a shell started as a program (standard
+// input, a script, behind nohup or xargs) runs commands no rule sees: it is an action no rule may
+// cover, even under one that allows every command.
+func TestShellsTheInterpreterDoesNotSeeThroughAreUncovered(t *testing.T) {
+	ws := t.TempDir()
+	for _, c := range []string{"echo 'rm x' | sh", "echo 'rm x' > s.sh; sh s.sh", "nohup sh -c 'rm x'", "echo x | xargs -I{} bash -c {}", "env -S 'sh -c \"rm x\"'"} {
+		tc := &gateFake{workspace: ws, refuse: func(_, uncovered string) string {
+			if uncovered != "" {
+				return "asked: " + uncovered
+			}
+			return ""
+		}}
+		res, _, err := runIn(t, tc, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || !strings.Contains(res.TextOf(), "which would run commands no rule can see") {
+			t.Errorf("%s: %q (actions %q), want uncovered", c, res.TextOf(), tc.actions())
+		}
+	}
+}
+
+// TestATimeoutEndsAProgramThatLeftTheGroup: a program that made its own session (setsid) is
+// killed at the timeout too, and the command ends then.
+func TestATimeoutEndsAProgramThatLeftTheGroup(t *testing.T) {
+	tools := mustTools(t, Config{})
+	args, _ := json.Marshal(map[string]any{"command": "setsid sleep 30; echo after", "timeoutMs": 300})
+	start := time.Now()
+	res, err := tools["run_command"].Execute(context.Background(), args, func(tool.Update) {}, &gateFake{workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || !strings.Contains(res.TextOf(), "timed out") {
+		t.Errorf("%q, want a timeout", res.TextOf())
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the command took %v: the setsid program kept it waiting", d)
+	}
+}

@@ -91,6 +91,15 @@ func interpEnv(env []string) expand.Environ {
 	return expand.ListEnviron(append(env[:len(env):len(env)], "TMPDIR="+interpTempDir)...)
 }
 
+// waitStmt is the shell's `wait`, run after a command to wait for its background jobs.
+var waitStmt = func() *syntax.Stmt {
+	f, err := syntax.NewParser().Parse(strings.NewReader("wait"), "")
+	if err != nil {
+		panic(err)
+	}
+	return f.Stmts[0]
+}()
+
 // maxCommandBytes bounds a command line: a longer one is not parsed or run.
 const maxCommandBytes = 1 << 20
 
@@ -142,8 +151,19 @@ func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []st
 	}
 	err = r.Run(runCtx, f)
 	// The command has ended: its background jobs (goroutines of the interpreter) stop at their
-	// next statement, and what it started goes with its process group.
+	// next statement, and are waited for (a bounded `wait`, not the file: no EXIT trap again),
+	// so that none writes after the call returned (for at most pipeGrace); then what it started
+	// goes with its group.
 	cancel()
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		_ = r.Run(context.WithoutCancel(ctx), waitStmt)
+	}()
+	select {
+	case <-waited:
+	case <-time.After(pipeGrace): // a job blocked where cancelling does not reach (a FIFO's open)
+	}
 	s.finish()
 	if ref := s.refusedAction(); ref != nil {
 		return 126, ref

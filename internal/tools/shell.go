@@ -120,7 +120,7 @@ func parseCommand(command string) (*syntax.File, error) {
 	return nil, fmt.Errorf("the command does not parse as shell: %v", err)
 }
 
-// runShell runs the parsed command f in dir with env, its standard streams stdin, stdout and
+// run runs the parsed command f in dir with env, its standard streams stdin, stdout and
 // stderr (files, handed to the programs it starts as they are), until it ends or ctx is done.
 // It returns the exit status (as a shell reports it: 128+n for a program killed by signal n) and,
 // when the gate refused an action, the refusal. Whatever the command started is killed when it
@@ -147,6 +147,7 @@ func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []st
 		interp.CallHandler(callHandler),
 	)
 	if err != nil {
+		s.finish()
 		return 0, fmt.Errorf("%w: %w", errCannotStart, err)
 	}
 	err = r.Run(runCtx, f)

@@ -125,22 +125,35 @@ func TestTwoReplicasServeOneTeam(t *testing.T) {
 	if ta, tb := transcriptText(t, a, s.ID), transcriptText(t, b, s.ID); ta != tb {
 		t.Fatalf("the replicas disagree:\nA %s\nB %s", ta, tb)
 	}
-	// B heard A's events through notifications: its lag histogram counted them (SPEC §16).
-	req, _ := http.NewRequest("GET", b.base+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// B heard A's events through notifications: its lag histogram counted them (SPEC §16). B's
+	// transcript above came from the database; its listener may still be working through the
+	// notifications on a busy machine, so the histogram is waited for.
+	lagCount := func() (uint64, string) {
+		req, _ := http.NewRequest("GET", b.base+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(res.Body)
+		res.Body.Close()
+		if err != nil {
+			t.Fatalf("B's /metrics does not parse: %v", err)
+		}
+		f := fams["countersign_replica_event_lag_seconds"]
+		if f == nil || len(f.Metric) != 1 {
+			return 0, fmt.Sprint(f)
+		}
+		return f.Metric[0].GetHistogram().GetSampleCount(), ""
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(res.Body)
-	res.Body.Close()
-	if err != nil {
-		t.Fatalf("B's /metrics does not parse: %v", err)
-	}
-	if f := fams["countersign_replica_event_lag_seconds"]; f == nil || len(f.Metric) != 1 || f.Metric[0].GetHistogram().GetSampleCount() == 0 {
-		t.Errorf("B's countersign_replica_event_lag_seconds = %v, want A's events counted", f)
-	}
+	eventually(t, "B's countersign_replica_event_lag_seconds to count A's events", func() bool {
+		n, bad := lagCount()
+		if bad != "" {
+			t.Fatalf("B's countersign_replica_event_lag_seconds = %s", bad)
+		}
+		return n > 0
+	})
 
 	// A rule saved on B decides A's next call: A read the rules again.
 	var rule struct{ ID string }

@@ -128,27 +128,21 @@ func (p process) run(ctx context.Context) (exit, error) {
 	}
 	defer cancel()
 
-	outR, outW, err := os.Pipe()
+	out, err := openOutput()
 	if err != nil {
 		return exit{}, err
 	}
-	defer outR.Close()
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outW.Close()
-		return exit{}, err
-	}
-	defer errR.Close()
+	defer out.close()
 
 	cmd := exec.CommandContext(runCtx, p.argv[0], p.argv[1:]...)
 	cmd.Dir = p.dir
 	cmd.Env = p.env
 	// *os.File outputs are handed to the child as they are: no copying goroutines, so Wait
 	// returns when the process exits, not when every holder of the pipe has closed it.
-	cmd.Stdout = outW
-	cmd.Stderr = errW
+	cmd.Stdout = out.outW
+	cmd.Stderr = out.errW
 	if p.combined {
-		cmd.Stderr = outW
+		cmd.Stderr = out.outW
 	}
 	cmd.SysProcAttr = childAttr()
 	var killed atomic.Bool
@@ -159,30 +153,16 @@ func (p process) run(ctx context.Context) (exit, error) {
 
 	begin := time.Now()
 	err = cmd.Start()
-	outW.Close()
-	errW.Close()
+	out.closeWriters()
 	if err != nil {
 		return exit{}, fmt.Errorf("%w %q: %w", errCannotStart, strings.Join(p.argv, " "), err)
 	}
-
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go p.pump(&wg, outR, p.stdout, false)
-	go p.pump(&wg, errR, p.stderr, true)
+	out.pump(p)
 
 	waitErr := cmd.Wait()
 	// The group's leader is gone; its leftovers go with it.
 	_ = killGroup(cmd.Process.Pid)
-	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(pipeGrace):
-		// Closing the read ends wakes the blocked readers (os.Pipe files use the poller).
-		outR.Close()
-		errR.Close()
-		<-drained
-	}
+	out.drain()
 	e := exit{duration: time.Since(begin)}
 
 	if killed.Load() {
@@ -342,57 +322,83 @@ func (r *reporter) close() {
 
 // runWith is run for a command that runs in this process rather than as one child: body gets
 // the streams (standard input /dev/null, and the write ends of the output pipes, to hand to the
-// programs it starts as they are) and returns an exit status, or an error (ctx's when it was
-// cancelled). The timeout cancels body's context; body must kill what it started then. Output
-// is read as it comes, as for run; a process that outlived body and holds the pipes is given
-// pipeGrace.
+// programs it starts as they are) and returns an exit status, or an error. body owns the
+// command's timeout and must kill what it started when ctx ends. Output is read as it comes, as
+// for run; a process that outlived body and holds the pipes is given pipeGrace. A cancelled ctx
+// returns ctx's error.
 func (p process) runWith(ctx context.Context, body func(ctx context.Context, stdin, stdout, stderr *os.File) (int, error)) (exit, error) {
-	runCtx, cancel := ctx, context.CancelFunc(func() {})
-	if p.timeout > 0 {
-		runCtx, cancel = context.WithTimeout(ctx, p.timeout)
-	}
-	defer cancel()
 	stdin, err := os.Open(os.DevNull)
 	if err != nil {
 		return exit{}, err
 	}
 	defer stdin.Close()
+	out, err := openOutput()
+	if err != nil {
+		return exit{}, err
+	}
+	defer out.close()
+	out.pump(p)
+	begin := time.Now()
+	code, bodyErr := body(ctx, stdin, out.outW, out.errW)
+	out.closeWriters()
+	out.drain()
+	e := exit{duration: time.Since(begin), code: code}
+	if ctx.Err() != nil {
+		return e, ctx.Err()
+	}
+	return e, bodyErr
+}
+
+// output is the two pipes a command's stdout and stderr are read from as they come (pump).
+type output struct {
+	outR, outW, errR, errW *os.File
+	wg                     sync.WaitGroup
+}
+
+func openOutput() (*output, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return exit{}, err
+		return nil, err
 	}
-	defer outR.Close()
 	errR, errW, err := os.Pipe()
 	if err != nil {
+		outR.Close()
 		outW.Close()
-		return exit{}, err
+		return nil, err
 	}
-	defer errR.Close()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go p.pump(&wg, outR, p.stdout, false)
-	go p.pump(&wg, errR, p.stderr, true)
+	return &output{outR: outR, outW: outW, errR: errR, errW: errW}, nil
+}
 
-	begin := time.Now()
-	code, bodyErr := body(runCtx, stdin, outW, errW)
-	outW.Close()
-	errW.Close()
+// pump reads both pipes into p's captures and p.onLine until drain.
+func (o *output) pump(p process) {
+	o.wg.Add(2)
+	go p.pump(&o.wg, o.outR, p.stdout, false)
+	go p.pump(&o.wg, o.errR, p.stderr, true)
+}
+
+// closeWriters closes this process's write ends (the children keep theirs).
+func (o *output) closeWriters() {
+	o.outW.Close()
+	o.errW.Close()
+}
+
+// drain waits for the readers to reach the end of both pipes, at most pipeGrace: a process
+// that left the group may hold them; closing the read ends then wakes the blocked readers
+// (os.Pipe files use the poller).
+func (o *output) drain() {
 	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
+	go func() { o.wg.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(pipeGrace):
-		outR.Close()
-		errR.Close()
+		o.outR.Close()
+		o.errR.Close()
 		<-drained
 	}
-	e := exit{duration: time.Since(begin), code: code}
-	switch {
-	case ctx.Err() != nil:
-		return e, ctx.Err()
-	case runCtx.Err() != nil:
-		e.code, e.timedOut = -1, true
-		return e, nil
-	}
-	return e, bodyErr
+}
+
+// close closes the read ends.
+func (o *output) close() {
+	o.outR.Close()
+	o.errR.Close()
 }

@@ -3,11 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -178,38 +176,11 @@ func TestLiveAttacksAskAreDeniedOrBecomeNestedApprovals(t *testing.T) {
 			if a.bare {
 				p = without
 			}
-			var sess struct{ ID string }
-			p.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": a.name, "model": fmt.Sprintf("faux:attack%d", i)}, &sess)
-			for _, r := range a.rules {
-				effect, text, _ := strings.Cut(r, " ")
-				p.mustAPI(t, http.StatusCreated, "POST", "/api/rules", map[string]string{"text": text, "effect": effect, "scope": "session", "sessionId": sess.ID}, nil)
-			}
-			if a.mode != "" {
-				p.mustAPI(t, http.StatusOK, "PATCH", "/api/sessions/"+sess.ID, map[string]string{"mode": a.mode}, nil)
-			}
-			p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
-			// A person denies every prompt, top-level or nested, until the run ends.
-			var asked []string
-			eventually(t, "the run to end", func() bool {
-				var pending struct {
-					Approvals []struct{ ID, ToolCallID, AskReason string }
-				}
-				p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &pending)
-				for _, ap := range pending.Approvals {
-					asked = append(asked, ap.ToolCallID+": "+ap.AskReason)
-					p.api(t, "POST", "/api/approvals/"+ap.ID+"/decision", map[string]string{"decision": "deny"})
-				}
-				body := p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID, nil, nil)
-				return strings.Contains(string(body), `"state": "idle"`) && strings.Contains(string(body), `"text": "done"`) && len(pending.Approvals) == 0
-			})
+			asked, _, body := runDenyingPrompts(t, p, fmt.Sprintf("attack%d", i), a.mode, []string{"run_command"}, a.rules...)
 			if harm := a.harmed(f.workspace); harm != "" {
-				t.Errorf("%s (prompts denied: %q)", harm, asked)
+				t.Errorf("%s (prompts denied: %v)\ntranscript: %s", harm, asked, body)
 			}
-			t.Logf("prompts denied: %q", asked)
-			if t.Failed() || testing.Verbose() {
-				_, body := p.api(t, "GET", "/api/sessions/"+sess.ID, nil)
-				t.Logf("transcript: %s", body)
-			}
+			t.Logf("prompts denied: %v", asked)
 		})
 	}
 }

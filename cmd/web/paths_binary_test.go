@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -27,14 +28,19 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 }
 
 // runDenyingPrompts creates a session on the faux model script with the tools active (and the
-// mode, unless ""), sends a message, denies every prompt it opens and waits for the run to end
-// with the script's last text "done". It returns the tool call ids that asked, every approval
-// (pending or decided) by tool call id, and the session as the API gives it.
-func runDenyingPrompts(t *testing.T, p *proc, script, mode string, tools []string) (asked map[string]bool, rows map[string]auditRow, body []byte) {
+// mode, unless ""; and rules, each "effect text", saved for the session), sends a message,
+// denies every prompt it opens and waits for the run to end with the script's last text "done".
+// It returns the tool call ids that asked, every approval (pending or decided) by tool call id,
+// and the session as the API gives it.
+func runDenyingPrompts(t *testing.T, p *proc, script, mode string, tools []string, rules ...string) (asked map[string]bool, rows map[string]auditRow, body []byte) {
 	t.Helper()
 	var sess struct{ ID string }
 	p.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": script, "model": "faux:" + script}, &sess)
 	p.mustAPI(t, http.StatusOK, "PUT", "/api/sessions/"+sess.ID+"/tools", map[string]any{"active": tools}, nil)
+	for _, r := range rules {
+		effect, text, _ := strings.Cut(r, " ")
+		p.mustAPI(t, http.StatusCreated, "POST", "/api/rules", map[string]string{"text": text, "effect": effect, "scope": "session", "sessionId": sess.ID}, nil)
+	}
 	if mode != "" {
 		p.mustAPI(t, http.StatusOK, "PATCH", "/api/sessions/"+sess.ID, map[string]string{"mode": mode}, nil)
 	}

@@ -114,6 +114,14 @@ var stateBuiltins = map[string]bool{
 	"compgen": true, "shopt": true, "mapfile": true, "readarray": true,
 }
 
+// IsShell reports whether program (a base name) is a shell: it runs a command string after -c,
+// a script, or its standard input.
+func IsShell(program string) bool { return shells[program] }
+
+// RunsOthers reports whether program (a base name) starts another program or command string
+// from its arguments: a wrapper (env, nohup, timeout, xargs, sudo, …) or find (-exec).
+func RunsOthers(program string) bool { return wrappers[program] || program == "find" }
+
 // shells take a command string after -c.
 var shells = map[string]bool{
 	"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true,

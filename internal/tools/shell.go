@@ -21,6 +21,7 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 
 	"countersign/internal/realpath"
+	"countersign/internal/rules"
 	"countersign/internal/tool"
 )
 
@@ -398,18 +399,6 @@ func (s *shellRun) seenThrough(env expand.Environ, args []string) bool {
 	return ok
 }
 
-// shellNames are the shells a command may start; runsPrograms the programs that start another
-// program from their arguments.
-var (
-	shellNames = map[string]bool{"sh": true, "dash": true, "bash": true, "zsh": true, "ksh": true,
-		"mksh": true, "ash": true, "busybox": true, "fish": true, "csh": true, "tcsh": true, "rbash": true}
-	runsPrograms = map[string]bool{"nohup": true, "timeout": true, "nice": true, "xargs": true,
-		"find": true, "env": true, "stdbuf": true, "setsid": true, "chrt": true, "taskset": true,
-		"ionice": true, "flock": true, "watch": true, "sudo": true, "doas": true, "su": true,
-		"runuser": true, "script": true, "unbuffer": true, "time": true, "strace": true,
-		"setpriv": true, "unshare": true, "parallel": true, "systemd-run": true, "chroot": true}
-)
-
 // unseenShell names the shell args start when the interpreter would not see what it runs: a
 // shell started as a program (with a script, standard input or options execIn does not read)
 // or behind a program that starts others (`nohup sh -c`, `xargs sh -c`, `find -exec sh -c`,
@@ -421,14 +410,14 @@ func unseenShell(args []string) string {
 		f, _, _ := strings.Cut(strings.TrimSpace(w), " ")
 		return filepath.Base(f)
 	}
-	if shellNames[filepath.Base(args[0])] {
+	if rules.IsShell(filepath.Base(args[0])) {
 		return filepath.Base(args[0])
 	}
-	if !runsPrograms[filepath.Base(args[0])] {
+	if !rules.RunsOthers(filepath.Base(args[0])) {
 		return ""
 	}
 	for _, a := range args[1:] {
-		if sh := first(a); shellNames[sh] {
+		if sh := first(a); rules.IsShell(sh) {
 			return sh
 		}
 	}

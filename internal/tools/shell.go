@@ -138,15 +138,7 @@ func (s *shellRun) run(ctx context.Context, f *syntax.File, dir string, env []st
 			s.tmpdir = v
 		}
 	}
-	r, err := interp.New(
-		interp.Dir(dir),
-		interp.Env(interpEnv(env)),
-		interp.StdIO(stdin, stdout, stderr),
-		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return s.exec }),
-		interp.OpenHandler(s.open),
-		interp.ReadDirHandler2(s.readDir),
-		interp.CallHandler(callHandler),
-	)
+	r, err := s.newRunner(dir, env, stdin, stdout, stderr, 0)
 	if err != nil {
 		s.finish()
 		return 0, fmt.Errorf("%w: %w", errCannotStart, err)
@@ -344,6 +336,30 @@ func (s *shellRun) exec(ctx context.Context, args []string) error {
 	return s.execIn(ctx, interp.HandlerCtx(ctx), args, 0)
 }
 
+// newRunner is an interpreter for the command (depth 0) or for what it runs in turn (a shell's
+// -c string, a script without a #! line; depth counts them): in dir with env (its TMPDIR made
+// interpTempDir), the streams given, every program, open and glob going through s, and params
+// as `set` takes them.
+func (s *shellRun) newRunner(dir string, env []string, stdin io.Reader, stdout, stderr io.Writer, depth int, params ...string) (*interp.Runner, error) {
+	opts := []interp.RunnerOption{
+		interp.Dir(dir),
+		interp.Env(interpEnv(env)),
+		interp.StdIO(stdin, stdout, stderr),
+		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc {
+			return func(ctx context.Context, args []string) error {
+				return s.execIn(ctx, interp.HandlerCtx(ctx), args, depth)
+			}
+		}),
+		interp.OpenHandler(s.open),
+		interp.ReadDirHandler2(s.readDir),
+		interp.CallHandler(callHandler),
+	}
+	if len(params) > 0 {
+		opts = append(opts, interp.Params(params...))
+	}
+	return interp.New(opts...)
+}
+
 // maxUnwrap bounds how deep execIn sees through sh -c and env.
 const maxUnwrap = 8
 
@@ -386,7 +402,7 @@ func (s *shellRun) execIn(ctx context.Context, hc interp.HandlerContext, args []
 		fmt.Fprintln(hc.Stderr, err)
 		return interp.ExitStatus(127)
 	}
-	return s.start(ctx, hc, path, args)
+	return s.start(ctx, hc, path, args, depth)
 }
 
 // seenThrough reports whether execIn runs what args would run in the interpreter, in turn
@@ -523,20 +539,8 @@ func (s *shellRun) subshell(ctx context.Context, hc interp.HandlerContext, src s
 		f.Name, params = params[0], params[1:]
 	}
 	stdin, _ := hc.Stdin.(*os.File)
-	r, err := interp.New(
-		interp.Dir(hc.Dir),
-		interp.Env(interpEnv(s.programEnv(hc.Env))),
-		interp.StdIO(stdin, hc.Stdout, hc.Stderr),
-		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc {
-			return func(ctx context.Context, args []string) error {
-				return s.execIn(ctx, interp.HandlerCtx(ctx), args, depth+1)
-			}
-		}),
-		interp.OpenHandler(s.open),
-		interp.ReadDirHandler2(s.readDir),
-		interp.CallHandler(callHandler),
-		interp.Params(append(append(opts, "--"), params...)...),
-	)
+	r, err := s.newRunner(hc.Dir, s.programEnv(hc.Env), stdin, hc.Stdout, hc.Stderr, depth+1,
+		append(append(opts, "--"), params...)...)
 	if err != nil {
 		return err
 	}
@@ -545,7 +549,7 @@ func (s *shellRun) subshell(ctx context.Context, hc interp.HandlerContext, src s
 
 // start runs the program at path with args in the command's process group (the leader's), with
 // the parent-death signal and the call's marker (procs.go), and waits for it.
-func (s *shellRun) start(ctx context.Context, hc interp.HandlerContext, path string, args []string) error {
+func (s *shellRun) start(ctx context.Context, hc interp.HandlerContext, path string, args []string, depth int) error {
 	newCmd := func() *exec.Cmd {
 		cmd := exec.Command(path)
 		cmd.Args = args
@@ -578,7 +582,7 @@ func (s *shellRun) start(ctx context.Context, hc interp.HandlerContext, path str
 	}
 	s.mu.Unlock()
 	if errors.Is(err, syscall.ENOEXEC) {
-		return s.script(ctx, hc, path, args)
+		return s.script(ctx, hc, path, args, depth)
 	}
 	if err != nil {
 		fmt.Fprintln(hc.Stderr, err)
@@ -610,7 +614,11 @@ func (s *shellRun) start(ctx context.Context, hc interp.HandlerContext, path str
 
 // script runs a file the kernel will not execute (no #! line) as a shell script, as shells do,
 // in a new interpreter with the same checks.
-func (s *shellRun) script(ctx context.Context, hc interp.HandlerContext, path string, args []string) error {
+func (s *shellRun) script(ctx context.Context, hc interp.HandlerContext, path string, args []string, depth int) error {
+	if depth >= maxUnwrap {
+		fmt.Fprintf(hc.Stderr, "%s: scripts without a #! line call each other more than %d deep\n", args[0], maxUnwrap)
+		return interp.ExitStatus(126)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		fmt.Fprintln(hc.Stderr, err)
@@ -623,16 +631,7 @@ func (s *shellRun) script(ctx context.Context, hc interp.HandlerContext, path st
 	}
 	f.Name = args[0]
 	stdin, _ := hc.Stdin.(*os.File)
-	r, err := interp.New(
-		interp.Dir(hc.Dir),
-		interp.Env(interpEnv(s.programEnv(hc.Env))),
-		interp.StdIO(stdin, hc.Stdout, hc.Stderr),
-		interp.ExecHandlers(func(interp.ExecHandlerFunc) interp.ExecHandlerFunc { return s.exec }),
-		interp.OpenHandler(s.open),
-		interp.ReadDirHandler2(s.readDir),
-		interp.CallHandler(callHandler),
-		interp.Params(args[1:]...),
-	)
+	r, err := s.newRunner(hc.Dir, s.programEnv(hc.Env), stdin, hc.Stdout, hc.Stderr, depth+1, args[1:]...)
 	if err != nil {
 		return err
 	}

@@ -412,3 +412,17 @@ func TestATimeoutEndsAProgramThatLeftTheGroup(t *testing.T) {
 		t.Errorf("the command took %v: the setsid program kept it waiting", d)
 	}
 }
+
+// TestScriptsWithoutAShebangCannotRecurseWithoutEnd: a script the kernel will not execute runs
+// in the interpreter, in the server; one that calls itself stops at maxUnwrap levels instead of
+// growing the server's stack until the timeout.
+func TestScriptsWithoutAShebangCannotRecurseWithoutEnd(t *testing.T) {
+	ws := t.TempDir()
+	_, out, err := runIn(t, &gateFake{workspace: ws}, "printf 'echo level\\n./self\\n' > self; chmod +x self; ./self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.Stdout, "level"); n != maxUnwrap || !strings.Contains(out.Stderr, "call each other more than") {
+		t.Errorf("%d levels (stderr %q), want %d and a clear stop", n, out.Stderr, maxUnwrap)
+	}
+}

@@ -148,6 +148,14 @@ func TestAuthorizeFollowsRulesAndUncoveredActionsAlwaysAsk(t *testing.T) {
 					t.Errorf("answer %+v, want allowed %v", a, c.wantAllowed)
 				}
 			}
+			// The rule decided each of the three actions once (not once per look at it).
+			if !c.wantPrompt {
+				for _, rl := range h.runner.Rules() {
+					if rl.ID == "p1" && rl.Hits != 3 {
+						t.Errorf("the rule has %d hits, want 3", rl.Hits)
+					}
+				}
+			}
 		})
 	}
 }

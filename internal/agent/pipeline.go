@@ -488,7 +488,10 @@ func (tc *toolContext) Authorize(ctx context.Context, name string, arguments any
 	if !ok {
 		return tool.Authorization{Reason: fmt.Sprintf("no tool %s to decide the action by", name)}
 	}
-	d := rn.r.checker.Check(ctx, gate.CheckCall{SessionID: rn.session.ID, ToolCallID: parent.call.ID,
+	// The rules' hits are counted once per action: here when the action starts on this look
+	// alone, else by the nested pipeline's decision.
+	check := gate.Checker{Handlers: rn.r.checker.Handlers, Rules: evalOnly{rn.r.rules}}
+	d := check.Check(ctx, gate.CheckCall{SessionID: rn.session.ID, ToolCallID: parent.call.ID,
 		ParentToolCallID: parent.call.ID, Parent: parent.call.Name, Tool: t, Arguments: raw,
 		Workspace: rn.session.Workspace, Mode: rn.r.sessionMode(rn.session)})
 	denied := d.Outcome == gate.Blocked && d.Source == gate.FromRule
@@ -496,6 +499,9 @@ func (tc *toolContext) Authorize(ctx context.Context, name string, arguments any
 	case !denied && tc.Consent().ByPerson:
 		return tool.Authorization{Allowed: true}
 	case !denied && uncovered == "" && d.Outcome == gate.Allowed:
+		if d.Source == gate.FromRule && d.Rule != nil {
+			rn.r.rules.Hit(d.Rule)
+		}
 		return tool.Authorization{Allowed: true}
 	}
 	out, child := tc.nested(ctx, name, raw, nil, func(inv *invocation) { inv.inside, inv.uncovered = true, uncovered })

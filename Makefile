@@ -22,7 +22,7 @@ NPM_CI   := npm ci --no-audit --no-fund
 # Playwright must never download a browser: the tests use Debian's /usr/bin/chromium.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: all generate build run fmt lint check-generated test test-go conformance e2e e2e-deps mcp-testserver fuzz bench bench-peers vendor clean
+.PHONY: all generate build run fmt lint check-generated test test-go conformance e2e e2e-deps mcp-testserver fakemodel fuzz bench bench-peers vendor clean
 
 all: build
 
@@ -37,8 +37,11 @@ generate:
 BUILD_ENV   := CGO_ENABLED=0
 BUILD_FLAGS := -trimpath -ldflags=-s
 
+# bin/countersign-hook is `countersign hook` on its own (issue 30): agents run it for every tool
+# call, so it links the standard library's HTTP client and nothing of the server.
 build: generate
 	$(BUILD_ENV) $(GO) build $(BUILD_FLAGS) -o $(BIN) ./cmd/web
+	$(BUILD_ENV) $(GO) build $(BUILD_FLAGS) -o bin/countersign-hook ./cmd/countersign-hook
 
 run: build
 	./$(BIN) $(if $(RUN_POLICY),-policy $(RUN_POLICY)) $(RUN_ARGS)
@@ -87,13 +90,22 @@ test-go:
 
 e2e-deps:
 	@if [ ! -d e2e/node_modules ]; then cd e2e && $(NPM_CI); fi
+	@if [ ! -x e2e/agents/node_modules/.bin/claude ] || [ ! -x e2e/agents/node_modules/.bin/codex ]; then cd e2e/agents && $(NPM_CI); fi
+
+# The real agents the browser suite drives (claude-code.spec.ts, codex.spec.ts; SPEC §18) are a
+# package of their own, e2e/agents (about 760 MB installed, 330 MB to download: Claude Code's and
+# Codex's native binaries), so `npm ci` in e2e/ for Playwright alone stays small; `make e2e`
+# installs both once. bin/fakemodel is the fake Anthropic and Responses API they talk to, and
+# bin/countersign-hook (built by `build`) is Codex's command hook.
+fakemodel:
+	$(BUILD_ENV) $(GO) build -o bin/fakemodel ./internal/fakemodels/cmd/fakemodel
 
 # The MCP stdio server of internal/mcp's tests, which browser tests configure as an untrusted
 # MCP server (-mcp-config) to see its prompts (issue 16).
 mcp-testserver:
 	$(BUILD_ENV) $(GO) build -o bin/mcp-stdioserver ./internal/mcp/testdata/stdioserver
 
-e2e: build e2e-deps mcp-testserver
+e2e: build e2e-deps mcp-testserver fakemodel
 	cd e2e && npx playwright test $(E2E_ARGS)
 
 # Fuzz targets for the inputs strangers control (issue 15), as ./pkg/path:FuzzName. `make test`
@@ -109,6 +121,7 @@ FUZZ_TARGETS := \
 	./internal/mcp:FuzzToolResult \
 	./internal/tool:FuzzCompileSchema \
 	./internal/tool:FuzzAmbiguousKey \
+	./internal/hooks:FuzzParse \
 	./internal/rules:FuzzShellAllow \
 	./internal/rules:FuzzShellDifferential \
 	./internal/web:FuzzAPIBody \
@@ -127,16 +140,18 @@ fuzz:
 # (rules, issue 17), direct turns, peak RSS of the server binary, approval round trips, WebSocket
 # fan-out, and issue 19's memory after 100 sessions (sessions) and fan-out of the session pages'
 # HTML fragments (fanout_html), and issue 21's two replicas on one PostgreSQL database (replicas:
-# the approval round trip across them and one session's fan-out over both). BENCH_RUNS=3 for
-# medians; BENCH_CASES=rules for one case;
-# BENCH_FLAGS='-cpuprofile cpu.out' (or '-sessions-inprocess -memprofile heap.out') for profiles.
+# the approval round trip across them and one session's fan-out over both), and issue 30's
+# agents' hooks (hooks: POST /hooks/{kind} decided by a rule, one at a time and from 50 agents,
+# and countersign-hook against curl). BENCH_RUNS=3 for medians; BENCH_CASES=rules for one case;
+# BENCH_FLAGS='-cpuprofile cpu.out' (or '-sessions-inprocess -memprofile heap.out') for profiles;
+# BENCH_CASES=hooks BENCH_FLAGS='-hooks-seconds 5' for a short hooks run (the goal is 30 s).
 # Profiling: go test -run '^$$' -bench . -cpuprofile cpu.out ./internal/agent (see bench/RESULTS.md).
 # replicas needs a PostgreSQL server: when BENCH_CASES names it, the load program runs under
 # scripts/with-postgres.sh, which uses COUNTERSIGN_TEST_POSTGRES when it is set and otherwise
 # starts a throwaway cluster (Debian's postgresql; fsync=off, see bench/RESULTS.md) for the run;
 # with neither, the case prints a line saying it was skipped. The other cases never need it.
 BENCH_RUNS  ?= 1
-BENCH_CASES ?= nested,rules,direct,rss,approval,fanout,sessions,fanout_html,replicas
+BENCH_CASES ?= nested,rules,direct,rss,approval,fanout,sessions,fanout_html,hooks,replicas
 BENCH_FLAGS ?=
 comma := ,
 BENCH_PG = $(if $(filter replicas,$(subst $(comma), ,$(BENCH_CASES))),scripts/with-postgres.sh)

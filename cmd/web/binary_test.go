@@ -21,7 +21,8 @@ import (
 	"time"
 
 	"countersign/internal/agent"
-	"countersign/internal/store"
+	"countersign/internal/store/sqlite"
+	"countersign/internal/testkit"
 )
 
 // These tests start the real server binary, as `make run` does, to see what two processes do to
@@ -214,18 +215,6 @@ func (p *proc) mustAPI(t *testing.T, want int, method, path string, body, v any)
 	return b
 }
 
-// eventually polls cond every 20ms until it holds, failing the test after 20 seconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // blockingScript is a faux script whose one tool call is a run_command (so it asks for approval)
 // that says it started by creating the file "started", then waits for the file "release".
 const blockingScript = `{"steps":[
@@ -278,12 +267,12 @@ func startExecutingCall(t *testing.T, p *proc, f serverFiles) string {
 	var pending struct {
 		Approvals []struct{ ID string }
 	}
-	eventually(t, "the run_command approval", func() bool {
+	testkit.Eventually(t, "the run_command approval", func() bool {
 		p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &pending)
 		return len(pending.Approvals) == 1
 	})
 	p.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+pending.Approvals[0].ID+"/decision", map[string]string{"decision": "approve"}, nil)
-	eventually(t, "the command to start", func() bool {
+	testkit.Eventually(t, "the command to start", func() bool {
 		_, err := os.Stat(filepath.Join(f.workspace, "started"))
 		return err == nil
 	})
@@ -314,12 +303,12 @@ func startApproved(t *testing.T, p *proc, f serverFiles, model, started string) 
 	var pending struct {
 		Approvals []struct{ ID string }
 	}
-	eventually(t, "the run_command approval", func() bool {
+	testkit.Eventually(t, "the run_command approval", func() bool {
 		p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &pending)
 		return len(pending.Approvals) == 1
 	})
 	p.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+pending.Approvals[0].ID+"/decision", map[string]string{"decision": "approve"}, nil)
-	eventually(t, "the command to start", func() bool {
+	testkit.Eventually(t, "the command to start", func() bool {
 		_, err := os.Stat(filepath.Join(f.workspace, started))
 		return err == nil
 	})
@@ -388,7 +377,7 @@ func TestSecondServerOnOneDatabaseExitsAndChangesNothing(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.workspace, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the run to end with the command's output", func() bool {
+	testkit.Eventually(t, "the run to end with the command's output", func() bool {
 		b := first.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id, nil, nil)
 		return bytes.Contains(b, []byte("All done: ran-after-release")) && bytes.Contains(b, []byte(`"state": "idle"`))
 	})
@@ -458,7 +447,7 @@ func TestSecondServerThroughALinkExitsAndChangesNothing(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.workspace, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the run to end with the command's output", func() bool {
+	testkit.Eventually(t, "the run to end with the command's output", func() bool {
 		b := first.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id, nil, nil)
 		return bytes.Contains(b, []byte("All done: ran-after-release")) && bytes.Contains(b, []byte(`"state": "idle"`))
 	})
@@ -493,7 +482,7 @@ func TestBusyPortFailsBeforeRecovery(t *testing.T) {
 	}
 
 	// Recovery has not run: the call is still unanswered in the database…
-	db, err := store.Open(context.Background(), f.db)
+	db, err := sqlite.Open(context.Background(), f.db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +534,7 @@ func TestFileToolsCannotReachTheServersOwnFiles(t *testing.T) {
 	p.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "reach", "model": "faux:reach"}, &sess)
 	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
 	var body []byte
-	eventually(t, "the run to end", func() bool {
+	testkit.Eventually(t, "the run to end", func() bool {
 		body = p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID, nil, nil)
 		return bytes.Contains(body, []byte(`"state": "idle"`)) && bytes.Contains(body, []byte(`"done"`))
 	})

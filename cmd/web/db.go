@@ -5,8 +5,13 @@ import (
 	"log/slog"
 	"strings"
 
+	"countersign/internal/agent"
+	"countersign/internal/metrics"
+	"countersign/internal/relay"
 	"countersign/internal/store"
 	"countersign/internal/store/pg"
+	"countersign/internal/store/sqlite"
+	"countersign/internal/web"
 )
 
 // isPostgres reports whether -db names a PostgreSQL database (a postgres:// or postgresql://
@@ -15,31 +20,44 @@ func isPostgres(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
 
-// openStore opens the store -db names, migrated: the PostgreSQL store for a postgres:// URL,
-// with its link to the other replicas of the database (SPEC §16: any number of servers may share
-// it; leases decide who drives each session's run), else the SQLite store on that file (whose
-// lock run takes before; replicas is nil). close releases the store.
-func openStore(ctx context.Context, dsn string, log *slog.Logger) (_ store.Backend, replicas *pg.Replicas, close func(), err error) {
+// openStore opens the store -db names, migrated: the PostgreSQL store for a postgres:// URL (any
+// number of servers may share it: replicaLinkOf), else the SQLite store on that file (whose lock
+// run takes before). close releases the store.
+func openStore(ctx context.Context, dsn string) (_ store.Backend, close func(), err error) {
 	if !isPostgres(dsn) {
-		db, err := store.Open(ctx, dsn)
+		db, err := sqlite.Open(ctx, dsn)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
-		return db, nil, func() { db.Close() }, nil
+		return db, func() { db.Close() }, nil
 	}
 	db, err := pg.Open(ctx, dsn)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return db, pg.NewReplicas(db, log.With("component", "replicas")), func() { db.Close() }, nil
+	return db, func() { db.Close() }, nil
 }
 
-// sameKeyOnEveryReplica refuses to start a server whose key file name ("share", "notify") is not
-// the one the other servers of its PostgreSQL database use (pg.DB.CheckKey): its links would be
-// 404 elsewhere and its webhooks signed differently. A SQLite file has one server: nil.
-func sameKeyOnEveryReplica(ctx context.Context, db store.Backend, name, fingerprint, file string) error {
-	if p, ok := db.(*pg.DB); ok {
-		return p.CheckKey(ctx, name, fingerprint, file)
+// replicaLink is this server's link to the other servers sharing its database (SPEC §16): the
+// runner's leases and relay (agent.Replicas, Start with the runner's Replica), the web layer's
+// (web.Peers), and the check that every replica has the same key files (CheckKey: its links
+// would be 404 elsewhere and its webhooks signed differently).
+type replicaLink interface {
+	agent.Replicas
+	web.Peers
+	Start(ctx context.Context, target relay.Target) (stop func(), err error)
+	CheckKey(ctx context.Context, name, fingerprint, file string) error
+}
+
+// replicaLinkOf is db's link to the other replicas: over the PostgreSQL store's pool, a relay
+// whose notification lag, re-reads and writes met counts (leases decide who drives each
+// session's run); for a SQLite file, which has one server, the relay that does nothing.
+func replicaLinkOf(db store.Backend, log *slog.Logger, met *metrics.Metrics) replicaLink {
+	p, ok := db.(*pg.DB)
+	if !ok {
+		return &relay.Single{}
 	}
-	return nil
+	rel := relay.New(p.Pool(), log.With("component", "replicas"))
+	rel.OnLag, rel.OnReread, rel.OnCommit = met.ReplicaLag, met.Reread, met.Commit
+	return rel
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"countersign/internal/testkit"
 )
 
 // nobody is the unprivileged user these tests run the server and its neighbours as.
@@ -143,13 +145,13 @@ func TestServerEnvironmentIsNotReadableByItsUser(t *testing.T) {
 	var pending struct {
 		Approvals []struct{ ID string }
 	}
-	eventually(t, "the run_command approval", func() bool {
+	testkit.Eventually(t, "the run_command approval", func() bool {
 		p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &pending)
 		return len(pending.Approvals) == 1
 	})
 	p.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+pending.Approvals[0].ID+"/decision", map[string]string{"decision": "approve"}, nil)
 	var transcript []byte
-	eventually(t, "the run to end", func() bool {
+	testkit.Eventually(t, "the run to end", func() bool {
 		transcript = p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID, nil, nil)
 		return bytes.Contains(transcript, []byte("Done.")) && bytes.Contains(transcript, []byte(`"state": "idle"`))
 	})

@@ -25,12 +25,15 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
+	"countersign/internal/connections"
 	"countersign/internal/fixtures"
 	"countersign/internal/mcp"
 	"countersign/internal/metrics"
 	"countersign/internal/models"
 	"countersign/internal/notify"
 	"countersign/internal/procenv"
+	"countersign/internal/relay"
+	"countersign/internal/render"
 	"countersign/internal/rules"
 	"countersign/internal/share"
 	"countersign/internal/store"
@@ -174,7 +177,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	// -notify-webhook is repeatable; any use of it replaces the environment's list.
 	var webhooks stringList
 	fs.Var(&webhooks, "notify-webhook", "webhook receiver of approval events, [name=]URL, repeatable; ?format=slack sends Slack's message shape; name is who decisions through its links are recorded as (COUNTERSIGN_NOTIFY_WEBHOOK, comma-separated)")
-	fs.StringVar(&c.publicURL, "public-url", env("COUNTERSIGN_PUBLIC_URL", ""), "the server's address as webhook receivers and their people reach it, for the links in events; default http://<addr> (COUNTERSIGN_PUBLIC_URL)")
+	fs.StringVar(&c.publicURL, "public-url", env("COUNTERSIGN_PUBLIC_URL", ""), "the server's address as webhook receivers, their people and connected agents reach it, for the links in events and the Agents page's snippets; default http://<addr> (the snippets: the address the owner's browser used) (COUNTERSIGN_PUBLIC_URL)")
 	retryBase := env("COUNTERSIGN_NOTIFY_RETRY_BASE", notify.DefaultRetryBase.String())
 	fs.StringVar(&retryBase, "notify-retry-base", retryBase, "wait after a failed webhook delivery, doubled after each later failure (with jitter), 8 attempts in all (COUNTERSIGN_NOTIFY_RETRY_BASE)")
 	logFormat := env("COUNTERSIGN_LOG_FORMAT", "text")
@@ -428,20 +431,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer metricsLn.Close()
 	}
 
-	db, replicas, closeDB, err := openStore(ctx, cfg.db, log)
+	db, closeDB, err := openStore(ctx, cfg.db)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7);
-	// the replicas of one PostgreSQL database must all have the same file (SPEC §16).
-	key, err := share.LoadKey(cfg.shareKeyFile())
-	if err != nil {
-		return err
-	}
-	if err := sameKeyOnEveryReplica(ctx, db, "share", share.Fingerprint(key), cfg.shareKeyFile()); err != nil {
-		return err
-	}
 	// Operators' series (SPEC §16); the live sockets are the web server's, made below.
 	var srv *web.Server
 	met := metrics.New(metrics.Sources{
@@ -457,6 +451,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		},
 	})
 	db.SetOnCommit(met.Commit)
+	// The other servers sharing the database (SPEC §16), if any: one link, the relay that does
+	// nothing for a SQLite file.
+	link := replicaLinkOf(db, log, met)
+	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7);
+	// the replicas of one PostgreSQL database must all have the same file (SPEC §16).
+	key, err := share.LoadKey(cfg.shareKeyFile())
+	if err != nil {
+		return err
+	}
+	if err := link.CheckKey(ctx, "share", share.Fingerprint(key), cfg.shareKeyFile()); err != nil {
+		return err
+	}
 
 	// The processes tool calls start are marked with the store, the session and the call, so
 	// that recovery kills what a crash left running of its own calls only (SPEC §8).
@@ -518,7 +524,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		if err := sameKeyOnEveryReplica(ctx, db, "notify", nkey.Fingerprint(), cfg.notifyKeyFile()); err != nil {
+		if err := link.CheckKey(ctx, "notify", nkey.Fingerprint(), cfg.notifyKeyFile()); err != nil {
 			return err
 		}
 		if created {
@@ -529,7 +535,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			public = "http://" + ln.Addr().String()
 		}
 		worker := notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: cfg.receivers, Key: nkey, PublicURL: public,
-			RetryBase: cfg.retryBase, Logger: log.With("component", "webhooks")})
+			RetryBase: cfg.retryBase, Diff: render.UnifiedDiff, Logger: log.With("component", "webhooks")})
 		db.SetNotify(cfg.receivers, nkey.LinkHash, worker.Wake)
 		defer background(ctx, worker.Run)()
 		for _, r := range cfg.receivers {
@@ -546,34 +552,35 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Instructions: cfg.instructions, ContextTokens: cfg.contextTokens,
 		// What a call left running when the last process died is killed before the call is
 		// recorded as interrupted (SPEC §8).
-		KillOrphans: killOrphans(storeID, log)}
-	if replicas != nil {
-		acfg.Replicas = replicas // several servers on one PostgreSQL database (SPEC §16)
-	}
+		KillOrphans: killOrphans(storeID, log),
+		// Several servers on one PostgreSQL database (SPEC §16), or this one alone.
+		Replicas: link}
 	runner := agent.New(acfg)
-	if replicas != nil {
-		// Listening before recovery: what another replica publishes from now on reaches this
-		// one's viewers. Stopped after the runner's last event (deferred before the runner's
-		// wait below is, so it runs after it).
-		replicas.OnLag, replicas.OnReread = met.ReplicaLag, met.Reread
-		defer background(context.Background(), func(ctx context.Context) { _ = replicas.Run(ctx, runner) })()
-		select {
-		case <-replicas.Listening():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	// Listening before recovery: what another replica publishes from now on reaches this one's
+	// viewers. Stopped after the runner's last event (deferred before the runner's wait below
+	// is, so it runs after it).
+	stopRelay, err := link.Start(ctx, runner.Replica())
+	if err != nil {
+		return err
 	}
+	defer stopRelay()
 	// What the last process left behind is settled before anything is served (SPEC §8); with
 	// replicas, what dead replicas left, whose leases expired.
 	if err := runner.Recover(ctx); err != nil {
 		return err
 	}
-	if replicas != nil {
-		defer background(ctx, func(ctx context.Context) { runner.RunLeases(ctx, agent.LeaseEvery) })()
+	// Outside agents' calls still pending lost their hook requests with the last process (SPEC
+	// §18): they are marked "the agent stopped waiting". Only for a server alone on its
+	// database: with replicas, another one may hold them right now.
+	if _, alone := link.(*relay.Single); alone {
+		if err := runner.Gate().RecoverOutside(ctx); err != nil {
+			return err
+		}
 	}
+	defer background(ctx, func(ctx context.Context) { runner.Replica().RunLeases(ctx, agent.LeaseEvery) })()
 	// Rules' hits are counted in memory on the calls' path and written to the store off it:
 	// every ruleHitsEvery, and once more when the server stops (before the database closes).
-	defer background(ctx, func(ctx context.Context) { runner.FlushRuleHitsEvery(ctx, ruleHitsEvery) })()
+	defer background(ctx, func(ctx context.Context) { runner.Gate().FlushRuleHitsEvery(ctx, ruleHitsEvery) })()
 	if cfg.retain > 0 {
 		defer background(ctx, func(ctx context.Context) {
 			t := time.NewTicker(retainEvery)
@@ -589,18 +596,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		})()
 	}
 	met.SetActiveRuns(runner.ActiveRuns)
-	var peers web.Peers // nil unless replicas: a typed nil would not be
-	if replicas != nil {
-		peers = replicas
-	}
-	srv = web.New(web.Config{Peers: peers, Shares: share.NewService(db, key), Runner: runner, Store: db, Broker: broker, Models: mods,
+	srv = web.New(web.Config{Peers: link, Shares: share.NewService(db, key), Connections: connections.NewService(db), PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
 		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler()})
 
-	if replicas != nil {
-		replicas.SetOnCloseSockets(srv.CloseSockets) // a link revoked, a login ended on another replica
-	}
 	// Requests (and the WebSockets they became) end when the server shuts down.
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()

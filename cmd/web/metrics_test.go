@@ -13,6 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"countersign/internal/testkit"
 )
 
 // TestMetricsAreScrapedAndParsed (SPEC §16, issue 21 acceptance 6): after a run whose
@@ -54,7 +56,7 @@ func TestMetricsAreScrapedAndParsed(t *testing.T) {
 	api("POST", "/api/sessions", `{"title": "m", "model": "faux:one"}`, &sess)
 	api("POST", "/api/sessions/"+sess.ID+"/messages", `{"text": "go"}`, nil)
 	var pending struct{ Approvals []struct{ ID string } }
-	eventually(t, "the run_command approval", func() bool {
+	testkit.Eventually(t, "the run_command approval", func() bool {
 		api("GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", "", &pending)
 		return len(pending.Approvals) == 1
 	})
@@ -111,7 +113,7 @@ func TestMetricsAreScrapedAndParsed(t *testing.T) {
 		t.Errorf("runs_active = %v (%v), want 1 (parked)", v, ok)
 	}
 	api("POST", "/api/approvals/"+pending.Approvals[0].ID+"/decision", `{"decision": "approve"}`, nil)
-	eventually(t, "the run to end", func() bool {
+	testkit.Eventually(t, "the run to end", func() bool {
 		var s struct{ State string }
 		api("GET", "/api/sessions/"+sess.ID, "", &s)
 		return s.State == "idle"

@@ -16,7 +16,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
-	"countersign/internal/store"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/tool"
 )
 
@@ -142,7 +142,7 @@ func TestReadyzAndBadOpsFlags(t *testing.T) {
 // one created yesterday are kept; -retain's forms are read, bad ones refused.
 func TestRetainDeletesSessionsIdleLongerThanIt(t *testing.T) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "cs.db"))
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "cs.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"countersign/internal/testkit"
 )
 
 // Issue 28, acceptance 2 ("Paths resolve before they are judged"), through the JSON API of the
@@ -46,7 +48,7 @@ func runDenyingPrompts(t *testing.T, p *proc, script, mode string, tools []strin
 	}
 	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
 	asked = map[string]bool{}
-	eventually(t, "the run to end", func() bool {
+	testkit.Eventually(t, "the run to end", func() bool {
 		var out struct{ Approvals []auditRow }
 		p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &out)
 		for _, a := range out.Approvals {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"countersign/internal/pgtest"
+	"countersign/internal/testkit"
 )
 
 // These tests start two real server binaries on one PostgreSQL database, as a team runs them
@@ -79,7 +80,7 @@ func pendingOn(t *testing.T, p *proc, id string) string {
 	var pending struct {
 		Approvals []struct{ ID string }
 	}
-	eventually(t, "the pending approval on "+p.base, func() bool {
+	testkit.Eventually(t, "the pending approval on "+p.base, func() bool {
 		p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+id+"/approvals?status=pending", nil, &pending)
 		return len(pending.Approvals) == 1
 	})
@@ -116,7 +117,7 @@ func TestTwoReplicasServeOneTeam(t *testing.T) {
 		t.Fatalf("a message on B while A's run waits = %d %s, want 409", st, body)
 	}
 	b.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+id+"/decision", map[string]string{"decision": "approve"}, nil)
-	eventually(t, "the run to finish", func() bool {
+	testkit.Eventually(t, "the run to finish", func() bool {
 		return strings.Contains(transcriptText(t, a, s.ID), "Done: counted") && strings.Contains(transcriptText(t, a, s.ID), `"state":"idle"`)
 	})
 	if n := f.count(t); n != 1 {
@@ -147,7 +148,7 @@ func TestTwoReplicasServeOneTeam(t *testing.T) {
 		}
 		return f.Metric[0].GetHistogram().GetSampleCount(), ""
 	}
-	eventually(t, "B's countersign_replica_event_lag_seconds to count A's events", func() bool {
+	testkit.Eventually(t, "B's countersign_replica_event_lag_seconds to count A's events", func() bool {
 		n, bad := lagCount()
 		if bad != "" {
 			t.Fatalf("B's countersign_replica_event_lag_seconds = %s", bad)
@@ -158,21 +159,21 @@ func TestTwoReplicasServeOneTeam(t *testing.T) {
 	// A rule saved on B decides A's next call: A read the rules again.
 	var rule struct{ ID string }
 	b.mustAPI(t, http.StatusCreated, "POST", "/api/rules", map[string]string{"text": "run_command", "effect": "allow", "scope": "workspace", "workspace": f.workspace}, &rule)
-	eventually(t, "A to list the rule saved on B", func() bool {
+	testkit.Eventually(t, "A to list the rule saved on B", func() bool {
 		_, body := a.api(t, "GET", "/api/rules", nil)
 		return bytes.Contains(body, []byte(`"text": "run_command"`))
 	})
 	var ruled apiSession
 	a.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "ruled", "model": "faux:count"}, &ruled)
 	a.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+ruled.ID+"/messages", map[string]string{"text": "count"}, nil)
-	eventually(t, "A to run the call the rule allows", func() bool {
+	testkit.Eventually(t, "A to run the call the rule allows", func() bool {
 		tr := transcriptText(t, a, ruled.ID)
 		return strings.Contains(tr, "Done: counted") && strings.Contains(tr, `"state":"idle"`)
 	})
 
 	// Deleted on B, gone on A.
 	b.mustAPI(t, http.StatusNoContent, "DELETE", "/api/rules/"+rule.ID, nil, nil)
-	eventually(t, "A to drop the rule deleted on B", func() bool {
+	testkit.Eventually(t, "A to drop the rule deleted on B", func() bool {
 		_, body := a.api(t, "GET", "/api/rules", nil)
 		return !bytes.Contains(body, []byte(`"text": "run_command"`))
 	})
@@ -182,13 +183,13 @@ func TestTwoReplicasServeOneTeam(t *testing.T) {
 	a.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "stop me", "model": "faux:blocking"}, &blocked)
 	a.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+blocked.ID+"/messages", map[string]string{"text": "go"}, nil)
 	b.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+pendingOn(t, b, blocked.ID)+"/decision", map[string]string{"decision": "approve"}, nil)
-	eventually(t, "the blocking command to start", func() bool {
+	testkit.Eventually(t, "the blocking command to start", func() bool {
 		_, err := os.Stat(filepath.Join(f.workspace, "started"))
 		return err == nil
 	})
 	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(f.workspace, "release"), nil, 0o644) })
 	b.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+blocked.ID+"/stop", nil, nil)
-	eventually(t, "the run A drives to stop", func() bool {
+	testkit.Eventually(t, "the run A drives to stop", func() bool {
 		tr := transcriptText(t, a, blocked.ID)
 		return strings.Contains(tr, "Run stopped by owner") && strings.Contains(tr, `"state":"idle"`)
 	})
@@ -238,7 +239,7 @@ func TestAKilledReplicasRunsAreTakenOver(t *testing.T) {
 			t.Logf("B's log:\n%s", b.stderr.String())
 		}
 	}()
-	eventually(t, "B to finish the parked run", func() bool {
+	testkit.Eventually(t, "B to finish the parked run", func() bool {
 		tr := transcriptText(t, b, parked.ID)
 		return strings.Contains(tr, "Done: counted") && strings.Contains(tr, `"state":"idle"`)
 	})
@@ -250,25 +251,25 @@ func TestAKilledReplicasRunsAreTakenOver(t *testing.T) {
 	if n := f.count(t); n != 1 {
 		t.Fatalf("the tool ran %d times, want exactly 1", n)
 	}
-	eventually(t, "B to own the other parked session", func() bool {
+	testkit.Eventually(t, "B to own the other parked session", func() bool {
 		return strings.Contains(b.stderr.String(), "took over a session\" session="+later.ID)
 	})
 	b.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+laterID+"/decision", map[string]string{"decision": "approve"}, nil)
-	eventually(t, "B to finish the run it owns", func() bool {
+	testkit.Eventually(t, "B to finish the run it owns", func() bool {
 		tr := transcriptText(t, b, later.ID)
 		return strings.Contains(tr, "Done: counted") && strings.Contains(tr, `"state":"idle"`)
 	})
 	if n := f.count(t); n != 2 {
 		t.Fatalf("the tool ran %d times for two approvals, want 2", n)
 	}
-	eventually(t, "B to end the executing call as interrupted", func() bool {
+	testkit.Eventually(t, "B to end the executing call as interrupted", func() bool {
 		tr := transcriptText(t, b, executing)
 		return strings.Contains(tr, "Interrupted by server restart") && strings.Contains(tr, `"state":"idle"`)
 	})
 	if _, err := os.Stat(filepath.Join(f.workspace, "finished")); err == nil {
 		t.Fatal("the interrupted command ran again")
 	}
-	eventually(t, "B to end the escapers' call as interrupted", func() bool {
+	testkit.Eventually(t, "B to end the escapers' call as interrupted", func() bool {
 		return strings.Contains(transcriptText(t, b, escapers), "Interrupted by server restart")
 	})
 	if left := runningIn(f.workspace); len(left) > 0 {
@@ -328,9 +329,9 @@ func TestDecisionRacesAcrossReplicas(t *testing.T) {
 			t.Fatalf("race %d: codes %v (%s / %s), want one 200 and one 409", i, codes, bodies[0], bodies[1])
 		}
 	}
-	eventually(t, "every call to run", func() bool { return f.count(t) >= n })
+	testkit.Eventually(t, "every call to run", func() bool { return f.count(t) >= n })
 	for _, sid := range ids {
-		eventually(t, "the run to end", func() bool { return strings.Contains(transcriptText(t, a, sid), `"state":"idle"`) })
+		testkit.Eventually(t, "the run to end", func() bool { return strings.Contains(transcriptText(t, a, sid), `"state":"idle"`) })
 	}
 	if c := f.count(t); c != n {
 		t.Fatalf("the tool ran %d times for %d approvals", c, n)

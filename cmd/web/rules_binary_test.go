@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"countersign/internal/testkit"
 )
 
 // nestedRulesScript: a real codemode script writing a denied file and an allowed one, beside
@@ -69,7 +71,7 @@ func TestNestedCallsFollowRulesAndModeInTheRealServer(t *testing.T) {
 	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "first"}, nil)
 	// Two prompts: the top-level docs write and, inside codemode, the nested docs write.
 	var pending []auditRow
-	eventually(t, "the two write_file prompts", func() bool {
+	testkit.Eventually(t, "the two write_file prompts", func() bool {
 		pending = approvals("?status=pending")
 		return len(pending) == 2
 	})
@@ -96,7 +98,7 @@ func TestNestedCallsFollowRulesAndModeInTheRealServer(t *testing.T) {
 		p.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+a.ID+"/decision", map[string]string{"decision": "approve"}, nil)
 	}
 	var body []byte
-	eventually(t, "the first run to end", func() bool {
+	testkit.Eventually(t, "the first run to end", func() bool {
 		body = p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID, nil, nil)
 		return bytes.Contains(body, []byte("first done")) && bytes.Contains(body, []byte(`"state": "idle"`))
 	})
@@ -115,7 +117,7 @@ func TestNestedCallsFollowRulesAndModeInTheRealServer(t *testing.T) {
 	// Plan mode: every write is denied without a prompt, nested or not; the nested read runs.
 	p.mustAPI(t, http.StatusOK, "PATCH", "/api/sessions/"+sess.ID, map[string]string{"mode": "plan"}, nil)
 	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "second"}, nil)
-	eventually(t, "the second run to end", func() bool {
+	testkit.Eventually(t, "the second run to end", func() bool {
 		body = p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID, nil, nil)
 		return bytes.Contains(body, []byte("second done")) && bytes.Contains(body, []byte(`"state": "idle"`))
 	})
@@ -185,7 +187,7 @@ func TestAllowedCommandsCannotRedirectToTheServersOwnFiles(t *testing.T) {
 	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
 	asked := map[string]bool{}
 	var body []byte
-	eventually(t, "the run to end", func() bool {
+	testkit.Eventually(t, "the run to end", func() bool {
 		var out struct{ Approvals []auditRow }
 		p.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sess.ID+"/approvals?status=pending", nil, &out)
 		for _, a := range out.Approvals {

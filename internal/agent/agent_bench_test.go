@@ -164,7 +164,7 @@ func BenchmarkApproval(b *testing.B) {
 		for ev := range sub.C {
 			if ev.Type == agent.ApprovalRequested {
 				asked = ev
-				if _, err := e.Runner.Decide(ctx, sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+				if _, err := e.Runner.Gate().Decide(ctx, sess.ID, ev.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 					b.Fatal(err)
 				}
 			}

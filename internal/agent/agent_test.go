@@ -12,7 +12,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
-	"countersign/internal/store"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
@@ -21,7 +21,7 @@ import (
 type harness struct {
 	t      *testing.T
 	env    *testkit.Env
-	db     *store.DB
+	db     *sqlite.DB
 	runner *agent.Runner
 	broker *agent.Broker
 	sess   agent.Session
@@ -40,7 +40,7 @@ func newHarnessWith(t *testing.T, script string, cfg agent.Config, tools ...*too
 }
 
 // newHarnessOver is newHarnessWith with the runner's store wrapped by wrap (nil: the store).
-func newHarnessOver(t *testing.T, script string, cfg agent.Config, wrap func(*store.DB) agent.Store, tools ...*tool.Tool) *harness {
+func newHarnessOver(t *testing.T, script string, cfg agent.Config, wrap func(*sqlite.DB) agent.Store, tools ...*tool.Tool) *harness {
 	t.Helper()
 	sc := testkit.Script(t, script)
 	return newHarnessModels(t, func(ms *testkit.Scripts) { ms.Add("test", sc) }, "faux:test", cfg, wrap, tools...)
@@ -49,7 +49,7 @@ func newHarnessOver(t *testing.T, script string, cfg agent.Config, wrap func(*st
 // newHarnessModels is newHarnessOver with the models added by offer, its session on the model
 // named model. cfg's Store, Models, Tools and Broker are the Env's; an ApprovalTimeout of 0 is a
 // minute.
-func newHarnessModels(t *testing.T, offer func(*testkit.Scripts), model string, cfg agent.Config, wrap func(*store.DB) agent.Store, tools ...*tool.Tool) *harness {
+func newHarnessModels(t *testing.T, offer func(*testkit.Scripts), model string, cfg agent.Config, wrap func(*sqlite.DB) agent.Store, tools ...*tool.Tool) *harness {
 	t.Helper()
 	env := testkit.New(t, testkit.Options{Tools: tools, Store: wrap, Agent: func(c *agent.Config) {
 		kit := *c
@@ -127,7 +127,7 @@ func TestRunApprovedEndToEnd(t *testing.T) {
 	if err := h.runner.Send(ctx, h.sess.ID, "again"); apperr.CodeOf(err) != apperr.Conflict {
 		t.Fatalf("Send while busy: %v, want conflict", err)
 	}
-	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	end := h.await(agent.AgentEnd)
@@ -138,7 +138,7 @@ func TestRunApprovedEndToEnd(t *testing.T) {
 		t.Fatalf("the approved call ran %d times, want 1", shells.Load())
 	}
 	// A late decision conflicts.
-	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", By: gate.Owner()}); apperr.CodeOf(err) != apperr.Conflict {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, gate.Answer{Decision: "deny", By: gate.Owner()}); apperr.CodeOf(err) != apperr.Conflict {
 		t.Fatalf("late decision: %v, want conflict", err)
 	}
 	var roles []string
@@ -170,7 +170,7 @@ func TestRunDeniedWithReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := h.await(agent.ApprovalRequested)
-	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", Reason: "not now", By: gate.Owner()}); err != nil {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, gate.Answer{Decision: "deny", Reason: "not now", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	h.await(agent.AgentEnd)
@@ -195,7 +195,7 @@ func TestDecideForeignApprovalIsNotFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := h.await(agent.ApprovalRequested)
-	_, err = h.runner.Decide(ctx, other.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()})
+	_, err = h.runner.Gate().Decide(ctx, other.ID, ev.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()})
 	if apperr.CodeOf(err) != apperr.NotFound {
 		t.Fatalf("decision through another session: %v, want not found", err)
 	}
@@ -203,7 +203,7 @@ func TestDecideForeignApprovalIsNotFound(t *testing.T) {
 	if err != nil || a.Status != gate.Pending {
 		t.Fatalf("approval after a foreign decision: %+v, %v; want still pending", a, err)
 	}
-	if _, err := h.runner.Decide(ctx, h.sess.ID, "no-such-id", agent.Decision{Decision: "approve", By: gate.Owner()}); apperr.CodeOf(err) != apperr.NotFound {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, "no-such-id", gate.Answer{Decision: "approve", By: gate.Owner()}); apperr.CodeOf(err) != apperr.NotFound {
 		t.Fatalf("unknown approval: %v, want not found", err)
 	}
 }
@@ -369,7 +369,7 @@ func TestAutomaticRecordsAreCommittedWithTheAssistantMessage(t *testing.T) {
 		}}
 	var runs atomic.Int32
 	counted := &countingStore{}
-	h = newHarnessOver(t, script, agent.Config{CallHandlers: handlers}, func(db *store.DB) agent.Store {
+	h = newHarnessOver(t, script, agent.Config{CallHandlers: handlers}, func(db *sqlite.DB) agent.Store {
 		counted.DB = db
 		return counted
 	}, probe, readOnlyTool("blocked", &runs), riskyTool("shell", &runs))
@@ -395,7 +395,7 @@ func TestAutomaticRecordsAreCommittedWithTheAssistantMessage(t *testing.T) {
 	if got := fmt.Sprint(order); got != "[message_end message_end approval_requested]" {
 		t.Errorf("events %s, want the user's and the assistant's message_end before the prompt", got)
 	}
-	if _, err := h.runner.Decide(ctx, h.sess.ID, prompt.Approval.ID, agent.Decision{Decision: "deny", By: gate.Owner()}); err != nil {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, prompt.Approval.ID, gate.Answer{Decision: "deny", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	h.await(agent.AgentEnd)
@@ -431,7 +431,7 @@ func TestAutomaticRecordsAreCommittedWithTheAssistantMessage(t *testing.T) {
 
 // countingStore counts how approvals reach the store: with a transcript entry, or alone.
 type countingStore struct {
-	*store.DB
+	*sqlite.DB
 	recordsWithEntries, approvalsAlone atomic.Int32
 }
 
@@ -471,7 +471,7 @@ func TestAnEditTheToolWouldRefuseIsRefusedInTheForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := h.await(agent.ApprovalRequested)
-	_, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner(),
+	_, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner(),
 		Arguments: json.RawMessage(`{"path": "../out.txt"}`)})
 	if apperr.CodeOf(err) != apperr.Invalid || !strings.Contains(apperr.MessageOf(err), "/path: must stay inside the workspace") {
 		t.Fatalf("an edit outside the workspace: %v, want invalid naming /path", err)
@@ -479,7 +479,7 @@ func TestAnEditTheToolWouldRefuseIsRefusedInTheForm(t *testing.T) {
 	if a, err := h.db.Approval(ctx, ev.Approval.ID); err != nil || a.Status != gate.Pending {
 		t.Fatalf("after the refused edit the approval is %+v, %v; want still pending", a.Status, err)
 	}
-	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner(),
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner(),
 		Arguments: json.RawMessage(`{"path": "other.txt"}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +512,7 @@ func TestTheAuditListsABatchInTheModelsOrder(t *testing.T) {
 	}
 	for range 2 {
 		ev := h.await(agent.ApprovalRequested)
-		if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+		if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -551,7 +551,7 @@ func TestRacingDecisionsGetOneAnswer(t *testing.T) {
 		}
 		go func() {
 			<-start
-			_, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: decision, By: gate.Owner()})
+			_, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, gate.Answer{Decision: decision, By: gate.Owner()})
 			errs <- err
 		}()
 	}

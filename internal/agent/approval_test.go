@@ -31,7 +31,7 @@ func TestApproveForSessionReleasesPendingAndLaterCalls(t *testing.T) {
 		asked = append(asked, *h.await(agent.ApprovalRequested).Approval)
 	}
 	// Decide the second one "for session".
-	if _, err := h.runner.Decide(ctx, h.sess.ID, asked[1].ID, agent.Decision{Decision: "approve_session", By: gate.Owner()}); err != nil {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, asked[1].ID, gate.Answer{Decision: "approve_session", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	if end := h.await(agent.AgentEnd); end.Error != "" {
@@ -80,7 +80,7 @@ func TestApprovalTimeoutIsNotADenial(t *testing.T) {
 		t.Fatalf("resolved as %s, want timed_out", resolved.Approval.Status)
 	}
 	h.await(agent.AgentEnd)
-	if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); apperr.CodeOf(err) != apperr.Conflict {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); apperr.CodeOf(err) != apperr.Conflict {
 		t.Fatalf("late approve: %v, want conflict", err)
 	}
 	res := h.toolResults()[1].Result
@@ -111,7 +111,7 @@ func TestParallelCallsPairWithTheirDecisions(t *testing.T) {
 		byCall[a.ToolCallID] = a.ID
 	}
 	for _, d := range []struct{ call, decision string }{{"w3", "approve"}, {"w1", "deny"}, {"w2", "approve"}} {
-		if _, err := h.runner.Decide(ctx, h.sess.ID, byCall[d.call], agent.Decision{Decision: d.decision, Reason: "r-" + d.call, By: gate.Owner()}); err != nil {
+		if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, byCall[d.call], gate.Answer{Decision: d.decision, Reason: "r-" + d.call, By: gate.Owner()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -146,13 +146,13 @@ func TestDecideKeepsAReviewerToTheirLinksRights(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := h.await(agent.ApprovalRequested).Approval
-	for _, d := range []agent.Decision{
+	for _, d := range []gate.Answer{
 		{Decision: "approve", Arguments: []byte(`{"command":"rm -rf /"}`), By: plain},
 		{Decision: "deny", Arguments: []byte(`{"command":"x"}`), By: plain},
 		{Decision: "approve_session", By: plain},
 		{Decision: "approve_session", By: gate.Decider{Name: "alice", Via: via, Rights: gate.Rights{Edit: true}}},
 	} {
-		if _, err := h.runner.Decide(ctx, h.sess.ID, first.ID, d); apperr.CodeOf(err) != apperr.Forbidden {
+		if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, first.ID, d); apperr.CodeOf(err) != apperr.Forbidden {
 			t.Errorf("Decide(%s, arguments %s, rights %+v) = %v, want forbidden", d.Decision, d.Arguments, d.By.Rights, err)
 		}
 	}
@@ -160,7 +160,7 @@ func TestDecideKeepsAReviewerToTheirLinksRights(t *testing.T) {
 		t.Fatalf("after refused decisions the approval is %s", a.Status)
 	}
 	editor := gate.Decider{Name: "alice", Via: via, Rights: gate.Rights{Edit: true}}
-	a, err := h.runner.Decide(ctx, h.sess.ID, first.ID, agent.Decision{Decision: "approve", Arguments: []byte(`{"command":"uno"}`), By: editor})
+	a, err := h.runner.Gate().Decide(ctx, h.sess.ID, first.ID, gate.Answer{Decision: "approve", Arguments: []byte(`{"command":"uno"}`), By: editor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestDecideKeepsAReviewerToTheirLinksRights(t *testing.T) {
 	}
 	second := h.await(agent.ApprovalRequested).Approval
 	rememberer := gate.Decider{Name: "bob", Via: &gate.LinkRef{LinkID: "l2", Label: "Ops"}, Rights: gate.Rights{Remember: true}}
-	if _, err := h.runner.Decide(ctx, h.sess.ID, second.ID, agent.Decision{Decision: "approve_session", By: rememberer}); err != nil {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, second.ID, gate.Answer{Decision: "approve_session", By: rememberer}); err != nil {
 		t.Fatal(err)
 	}
 	if end := h.await(agent.AgentEnd); end.Error != "" {
@@ -178,14 +178,14 @@ func TestDecideKeepsAReviewerToTheirLinksRights(t *testing.T) {
 	if got := shells.Load(); got != 3 {
 		t.Fatalf("shell ran %d times, want 3 (the third let through by bob's grant)", got)
 	}
-	grants, err := h.runner.Grants(ctx, h.sess.ID)
+	grants, err := h.runner.Gate().Grants(ctx, h.sess.ID)
 	if err != nil || len(grants) != 1 || grants[0].GrantedBy != "bob" || grants[0].GrantedVia == nil || grants[0].GrantedVia.LinkID != "l2" {
 		t.Fatalf("grants %+v (%v): want bob's through l2", grants, err)
 	}
-	if err := h.runner.RevokeGrant(ctx, h.sess.ID, "shell"); err != nil {
+	if err := h.runner.Gate().RevokeGrant(ctx, h.sess.ID, "shell"); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.runner.RevokeGrant(ctx, h.sess.ID, "shell"); apperr.CodeOf(err) != apperr.NotFound {
+	if err := h.runner.Gate().RevokeGrant(ctx, h.sess.ID, "shell"); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("revoking twice = %v, want not found", err)
 	}
 	if err := h.runner.Send(ctx, h.sess.ID, "again"); err != nil {

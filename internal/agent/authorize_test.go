@@ -55,7 +55,7 @@ func TestAuthorizeAsksAPersonAsANestedCallAndRefusesAnEdit(t *testing.T) {
 	if err := h.runner.Send(ctx, h.sess.ID, "go"); err != nil {
 		t.Fatal(err)
 	}
-	decisions := []agent.Decision{
+	decisions := []gate.Answer{
 		{Decision: "approve", By: gate.Owner()},
 		{Decision: "deny", Reason: "not that one", By: gate.Owner()},
 		{Decision: "deny", Reason: "third", By: gate.Owner()},
@@ -67,13 +67,13 @@ func TestAuthorizeAsksAPersonAsANestedCallAndRefusesAnEdit(t *testing.T) {
 			t.Fatalf("approval %d: %+v, want a nested act of c1, source action", i, ev.Approval)
 		}
 		// An action is approved or denied as it is: no edit, no session grant, no rule.
-		for _, bad := range []agent.Decision{{Decision: "approve", Arguments: json.RawMessage(`{"what":"something else"}`), By: gate.Owner()},
+		for _, bad := range []gate.Answer{{Decision: "approve", Arguments: json.RawMessage(`{"what":"something else"}`), By: gate.Owner()},
 			{Decision: "approve_session", By: gate.Owner()}} {
-			if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, bad); apperr.CodeOf(err) != apperr.Invalid {
+			if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, bad); apperr.CodeOf(err) != apperr.Invalid {
 				t.Errorf("approval %d, %s: %v, want invalid", i, bad.Decision, err)
 			}
 		}
-		if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, d); err != nil {
+		if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, d); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -121,16 +121,16 @@ func TestAuthorizeFollowsRulesAndUncoveredActionsAlwaysAsk(t *testing.T) {
 				}
 				if ev.Type == agent.ApprovalRequested {
 					prompts++
-					for _, d := range []agent.Decision{{Decision: "approve_session", By: gate.Owner()},
+					for _, d := range []gate.Answer{{Decision: "approve_session", By: gate.Owner()},
 						{Decision: "approve", Arguments: json.RawMessage(`{"what":"x"}`), By: gate.Owner()}} {
-						if _, err := h.runner.Decide(context.Background(), h.sess.ID, ev.Approval.ID, d); apperr.CodeOf(err) != apperr.Invalid {
+						if _, err := h.runner.Gate().Decide(context.Background(), h.sess.ID, ev.Approval.ID, d); apperr.CodeOf(err) != apperr.Invalid {
 							t.Errorf("%s of an uncovered action: %v, want invalid", d.Decision, err)
 						}
 					}
 					if ev.Approval.AskReason != c.uncovered || ev.Approval.DecisionSource != gate.FromAction {
 						t.Errorf("prompt %+v, want the uncovered reason and the source action", ev.Approval)
 					}
-					if _, err := h.runner.Decide(context.Background(), h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", By: gate.Owner()}); err != nil {
+					if _, err := h.runner.Gate().Decide(context.Background(), h.sess.ID, ev.Approval.ID, gate.Answer{Decision: "deny", By: gate.Owner()}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -150,7 +150,7 @@ func TestAuthorizeFollowsRulesAndUncoveredActionsAlwaysAsk(t *testing.T) {
 			}
 			// The rule decided each of the three actions once (not once per look at it).
 			if !c.wantPrompt {
-				for _, rl := range h.runner.Rules() {
+				for _, rl := range h.runner.Gate().Rules() {
 					if rl.ID == "p1" && rl.Hits != 3 {
 						t.Errorf("the rule has %d hits, want 3", rl.Hits)
 					}

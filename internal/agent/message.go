@@ -181,4 +181,35 @@ type Session struct {
 	// Usage is the sum of the usage of the session's assistant messages, in tokens (kept by the
 	// store as each message is stored, never written through Session).
 	Usage Usage `json:"usage"`
+	// Agent is, for an agent session (SPEC §18: the calls of an outside agent such as Claude
+	// Code, countersigned through its hooks), what the agent reports of itself; nil for
+	// Countersign's own sessions. The Runner never runs a loop in an agent session: it has no
+	// message box, and its Workspace is the agent's cwd.
+	Agent *AgentInfo `json:"agent,omitempty"`
 }
+
+// AgentInfo is an agent session's provenance (SPEC §18 "Agent sessions"): the connection whose
+// token the agent's hooks carry (verified), and what the agent says of itself (not verified):
+// its kind, its own session id, its permission mode, transcript path, model, and its last turn.
+type AgentInfo struct {
+	Kind           string `json:"kind"`                     // the connection's kind: "claude-code", "codex"…
+	ConnectionID   string `json:"connectionId"`             // the connection the hooks authenticated as
+	SessionID      string `json:"sessionId"`                // the agent's session_id
+	PermissionMode string `json:"permissionMode,omitempty"` // permission_mode as the agent reports it
+	TranscriptPath string `json:"transcriptPath,omitempty"` // transcript_path, on the agent's machine
+	Model          string `json:"model,omitempty"`          // model, where the agent reports it (Codex)
+	PromptID       string `json:"promptId,omitempty"`       // the last prompt_id (Claude Code) or turn_id (Codex)
+	// State is what the agent last said it does: AgentWorking (a prompt came), AgentStopped (a
+	// Stop: the turn ended) or AgentEnded (SessionEnd).
+	State string `json:"state,omitempty"`
+}
+
+// The states an agent session's AgentInfo.State takes.
+const (
+	AgentWorking = "working"
+	AgentStopped = "stopped"
+	AgentEnded   = "ended"
+)
+
+// IsAgent reports whether s is an agent session (SPEC §18).
+func (s Session) IsAgent() bool { return s.Agent != nil }

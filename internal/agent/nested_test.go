@@ -88,7 +88,7 @@ func TestExecuteToolOutcomes(t *testing.T) {
 				if ev.Approval.RequestedBy != "probe" || ev.Approval.ParentToolCallID != "p" {
 					t.Errorf("nested approval asked by %q for %q, want probe / p", ev.Approval.RequestedBy, ev.Approval.ParentToolCallID)
 				}
-				if _, err := h.runner.Decide(context.Background(), h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "deny", Reason: "no", By: gate.Owner()}); err != nil {
+				if _, err := h.runner.Gate().Decide(context.Background(), h.sess.ID, ev.Approval.ID, gate.Answer{Decision: "deny", Reason: "no", By: gate.Owner()}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -130,7 +130,7 @@ func TestExecuteToolOutcomes(t *testing.T) {
 	}
 	statuses := make([]string, len(nc.Calls))
 	for i, c := range nc.Calls {
-		statuses[i] = c.Status
+		statuses[i] = string(c.Status)
 	}
 	if got, want := strings.Join(statuses, ","), "error,error,error,error,blocked,denied,denied,error,unfinished,error,ok"; got != want {
 		t.Errorf("nested statuses %s, want %s", got, want)
@@ -204,7 +204,7 @@ func TestNestedEndCarriesItsRecordEntryAndDecision(t *testing.T) {
 		case ev := <-h.events.C:
 			switch {
 			case ev.Type == agent.ApprovalRequested:
-				if _, err := h.runner.Decide(ctx, h.sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+				if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, ev.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 					t.Fatal(err)
 				}
 			case ev.Type == agent.ToolExecutionEnd && ev.ParentToolCallID == "p":
@@ -264,7 +264,7 @@ func TestGrantReleasedCallCarriesItsDecisionLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	asked := h.await(agent.ApprovalRequested)
-	if _, err := h.runner.Decide(ctx, h.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve_session", By: gate.Owner()}); err != nil {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, asked.Approval.ID, gate.Answer{Decision: "approve_session", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	var start, end agent.Event

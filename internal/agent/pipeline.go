@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -20,13 +21,13 @@ import (
 type invocation struct {
 	call        tool.Call
 	messageID   string // the assistant message whose call this is, or descends from
-	requestedBy string // "model", or the parent tool's name
+	requestedBy string // gate.RequestedByModel, or the parent tool's name
 	tool        *tool.Tool
 
-	early       *tool.Result   // set when the call stopped before executing
-	needsPerson bool           // decide found a person must decide: ask opens the approval
-	approval    *gate.Approval // the approval ask stores, as decide built it
-	status      string         // for the parent's nestedCalls record: ok, error, blocked, denied, unfinished
+	early       *tool.Result      // set when the call stopped before executing
+	needsPerson bool              // decide found a person must decide: ask opens the approval
+	approval    *gate.Approval    // the approval ask stores, as decide built it
+	status      tool.NestedStatus // for the parent's nestedCalls record
 	ticket      *gate.Ticket
 	parked      bool            // left waiting on its pending approval by a graceful shutdown: no result
 	args        json.RawMessage // the arguments the call runs with
@@ -79,7 +80,7 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	t, ok := r.cfg.Tools.Lookup(inv.call.Name)
 	active := ok && rn.isActive(t.Name)
 	if !ok || (!nested && !tool.CallableByModel(t, active)) || (nested && !tool.CallableNested(t, active)) {
-		inv.stop(tool.NotFound(inv.call.Name), "error")
+		inv.stop(tool.NotFound(inv.call.Name), tool.NestedError)
 		return false
 	}
 	inv.tool = t
@@ -88,7 +89,7 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		vs = t.CheckInput(inv.args, rn.session.Workspace)
 	}
 	if len(vs) > 0 {
-		inv.stop(tool.InvalidArguments(t.Name, vs, inv.args), "error")
+		inv.stop(tool.InvalidArguments(t.Name, vs, inv.args), tool.NestedError)
 		return false
 	}
 	approval := gate.Approval{
@@ -103,9 +104,9 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	// Steps 3–4 (SPEC §3, §14): the gate decides, in one place, for model-issued and nested calls.
 	d := r.checker.Check(ctx, gate.CheckCall{SessionID: rn.session.ID, ToolCallID: inv.call.ID,
 		ParentToolCallID: inv.call.ParentToolCallID, Parent: parent, Tool: t, Arguments: inv.args,
-		Workspace: rn.session.Workspace, Mode: r.sessionMode(rn.session), Uncovered: inv.uncovered})
+		Workspace: rn.session.Workspace, Mode: r.sessions.mode(rn.session), Uncovered: inv.uncovered})
 	if inv.inside && d.Outcome == gate.Asked {
-		// An action inside a running call is approved or denied as it is (Runner.Decide): no
+		// An action inside a running call is approved or denied as it is (gate.Service.Decide): no
 		// edit, grant or rule from its prompt, and no later rule releases it.
 		d.Source = gate.FromAction
 	}
@@ -113,9 +114,9 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	switch d.Outcome {
 	case gate.Blocked:
 		inv.decision = rn.recordRule(ctx, approval, nested, records)
-		status := "blocked"
+		status := tool.NestedBlocked
 		if d.Source != gate.FromHandler {
-			status = "denied"
+			status = tool.NestedDenied
 		}
 		inv.stop(tool.ErrorResult("%s", d.Reason), status)
 		return false
@@ -129,22 +130,9 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	// Stamped now, in the model's order with the batch's automatic records (Gate.Automatic),
 	// though ask stores it only after the message.
 	approval.CreatedAt = time.Now().UTC()
-	approval.Preview = toolPreview(ctx, t, inv.args, rn.session.Workspace)
+	approval.Preview = gate.Preview(ctx, t, inv.args, rn.session.Workspace)
 	inv.approval = &approval
 	return true
-}
-
-// toolPreview is t's preview of a call with args (tool.Tool.Preview), computed once when its
-// approval opens; nil when the tool has none or cannot make one.
-func toolPreview(ctx context.Context, t *tool.Tool, args json.RawMessage, workspace string) *tool.Preview {
-	if t.Preview == nil {
-		return nil
-	}
-	p, err := t.Preview(ctx, args, workspace)
-	if err != nil {
-		return nil
-	}
-	return p
 }
 
 // ask stores and shows the approval of a call decide found needs a person.
@@ -153,13 +141,13 @@ func (rn *run) ask(ctx context.Context, inv *invocation) {
 	ticket, err := r.gate.Open(context.WithoutCancel(ctx), approval)
 	if err != nil {
 		r.log.Error("open approval", "session", rn.session.ID, "call", inv.call.ID, "err", err)
-		inv.stop(tool.ErrorResult("The approval could not be stored, so the call did not run."), "error")
+		inv.stop(tool.ErrorResult("The approval could not be stored, so the call did not run."), tool.NestedError)
 		return
 	}
 	inv.ticket = ticket
 	// A rule made (or a mode switched) while this approval was being stored would have missed
 	// it: look again.
-	r.release(context.WithoutCancel(ctx), []gate.Approval{ticket.Approval})
+	r.gs.Release(context.WithoutCancel(ctx), []gate.Approval{ticket.Approval})
 }
 
 // recordRule records a decision the gate made without a person (gate.Checker.Check) and returns it as
@@ -202,7 +190,7 @@ func (rn *run) record(ctx context.Context, a gate.Approval) *gate.Approval {
 	return &a
 }
 
-func (inv *invocation) stop(res tool.Result, status string) {
+func (inv *invocation) stop(res tool.Result, status tool.NestedStatus) {
 	inv.early, inv.status = &res, status
 }
 
@@ -222,13 +210,13 @@ func (rn *run) complete(ctx context.Context, inv *invocation) tool.Result {
 // observe tells o how inv ended (Observer.ToolCall) and, when a person decided it, how long the
 // decision took and how soon the call started after it (Observer.Decided).
 func observe(o Observer, inv *invocation, res tool.Result) {
-	outcome := inv.status
+	outcome := string(inv.status) // the metrics' outcomes: the status, or what ended the call
 	switch {
 	case res.Interrupted != nil:
 		outcome = "interrupted"
 	case inv.decision != nil && inv.decision.Status == gate.TimedOut:
 		outcome = "timed_out"
-	case inv.decision != nil && inv.decision.Status == gate.Cancelled, outcome == "unfinished":
+	case inv.decision != nil && inv.decision.Status == gate.Cancelled, inv.status == tool.NestedUnfinished:
 		outcome = "cancelled"
 	case outcome == "" && res.IsError:
 		outcome = "error"
@@ -266,27 +254,27 @@ func (rn *run) decideAndExecute(ctx context.Context, inv *invocation) tool.Resul
 		switch a.Status {
 		case gate.Approved:
 			inv.args = a.EffectiveArguments()
-			if err := rn.r.markStarted(ctx, inv, a); err != nil {
-				inv.status = "error"
+			if err := rn.r.replica.markStarted(ctx, inv, a); err != nil {
+				inv.status = tool.NestedError
 				return tool.ErrorResult("The call did not run: its start could not be recorded (%v)", err)
 			}
 		case gate.Denied:
-			inv.status = "denied"
+			inv.status = tool.NestedDenied
 			if a.Reason != "" {
 				return tool.ErrorResult("Denied by %s: %s", a.DecidedBy, a.Reason)
 			}
 			return tool.ErrorResult("Denied by %s", a.DecidedBy)
 		case gate.TimedOut:
-			inv.status = "denied"
+			inv.status = tool.NestedDenied
 			return tool.ErrorResult("Approval timed out: %s; the call did not run", a.Reason)
 		default:
-			inv.status = "unfinished"
+			inv.status = tool.NestedUnfinished
 			return tool.ErrorResult("%s", a.Reason)
 		}
 	}
 	if ctx.Err() != nil {
-		inv.status = "unfinished"
-		return tool.ErrorResult("%s", context.Cause(ctx).Error())
+		inv.status = tool.NestedUnfinished
+		return cancelledResult(ctx)
 	}
 	return rn.execute(ctx, inv)
 }
@@ -311,10 +299,10 @@ func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 		// an action the parent does not take, so an edited approval refuses it.
 		inv.finished.Store(true)
 		if !bytes.Equal(inv.args, inv.call.Arguments) {
-			inv.status = "error"
+			inv.status = tool.NestedError
 			return tool.ErrorResult("The approval edited the description of an action inside %s %s; an action cannot be edited, so it was not taken", inv.requestedBy, inv.call.ParentToolCallID)
 		}
-		inv.status = "ok"
+		inv.status = tool.NestedOK
 		return tool.Result{Content: []tool.Content{tool.Text("Approved: " + inv.requestedBy + " " + inv.call.ParentToolCallID + " goes on with it.")}}
 	}
 	res, err := safeExecute(ctx, t, inv.args, updates.update, &toolContext{rn: rn, inv: inv})
@@ -335,11 +323,12 @@ func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 	res.NestedCalls = inv.nested.record()
 	switch {
 	case ctx.Err() != nil && res.IsError:
-		inv.status = "unfinished"
+		inv.status = tool.NestedUnfinished
+		res.Stopped = stoppedBy(ctx)
 	case res.IsError:
-		inv.status = "error"
+		inv.status = tool.NestedError
 	default:
-		inv.status = "ok"
+		inv.status = tool.NestedOK
 	}
 	return res
 }
@@ -366,7 +355,7 @@ func (rn *run) decideBatch(msg Message) ([]*invocation, []gate.Approval) {
 	for i, c := range calls {
 		invs[i] = &invocation{
 			call:      tool.Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments},
-			messageID: msg.ID, requestedBy: "model",
+			messageID: msg.ID, requestedBy: gate.RequestedByModel,
 		}
 		invs[i].needsPerson = rn.decide(rn.ctx, invs[i], false, &records)
 	}
@@ -490,10 +479,10 @@ func (tc *toolContext) Authorize(ctx context.Context, name string, arguments any
 	}
 	// The rules' hits are counted once per action: here when the action starts on this look
 	// alone, else by the nested pipeline's decision.
-	check := gate.Checker{Handlers: rn.r.checker.Handlers, Rules: evalOnly{rn.r.rules}}
+	check := gate.Checker{Handlers: rn.r.checker.Handlers, Rules: gate.EvalOnly{E: rn.r.rules}}
 	d := check.Check(ctx, gate.CheckCall{SessionID: rn.session.ID, ToolCallID: parent.call.ID,
 		ParentToolCallID: parent.call.ID, Parent: parent.call.Name, Tool: t, Arguments: raw,
-		Workspace: rn.session.Workspace, Mode: rn.r.sessionMode(rn.session)})
+		Workspace: rn.session.Workspace, Mode: rn.r.sessions.mode(rn.session)})
 	denied := d.Outcome == gate.Blocked && d.Source == gate.FromRule
 	switch {
 	case !denied && tc.Consent().ByPerson:
@@ -505,7 +494,7 @@ func (tc *toolContext) Authorize(ctx context.Context, name string, arguments any
 		return tool.Authorization{Allowed: true}
 	}
 	out, child := tc.nested(ctx, name, raw, nil, func(inv *invocation) { inv.inside, inv.uncovered = true, uncovered })
-	if !out.IsError && child.status == "ok" {
+	if !out.IsError && child.status == tool.NestedOK {
 		return tool.Authorization{Allowed: true, Nested: true}
 	}
 	text, _ := out.Result.ModelTextPrefix(1 << 10)
@@ -528,7 +517,7 @@ func (tc *toolContext) nested(ctx context.Context, name string, raw json.RawMess
 	if parent.finished.Load() {
 		// The parent has returned and its nestedCalls record is taken: nothing may run under it.
 		res := tool.ErrorResult("Tool %q cannot call %q: the call %s has already finished", parent.call.Name, name, parent.call.ID)
-		return tool.Outcome{ToolCall: tool.Call{Name: name, ParentToolCallID: parent.call.ID}, Result: res, IsError: true}, &invocation{status: "error"}
+		return tool.Outcome{ToolCall: tool.Call{Name: name, ParentToolCallID: parent.call.ID}, Result: res, IsError: true}, &invocation{status: tool.NestedError}
 	}
 	// Cancelling the parent cancels its nested calls, whatever context the tool passes in; the
 	// nested call's context ends when it returns, so nothing it left running outlives it. A tool
@@ -552,11 +541,11 @@ func (tc *toolContext) nested(ctx context.Context, name string, raw json.RawMess
 	switch {
 	case argErr != nil:
 		child.start = time.Now()
-		child.stop(tool.ErrorResult("Arguments for tool %q are not a JSON object: %v", name, argErr), "error")
+		child.stop(tool.ErrorResult("Arguments for tool %q are not a JSON object: %v", name, argErr), tool.NestedError)
 	case ctx.Err() != nil:
 		// Stopped: the call is not looked up, checked or recorded; it never runs.
 		child.start = time.Now()
-		child.stop(tool.ErrorResult("%s", context.Cause(ctx).Error()), "unfinished")
+		child.stop(cancelledResult(ctx), tool.NestedUnfinished)
 	default:
 		rn.prepare(ctx, child, true)
 	}
@@ -685,4 +674,19 @@ func (l *nestedLog) record() *tool.NestedCalls {
 		return nil
 	}
 	return &tool.NestedCalls{Calls: append([]tool.NestedCall(nil), l.calls...), Complete: !l.cut}
+}
+
+// cancelledResult is the error result of a call whose context ended before it ran: the cause's
+// text ("Run stopped by <who>" for a Stop), Stopped when a Stop or a shutdown ended it.
+func cancelledResult(ctx context.Context) tool.Result {
+	res := tool.ErrorResult("%s", context.Cause(ctx).Error())
+	res.Stopped = stoppedBy(ctx)
+	return res
+}
+
+// stoppedBy reports whether ctx ended because its run was stopped (StoppedError: Stop, a
+// graceful shutdown, a lost lease).
+func stoppedBy(ctx context.Context) bool {
+	var stopped *StoppedError
+	return errors.As(context.Cause(ctx), &stopped)
 }

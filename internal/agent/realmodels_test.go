@@ -291,7 +291,7 @@ func TestToolCallsStreamIntoTheirCardButAreGatedOnlyWhenComplete(t *testing.T) {
 	if runs.Load() != 0 || string(a.Approval.Arguments) != `{"command": "touch x"}` {
 		t.Fatalf("approval for %s (runs %d), want the complete arguments and nothing run yet", a.Approval.Arguments, runs.Load())
 	}
-	if _, err := h.runner.Decide(context.Background(), h.sess.ID, a.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := h.runner.Gate().Decide(context.Background(), h.sess.ID, a.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	if end := h.await(agent.AgentEnd); end.Error != "" || runs.Load() != 1 {

@@ -58,21 +58,35 @@ func (r *Runner) Recover(ctx context.Context) (err error) {
 		}
 	}
 	for _, id := range order {
+		// An agent session (SPEC §18) has no loop to recover: its pending calls belong to an
+		// outside agent whose hook request died with the process (gate.Service.RecoverOutside
+		// marks them "the agent stopped waiting"); none is cancelled or resumed here.
+		if sess, err := r.cfg.Store.Session(ctx, id); err == nil && sess.IsAgent() {
+			continue
+		} else if err != nil && apperr.CodeOf(err) != apperr.NotFound {
+			return err
+		}
 		// With replicas (SPEC §16), only the sessions no live replica drives: the others' leases
 		// hold theirs.
-		if err := r.recoverLeased(ctx, id, bySession[id]); err != nil {
+		if err := r.replica.recover(ctx, id, bySession[id]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// recoverSession applies SPEC §8 to one session whose lease (token lease, "" without replicas)
-// this replica holds; started reports whether a parked run resumed (and now holds the lease).
+// recoverSession applies SPEC §8 to one session whose lease (token lease) this replica holds
+// (Replica.recover); started reports whether a parked run resumed (and now holds the lease).
 func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending []gate.Approval, lease string) (started bool, _ error) {
 	sess, err := r.cfg.Store.Session(ctx, sessionID)
 	if err != nil {
 		return false, err
+	}
+	if sess.IsAgent() {
+		// An agent session (SPEC §18) never has a loop: nothing to resume, and its pending
+		// calls are held by an outside agent's hook request, maybe on another replica —
+		// never cancelled here (a replica taking orphans over comes through here too).
+		return false, nil
 	}
 	entries, err := r.cfg.Store.Entries(ctx, sessionID)
 	if err != nil {
@@ -114,7 +128,7 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 	}
 	// With replicas: calls a person decided while no replica drove the session never started;
 	// they get their decision now (approved ones run), as if it had just been made.
-	decided, err := r.decidedNotStarted(ctx, sessionID, lastID(last), open)
+	decided, err := r.replica.decidedNotStarted(ctx, sessionID, lastID(last), open)
 	if err != nil {
 		return false, err
 	}
@@ -154,7 +168,7 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 				return false, err
 			}
 		}
-		if ended && r.cfg.Replicas != nil {
+		if ended && !r.replica.alone {
 			// Taken over from a replica that died mid-run: its viewers see the run end here.
 			r.publish(Event{Type: AgentEnd, SessionID: sessionID, Error: InterruptedText})
 		}
@@ -166,28 +180,28 @@ func (r *Runner) recoverSession(ctx context.Context, sessionID string, pending [
 		// cannot continue after them; it ends with this error.
 		r.log.Error("recover: model unavailable", "session", sessionID, "model", sess.Model, "err", err)
 	}
-	wsErr := r.workspaceMissing(sess)
+	wsErr := r.replica.workspaceMissing(sess)
 	runCtx, cancel := context.WithCancelCause(context.Background())
 	rn := &run{r: r, session: sess, model: model, ctx: runCtx, cancel: cancel, lease: lease, leased: time.Now()}
 	invs := make([]*invocation, len(open))
 	for i, c := range open {
 		inv := &invocation{call: tool.Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments},
-			messageID: last.ID, requestedBy: "model", start: time.Now(), args: c.Arguments}
+			messageID: last.ID, requestedBy: gate.RequestedByModel, start: time.Now(), args: c.Arguments}
 		a, isParked := parked[c.ID]
 		t, found := r.cfg.Tools.Lookup(c.Name)
 		switch {
 		case !isParked:
-			inv.stop(r.interrupted(ctx, sessionID, last.ID, c.ID), "unfinished")
+			inv.stop(r.interrupted(ctx, sessionID, last.ID, c.ID), tool.NestedUnfinished)
 		case wsErr != nil:
 			// Taken over by a replica that lacks the session's workspace (SPEC §16): the call
 			// cannot run here; its approval is cancelled saying why, and the run ends so.
 			_, _ = r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: gate.BySystem,
 				Automatic: true, Reason: wsErr.Error()})
-			inv.stop(tool.ErrorResult("%s", wsErr.Error()), "error")
+			inv.stop(tool.ErrorResult("%s", wsErr.Error()), tool.NestedError)
 		case !found:
 			_, _ = r.gate.Decide(ctx, a.ID, gate.Resolution{Status: gate.Cancelled, DecidedBy: gate.BySystem,
 				Automatic: true, Reason: "the tool is no longer registered"})
-			inv.stop(tool.NotFound(c.Name), "error")
+			inv.stop(tool.NotFound(c.Name), tool.NestedError)
 		default:
 			inv.tool = t
 			inv.ticket = r.gate.Attach(a)
@@ -292,18 +306,18 @@ func (r *Runner) interrupted(ctx context.Context, sessionID, messageID, callID s
 		if a.MessageID != messageID || !strings.HasPrefix(a.ToolCallID, callID+"/") {
 			continue
 		}
-		status := "unfinished"
+		status := tool.NestedUnfinished
 		switch a.Status {
 		case gate.Denied:
-			status = "denied"
+			status = tool.NestedDenied
 			if a.Automatic && (a.DecisionSource == gate.FromHandler || a.DecisionSource == "" && a.DecidedBy == gate.ByHandler) {
-				status = "blocked"
+				status = tool.NestedBlocked
 			}
 		case gate.TimedOut:
-			status = "denied"
+			status = tool.NestedDenied
 		}
 		nc := tool.NestedCall{ID: a.ToolCallID, Name: a.ToolName, Arguments: a.EffectiveArguments(), Status: status, ApprovalID: a.ID}
-		if status != "unfinished" {
+		if status != tool.NestedUnfinished {
 			nc.Error = a.Reason
 		}
 		_, _ = calls.add(nc)

@@ -12,7 +12,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
-	"countersign/internal/store"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
@@ -20,16 +20,16 @@ import (
 // restart simulates a new process over the same database: a second store handle and runner,
 // while the first runner is abandoned as a killed process would be (its goroutines never get to
 // write again because nothing wakes them before the test ends).
-func (h *harness) restart(t *testing.T, script string, tools ...*tool.Tool) (*agent.Runner, *store.DB, *agent.Subscription) {
+func (h *harness) restart(t *testing.T, script string, tools ...*tool.Tool) (*agent.Runner, *sqlite.DB, *agent.Subscription) {
 	t.Helper()
 	return h.restartWith(t, nil, script, tools...)
 }
 
 // restartWith is restart with a runner whose configuration set changes first (nil: none).
-func (h *harness) restartWith(t *testing.T, set func(*agent.Config), script string, tools ...*tool.Tool) (*agent.Runner, *store.DB, *agent.Subscription) {
+func (h *harness) restartWith(t *testing.T, set func(*agent.Config), script string, tools ...*tool.Tool) (*agent.Runner, *sqlite.DB, *agent.Subscription) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, h.db.Path())
+	db, err := sqlite.Open(ctx, h.db.Path())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func resumeApproved(t *testing.T, h *harness, asked *gate.Approval, peeks, shell
 	if !r2.Busy(h.sess.ID) {
 		t.Fatal("the parked run is not in progress after restart")
 	}
-	if _, err := r2.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := r2.Gate().Decide(ctx, h.sess.ID, asked.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	if end := awaitOn(t, sub, agent.AgentEnd); end.Error != "" {
@@ -123,7 +123,7 @@ func TestRestartInterruptsAnExecutingCallAndNeverRerunsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	asked := h.await(agent.ApprovalRequested).Approval
-	if _, err := h.runner.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, asked.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	<-started
@@ -177,7 +177,7 @@ func TestRestartKillsWhatAnInterruptedCallLeftRunningBeforeItRecordsIt(t *testin
 		t.Fatal(err)
 	}
 	asked := h.await(agent.ApprovalRequested).Approval
-	if _, err := h.runner.Decide(ctx, h.sess.ID, asked.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, asked.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	<-started

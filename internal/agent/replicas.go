@@ -13,8 +13,8 @@ import (
 
 // Replicas is what several servers sharing one database need of each other (SPEC §16, issue 21):
 // leases, so one replica at a time drives a session's run, and a relay, so every replica's viewers
-// see every session's events. The PostgreSQL store provides one (pg.Replicas); a SQLite file
-// has one server, and Config.Replicas is nil.
+// see every session's events. internal/relay provides it over PostgreSQL (relay.Relay); a server
+// alone on its database (a SQLite file) has SingleServer, which relays nothing.
 type Replicas interface {
 	// Acquire takes sessionID's lease for the run run (a random token), or renews it if this
 	// replica's run already holds it: true when it holds it now, false when another replica's
@@ -51,14 +51,121 @@ type Replicas interface {
 	RulesChanged()
 }
 
-// Defaults of the lease loop (RunLeases).
+// Defaults of the lease loop (Replica.RunLeases).
 const (
 	// LeaseEvery is how often a replica renews its leases and looks for sessions whose lease
-	// expired. A lease lasts longer than a few of these (pg.LeaseTTL), so one missed renewal
+	// expired. A lease lasts longer than a few of these (relay.LeaseTTL), so one missed renewal
 	// loses nothing, and a dead replica's sessions are taken over within the lease's life plus
 	// one of these.
 	LeaseEvery = time.Second
 )
+
+// SingleServer is the Replicas of a server alone on its database (a SQLite file; New's when
+// Config.Replicas is nil): nobody else drives a session, watches its events or decides its calls,
+// so it relays nothing (Publish, Stop and RulesChanged do nothing), no session is orphaned, and
+// every lease is this server's — Acquire and Hold always succeed, and Renew returns the sessions
+// acquired and not released, so the lease loop never parks a run. It records no call's start, and
+// reports every call as started (Started): recovery never runs a call twice. Its zero value is
+// ready; it is safe for concurrent use.
+type SingleServer struct {
+	mu     sync.Mutex
+	leases map[string]string // session → the run holding it
+}
+
+// Compile-time check.
+var _ Replicas = (*SingleServer)(nil)
+
+// Alone reports that the server has no other replica: recovery is a restart of its own sessions,
+// never a takeover (Replica.alone).
+func (s *SingleServer) Alone() bool { return true }
+
+// Acquire records run's lease of sessionID: always true.
+func (s *SingleServer) Acquire(_ context.Context, sessionID, run string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leases == nil {
+		s.leases = map[string]string{}
+	}
+	s.leases[sessionID] = run
+	return true, nil
+}
+
+// Hold is true: nobody takes a session over from a server alone.
+func (s *SingleServer) Hold(context.Context, string, string) (bool, error) { return true, nil }
+
+// Release forgets sessionID's lease if run holds it.
+func (s *SingleServer) Release(_ context.Context, sessionID, run string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leases[sessionID] == run {
+		delete(s.leases, sessionID)
+	}
+	return nil
+}
+
+// Renew returns the sessions whose leases were acquired and not released.
+func (s *SingleServer) Renew(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held := make([]string, 0, len(s.leases))
+	for id := range s.leases {
+		held = append(held, id)
+	}
+	return held, nil
+}
+
+// Orphans is none: no other server left any.
+func (s *SingleServer) Orphans(context.Context) ([]string, error) { return nil, nil }
+
+// MarkStarted records nothing.
+func (s *SingleServer) MarkStarted(context.Context, string) error { return nil }
+
+// Started reports every call as started: without a record, a call that may have run is never
+// run again (SPEC §8).
+func (s *SingleServer) Started(_ context.Context, approvalIDs []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(approvalIDs))
+	for _, id := range approvalIDs {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// Publish does nothing: nobody else watches.
+func (s *SingleServer) Publish(Event) {}
+
+// Stop does nothing: nobody else drives a run.
+func (s *SingleServer) Stop(string, string) {}
+
+// RulesChanged does nothing: nobody else holds the rules.
+func (s *SingleServer) RulesChanged() {}
+
+// Replica is this server as one of the servers sharing its database (SPEC §16), for its Runner
+// (Runner.Replica): it keeps the leases of the runner's runs and takes over the sessions dead
+// replicas left (RunLeases), and it hands the runner what the other replicas relay (Deliver,
+// StopRun, ReloadRules: relay.Target). A server alone on its database (SingleServer) reads the
+// same: its leases are always its own, and nothing is relayed to it.
+type Replica struct {
+	r    *Runner
+	port Replicas // Config.Replicas
+	// alone is set when the port says the server has no other replica (SingleServer.Alone,
+	// promoted through a wrapper such as relay.Single). The few rules that differ read it: no
+	// session is another replica's run (DeleteSession), and what recovery finds is this server's
+	// own restart, never a takeover — a missing workspace folder is the tools' to report, nobody
+	// else was watching the run it ends, and there is no takeover to log.
+	alone bool
+}
+
+func newReplica(r *Runner, port Replicas) *Replica {
+	p := &Replica{r: r, port: port}
+	if a, ok := port.(interface{ Alone() bool }); ok {
+		p.alone = a.Alone()
+	}
+	return p
+}
+
+// Replica is this server's side of the replicas sharing its database: the lease loop, and what
+// the relay hands the runner.
+func (r *Runner) Replica() *Replica { return r.replica }
 
 // remoteRuns is the live state of runs other replicas drive, built from their events (Deliver),
 // so a page reloaded on this replica shows a running call's progress too.
@@ -98,7 +205,8 @@ func (m *remoteRuns) get(sessionID string) *liveState {
 // decided there — to the call waiting for it here, which the approval's stored row wakes (the
 // event only says where to look). Called by the Replicas implementation, in each session's event
 // order; it does not block on the store.
-func (r *Runner) Deliver(ev Event) {
+func (p *Replica) Deliver(ev Event) {
+	r := p.r
 	r.remote.apply(ev)
 	switch ev.Type {
 	case SessionDeleted:
@@ -121,7 +229,8 @@ func (r *Runner) Deliver(ev Event) {
 }
 
 // StopRun stops sessionID's run if this replica drives it: another replica's Stop (Replicas.Stop).
-func (r *Runner) StopRun(sessionID, who string) {
+func (p *Replica) StopRun(sessionID, who string) {
+	r := p.r
 	r.mu.Lock()
 	rn := r.runs[sessionID]
 	r.mu.Unlock()
@@ -131,42 +240,37 @@ func (r *Runner) StopRun(sessionID, who string) {
 }
 
 // ReloadRules reads the stored rules again: another replica changed them (Replicas.RulesChanged).
-func (r *Runner) ReloadRules(ctx context.Context) error { return r.rules.Load(ctx) }
+func (p *Replica) ReloadRules(ctx context.Context) error { return p.r.rules.Load(ctx) }
 
-// rulesChanged tells the other replicas, if any, that a rule was added or deleted here.
-func (r *Runner) rulesChanged() {
-	if r.cfg.Replicas != nil {
-		r.cfg.Replicas.RulesChanged()
-	}
+// acquire takes sessionID's lease for a new run with token lease.
+func (p *Replica) acquire(ctx context.Context, sessionID, lease string) (bool, error) {
+	return p.port.Acquire(ctx, sessionID, lease)
 }
 
-// acquire takes sessionID's lease for a new run with token lease; always true without replicas.
-func (r *Runner) acquire(ctx context.Context, sessionID, lease string) (bool, error) {
-	if r.cfg.Replicas == nil {
-		return true, nil
-	}
-	return r.cfg.Replicas.Acquire(ctx, sessionID, lease)
-}
-
-// releaseLease gives back the lease of a run that ended (or of a recovery that found nothing to run).
-func (r *Runner) releaseLease(sessionID, lease string) {
-	if r.cfg.Replicas == nil || lease == "" {
+// release gives back the lease of a run that ended (or of a recovery that found nothing to run).
+func (p *Replica) release(sessionID, lease string) {
+	if lease == "" {
 		return
 	}
-	if err := r.cfg.Replicas.Release(context.Background(), sessionID, lease); err != nil {
-		r.log.Error("release a session's lease", "session", sessionID, "err", err)
+	if err := p.port.Release(context.Background(), sessionID, lease); err != nil {
+		p.r.log.Error("release a session's lease", "session", sessionID, "err", err)
 	}
+}
+
+// drivenElsewhere reports whether sess's run, active in the store but not here, is another
+// replica's (SPEC §16); never for a server alone.
+func (p *Replica) drivenElsewhere(sess Session) bool {
+	return !p.alone && sess.State.Active() && !p.r.Busy(sess.ID)
 }
 
 // RunLeases keeps this replica's leases alive and takes over the sessions whose replica died
 // (SPEC §16, §8), every `every` until ctx ends: it renews the leases its runs hold, parks a run
 // whose lease another replica took (this one was cut off too long: the other one drives it now),
-// and recovers every orphaned session it can lease, as a restart recovers them (Recover). Without
-// replicas it returns at once. Errors are logged, and the next round tries again.
-func (r *Runner) RunLeases(ctx context.Context, every time.Duration) {
-	if r.cfg.Replicas == nil {
-		return
-	}
+// and recovers every orphaned session it can lease, as a restart recovers them (Recover). A
+// server alone renews its own leases and finds no orphan. Errors are logged, and the next round
+// tries again.
+func (p *Replica) RunLeases(ctx context.Context, every time.Duration) {
+	r := p.r
 	t := time.NewTicker(every)
 	defer t.Stop()
 	failures := 0 // rounds in a row that failed: logged at the 1st, 2nd, 4th, 8th…
@@ -176,9 +280,9 @@ func (r *Runner) RunLeases(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		err := r.renew(ctx)
+		err := p.renew(ctx)
 		if err == nil {
-			err = r.takeOver(ctx)
+			err = p.takeOver(ctx)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -195,8 +299,9 @@ func (r *Runner) RunLeases(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (r *Runner) renew(ctx context.Context) error {
-	held, err := r.cfg.Replicas.Renew(ctx)
+func (p *Replica) renew(ctx context.Context) error {
+	r := p.r
+	held, err := p.port.Renew(ctx)
 	if err != nil {
 		return err
 	}
@@ -219,61 +324,64 @@ func (r *Runner) renew(ctx context.Context) error {
 
 // takeOver recovers the sessions no live replica drives (Replicas.Orphans) that this replica
 // can lease.
-func (r *Runner) takeOver(ctx context.Context) error {
-	ids, err := r.cfg.Replicas.Orphans(ctx)
+func (p *Replica) takeOver(ctx context.Context) error {
+	ids, err := p.port.Orphans(ctx)
 	if err != nil {
 		return err
 	}
 	for _, id := range ids {
-		if err := r.recoverLeased(ctx, id, nil); err != nil {
-			r.log.Error("take over a session", "session", id, "err", err)
+		if err := p.recover(ctx, id, nil); err != nil {
+			p.r.log.Error("take over a session", "session", id, "err", err)
 		}
 	}
 	return nil
 }
 
-// recoverLeased recovers sessionID (SPEC §8) if this replica runs nothing in it and can lease
-// it; pending are its pending approvals when the caller has them (nil: read here).
-func (r *Runner) recoverLeased(ctx context.Context, sessionID string, pending []gate.Approval) error {
+// recover recovers sessionID (SPEC §8) if this replica runs nothing in it and can lease it;
+// pending are its pending approvals when the caller has them (nil: read here).
+func (p *Replica) recover(ctx context.Context, sessionID string, pending []gate.Approval) error {
+	r := p.r
 	if r.Busy(sessionID) {
 		return nil
 	}
 	lease := newID()
-	ok, err := r.acquire(ctx, sessionID, lease)
+	ok, err := p.acquire(ctx, sessionID, lease)
 	if err != nil || !ok {
 		return err
 	}
 	if pending == nil {
 		if pending, err = r.cfg.Store.Approvals(ctx, sessionID, gate.Pending); err != nil {
-			r.releaseLease(sessionID, lease)
+			p.release(sessionID, lease)
 			return err
 		}
 	}
 	started, err := r.recoverSession(ctx, sessionID, pending, lease)
 	if !started {
-		r.releaseLease(sessionID, lease)
+		p.release(sessionID, lease)
 	}
-	if err == nil && r.cfg.Replicas != nil {
+	if err == nil && !p.alone {
 		r.log.Info("took over a session", "session", sessionID, "resumed", started)
 	}
 	return err
 }
 
-// markStarted records, with replicas, that a model-issued call a person approved starts
-// (Replicas.MarkStarted): without the record, a replica taking the session over could not tell a
-// call that never started from one that was running when its replica died.
-func (r *Runner) markStarted(ctx context.Context, inv *invocation, a gate.Approval) error {
-	if r.cfg.Replicas == nil || inv.call.ParentToolCallID != "" || a.Automatic {
+// markStarted records that a model-issued call a person approved starts (Replicas.MarkStarted):
+// without the record, a replica taking the session over could not tell a call that never started
+// from one that was running when its replica died.
+func (p *Replica) markStarted(ctx context.Context, inv *invocation, a gate.Approval) error {
+	if inv.call.ParentToolCallID != "" || a.Automatic {
 		return nil
 	}
-	return r.cfg.Replicas.MarkStarted(context.WithoutCancel(ctx), a.ID)
+	return p.port.MarkStarted(context.WithoutCancel(ctx), a.ID)
 }
 
-// decidedNotStarted returns, with replicas, the approvals of open (model-issued, unanswered)
-// calls that a person decided while no replica drove the session: their calls never started
-// (Replicas.Started), so recovery hands them their decision as if it had just been made.
-func (r *Runner) decidedNotStarted(ctx context.Context, sessionID, messageID string, open []Block) (map[string]gate.Approval, error) {
-	if r.cfg.Replicas == nil || len(open) == 0 {
+// decidedNotStarted returns the approvals of open (model-issued, unanswered) calls that a person
+// decided while no replica drove the session: their calls never started (Replicas.Started), so
+// recovery hands them their decision as if it had just been made. A server alone reports every
+// call as started: none.
+func (p *Replica) decidedNotStarted(ctx context.Context, sessionID, messageID string, open []Block) (map[string]gate.Approval, error) {
+	r := p.r
+	if len(open) == 0 {
 		return nil, nil
 	}
 	as, err := r.cfg.Store.Approvals(ctx, sessionID, "")
@@ -291,7 +399,7 @@ func (r *Runner) decidedNotStarted(ctx context.Context, sessionID, messageID str
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	started, err := r.cfg.Replicas.Started(ctx, ids)
+	started, err := p.port.Started(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -303,11 +411,12 @@ func (r *Runner) decidedNotStarted(ctx context.Context, sessionID, messageID str
 	return own, nil
 }
 
-// workspaceMissing is, with replicas, an error naming sess's workspace folder when it is not a
-// folder on this replica: a session taken over here cannot run its calls (SPEC §16: a workspace
-// replicas share must be on shared storage). nil without replicas, or when the folder is there.
-func (r *Runner) workspaceMissing(sess Session) error {
-	if r.cfg.Replicas == nil || sess.Workspace == "" {
+// workspaceMissing is an error naming sess's workspace folder when it is not a folder on this
+// replica: a session taken over here cannot run its calls (SPEC §16: a workspace replicas share
+// must be on shared storage). nil when the folder is there, and for a server alone (a restart
+// takes nothing over: its tools report a folder that went away).
+func (p *Replica) workspaceMissing(sess Session) error {
+	if p.alone || sess.Workspace == "" {
 		return nil
 	}
 	if fi, err := os.Stat(sess.Workspace); err == nil && fi.IsDir() {
@@ -322,10 +431,10 @@ var errLeaseLost = fmt.Errorf("this server no longer holds the session (another 
 
 // append stores m (with records) as the run's next transcript entry, if the run still holds its
 // session's lease (Replicas.Hold): a replica that stalled longer than a lease and was taken over
-// writes nothing when it wakes (errLeaseLost). Without replicas it is the store's AppendEntry.
+// writes nothing when it wakes (errLeaseLost); a server alone always holds it.
 func (rn *run) append(ctx context.Context, m Message, records ...gate.Approval) error {
 	r := rn.r
-	if r.cfg.Replicas != nil && rn.lease != "" {
+	if rn.lease != "" {
 		held, err := r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease)
 		if err != nil {
 			return err

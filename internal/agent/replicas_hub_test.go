@@ -160,19 +160,19 @@ func (m *member) Publish(ev agent.Event) {
 		return
 	}
 	for _, o := range m.others() {
-		o.runner.Deliver(ev)
+		o.runner.Replica().Deliver(ev)
 	}
 }
 
 func (m *member) Stop(sessionID, who string) {
 	for _, o := range m.others() {
-		o.runner.StopRun(sessionID, who)
+		o.runner.Replica().StopRun(sessionID, who)
 	}
 }
 
 func (m *member) RulesChanged() {
 	for _, o := range m.others() {
-		if err := o.runner.ReloadRules(context.Background()); err != nil {
+		if err := o.runner.Replica().ReloadRules(context.Background()); err != nil {
 			panic(err)
 		}
 	}
@@ -195,11 +195,8 @@ func newTwoReplicas(t *testing.T, script string, tools ...*tool.Tool) *twoReplic
 	x := &twoReplicas{a: a, b: b}
 	x.harness = newHarnessWith(t, script, agent.Config{Replicas: a}, tools...)
 	a.runner, a.store, b.store = x.runner, x.db, x.db
-	bBroker := agent.NewBroker()
-	x.bRunner = agent.New(agent.Config{Store: x.db, Models: x.env.Scripts, Tools: x.env.Tools, Broker: bBroker,
-		ApprovalTimeout: time.Minute, Replicas: b})
-	b.runner = x.bRunner
-	t.Cleanup(func() { x.bRunner.Shutdown("test end"); x.bRunner.Wait() })
+	bRunner, bBroker := x.env.Replica(func(c *agent.Config) { c.Replicas = b })
+	x.bRunner, b.runner = bRunner, bRunner
 	x.bEvents = bBroker.Subscribe(x.sess.ID)
 	return x
 }
@@ -208,7 +205,7 @@ func newTwoReplicas(t *testing.T, script string, tools ...*tool.Tool) *twoReplic
 func runLeases(t *testing.T, r *agent.Runner) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); r.RunLeases(ctx, 50*time.Millisecond) }()
+	go func() { defer close(done); r.Replica().RunLeases(ctx, 50*time.Millisecond) }()
 	t.Cleanup(func() { stop(); <-done })
 }
 
@@ -244,7 +241,7 @@ func TestADecisionOnAnotherReplicaRunsTheCall(t *testing.T) {
 	if err := x.bRunner.DeleteSession(ctx, x.sess.ID); apperr.CodeOf(err) != apperr.Conflict {
 		t.Fatalf("deleting on B while A runs = %v, want a conflict", err)
 	}
-	if _, err := x.bRunner.Decide(ctx, x.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := x.bRunner.Gate().Decide(ctx, x.sess.ID, asked.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	if end := x.await(agent.AgentEnd); end.Error != "" {
@@ -277,7 +274,7 @@ func TestRulesAndModesReachTheOtherReplica(t *testing.T) {
 	var runs atomic.Int32
 	x := newTwoReplicas(t, oneShellScript, riskyTool("shell", &runs))
 	ctx := context.Background()
-	if _, err := x.bRunner.AddRule(ctx, gate.Rule{Tool: "shell", Effect: gate.Allow, Scope: gate.ScopeSession, SessionID: x.sess.ID,
+	if _, err := x.bRunner.Gate().AddRule(ctx, gate.Rule{Tool: "shell", Effect: gate.Allow, Scope: gate.ScopeSession, SessionID: x.sess.ID,
 		Source: gate.SourceAPI, CreatedBy: gate.ByOwner}); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +284,7 @@ func TestRulesAndModesReachTheOtherReplica(t *testing.T) {
 	if end := x.await(agent.AgentEnd); end.Error != "" || runs.Load() != 1 {
 		t.Fatalf("A's run: %q, %d runs; want the call allowed by B's rule", end.Error, runs.Load())
 	}
-	if _, err := x.bRunner.SetMode(ctx, x.sess.ID, gate.ModePlan); err != nil {
+	if err := x.bRunner.Gate().SetMode(ctx, x.sess.ID, gate.ModePlan); err != nil {
 		t.Fatal(err)
 	}
 	if err := x.runner.Send(ctx, x.sess.ID, "again"); err != nil {
@@ -328,14 +325,14 @@ func TestADeadReplicasSessionsAreTakenOver(t *testing.T) {
 			}
 			asked := x.awaitB(agent.ApprovalRequested)
 			if tc.started {
-				if _, err := x.runner.Decide(ctx, x.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+				if _, err := x.runner.Gate().Decide(ctx, x.sess.ID, asked.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 					t.Fatal(err)
 				}
 				x.awaitB(agent.ToolExecutionStart)
 			}
 			x.a.dead.Store(true) // A stops renewing and publishing: as killed
 			if !tc.started {
-				if _, err := x.bRunner.Decide(ctx, x.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+				if _, err := x.bRunner.Gate().Decide(ctx, x.sess.ID, asked.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -387,13 +384,13 @@ func TestAForgedResolutionDecidesNothing(t *testing.T) {
 	asked := x.await(agent.ApprovalRequested)
 	forged := *asked.Approval
 	forged.Status, forged.DecidedBy = gate.Approved, "mallory"
-	x.runner.Deliver(agent.Event{Type: agent.ApprovalResolved, SessionID: x.sess.ID, ToolCallID: forged.ToolCallID, Approval: &forged})
+	x.runner.Replica().Deliver(agent.Event{Type: agent.ApprovalResolved, SessionID: x.sess.ID, ToolCallID: forged.ToolCallID, Approval: &forged})
 	// The forged event reached A's viewers (it is what arrived); the gate read the store.
 	x.await(agent.ApprovalResolved)
 	if a, err := x.db.Approval(ctx, forged.ID); err != nil || a.Status != gate.Pending {
 		t.Fatalf("after the forged event the approval is %v (%v), want pending", a.Status, err)
 	}
-	if _, err := x.runner.Decide(ctx, x.sess.ID, forged.ID, agent.Decision{Decision: "deny", By: gate.Owner()}); err != nil {
+	if _, err := x.runner.Gate().Decide(ctx, x.sess.ID, forged.ID, gate.Answer{Decision: "deny", By: gate.Owner()}); err != nil {
 		t.Fatalf("the real decision: %v", err)
 	}
 	x.await(agent.AgentEnd)
@@ -446,7 +443,7 @@ func TestAGracefulShutdownHandsParkedRunsOver(t *testing.T) {
 	x.hubLeaseGone(t)
 	runLeases(t, x.bRunner)
 	x.awaitB(agent.AgentStart) // B resumed the parked run
-	if _, err := x.bRunner.Decide(ctx, x.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := x.bRunner.Gate().Decide(ctx, x.sess.ID, asked.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	if end := x.awaitB(agent.AgentEnd); end.Error != "" || runs.Load() != 1 {

@@ -40,7 +40,7 @@ func TestAPausedReplicaThatComesBackWritesNothingAfterATakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	asked := x.awaitB(agent.ApprovalRequested)
-	if _, err := x.runner.Decide(ctx, x.sess.ID, asked.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := x.runner.Gate().Decide(ctx, x.sess.ID, asked.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	x.awaitB(agent.ToolExecutionStart)

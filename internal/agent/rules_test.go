@@ -112,7 +112,7 @@ func TestNestedCallsFollowTheRulesAndTheMode(t *testing.T) {
 						if a.ToolCallID == "c4" && (a.ParentToolCallID != "" || a.RequestedBy != "model") {
 							t.Errorf("the top-level prompt = %+v", a)
 						}
-						if _, err := h.runner.Decide(ctx, h.sess.ID, a.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+						if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, a.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -177,14 +177,14 @@ func TestRulesAndModesReleasePendingCalls(t *testing.T) {
 	}
 	first := h.await(agent.ApprovalRequested).Approval
 	h.await(agent.ApprovalRequested)
-	if _, err := h.runner.SetMode(ctx, h.sess.ID, gate.ModePlan); err != nil {
+	if err := h.runner.Gate().SetMode(ctx, h.sess.ID, gate.ModePlan); err != nil {
 		t.Fatal(err)
 	}
 	if p, _ := h.db.Approvals(ctx, h.sess.ID, gate.Pending); len(p) != 2 {
 		t.Fatalf("plan mode changed pending calls: %d pending", len(p))
 	}
 	// A rule for c1's path only: the gatetest compiler matches a path prefix.
-	if _, err := h.runner.AddRule(ctx, gate.Rule{Effect: gate.Allow, Tool: "write", Specifier: "a", Scope: gate.ScopeWorkspace,
+	if _, err := h.runner.Gate().AddRule(ctx, gate.Rule{Effect: gate.Allow, Tool: "write", Specifier: "a", Scope: gate.ScopeWorkspace,
 		Workspace: h.sess.Workspace, Source: gate.SourceAPI, CreatedBy: gate.ByOwner}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestRulesAndModesReleasePendingCalls(t *testing.T) {
 	if p, _ := h.db.Approvals(ctx, h.sess.ID, gate.Pending); len(p) != 2 {
 		t.Fatalf("in plan mode a rule released %d", 2-len(p))
 	}
-	if _, err := h.runner.SetMode(ctx, h.sess.ID, gate.ModeDefault); err != nil {
+	if err := h.runner.Gate().SetMode(ctx, h.sess.ID, gate.ModeDefault); err != nil {
 		t.Fatal(err)
 	}
 	a, err := h.db.Approval(ctx, first.ID)
@@ -202,7 +202,7 @@ func TestRulesAndModesReleasePendingCalls(t *testing.T) {
 	if a.Status != gate.Approved || a.DecisionSource != gate.FromRule || a.RuleText != "write(a)" || !a.Automatic {
 		t.Errorf("c1 after the rule and the mode = %+v", a)
 	}
-	if _, err := h.runner.SetMode(ctx, h.sess.ID, gate.ModeAcceptEdits); err != nil {
+	if err := h.runner.Gate().SetMode(ctx, h.sess.ID, gate.ModeAcceptEdits); err != nil {
 		t.Fatal(err)
 	}
 	h.await(agent.AgentEnd)
@@ -224,7 +224,7 @@ func TestRulesAndModesReleasePendingCalls(t *testing.T) {
 	if s, _ := h.db.Session(ctx, h.sess.ID); s.Mode != gate.ModeAcceptEdits {
 		t.Errorf("stored mode = %q", s.Mode)
 	}
-	if _, err := h.runner.SetMode(ctx, h.sess.ID, "yolo"); err == nil || !strings.Contains(err.Error(), "plan") {
+	if err := h.runner.Gate().SetMode(ctx, h.sess.ID, "yolo"); err == nil || !strings.Contains(err.Error(), "plan") {
 		t.Errorf("an unknown mode: %v", err)
 	}
 }

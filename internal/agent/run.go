@@ -97,7 +97,7 @@ func (rn *run) drive(resume func(store context.Context) error) {
 			return
 		}
 		// Then the lease (SPEC §16): a parked run's session goes to whichever replica takes it.
-		r.releaseLease(sid, rn.lease)
+		r.replica.release(sid, rn.lease)
 		r.publish(Event{Type: AgentEnd, SessionID: sid, Error: runErr})
 	}()
 	rn.publish(Event{Type: AgentStart, SessionID: sid})

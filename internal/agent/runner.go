@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -35,8 +33,9 @@ type Config struct {
 	ApprovalTimeout time.Duration
 	Logger          *slog.Logger
 
-	// Rules and modes (SPEC §14). CompileRules compiles the rules (nil: gate.ExactCompiler, which
-	// takes only whole-tool rules such as "Approve for session" makes); cmd/web sets it to
+	// Rules and modes (SPEC §14), handed to the runner's gate.Service (Runner.Gate).
+	// CompileRules compiles the rules (nil: gate.ExactCompiler, which takes only whole-tool
+	// rules such as "Approve for session" makes); cmd/web sets it to
 	// rules.Compiler once package internal/rules is merged. ParseRule reads a rule's text form
 	// for POST /api/rules and "Always allow…" (nil: only a bare tool name is understood; wire
 	// rules.Parse). SuggestRule proposes the rule "Always allow…" shows (nil: the tool as a
@@ -59,7 +58,8 @@ type Config struct {
 	// Observer is told of runs, calls and decisions for metrics (SPEC §16); nil: nobody.
 	Observer Observer
 	// Replicas connects this server to the others sharing its database (SPEC §16): leases and
-	// the event relay. nil (a SQLite file): this server is the only one.
+	// the event relay (relay.Relay). nil (a SQLite file): this server is the only one, and New
+	// uses a SingleServer.
 	Replicas Replicas
 	// KillOrphans ends what a call left running when its server died (SPEC §8: the record never
 	// says "interrupted" of a command that goes on; issue 28). Recovery calls it for each call it
@@ -79,15 +79,22 @@ type Runner struct {
 	log   *slog.Logger
 	audit *auditLog // nested calls' automatic decisions, written in the background
 
-	rules   *gate.Rulebook
-	checker gate.Checker
-	loadErr error    // the rulebook's first load, returned by Recover
-	modes   sync.Map // session id → gate.Mode, as switched since start (SetMode)
+	// gs owns a person's decisions, rules, modes and grants (SPEC §14, §15); rules is its
+	// rulebook, which the calls are checked against, and sessions its port to this runner's
+	// sessions.
+	gs       *gate.Service
+	rules    *gate.Rulebook
+	sessions gateSessions
+	checker  gate.Checker
+	loadErr  error    // the rulebook's first load, returned by Recover
+	modes    sync.Map // session id → gate.Mode, as switched since start (gate.Service.SetMode)
 
 	mu   sync.Mutex
 	runs map[string]*run // by session id
-	// remote is the live state of runs other replicas drive (Deliver).
-	remote remoteRuns
+	// replica is this server's side of the replicas sharing its database (leases, what the
+	// relay delivers); remote is the live state of runs other replicas drive (Replica.Deliver).
+	replica *Replica
+	remote  remoteRuns
 	// deleting holds the sessions being deleted (DeleteSession): Send starts no run in them.
 	deleting map[string]bool
 	wg       sync.WaitGroup
@@ -101,45 +108,25 @@ func New(cfg Config) *Runner {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Replicas == nil {
+		cfg.Replicas = &SingleServer{}
+	}
 	r := &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*run{}, deleting: map[string]bool{}, audit: newAuditLog(cfg.Store, cfg.Logger)}
-	r.gate = gate.New(cfg.Store, cfg.ApprovalTimeout, r.approvalChanged)
-	switch cfg.DefaultMode {
-	case "":
-		r.cfg.DefaultMode = gate.ModeDefault
-	case gate.ModeDefault, gate.ModePlan, gate.ModeAcceptEdits:
-	default:
-		r.loadErr = apperr.Errorf(apperr.Invalid, "default mode must be default, plan or accept-edits, not %q", cfg.DefaultMode)
-		r.cfg.DefaultMode = gate.ModePlan // fail closed until Recover refuses to start
-	}
-	r.rules = gate.NewRulebook(cfg.CompileRules, cfg.Store, cfg.PolicyRules)
-	if err := r.rules.Load(context.Background()); err != nil && r.loadErr == nil {
-		r.loadErr = err
-	}
-	if err := r.rules.Err(); err != nil {
-		r.log.Warn("rules that do not compile are skipped", "err", err)
-	}
+	r.replica = newReplica(r, cfg.Replicas)
+	r.sessions = gateSessions{r}
+	r.gate = gate.New(cfg.Store, cfg.ApprovalTimeout, r.sessions.approvalChanged)
+	r.gs = gate.NewService(gate.ServiceConfig{Gate: r.gate, Store: cfg.Store, Sessions: r.sessions, Tools: cfg.Tools,
+		Compile: cfg.CompileRules, Parse: cfg.ParseRule, Suggest: cfg.SuggestRule, Policy: cfg.PolicyRules,
+		DefaultMode: cfg.DefaultMode, RulesChanged: cfg.Replicas.RulesChanged, Logger: cfg.Logger})
+	r.cfg.DefaultMode, r.loadErr = r.gs.DefaultMode(), r.gs.Err()
+	r.rules = r.gs.Rulebook()
 	r.checker = gate.Checker{Handlers: cfg.CallHandlers, Rules: r.rules}
 	return r
 }
 
-func (r *Runner) approvalChanged(a gate.Approval) {
-	typ := ApprovalResolved
-	switch {
-	case a.Status == gate.Pending && len(a.Votes) > 0:
-		typ = ApprovalUpdated // a vote counted, more needed (SPEC §15)
-	case a.Status == gate.Pending:
-		typ = ApprovalRequested
-	}
-	r.publish(Event{Type: typ, SessionID: a.SessionID, MessageID: a.MessageID,
-		ToolCallID: a.ToolCallID, ParentToolCallID: a.ParentToolCallID, ToolName: a.ToolName, Approval: &a})
-}
-
-// ApprovalDeadline is when approval a times out if nobody decides it: its creation plus the
-// approval timeout (SPEC §3). The gate counts from the same moment, across restarts too
-// (gate.Attach).
-func (r *Runner) ApprovalDeadline(a gate.Approval) time.Time {
-	return a.CreatedAt.Add(r.cfg.ApprovalTimeout)
-}
+// Gate is the service that owns a person's decisions on this runner's approvals, with the rules,
+// modes and grants (SPEC §14, §15).
+func (r *Runner) Gate() *gate.Service { return r.gs }
 
 // Tools returns the registry the runner calls tools from.
 func (r *Runner) Tools() *tool.Registry { return r.cfg.Tools }
@@ -277,7 +264,7 @@ func (r *Runner) DeleteSession(ctx context.Context, sessionID string) (err error
 	if err != nil {
 		return err
 	}
-	if r.cfg.Replicas != nil && sess.State.Active() && !r.Busy(sessionID) {
+	if r.replica.drivenElsewhere(sess) {
 		// Another replica's run (SPEC §16): the same answer as for this one's, below.
 		return apperr.Errorf(apperr.Conflict, "This session has a run in progress (or waiting for an approval); press Stop first, then delete it.")
 	}
@@ -328,6 +315,10 @@ func (r *Runner) Send(ctx context.Context, sessionID, text string) (err error) {
 	if err != nil {
 		return err
 	}
+	if sess.IsAgent() {
+		// SPEC §18: an agent session has no message box; its agent runs elsewhere.
+		return apperr.Errorf(apperr.Invalid, "This is an agent session: its prompts come from the agent (%s), not from Countersign.", sess.Agent.Kind)
+	}
 	model, err := r.cfg.Models.Model(sess.Model)
 	if err != nil {
 		return err
@@ -347,7 +338,7 @@ func (r *Runner) Send(ctx context.Context, sessionID, text string) (err error) {
 	r.mu.Unlock()
 	// Several replicas (SPEC §16): the run is this replica's only while it holds the session's
 	// lease; another replica's run, running or parked, holds it.
-	if ok, err := r.acquire(ctx, sessionID, rn.lease); err != nil || !ok {
+	if ok, err := r.replica.acquire(ctx, sessionID, rn.lease); err != nil || !ok {
 		r.finishRun(rn)
 		cancel(nil)
 		if err != nil {
@@ -363,7 +354,7 @@ func (r *Runner) Send(ctx context.Context, sessionID, text string) (err error) {
 	if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, msg); err != nil {
 		r.finishRun(rn)
 		cancel(nil)
-		r.releaseLease(sessionID, rn.lease)
+		r.replica.release(sessionID, rn.lease)
 		return err
 	}
 	r.publish(Event{Type: MessageEnd, SessionID: sessionID, MessageID: msg.ID, Message: &msg})
@@ -375,7 +366,7 @@ func (r *Runner) Send(ctx context.Context, sessionID, text string) (err error) {
 		defer r.wg.Done()
 		rn.loop()
 		// Off the calls' hot path: the hits the run's calls counted go to the store.
-		r.flushRuleHits()
+		r.gs.FlushRuleHits()
 	}()
 	return nil
 }
@@ -391,7 +382,7 @@ func (r *Runner) Stop(ctx context.Context, sessionID, who string) error {
 	r.mu.Unlock()
 	if rn != nil {
 		rn.cancel(&StoppedError{By: who})
-	} else if r.cfg.Replicas != nil {
+	} else {
 		r.cfg.Replicas.Stop(sessionID, who) // another replica may drive it
 	}
 	return nil
@@ -414,259 +405,11 @@ func (e *StoppedError) Unwrap() error {
 
 func (e *StoppedError) Error() string { return "Run stopped by " + e.By }
 
-// Decision is a person's answer to a pending approval (SPEC §3, §12 decision body).
-type Decision struct {
-	Decision string `json:"decision"` // approve | approve_session | remember | deny
-	Reason   string `json:"reason,omitempty"`
-	// Rule is, for "remember" ("Always allow…", SPEC §14), the rule to save: its text
-	// ("run_command(git diff:*)"), more texts when one rule cannot cover the call, and the
-	// scope (session or workspace). Its effect is allow.
-	Rule      *RememberRule   `json:"rule,omitempty"`
-	Arguments json.RawMessage `json:"arguments,omitempty"` // edited arguments, approve only
-	// By is who decides and with what rights: gate.Owner(), or a reviewer through a share link.
-	By gate.Decider `json:"-"`
-}
-
-// Decide applies a decision to approval id of sessionID. An approval of another session is
-// apperr.NotFound, like an unknown one; an already resolved one apperr.Conflict. A decider
-// without the right is refused with apperr.Forbidden (SPEC §7): arguments (edited, whatever the
-// decision) need Rights.Edit, approve_session needs Rights.Remember; nothing changes then.
-// Edited arguments are validated against the tool's inputSchema again (apperr.Invalid listing
-// every violation). The decision is bound to the stored approval: nothing else of the call
-// changes. It is recorded with d.By's name and link.
-func (r *Runner) Decide(ctx context.Context, sessionID, id string, d Decision) (a gate.Approval, err error) {
-	defer apperr.Wrap(&err, "Decide(%s)", id)
-	a, err = r.cfg.Store.Approval(ctx, id)
-	if err != nil {
-		return gate.Approval{}, err
-	}
-	if a.SessionID != sessionID {
-		return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
-	}
-	if a.Status != gate.Pending {
-		return gate.Approval{}, alreadyResolved(a)
-	}
-	res := gate.Resolution{DecidedBy: d.By.Name, DecidedVia: d.By.Via, Reason: strings.TrimSpace(d.Reason), Scope: gate.Once}
-	switch d.Decision {
-	case "approve":
-		res.Status = gate.Approved
-	case "approve_session", "remember":
-		res.Status, res.Scope = gate.Approved, gate.Session
-	case "deny":
-		res.Status = gate.Denied
-	default:
-		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "decision must be approve, approve_session, remember or deny, not %q", d.Decision)
-	}
-	if a.DecisionSource == gate.FromAction && (res.Scope != gate.Once || len(d.Arguments) > 0) {
-		// An action inside a running call that no rule may cover (a write outside the
-		// workspace…): it is approved or denied as it is; a grant or a rule made from it would
-		// allow far more than it, and an edit would approve an action the call does not take.
-		return gate.Approval{}, apperr.Errorf(apperr.Invalid, "this approval is for an action inside call %s that no rule can cover: approve or deny it as it is (no edit, no session grant, no rule)", a.ParentToolCallID)
-	}
-	res.Source = gate.FromPerson
-	by := d.By
-	res.Decider = &by
-	if err := d.By.Permit(res.Scope, len(d.Arguments) > 0); err != nil {
-		return gate.Approval{}, err
-	}
-	// Several approvers (SPEC §15): who may decide, and that each of them answers the call as
-	// asked, checked before a rule is saved; the gate checks again and counts the vote.
-	if err := a.MayDecide(d.By); err != nil {
-		return gate.Approval{}, err
-	}
-	if a.Quorum() && (res.Scope == gate.Session || len(d.Arguments) > 0) {
-		return gate.Approval{}, apperr.Errorf(apperr.Invalid,
-			"This call needs %d approvals: each person approves or denies it as asked (no edits, no approving for the session).", a.Approvers)
-	}
-	// "remember" and "Approve for session" save a rule (SPEC §14). It is checked before anything
-	// changes (a rule the compiler refuses decides nothing) and stored before the decision, so
-	// the calls the run makes once this one is approved already see it; it is taken back if
-	// another decision won. Pending calls it allows are released after the decision.
-	var remember []gate.Rule
-	switch d.Decision {
-	case "remember":
-		rls, err := r.rememberRules(ctx, a, d)
-		if err != nil {
-			return gate.Approval{}, err
-		}
-		for i := range rls {
-			rls[i].FromApproval = a.ID
-		}
-		remember = rls
-	case "approve_session":
-		if rl, ok := r.sessionRule(a, d.By); ok {
-			remember = []gate.Rule{rl}
-		}
-	}
-	if len(d.Arguments) > 0 && res.Status == gate.Approved {
-		edited, err := r.validateEdit(ctx, a, d.Arguments)
-		if err != nil {
-			return gate.Approval{}, err
-		}
-		res.EditedArguments = edited
-	}
-	// takeBack deletes the rules this decision saved (it lost, or a later rule was refused).
-	takeBack := func(saved []gate.Rule) {
-		for _, rl := range saved {
-			if _, derr := r.rules.Delete(context.WithoutCancel(ctx), rl.ID); derr != nil {
-				r.log.Error("take back the rule of a decision that lost", "rule", rl.ID, "err", derr)
-			}
-		}
-		r.rulesChanged()
-		r.grantsChanged(ctx, sessionID)
-	}
-	if remember != nil {
-		saved := make([]gate.Rule, 0, len(remember))
-		for _, rl := range remember {
-			rl, err := r.addRule(ctx, rl)
-			if err != nil {
-				takeBack(saved)
-				return gate.Approval{}, err
-			}
-			saved = append(saved, rl)
-		}
-		remember = saved
-		// The decision names the rule it saved (the first; all their texts) and says how far
-		// it reaches (a workspace rule reaches further than "this session").
-		texts := make([]string, len(saved))
-		for i, rl := range saved {
-			texts[i] = rl.Text()
-		}
-		res.RuleID, res.RuleText, res.RuleSource, res.RuleScope = saved[0].ID, strings.Join(texts, " and "), saved[0].Source, saved[0].Scope
-	}
-	a, err = r.gate.Decide(ctx, id, res)
-	if err != nil && remember != nil {
-		takeBack(remember)
-	}
-	if apperr.CodeOf(err) == apperr.Conflict {
-		// Another decision won between the check above and the store's atomic update: the
-		// same answer as when it had won before.
-		if won, rerr := r.cfg.Store.Approval(ctx, id); rerr == nil {
-			return gate.Approval{}, alreadyResolved(won)
-		}
-	}
-	if err != nil {
-		return gate.Approval{}, err
-	}
-	if remember != nil {
-		return a, r.releaseReached(ctx, remember[0]) // one scope for all of them
-	}
-	if a.Status == gate.Approved && a.Scope == gate.Session {
-		// The session had a grant for the tool already: release what it allows.
-		return a, r.releaseReached(ctx, gate.Rule{Scope: gate.ScopeSession, SessionID: a.SessionID})
-	}
-	return a, nil
-}
-
-// CheckEdit checks edited arguments for sessionID's pending approval id as an approval by `by`
-// with them would (the right to edit, the tool's inputSchema, then its InputCheck) without
-// deciding or storing anything: the prompt's live preview of an edit (issue 16, item 8). It
-// returns the approval, also with an apperr.Invalid error, which lists what an approval with
-// these arguments would be refused for. Other errors: apperr.NotFound (unknown, or another
-// session's), apperr.Conflict (already resolved), apperr.Forbidden (no right to edit).
-func (r *Runner) CheckEdit(ctx context.Context, sessionID, id string, by gate.Decider, args json.RawMessage) (a gate.Approval, err error) {
-	a, err = r.cfg.Store.Approval(ctx, id)
-	if err != nil {
-		return gate.Approval{}, err
-	}
-	if a.SessionID != sessionID {
-		return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
-	}
-	if a.Status != gate.Pending {
-		return gate.Approval{}, alreadyResolved(a)
-	}
-	if err := by.Permit(gate.Once, true); err != nil {
-		return gate.Approval{}, err
-	}
-	if _, err := r.validateEdit(ctx, a, args); err != nil {
-		return a, err
-	}
-	a.Preview = r.editPreview(ctx, a, args)
-	return a, nil
-}
-
-// editPreview is the preview an edit of a's arguments is shown against: the one stored with a
-// while the edit keeps its "path" (the same "before", not the file as it is now), else the
-// tool's preview of the edited arguments, computed now and not stored (a file tool whose edit
-// names another file; issue 19; a command's edit, which may run other scripts: issue 28). args
-// passed validateEdit.
-func (r *Runner) editPreview(ctx context.Context, a gate.Approval, args json.RawMessage) *tool.Preview {
-	var in struct {
-		Path string `json:"path"`
-	}
-	if a.Preview != nil && a.Preview.Path != "" && json.Unmarshal(args, &in) == nil && in.Path == a.Preview.Path {
-		return a.Preview
-	}
-	t, ok := r.cfg.Tools.Lookup(a.ToolName)
-	if !ok || t.Preview == nil {
-		return a.Preview
-	}
-	s, err := r.cfg.Store.Session(ctx, a.SessionID)
-	if err != nil {
-		return a.Preview
-	}
-	return toolPreview(ctx, t, args, s.Workspace)
-}
-
-// alreadyResolved is the apperr.Conflict a decision on a resolved approval gets; it says how it
-// ended and who decided ("This approval was already resolved: approved by alice.").
-func alreadyResolved(a gate.Approval) error {
-	return apperr.Errorf(apperr.Conflict, "This approval was already resolved: %s.", a.Outcome())
-}
-
-// validateEdit checks edited arguments against the tool's inputSchema, then its InputCheck (with
-// the session's workspace); identical arguments are not an edit (nil). Errors: apperr.Invalid
-// naming each violation.
-func (r *Runner) validateEdit(ctx context.Context, a gate.Approval, raw json.RawMessage) (json.RawMessage, error) {
-	t, ok := r.cfg.Tools.Lookup(a.ToolName)
-	if !ok {
-		return nil, apperr.Errorf(apperr.Invalid, "tool %s is no longer registered", a.ToolName)
-	}
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, apperr.Errorf(apperr.Invalid, "Arguments are not valid JSON: %v", err)
-	}
-	if vs := t.ValidateInput(raw); len(vs) > 0 {
-		lines := make([]string, len(vs))
-		for i, v := range vs {
-			lines[i] = v.String()
-		}
-		return nil, apperr.Errorf(apperr.Invalid, "Arguments do not match the tool's inputSchema:\n%s", strings.Join(lines, "\n"))
-	}
-	// The tool's own check too (a file tool's path must stay in the workspace), as for the
-	// model's arguments: an edit the call would refuse is refused in the form.
-	if t.InputCheck != nil {
-		s, err := r.cfg.Store.Session(ctx, a.SessionID)
-		if err != nil {
-			return nil, err
-		}
-		if vs := t.CheckInput(raw, s.Workspace); len(vs) > 0 {
-			lines := make([]string, len(vs))
-			for i, v := range vs {
-				lines[i] = v.String()
-			}
-			return nil, apperr.Errorf(apperr.Invalid, "Arguments are refused by the tool:\n%s", strings.Join(lines, "\n"))
-		}
-	}
-	// Compact, and without HTML escaping: the audit shows the edit as the decider wrote it.
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-	compact := json.RawMessage(bytes.TrimSpace(buf.Bytes()))
-	var orig any
-	_ = json.Unmarshal(a.Arguments, &orig)
-	if o, _ := json.Marshal(orig); string(o) == string(compact) {
-		return nil, nil
-	}
-	return compact, nil
-}
-
 // Wait blocks until every run has ended (used by graceful shutdown after Shutdown), then writes
 // the rules' hits counted since the last run ended.
 func (r *Runner) Wait() {
 	r.wg.Wait()
-	r.flushRuleHits()
+	r.gs.FlushRuleHits()
 }
 
 // Shutdown stops every run for a graceful exit. Calls that were executing end with the error
@@ -755,13 +498,11 @@ func (r *Runner) publish(ev Event) {
 	r.broadcast(ev)
 }
 
-// broadcast sends ev to this server's subscribers and, with replicas, to the other replicas'
-// (SPEC §16): the one way out of every published event.
+// broadcast sends ev to this server's subscribers and to the other replicas' (SPEC §16): the one
+// way out of every published event.
 func (r *Runner) broadcast(ev Event) {
 	r.cfg.Broker.Publish(ev)
-	if r.cfg.Replicas != nil {
-		r.cfg.Replicas.Publish(ev)
-	}
+	r.cfg.Replicas.Publish(ev)
 }
 
 func newID() string { return strings.ToLower(rand.Text()[:16]) }

@@ -50,7 +50,7 @@ func TestAnApprovalRecordsWhyItAsksAndTheSessionWaits(t *testing.T) {
 		t.Fatalf("while two prompts wait the session is %s with %d pending, want waiting with 2", s.State, s.PendingApprovals)
 	}
 	for _, a := range asked {
-		if _, err := h.runner.Decide(ctx, h.sess.ID, a.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+		if _, err := h.runner.Gate().Decide(ctx, h.sess.ID, a.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 			t.Fatal(err)
 		}
 	}

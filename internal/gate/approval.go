@@ -74,6 +74,10 @@ const (
 	Session Scope = "session"
 )
 
+// RequestedByModel is Approval.RequestedBy for a call the model made; a nested call's is the
+// name of the tool that made it.
+const RequestedByModel = "model"
+
 // Approval is one gated call and its decision (SPEC §3 "Approvals"). Arguments are the arguments
 // as asked and never change; EditedArguments, when set, are the validated arguments the decider
 // approved instead. Automatic approvals record decisions made by rules (policy, grant, handler).
@@ -88,7 +92,7 @@ type Approval struct {
 	Arguments        json.RawMessage  `json:"arguments"`
 	EditedArguments  json.RawMessage  `json:"editedArguments,omitempty"`
 	Annotations      tool.Annotations `json:"annotations"`
-	RequestedBy      string           `json:"requestedBy"` // "model", or the parent tool's name
+	RequestedBy      string           `json:"requestedBy"` // RequestedByModel, or the parent tool's name
 	// AskReason is why the call waited for a person (AskReason's text, shown after "asks
 	// because"); "" on a rule's record.
 	AskReason  string     `json:"askReason,omitempty"`
@@ -259,7 +263,14 @@ type Ticket struct {
 // a.CreatedAt is now; a caller that decided the call earlier passes that moment, so the audit
 // (in CreatedAt order) lists a batch's prompts and automatic records in the model's order.
 func (g *Gate) Open(ctx context.Context, a Approval) (*Ticket, error) {
-	a.ID = NewID()
+	return g.OpenID(ctx, NewID(), a)
+}
+
+// OpenID is Open with the approval's id chosen by the caller (a fresh NewID): for a caller that
+// must know the id before the approval is visible (DecideOutside registers what the agent
+// honours under it first).
+func (g *Gate) OpenID(ctx context.Context, id string, a Approval) (*Ticket, error) {
+	a.ID = id
 	a.Status = Pending
 	if a.CreatedAt.IsZero() {
 		a.CreatedAt = g.now().UTC()
@@ -365,35 +376,63 @@ func (t *Ticket) settle(r Resolution) Approval {
 // (decideVote): the approval may then come back still pending, shown with the vote.
 func (g *Gate) Decide(ctx context.Context, id string, r Resolution) (a Approval, err error) {
 	defer apperr.Wrap(&err, "Decide(%s)", id)
-	if r.At.IsZero() {
-		r.At = g.now().UTC()
-	}
-	if r.Status == Pending || r.Status == "" {
-		return Approval{}, apperr.Errorf(apperr.Invalid, "a decision must resolve the approval")
+	if r, err = g.stamp(r); err != nil {
+		return Approval{}, err
 	}
 	if r.Decider != nil {
 		var changed bool
 		a, changed, err = g.decideVote(ctx, id, *r.Decider, r)
-		if err != nil {
-			return Approval{}, err
-		}
-		if !changed {
-			return a, nil // the same person approving again: counted once, nothing to show
-		}
-		if a.Status == Pending {
-			// A vote counted, more needed: every page shows it (approval_updated); the call
-			// keeps waiting.
-			g.notify(a)
-			return a, nil
-		}
-	} else if a, err = g.store.ResolveApproval(ctx, id, r); err != nil {
+		return g.land(a, changed, err)
+	}
+	if a, err = g.store.ResolveApproval(ctx, id, r); err != nil {
 		return Approval{}, err
+	}
+	return g.land(a, true, nil)
+}
+
+// decideRead applies a person's resolution r (r.Decider set) to a, the approval as the caller
+// read it just before, pending, with the decider's rights and place among its reviewers already
+// checked (Service.Decide): the store is not read again. As Decide otherwise.
+func (g *Gate) decideRead(ctx context.Context, a Approval, r Resolution) (_ Approval, err error) {
+	defer apperr.Wrap(&err, "Decide(%s)", a.ID)
+	if r, err = g.stamp(r); err != nil {
+		return Approval{}, err
+	}
+	a, changed, err := g.castPerson(ctx, a, *r.Decider, r)
+	return g.land(a, changed, err)
+}
+
+// stamp dates r (now, unless set) and checks that it resolves the approval.
+func (g *Gate) stamp(r Resolution) (Resolution, error) {
+	if r.At.IsZero() {
+		r.At = g.now().UTC()
+	}
+	if r.Status == Pending || r.Status == "" {
+		return r, apperr.Errorf(apperr.Invalid, "a decision must resolve the approval")
+	}
+	return r, nil
+}
+
+// land shows a decision the store took (changed: it changed the approval) and wakes the waiting
+// call once the approval is resolved; a vote that leaves it pending is shown and wakes nothing.
+func (g *Gate) land(a Approval, changed bool, err error) (Approval, error) {
+	if err != nil {
+		return Approval{}, err
+	}
+	if !changed {
+		return a, nil // the same person approving again: counted once, nothing to show
+	}
+	if a.Status == Pending {
+		// A vote counted, more needed: every page shows it (approval_updated); the call
+		// keeps waiting.
+		g.notify(a)
+		return a, nil
 	}
 	// Shown before the call wakes: every viewer gets approval_resolved before anything the
 	// resumed call publishes (its tool_execution_start, even its run's agent_end).
 	g.notify(a)
 	g.mu.Lock()
-	ch, ok := g.waiters[id]
+	ch, ok := g.waiters[a.ID]
 	g.mu.Unlock()
 	if ok {
 		select {

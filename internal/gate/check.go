@@ -77,6 +77,11 @@ type CheckCall struct {
 	// the repository's own files; SPEC §14 "Checked where it happens"). Handlers, deny and ask
 	// rules still apply; then the call asks with this reason.
 	Uncovered string
+	// Outside says the call is an outside agent's (SPEC §18; Service.DecideOutside): the rules
+	// read its tool's arguments as that agent writes them (RuleCall.Outside).
+	Outside bool
+	// Agent and Connection are an agent session's agent kind and connection id (RuleCall's).
+	Agent, Connection string
 }
 
 // Decision is what Checker.Check decided, with what the audit needs to name the decider.
@@ -147,7 +152,7 @@ func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 	var rd RuleDecision
 	if ck.Rules != nil {
 		rd = ck.Rules.Evaluate(RuleCall{Tool: t.Name, Arguments: c.Arguments, Annotations: t.Annotations,
-			Parent: c.Parent, SessionID: c.SessionID, Workspace: c.Workspace, Mode: mode})
+			Parent: c.Parent, SessionID: c.SessionID, Workspace: c.Workspace, Mode: mode, Outside: c.Outside, Agent: c.Agent, Connection: c.Connection})
 	}
 	switch rd.Effect {
 	case Deny:

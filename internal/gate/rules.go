@@ -101,6 +101,15 @@ type RuleCall struct {
 	SessionID   string
 	Workspace   string
 	Mode        Mode
+	// Outside says the call is an outside agent's (SPEC §18): its file tools name their path
+	// `file_path` (Claude Code's Edit, Write, Read), judged lexically against Workspace (the
+	// agent's cwd, which may not exist here), and Bash's `command` is judged by the text
+	// judge of run_command.
+	Outside bool
+	// Agent and Connection are, for an agent session's call, the agent's kind ("claude-code")
+	// and the connection's id; "" otherwise. A rule is limited to them by its `when`
+	// (session.agent, session.connection).
+	Agent, Connection string
 }
 
 // RuleDecision is what the rules decided for a call: the zero value when no rule matched (the

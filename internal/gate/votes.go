@@ -15,8 +15,9 @@ import (
 // distinct people to approve a call and may name the only Reviewers who may decide it ("owner"
 // stands for the session's owner). The approval the rule opens carries both; each person's
 // answer is a Vote stored with it, one per name. Any deny ends it denied; the Nth distinct
-// approve ends it approved. Gate.Decide applies these rules to every person's decision (owner
-// page, JSON API, share links, decision links), so no decide path can skip them.
+// approve ends it approved. Every person's decision (owner page, JSON API, share links, decision
+// links) goes through Service.Decide, which checks who may decide once, then Gate.castPerson,
+// which counts the vote; Gate.Decide with a Decider does both itself. No decide path skips them.
 
 // MinApprovers is the smallest Approvers a rule may require; 0 and 1 mean "one person", as
 // every approval without the field.
@@ -121,6 +122,13 @@ func (g *Gate) decideVote(ctx context.Context, id string, by Decider, r Resoluti
 	if err := a.MayDecide(by); err != nil {
 		return Approval{}, false, err
 	}
+	return g.castPerson(ctx, a, by, r)
+}
+
+// castPerson stores a person's decision on a, read just before and pending, whose reviewers let
+// by decide: a resolution when a needs one person, else a vote, as decideVote says.
+func (g *Gate) castPerson(ctx context.Context, a Approval, by Decider, r Resolution) (_ Approval, changed bool, err error) {
+	id := a.ID
 	if !a.Quorum() {
 		a, err = g.store.ResolveApproval(ctx, id, r)
 		return a, err == nil, err

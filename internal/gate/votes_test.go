@@ -8,17 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
-	"countersign/internal/store"
+	"countersign/internal/store/fixture"
+	"countersign/internal/store/sqlite"
 )
 
 // voteKit is a gate over a real store (the counting is atomic in SQL, so it is tested there),
 // with every approval it showed.
 type voteKit struct {
 	g  *gate.Gate
-	db *store.DB
+	db *sqlite.DB
 	mu sync.Mutex
 	// shown are the approvals notify saw, in order.
 	shown []gate.Approval
@@ -27,12 +27,14 @@ type voteKit struct {
 func newVoteKit(t *testing.T) *voteKit {
 	t.Helper()
 	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(t.TempDir(), "c.db"))
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "c.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if err := db.CreateSession(ctx, agent.Session{ID: "s1", Title: "t", Model: "faux:demo", Workspace: "/w"}); err != nil {
+	sess := fixture.Session("s1", time.Now()) // the store's fixture: the gate's tests need no agent types
+	sess.Workspace = "/w"
+	if err := db.CreateSession(ctx, sess); err != nil {
 		t.Fatal(err)
 	}
 	k := &voteKit{db: db}

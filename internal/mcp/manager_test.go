@@ -24,6 +24,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
 
@@ -118,18 +119,6 @@ func (c *changes) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.calls
-}
-
-// waitFor polls cond until it holds or 10 seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func status(m *Manager, name string) ServerStatus {
@@ -422,7 +411,7 @@ func TestStdioServer(t *testing.T) {
 			t.Errorf("cancelled call took %v", d)
 		}
 		// The SDK sent notifications/cancelled: the server's handler saw its context end.
-		waitFor(t, "the server to record the cancellation", func() bool {
+		testkit.Eventually(t, "the server to record the cancellation", func() bool {
 			b, _ := os.ReadFile(cancelFile)
 			return string(b) == "cancelled"
 		})
@@ -446,8 +435,8 @@ func TestStdioServer(t *testing.T) {
 			t.Fatalf("call after kill: err = %v, want \"MCP server files is down: …\"", err)
 		}
 		t.Logf("call after kill: %v", err)
-		waitFor(t, "an OnChange with files down", func() bool { return changes.sawState("files", Down) })
-		waitFor(t, "files to be up again", func() bool { return status(m, "files").State == Up })
+		testkit.Eventually(t, "an OnChange with files down", func() bool { return changes.sawState("files", Down) })
+		testkit.Eventually(t, "files to be up again", func() bool { return status(m, "files").State == Up })
 		if newPID := readPID(t, pidFile); newPID == pid {
 			t.Errorf("files still has pid %d; want a restarted process", pid)
 		}
@@ -473,7 +462,7 @@ func TestStdioServer(t *testing.T) {
 func readPID(t *testing.T, file string) int {
 	t.Helper()
 	var pid int
-	waitFor(t, "the pid file", func() bool {
+	testkit.Eventually(t, "the pid file", func() bool {
 		b, _ := os.ReadFile(file)
 		pid, _ = strconv.Atoi(string(b))
 		return pid > 0
@@ -636,7 +625,7 @@ func TestHTTPServer(t *testing.T) {
 				return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "late but here"}}}, nil
 			})
 		hs.mcp.RemoveTools("greet")
-		waitFor(t, "remote__late to appear and remote__greet to go", func() bool {
+		testkit.Eventually(t, "remote__late to appear and remote__greet to go", func() bool {
 			return reflect.DeepEqual(toolNames(m.Tools()), []string{"remote__add", "remote__count", "remote__late", "remote__peek"})
 		})
 		if changes.count() == before {
@@ -665,7 +654,7 @@ func TestHTTPServer(t *testing.T) {
 		yes := true
 		hs.mcp.AddTool(&sdk.Tool{Name: "peek", InputSchema: json.RawMessage(`{"type":"object"}`),
 			Annotations: &sdk.ToolAnnotations{DestructiveHint: &yes}}, peek)
-		waitFor(t, "a warning about peek", func() bool { return len(status(m, "remote").Warnings) > 0 })
+		testkit.Eventually(t, "a warning about peek", func() bool { return len(status(m, "remote").Warnings) > 0 })
 		if w := status(m, "remote").Warnings; !reflect.DeepEqual(w, []string{"tool remote__peek changed its definition after it was registered; the first one stays in force until Countersign restarts"}) {
 			t.Errorf("warnings = %q", w)
 		}
@@ -686,7 +675,7 @@ func TestHTTPServer(t *testing.T) {
 			t.Fatalf("call after restart: err = %v, want \"MCP server remote is down: …\"", err)
 		}
 		t.Logf("call after restart: %v", err)
-		waitFor(t, "remote to be up again", func() bool { return status(m, "remote").State == Up })
+		testkit.Eventually(t, "remote to be up again", func() bool { return status(m, "remote").State == Up })
 		res, err := call(ctx, add, `{"a":1,"b":1}`, nil)
 		if err != nil || res.TextOf() != "2" {
 			t.Errorf("add after reconnect = %+v, %v", res, err)

@@ -54,7 +54,7 @@ func TestSessionCallsMCPTools(t *testing.T) {
 			switch ev.Type {
 			case agent.ApprovalRequested:
 				asked = append(asked, ev.ToolName)
-				if _, err := r.Decide(ctx, sess.ID, ev.Approval.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+				if _, err := r.Gate().Decide(ctx, sess.ID, ev.Approval.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 					t.Fatal(err)
 				}
 			case agent.AgentEnd:

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"countersign/internal/testkit"
 )
 
 func TestConnectTimeout(t *testing.T) {
@@ -37,7 +39,7 @@ func TestKeepAlive(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "sleepy to be marked down", func() bool { return changes.sawState("sleepy", Down) })
+	testkit.Eventually(t, "sleepy to be marked down", func() bool { return changes.sawState("sleepy", Down) })
 	changes.mu.Lock()
 	var why string
 	for _, st := range changes.seen {
@@ -49,7 +51,7 @@ func TestKeepAlive(t *testing.T) {
 	if !strings.HasPrefix(why, "did not answer a ping within 100ms") {
 		t.Errorf("down because %q, want a missed ping", why)
 	}
-	waitFor(t, "sleepy to be up again", func() bool { return status(m, "sleepy").State == Up })
+	testkit.Eventually(t, "sleepy to be up again", func() bool { return status(m, "sleepy").State == Up })
 	if readPID(t, pidFile) == pid {
 		t.Error("sleepy was not restarted")
 	}

@@ -128,10 +128,10 @@ func New(src Sources) *Metrics {
 	return m
 }
 
-// ReplicaLag records one cross-replica notification's lag (pg.Replicas.OnLag).
+// ReplicaLag records one cross-replica notification's lag (relay.Relay.OnLag).
 func (m *Metrics) ReplicaLag(d time.Duration) { m.replicaLag.Observe(d.Seconds()) }
 
-// Reread counts one read of stored events a replica needed (pg.Replicas.OnReread).
+// Reread counts one read of stored events a replica needed (relay.Relay.OnReread).
 func (m *Metrics) Reread(int) { m.rereads.Inc() }
 
 // SetActiveRuns sets the source of runs_active once the runner exists (it takes the Metrics as
@@ -157,7 +157,7 @@ func (m *Metrics) Decided(wait, start time.Duration) {
 	}
 }
 
-// Commit is store.DB.OnCommit: one commit of writes writes that took d.
+// Commit is a store's OnCommit (sqlite.DB.OnCommit, pg.DB.OnCommit): one commit of writes writes that took d.
 func (m *Metrics) Commit(d time.Duration, writes int) {
 	m.commitSeconds.Observe(d.Seconds())
 	m.commitWrites.Observe(float64(writes))

@@ -20,7 +20,8 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/gate"
 	"countersign/internal/notify"
-	"countersign/internal/store"
+	"countersign/internal/render"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/tool"
 )
 
@@ -129,7 +130,7 @@ func TestArgumentsDigestIgnoresKeyOrderAndSpacing(t *testing.T) {
 
 // env is a store with one session, a receiver server and a worker over them.
 type env struct {
-	db      *store.DB
+	db      *sqlite.DB
 	path    string
 	key     notify.Key
 	sess    string
@@ -173,7 +174,7 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) open(t *testing.T) {
 	t.Helper()
-	db, err := store.Open(context.Background(), e.path)
+	db, err := sqlite.Open(context.Background(), e.path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func (e *env) open(t *testing.T) {
 
 // recorder is the store as the worker's outbox, telling the test of every attempt stored.
 type recorder struct {
-	*store.DB
+	*sqlite.DB
 	attempts chan notify.Attempt
 }
 
@@ -205,7 +206,8 @@ func (e *env) startWith(t *testing.T, cfg notify.WorkerConfig, stored, known []n
 	t.Helper()
 	attempts = make(chan notify.Attempt, 100)
 	w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: known, Key: e.key,
-		PublicURL: "https://cs.example.com/", RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts, Now: cfg.Now})
+		PublicURL: "https://cs.example.com/", RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts, Now: cfg.Now,
+		Diff: render.UnifiedDiff})
 	receivers := stored
 	e.db.SetNotify(receivers, e.key.LinkHash, w.Wake)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -623,7 +625,7 @@ func TestARequestIsNotRetriedOnceItsApprovalIsDecided(t *testing.T) {
 // worker's renewals, which must all fail, are sent on renewed, and each claim after the first
 // (the worker's lane wakes Run once it is done with a row) on reclaimed.
 type thief struct {
-	*store.DB
+	*sqlite.DB
 	renewed   chan bool
 	reclaimed chan struct{}
 	claims    *atomic.Int32

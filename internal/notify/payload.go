@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"countersign/internal/gate"
-	"countersign/internal/render"
 )
 
 // MaxSummaryBytes bounds the command, the diff and the formatted arguments in a payload
@@ -74,9 +73,16 @@ type Links struct {
 	Decision string `json:"decision,omitempty"`
 }
 
+// DiffFunc writes the change a file write makes as unified-diff text: the file at path held
+// oldContent (exists false: there was no file) and will hold newContent. render.UnifiedDiff is
+// the one the program uses; it is injected (WorkerConfig.Diff) so that this package, which the
+// store imports for its outbox types, does not import the renderer.
+type DiffFunc func(path, oldContent, newContent string, exists bool) string
+
 // BuildPayload is the payload of d for receiver r at time now; decisionURL is the link's URL
-// ("" for events without one).
-func BuildPayload(d Delivery, r Receiver, publicURL, decisionURL string, now time.Time) Payload {
+// ("" for events without one). diff writes a file write's diff for the summary; nil leaves the
+// summary without one.
+func BuildPayload(d Delivery, r Receiver, publicURL, decisionURL string, now time.Time, diff DiffFunc) Payload {
 	a := d.Approval
 	status := string(a.Status)
 	if d.Event == Requested {
@@ -90,14 +96,14 @@ func BuildPayload(d Delivery, r Receiver, publicURL, decisionURL string, now tim
 	}
 	base := strings.TrimRight(publicURL, "/")
 	return Payload{Type: d.Event, Timestamp: now.UTC(), Data: Data{
-		Session: SessionRef{ID: a.SessionID, Title: d.SessionTitle}, Approval: ad, Summary: summarize(a),
+		Session: SessionRef{ID: a.SessionID, Title: d.SessionTitle}, Approval: ad, Summary: summarize(a, diff),
 		Recipient: r.Name,
 		Links: Links{Session: base + "/sessions/" + a.SessionID, Audit: base + "/sessions/" + a.SessionID + "/audit",
 			Decision: decisionURL}}}
 }
 
 // summarize is the prompt's summary of a.
-func summarize(a gate.Approval) Summary {
+func summarize(a gate.Approval, diff DiffFunc) Summary {
 	var s Summary
 	var args map[string]any
 	_ = json.Unmarshal(a.Arguments, &args)
@@ -106,9 +112,9 @@ func summarize(a gate.Approval) Summary {
 	if c, ok := args["command"].(string); ok {
 		s.Command, s.CommandCut = cut(c)
 	}
-	if content, ok := args["content"].(string); ok && a.Preview != nil && a.Preview.Error == "" {
+	if content, ok := args["content"].(string); ok && a.Preview != nil && a.Preview.Error == "" && diff != nil {
 		path, _ := args["path"].(string)
-		s.Diff, s.DiffCut = cut(unified(render.Diff(path, a.Preview.Content, content, a.Preview.Exists)))
+		s.Diff, s.DiffCut = cut(diff(path, a.Preview.Content, content, a.Preview.Exists))
 	}
 	pretty := string(a.Arguments)
 	if args != nil {
@@ -124,26 +130,6 @@ func summarize(a gate.Approval) Summary {
 	}
 	s.Arguments, s.ArgumentsCut = cut(pretty)
 	return s
-}
-
-// unified writes d as unified-diff text, its notes as lines starting "# ".
-func unified(d render.FileDiff) string {
-	var b strings.Builder
-	old := "a/" + d.Path
-	if d.New {
-		old = "/dev/null"
-	}
-	fmt.Fprintf(&b, "--- %s\n+++ b/%s\n", old, d.Path)
-	for _, h := range d.Hunks {
-		b.WriteString(h.Header + "\n")
-		for _, l := range h.Lines {
-			b.WriteString(l.Kind.Sign() + l.Text + "\n")
-		}
-	}
-	for _, n := range d.Notes {
-		b.WriteString("# " + n + "\n")
-	}
-	return b.String()
 }
 
 // cut returns s cut to MaxSummaryBytes at a character boundary, and whether it was cut.

@@ -98,6 +98,9 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Diff writes a file write's diff for a payload's summary (render.UnifiedDiff); nil: the
+	// summary has no diff.
+	Diff DiffFunc
 }
 
 // Worker delivers the outbox's rows to their receivers outside the gate's path. Run reads the
@@ -351,7 +354,7 @@ func (w *Worker) post(ctx context.Context, d Delivery, r Receiver) (status int, 
 	if d.Event == Requested && d.LinkID != "" {
 		decision = strings.TrimRight(w.cfg.PublicURL, "/") + "/d/" + w.cfg.Key.LinkToken(d.LinkID)
 	}
-	p := BuildPayload(d, r, w.cfg.PublicURL, decision, now)
+	p := BuildPayload(d, r, w.cfg.PublicURL, decision, now, w.cfg.Diff)
 	var body []byte
 	var err error
 	if r.Format == FormatSlack {

@@ -21,6 +21,61 @@ import (
 // CommandTool is the tool whose specifiers are shell commands (its argument `command`).
 const CommandTool = "run_command"
 
+// OutsideCommandTool is an outside agent's shell tool (SPEC §18: Claude Code's and Codex's
+// `Bash`, argument `command`): its specifiers are shell commands too, judged by the same text
+// judge as run_command's. Countersign does not run it, so only the judge's text half applies:
+// what it cannot read with certainty asks.
+const OutsideCommandTool = "Bash"
+
+// commandTool reports whether a tool's specifiers are shell commands (CommandTool,
+// OutsideCommandTool).
+func commandTool(name string) bool { return name == CommandTool || name == OutsideCommandTool }
+
+// outsidePathKey is the argument that names the file of an outside agent's file tool (SPEC §18:
+// Claude Code's Edit, MultiEdit, Write and Read take `file_path`, NotebookEdit
+// `notebook_path`); "path" for any other tool.
+func outsidePathKey(c *gate.RuleCall) string {
+	if !c.Outside {
+		return "path"
+	}
+	switch c.Tool {
+	case "Edit", "MultiEdit", "Write", "Read":
+		return "file_path"
+	case "NotebookEdit", "NotebookRead":
+		return "notebook_path"
+	}
+	return "path"
+}
+
+// lexicalAllowed reports whether p, an outside agent's path, may match an allow rule, judged
+// lexically against workspace (the agent's cwd, which may not exist on this machine; SPEC §18):
+// no ".." element, inside the workspace once cleaned, not in git's or Countersign's own files
+// (.git/, .countersign) and not one of the server's own files; rel is its workspace-relative
+// form.
+func lexicalAllowed(p, workspace string, protected []string) (rel string, ok bool) {
+	if workspace == "" {
+		return "", false
+	}
+	for _, el := range strings.Split(filepath.ToSlash(p), "/") {
+		if el == ".." {
+			return "", false
+		}
+	}
+	rel, inside := workspacePath(p, workspace)
+	if !inside || rel == "." {
+		return "", false
+	}
+	for _, el := range strings.Split(rel, "/") {
+		if el == ".git" || el == ".countersign" {
+			return "", false
+		}
+	}
+	if slices.Contains(protected, filepath.Join(filepath.Clean(workspace), filepath.FromSlash(rel))) {
+		return "", false
+	}
+	return rel, true
+}
+
 // specKind is how a rule's specifier is matched.
 type specKind uint8
 
@@ -38,7 +93,7 @@ func kindOf(toolPattern, spec string) specKind {
 	switch {
 	case spec == "":
 		return kindNone
-	case toolPattern == CommandTool:
+	case commandTool(toolPattern):
 		return kindCmd
 	case hasUnescaped(spec, '='):
 		return kindKV
@@ -474,6 +529,26 @@ func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int
 	allow := r.rule.Effect == gate.Allow
 	switch r.kind {
 	case kindPath:
+		key := outsidePathKey(&ev.call)
+		if ev.call.Outside {
+			vals, unamb := ev.stringArgs(key)
+			if allow {
+				if !unamb {
+					return false, "", nil, nil
+				}
+				rel, ok := lexicalAllowed(vals[0], ev.call.Workspace, ev.protected)
+				if !ok || !r.path.matchRel(rel, true, true) {
+					return false, "", nil, nil
+				}
+				return true, ev.call.Tool + " " + vals[0], nil, nil
+			}
+			for _, p := range vals {
+				if r.path.matchWritten(p, ev.call.Workspace) {
+					return true, ev.call.Tool + " " + p, nil, nil
+				}
+			}
+			return false, "", nil, nil
+		}
 		if allow {
 			p, ok := ev.single("path")
 			if !ok {
@@ -533,7 +608,7 @@ func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int
 		}
 		return false, "", nil, nil
 	}
-	if ev.call.Tool == CommandTool {
+	if commandTool(ev.call.Tool) {
 		if allow {
 			// A rule for every command (`run_command`, `*`, "Approve for session") still
 			// never allows text shells may read differently, nor text the judge does not
@@ -648,7 +723,7 @@ func (ev *evaluation) decide() gate.RuleDecision {
 	case ev.allow.r != nil:
 		return decision(gate.Allow, ev.allow, "allows")
 	}
-	if ev.call.Tool == CommandTool {
+	if commandTool(ev.call.Tool) {
 		ev.views() // for the note, also when no run_command rule looked at the command
 	}
 	if ev.covered == nil || ev.shells[0].opaque != "" || len(ev.covered) == 0 {
@@ -686,7 +761,7 @@ func (ev *evaluation) decide() gate.RuleDecision {
 // those, what else in the line no rule can allow ("the command has a command substitution,
 // which no rule allows").
 func (ev *evaluation) note() string {
-	if ev.call.Tool != CommandTool || len(ev.shells) == 0 {
+	if !commandTool(ev.call.Tool) || len(ev.shells) == 0 {
 		return ""
 	}
 	v := ev.shells[0]

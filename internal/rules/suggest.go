@@ -61,7 +61,7 @@ func Suggest(c gate.RuleCall) []gate.Rule {
 		}
 		return s, true
 	}
-	if c.Tool == CommandTool {
+	if commandTool(c.Tool) {
 		if cmd, ok := str("command"); ok {
 			specs := suggestCommand(cmd, c.Workspace)
 			out := make([]gate.Rule, len(specs))
@@ -72,7 +72,7 @@ func Suggest(c gate.RuleCall) []gate.Rule {
 			return out
 		}
 	}
-	if p, ok := str("path"); ok {
+	if p, ok := str(outsidePathKey(&c)); ok {
 		if rel, inside := workspacePath(p, c.Workspace); inside && rel != "." {
 			dir := path.Dir(rel)
 			if dir == "." {

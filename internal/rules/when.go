@@ -21,7 +21,9 @@ import (
 //	annotations  map(string, bool)  the effective hints: readOnlyHint, destructiveHint,
 //	                                idempotentHint, openWorldHint (MCP defaults filled in)
 //	parent       string or null     the parent tool's name for a nested call
-//	session      map(string, dyn)   {id, workspace, mode}
+//	session      map(string, dyn)   {id, workspace, mode, agent, connection}: agent and
+//	                                connection are an agent session's agent kind ("claude-code",
+//	                                "codex") and connection id (SPEC §18), "" for Countersign's own
 //
 // The expression must be boolean (or dyn, checked when it runs). It is compiled once, and run
 // with a cost limit of WhenCostLimit: a `when` that fails or exceeds it makes the call ask.
@@ -122,7 +124,8 @@ func (v *whenVars) ResolveName(name string) (any, bool) {
 		return c.Parent, true
 	case "session":
 		if v.sess == nil {
-			v.sess = map[string]any{"id": c.SessionID, "workspace": c.Workspace, "mode": string(c.Mode)}
+			v.sess = map[string]any{"id": c.SessionID, "workspace": c.Workspace, "mode": string(c.Mode),
+				"agent": c.Agent, "connection": c.Connection}
 		}
 		return v.sess, true
 	}

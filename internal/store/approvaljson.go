@@ -21,7 +21,7 @@ var approvalJSONBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096)
 // 1, count as a number). ok is false when a text cannot make the trip through JSON byte for byte: it is not valid
 // UTF-8 or holds a NUL; the caller then binds the rows one at a time. Errors: apperr.Invalid for
 // an approval without an id, as CreateApproval's.
-func (db *DB) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok bool, err error) {
+func (db *SQL) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok bool, err error) {
 	ok = true
 	text := func(s string) {
 		ok = ok && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
@@ -182,4 +182,12 @@ func appendJSONString(buf []byte, s string) []byte {
 	}
 	buf = append(buf, s[start:]...)
 	return append(buf, '"')
+}
+
+// ApprovalsJSON reports whether CreateApprovals inserts as through its one JSON statement
+// (Dialect.JSONRows: every text can make the trip through JSON byte for byte) rather than a row
+// at a time; err is CreateApproval's for an approval without an id. For the SQLite store's tests.
+func (db *SQL) ApprovalsJSON(as []gate.Approval) (ok bool, err error) {
+	_, ok, err = db.appendApprovalsJSON(nil, as)
+	return ok, err
 }

@@ -2,20 +2,23 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"countersign/internal/agent"
+	"countersign/internal/connections"
 	"countersign/internal/gate"
 	"countersign/internal/notify"
 	"countersign/internal/share"
 )
 
 // Backend is the store contract (issue 21, SPEC §16): every method of the store the program
-// uses, implemented by the SQLite store (*DB, the default) and the PostgreSQL store
-// (internal/store/pg). Both pass one conformance suite (internal/store/storetest), which is
-// where the contract's behaviour is pinned down: the same results, orders and apperr codes
-// (and user messages) for the same calls. The methods' doc comments on *DB are the contract's
-// documentation; an implementation differs only where it says so.
+// uses, implemented by the SQLite store (internal/store/sqlite, the default) and the PostgreSQL
+// store (internal/store/pg), both the one SQL store (*SQL) over their connections. Both pass one
+// conformance suite (internal/store/storetest), which is where the contract's behaviour is
+// pinned down: the same results, orders and apperr codes (and user messages) for the same
+// calls. The methods' doc comments on *SQL are the contract's documentation; a backend differs
+// only where it says so.
 //
 // Times are UTC with nanoseconds on both backends; ids are the caller's.
 type Backend interface {
@@ -82,6 +85,27 @@ type Backend interface {
 	RevokeShare(ctx context.Context, id string, at time.Time) (share.Link, error)
 	TouchShare(ctx context.Context, id string, at time.Time) error
 
+	// Agent sessions and their outside calls (outside.go, SPEC §18).
+	AgentSession(ctx context.Context, connectionID, agentSessionID string) (agent.Session, error)
+	UpdateAgentSession(ctx context.Context, id string, info agent.AgentInfo) error
+	CreateOutsideCall(ctx context.Context, c gate.OutsideCall) error
+	OutsideCall(ctx context.Context, approvalID string) (gate.OutsideCall, error)
+	OutsideCallByKey(ctx context.Context, sessionID, key string) (gate.OutsideCall, error)
+	OutsideCallByToolUse(ctx context.Context, sessionID, toolUseID string) (gate.OutsideCall, error)
+	OutsideCalls(ctx context.Context, sessionID string) ([]gate.OutsideCall, error)
+	MarkStoppedWaiting(ctx context.Context, approvalID string, at *time.Time) error
+	WaitAgain(ctx context.Context, approvalID string, deadline time.Time) error
+	SetOutsideEditedKey(ctx context.Context, approvalID, key string) error
+	SetOutsideOutcome(ctx context.Context, approvalID string, outcome json.RawMessage, at time.Time) error
+
+	// Connections of the agents people already run (connections.go, SPEC §18).
+	CreateConnection(ctx context.Context, c connections.Connection) error
+	Connection(ctx context.Context, id string) (connections.Connection, error)
+	ConnectionByTokenHash(ctx context.Context, hash string) (connections.Connection, error)
+	Connections(ctx context.Context) ([]connections.Connection, error)
+	RevokeConnection(ctx context.Context, id string, at time.Time) (connections.Connection, error)
+	TouchConnection(ctx context.Context, id string, at time.Time) error
+
 	// Owner logins (owner.go).
 	CreateOwnerSession(ctx context.Context, idHash string, createdAt, expiresAt time.Time) error
 	OwnerSessionExpiry(ctx context.Context, idHash string) (time.Time, error)
@@ -100,13 +124,10 @@ type Backend interface {
 	Close() error
 }
 
-// Compile-time checks: the SQLite store is a Backend, and a Backend is what the agent (and
-// through it the gate and the rulebook) and share links need.
+// Compile-time checks: a Backend is what the agent (and through it the gate and the rulebook),
+// share links and connections need.
 var (
-	_ Backend     = (*DB)(nil)
-	_ agent.Store = Backend(nil)
-	_ share.Store = Backend(nil)
+	_ agent.Store       = Backend(nil)
+	_ share.Store       = Backend(nil)
+	_ connections.Store = Backend(nil)
 )
-
-// SetOnCommit sets db.OnCommit (Backend).
-func (db *DB) SetOnCommit(fn func(d time.Duration, writes int)) { db.OnCommit = fn }

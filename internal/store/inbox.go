@@ -22,63 +22,53 @@ var inboxColumns = func() string {
 // inboxQuery reads the pending approvals oldest first (ties in insertion order) with their
 // sessions, through the partial index approvals_pending_all (migration 0014): the literal
 // 'pending' lets SQLite use it (a bound parameter would not), and the index's order is the
-// ORDER BY's (rowid is its last column), so nothing is sorted. An empty ?1 reads every session,
+// ORDER BY's (rowid, the {ord} of SQLite, is its last column), so nothing is sorted. An empty ?1 reads every session,
 // else only session ?1 (an approver link's inbox); an empty ?2 starts at the oldest, else after
-// approval ?2 (the next page); ?3 is the most rows read (-1: no limit).
-const inboxQuery = `FROM approvals a INDEXED BY approvals_pending_all JOIN sessions s ON s.id = a.session_id
+// approval ?2 (the next page); ?3 is the most rows read (Dialect.NoLimit: no limit).
+const inboxQuery = `FROM approvals a {pendingIndex} JOIN sessions s ON s.id = a.session_id
 	WHERE a.status = 'pending' AND (?1 = '' OR a.session_id = ?1)
-		AND (?2 = '' OR (a.created_at, a.rowid) > (SELECT created_at, rowid FROM approvals WHERE id = ?2))
-	ORDER BY a.created_at, a.rowid LIMIT ?3`
+		AND (?2 = '' OR (a.created_at, a.{ord}) > (SELECT created_at, {ord} FROM approvals WHERE id = ?2))
+	ORDER BY a.created_at, a.{ord} LIMIT ?3`
 
 // Inbox lists the pending approvals of every session (q.SessionID "") or of one, oldest first
 // (CreatedAt, then insertion order), each with its session's title and workspace, in one query
 // through an index (SPEC §15 "The inbox"; TestInboxUsesItsIndex): at most q.Limit of them (0: no
 // limit), after approval q.After when set (the inbox's next page; an After that is no longer
 // pending or unknown reads from the oldest after it, or nothing). Empty when nothing waits.
-func (db *DB) Inbox(ctx context.Context, q agent.InboxQuery) (_ []agent.InboxItem, err error) {
+func (db *SQL) Inbox(ctx context.Context, q agent.InboxQuery) (_ []agent.InboxItem, err error) {
 	defer apperr.Wrap(&err, "store.Inbox(%+v)", q)
-	limit := q.Limit
-	if limit <= 0 {
-		limit = -1
+	var limit any = q.Limit
+	if q.Limit <= 0 {
+		limit = db.d.NoLimit
 	}
-	items, err := queryAll(ctx, db.read, func(r scanner) (agent.InboxItem, error) {
+	items, err := queryAll(ctx, db, db.reads(), func(r Row) (agent.InboxItem, error) {
 		var it agent.InboxItem
-		a, err := scanApproval(extraScanner{r, []any{&it.SessionTitle, &it.Workspace}})
+		a, err := scanApproval(extraRow{r, []any{&it.SessionTitle, &it.Workspace}})
 		it.Approval = a
 		return it, err
 	}, `SELECT `+inboxColumns+` `+inboxQuery, q.SessionID, q.After, limit)
 	if err != nil {
 		return nil, err
 	}
-	return items, InboxVotes(ctx, items, db.withVotes)
+	return items, inboxVotes(ctx, items, db.withVotes)
 }
 
 // PendingCount is how many approvals wait for a person in every session (sessionID "") or in
 // one: the inbox badge's count (SPEC §15). Counted in the partial index, not the table.
-func (db *DB) PendingCount(ctx context.Context, sessionID string) (n int, err error) {
+func (db *SQL) PendingCount(ctx context.Context, sessionID string) (n int, err error) {
 	defer apperr.Wrap(&err, "store.PendingCount(%q)", sessionID)
 	if sessionID == "" {
-		err = db.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM approvals INDEXED BY approvals_pending_all WHERE status = 'pending'`).Scan(&n)
+		err = db.queryRow(ctx, db.reads(), `SELECT COUNT(*) FROM approvals {pendingIndex} WHERE status = 'pending'`).Scan(&n)
 		return n, err
 	}
-	err = db.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM approvals WHERE session_id = ? AND status = 'pending'`, sessionID).Scan(&n)
+	err = db.queryRow(ctx, db.reads(), `SELECT COUNT(*) FROM approvals WHERE session_id = ? AND status = 'pending'`, sessionID).Scan(&n)
 	return n, err
 }
 
-// extraScanner scans a row whose first columns are another scanner's and whose last are extra.
-type extraScanner struct {
-	r     scanner
-	extra []any
-}
-
-func (e extraScanner) Scan(dest ...any) error {
-	return e.r.Scan(append(dest, e.extra...)...)
-}
-
-// InboxVotes fills in the votes of items' approvals through withVotes (a store's own reader of
+// inboxVotes fills in the votes of items' approvals through withVotes (a store's own reader of
 // votes for a list of approvals): the inbox shows "1 of 2 approvals — approved by alice" like
 // every page. Both stores' Inbox use it.
-func InboxVotes(ctx context.Context, items []agent.InboxItem, withVotes func(context.Context, []gate.Approval) error) error {
+func inboxVotes(ctx context.Context, items []agent.InboxItem, withVotes func(context.Context, []gate.Approval) error) error {
 	as := make([]gate.Approval, len(items))
 	for i := range items {
 		as[i] = items[i].Approval

@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
-	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,8 +15,15 @@ import (
 
 // Webhook notifications (SPEC §15): the outbox rows and decision links are written in the
 // transaction of the approval they are about, so an approval is never stored without its events
-// nor an event sent for an approval that is not stored; the delivery worker (notify.Worker)
-// reads them back on its own goroutine.
+// nor an event sent for an approval that is not stored; the delivery workers (notify.Worker, one
+// per replica) read them back on their own goroutines. The outbox rules — which events make
+// which delivery rows — are here, once: createNotifiedApproval (approval.requested, with a
+// decision link, for every receiver) and outboxResolved (the resolution's event for every
+// receiver told of the request).
+//
+// Several replicas (PostgreSQL): each replica's delivery worker claims the rows it attempts
+// (ClaimDeliveries, RenewClaim), so each attempt is made on exactly one replica and a receiver's
+// rows go through one replica at a time, in order.
 
 // notifySetup is what SetNotify configures.
 type notifySetup struct {
@@ -31,7 +38,7 @@ type notifySetup struct {
 // told of it. linkHash is the hash of a new link's token (notify.Key.LinkHash); wake is called,
 // without blocking, after each commit that wrote rows (notify.Worker.Wake). Call it once, before
 // the store is used concurrently; no receivers turns notifications off.
-func (db *DB) SetNotify(receivers []notify.Receiver, linkHash func(linkID string) string, wake func()) {
+func (db *SQL) SetNotify(receivers []notify.Receiver, linkHash func(linkID string) string, wake func()) {
 	if wake == nil {
 		wake = func() {}
 	}
@@ -44,18 +51,28 @@ const insertOutbox = `INSERT INTO notify_outbox (id, approval_id, receiver_id, e
 const insertDecisionLink = `INSERT INTO decision_links (id, token_hash, approval_id, receiver_id, recipient, arguments_sha256, created_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?)`
 
-// outboxResolved queues the resolution event for every receiver told of the request: one row
-// each, due at once. A resolution is written once (first wins), so a conflict cannot happen but
-// would be skipped.
-const outboxResolved = `INSERT INTO notify_outbox (id, approval_id, receiver_id, event, created_at, next_at)
-	SELECT approval_id || '/' || receiver_id || '/' || ?1, approval_id, receiver_id, ?1, ?2, ?2
+// insertOutboxResolved queues the resolution event (?1) for every receiver told of the request:
+// one row each, due at once (?2), in the order the requests were written. A resolution is
+// written once (first wins), so a conflict cannot happen but would be skipped.
+const insertOutboxResolved = `INSERT INTO notify_outbox (id, approval_id, receiver_id, event, created_at, next_at)
+	SELECT approval_id || '/' || receiver_id || '/' || CAST(?1 AS TEXT), approval_id, receiver_id, CAST(?1 AS TEXT), CAST(?2 AS TEXT), CAST(?2 AS TEXT)
 	FROM notify_outbox WHERE approval_id = ?3 AND event = 'approval.requested'
+	ORDER BY {ord}
 	ON CONFLICT DO NOTHING`
+
+// outboxResolved writes, within tx, the events of a's resolution at at for the receivers told of
+// its request (SPEC §15), when receivers are set, and returns how many rows it wrote.
+func (db *SQL) outboxResolved(ctx context.Context, tx Querier, a gate.Approval, at time.Time) (int64, error) {
+	if len(db.notify.receivers) == 0 {
+		return 0, nil
+	}
+	return db.exec(ctx, tx, insertOutboxResolved, string(notify.EventOf(a.Status)), formatTime(at), a.ID)
+}
 
 // createNotifiedApproval is CreateApproval for a pending approval while receivers are set: the
 // approval, a decision link per receiver and an approval.requested outbox row per receiver, in
 // one transaction.
-func (db *DB) createNotifiedApproval(ctx context.Context, a gate.Approval, args []any) error {
+func (db *SQL) createNotifiedApproval(ctx context.Context, a gate.Approval, args []any) error {
 	now := formatTime(db.Now())
 	digest := notify.ArgumentsDigest(a.Arguments)
 	type row struct{ link, outbox []any }
@@ -67,20 +84,20 @@ func (db *DB) createNotifiedApproval(ctx context.Context, a gate.Approval, args 
 			outbox: []any{a.ID + "/" + r.ID + "/" + string(notify.Requested), a.ID, r.ID, string(notify.Requested), linkID, now, now},
 		}
 	}
-	err := db.commit(ctx, true, func(w *writeTx) error {
-		if _, err := w.stmt(insertApproval).ExecContext(w.ctx, args...); err != nil {
+	err := db.write(ctx, Atomic, func(tx Querier) error {
+		if _, err := db.exec(ctx, tx, insertApproval, args...); err != nil {
 			return err
 		}
 		for _, r := range rows {
-			if _, err := w.stmt(insertDecisionLink).ExecContext(w.ctx, r.link...); err != nil {
+			if _, err := db.exec(ctx, tx, insertDecisionLink, r.link...); err != nil {
 				return err
 			}
-			if _, err := w.stmt(insertOutbox).ExecContext(w.ctx, r.outbox...); err != nil {
+			if _, err := db.exec(ctx, tx, insertOutbox, r.outbox...); err != nil {
 				return err
 			}
 		}
 		return nil
-	}, insertApproval, insertDecisionLink, insertOutbox)
+	})
 	if err == nil {
 		db.notify.wake()
 	}
@@ -99,7 +116,7 @@ var outboxColumns = `o.id, o.event, o.receiver_id, o.link_id, o.created_at, o.at
 
 const outboxFrom = ` FROM notify_outbox o JOIN approvals a ON a.id = o.approval_id JOIN sessions s ON s.id = a.session_id`
 
-func scanDelivery(r scanner) (notify.Delivery, error) {
+func scanDelivery(r Row) (notify.Delivery, error) {
 	var (
 		d                 notify.Delivery
 		event, createdAt  string
@@ -107,7 +124,7 @@ func scanDelivery(r scanner) (notify.Delivery, error) {
 	)
 	// The approval's columns follow; scanApproval reads them through a scanner that first
 	// hands the delivery's columns here.
-	a, err := scanApproval(prefixScanner{r: r, first: []any{&d.ID, &event, &d.ReceiverID, &d.LinkID, &createdAt,
+	a, err := scanApproval(prefixRow{r: r, first: []any{&d.ID, &event, &d.ReceiverID, &d.LinkID, &createdAt,
 		&d.Tries, &nextAt, &delivered, &d.Failed, &d.SessionTitle}})
 	if err != nil {
 		return d, err
@@ -123,25 +140,6 @@ func scanDelivery(r scanner) (notify.Delivery, error) {
 	return d, err
 }
 
-// prefixScanner scans first and then the destinations it is given, from one row.
-type prefixScanner struct {
-	r     scanner
-	first []any
-}
-
-func (p prefixScanner) Scan(dest ...any) error { return p.r.Scan(append(p.first, dest...)...) }
-
-func parseNullTime(s sql.NullString) (*time.Time, error) {
-	if !s.Valid {
-		return nil, nil
-	}
-	t, err := parseTime(s.String)
-	if err != nil {
-		return nil, err
-	}
-	return &t, nil
-}
-
 // claimable is the condition on an outbox row o for worker ?1 at time ?2 (notify.Outbox): due,
 // not under another worker's live claim, and its receiver's rows under no other worker's live
 // claim (so a receiver's rows go through one worker at a time, in order).
@@ -154,62 +152,83 @@ const claimable = `o.next_at IS NOT NULL AND o.next_at <= ?2
 // (due, and neither they nor their receiver's rows under another worker's live claim), the
 // earliest due first, and returns them with their approvals and sessions' titles
 // (notify.Outbox). One write transaction: two claims never return the same row to two workers.
-func (db *DB) ClaimDeliveries(ctx context.Context, c notify.Claim, limit int) (ds []notify.Delivery, err error) {
+//
+// Where several processes share the database (PostgreSQL, at READ COMMITTED), the dialect's
+// ClaimLock first takes, without waiting, the lock of each receiver with due rows (a receiver
+// another replica is claiming or renewing right now is skipped): under it, claimable's "no
+// other live claim on the receiver" reads every claim committed before, so two replicas never
+// hold one receiver's rows at once; the rows themselves are taken with {skipLocked} (FOR UPDATE SKIP LOCKED
+// there: a row being recorded is left for the next claim).
+func (db *SQL) ClaimDeliveries(ctx context.Context, c notify.Claim, limit int) (ds []notify.Delivery, err error) {
 	defer apperr.Wrap(&err, "store.ClaimDeliveries(%s)", c.By)
 	now, until := formatTime(c.Now), formatTime(c.Until)
-	err = db.commit(ctx, true, func(w *writeTx) error {
+	err = db.write(ctx, Atomic, func(tx Querier) error {
 		ds = nil
-		rows, err := w.tx.QueryContext(w.ctx, `UPDATE notify_outbox SET claimed_by = ?1, claimed_until = ?3
-			WHERE id IN (SELECT o.id FROM notify_outbox o WHERE `+claimable+` ORDER BY o.next_at, o.rowid LIMIT ?4)
-			RETURNING id`, c.By, now, until, limit)
-		if err != nil {
-			return err
-		}
-		var ids []any
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
+		args := []any{c.By, now, until, limit}
+		only := ""
+		if db.d.ClaimLock != "" {
+			receivers, err := queryAll(ctx, db, tx, scanString, db.d.ClaimLock, now)
+			if err != nil || len(receivers) == 0 {
 				return err
 			}
-			ids = append(ids, id)
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil || len(ids) == 0 {
-			return err
-		}
-		rows, err = w.tx.QueryContext(w.ctx, `SELECT `+outboxColumns+outboxFrom+`
-			WHERE o.id IN (?`+strings.Repeat(", ?", len(ids)-1)+`) ORDER BY o.next_at, o.rowid`, ids...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			d, err := scanDelivery(rows)
-			if err != nil {
-				return err
+			only = ` AND o.receiver_id IN (` + placeholders(5, len(receivers)) + `)`
+			for _, r := range receivers {
+				args = append(args, r)
 			}
-			ds = append(ds, d)
 		}
-		return rows.Err()
+		ids, err := queryAll(ctx, db, tx, scanAny, `UPDATE notify_outbox SET claimed_by = ?1, claimed_until = ?3
+			WHERE id IN (SELECT o.id FROM notify_outbox o WHERE `+claimable+only+` ORDER BY o.next_at, o.{ord} LIMIT ?4{skipLocked})
+			RETURNING id`, args...)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		ds, err = queryAll(ctx, db, tx, scanDelivery, `SELECT `+outboxColumns+outboxFrom+`
+			WHERE o.id IN (`+placeholders(1, len(ids))+`) ORDER BY o.next_at, o.{ord}`, ids...)
+		return err
 	})
 	return ds, err
 }
 
+// placeholders is n numbered placeholders from ?first on: "?5, ?6, ?7".
+func placeholders(first, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("?" + strconv.Itoa(first+i))
+	}
+	return b.String()
+}
+
+func scanString(r Row) (string, error) {
+	var s string
+	return s, r.Scan(&s)
+}
+
+func scanAny(r Row) (any, error) {
+	s, err := scanString(r)
+	return s, err
+}
+
 // RenewClaim extends c.By's claim on outbox row id to c.Until: true when the row is still
 // c.By's, not yet recorded, and no other worker holds a live claim on its receiver's rows at
-// c.Now; false otherwise, the row untouched (notify.Outbox).
-func (db *DB) RenewClaim(ctx context.Context, id string, c notify.Claim) (held bool, err error) {
+// c.Now; false otherwise, the row untouched (notify.Outbox). Where the dialect has a RenewLock,
+// it first waits for the receiver's lock, so it never interleaves with another replica's claim
+// of that receiver.
+func (db *SQL) RenewClaim(ctx context.Context, id string, c notify.Claim) (held bool, err error) {
 	defer apperr.Wrap(&err, "store.RenewClaim(%s)", id)
-	err = db.commit(ctx, true, func(w *writeTx) error {
-		res, err := w.tx.ExecContext(w.ctx, `UPDATE notify_outbox SET claimed_until = ?3
+	err = db.write(ctx, Atomic, func(tx Querier) error {
+		if db.d.RenewLock != "" {
+			if _, err := tx.Exec(ctx, db.q(db.d.RenewLock), id); err != nil {
+				return err
+			}
+		}
+		n, err := db.exec(ctx, tx, `UPDATE notify_outbox SET claimed_until = ?3
 			WHERE id = ?4 AND claimed_by = ?1 AND next_at IS NOT NULL
 			AND NOT EXISTS (SELECT 1 FROM notify_outbox p WHERE p.receiver_id = notify_outbox.receiver_id
 				AND p.next_at IS NOT NULL AND p.claimed_by <> ?1 AND p.claimed_until > ?2)`,
 			c.By, formatTime(c.Now), formatTime(c.Until), id)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
 		held = n > 0
 		return err
 	})
@@ -218,21 +237,19 @@ func (db *DB) RenewClaim(ctx context.Context, id string, c notify.Claim) (held b
 
 // ReleaseClaims ends every claim worker by holds, so the rows are claimable at once
 // (notify.Outbox).
-func (db *DB) ReleaseClaims(ctx context.Context, by string) (err error) {
+func (db *SQL) ReleaseClaims(ctx context.Context, by string) (err error) {
 	defer apperr.Wrap(&err, "store.ReleaseClaims(%s)", by)
-	return db.commit(ctx, true, func(w *writeTx) error {
-		_, err := w.tx.ExecContext(w.ctx, `UPDATE notify_outbox SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = ?`, by)
-		return err
-	})
+	_, err = db.exec1(ctx, 0, `UPDATE notify_outbox SET claimed_by = NULL, claimed_until = NULL WHERE claimed_by = ?`, by)
+	return err
 }
 
 // NextDeliveryAt is the earliest time worker by may claim a pending outbox row, as seen at now:
 // the row's due time, or the end of another worker's live claim on the row or on its
 // receiver's rows when later; ok is false when no row is pending (notify.Outbox).
-func (db *DB) NextDeliveryAt(ctx context.Context, by string, now time.Time) (at time.Time, ok bool, err error) {
+func (db *SQL) NextDeliveryAt(ctx context.Context, by string, now time.Time) (at time.Time, ok bool, err error) {
 	defer apperr.Wrap(&err, "store.NextDeliveryAt")
 	var s sql.NullString
-	if err := db.read.QueryRowContext(ctx, `SELECT min(max(o.next_at, coalesce((SELECT max(p.claimed_until) FROM notify_outbox p
+	if err := db.queryRow(ctx, db.reads(), `SELECT min({greatest}(o.next_at, coalesce((SELECT max(p.claimed_until) FROM notify_outbox p
 			WHERE p.receiver_id = o.receiver_id AND p.next_at IS NOT NULL AND p.claimed_by <> ?1 AND p.claimed_until > ?2), o.next_at)))
 		FROM notify_outbox o WHERE o.next_at IS NOT NULL`, by, formatTime(now)).Scan(&s); err != nil {
 		return time.Time{}, false, err
@@ -247,23 +264,23 @@ func (db *DB) NextDeliveryAt(ctx context.Context, by string, now time.Time) (at 
 // RecordAttempt stores attempt a of outbox row id and when the next is due, and ends the row's
 // claim: next nil ends the row, delivered when a.OK(), given up otherwise (notify.Outbox). Errors: apperr.NotFound for an
 // unknown row (its approval's session was deleted meanwhile).
-func (db *DB) RecordAttempt(ctx context.Context, id string, a notify.Attempt, next *time.Time) (err error) {
+func (db *SQL) RecordAttempt(ctx context.Context, id string, a notify.Attempt, next *time.Time) (err error) {
 	defer apperr.Wrap(&err, "store.RecordAttempt(%s)", id)
 	var delivered any
 	if a.OK() {
 		delivered = formatTime(a.At)
 	}
 	failed := !a.OK() && next == nil
-	return db.commit(ctx, true, func(w *writeTx) error {
-		res, err := w.tx.ExecContext(w.ctx, `UPDATE notify_outbox SET attempts = attempts + 1, next_at = ?, delivered_at = ?, failed = ?,
+	return db.write(ctx, Atomic, func(tx Querier) error {
+		n, err := db.exec(ctx, tx, `UPDATE notify_outbox SET attempts = attempts + 1, next_at = ?, delivered_at = ?, failed = ?,
 			claimed_by = NULL, claimed_until = NULL WHERE id = ?`, nullTime(next), delivered, failed, id)
 		if err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
+		if n == 0 {
 			return apperr.Errorf(apperr.NotFound, "delivery %s not found", id)
 		}
-		_, err = w.tx.ExecContext(w.ctx, `INSERT INTO notify_attempts (outbox_id, n, at, status, error, duration_ns)
+		_, err = db.exec(ctx, tx, `INSERT INTO notify_attempts (outbox_id, n, at, status, error, duration_ns)
 			VALUES (?, ?, ?, ?, ?, ?)`, id, a.N, formatTime(a.At), a.Status, a.Error, int64(a.Duration))
 		return err
 	})
@@ -271,10 +288,10 @@ func (db *DB) RecordAttempt(ctx context.Context, id string, a notify.Attempt, ne
 
 // Deliveries lists a session's outbox rows, in the order they were written, each with its
 // attempts, for the audit page. Empty for an unknown session or when there are none.
-func (db *DB) Deliveries(ctx context.Context, sessionID string) (_ []notify.Delivery, err error) {
+func (db *SQL) Deliveries(ctx context.Context, sessionID string) (_ []notify.Delivery, err error) {
 	defer apperr.Wrap(&err, "store.Deliveries(%s)", sessionID)
-	ds, err := queryAll(ctx, db.read, scanDelivery, `SELECT `+outboxColumns+outboxFrom+`
-		WHERE a.session_id = ? ORDER BY o.created_at, o.rowid`, sessionID)
+	ds, err := queryAll(ctx, db, db.reads(), scanDelivery, `SELECT `+outboxColumns+outboxFrom+`
+		WHERE a.session_id = ? ORDER BY o.created_at, o.{ord}`, sessionID)
 	if err != nil || len(ds) == 0 {
 		return ds, err
 	}
@@ -282,7 +299,7 @@ func (db *DB) Deliveries(ctx context.Context, sessionID string) (_ []notify.Deli
 		id string
 		a  notify.Attempt
 	}
-	rows, err := queryAll(ctx, db.read, func(r scanner) (att, error) {
+	rows, err := queryAll(ctx, db, db.reads(), func(r Row) (att, error) {
 		var x att
 		var at string
 		var ns int64
@@ -311,14 +328,14 @@ func (db *DB) Deliveries(ctx context.Context, sessionID string) (_ []notify.Deli
 
 // DecisionLink returns the decision link whose token has hash tokenHash (notify.HashToken).
 // Errors: apperr.NotFound, with no detail, for any other hash.
-func (db *DB) DecisionLink(ctx context.Context, tokenHash string) (l notify.Link, err error) {
+func (db *SQL) DecisionLink(ctx context.Context, tokenHash string) (l notify.Link, err error) {
 	defer apperr.Wrap(&err, "store.DecisionLink")
 	var createdAt string
 	var used sql.NullString
-	err = db.read.QueryRowContext(ctx, `SELECT id, approval_id, receiver_id, recipient, arguments_sha256, created_at, used_at
+	err = db.queryRow(ctx, db.reads(), `SELECT id, approval_id, receiver_id, recipient, arguments_sha256, created_at, used_at
 		FROM decision_links WHERE token_hash = ?`, tokenHash).Scan(&l.ID, &l.ApprovalID, &l.ReceiverID, &l.Recipient,
 		&l.ArgumentsSHA256, &createdAt, &used)
-	if errors.Is(err, sql.ErrNoRows) {
+	if isNoRows(err) {
 		return notify.Link{}, apperr.Errorf(apperr.NotFound, "Not found")
 	}
 	if err != nil {
@@ -334,21 +351,18 @@ func (db *DB) DecisionLink(ctx context.Context, tokenHash string) (l notify.Link
 // UseDecisionLink marks link id used at (db.Now() when zero): the one use it has. Atomic, so of
 // two racing uses exactly one gets nil. Errors: apperr.Conflict ("This link was already used.")
 // when it was used before; apperr.NotFound for an unknown id.
-func (db *DB) UseDecisionLink(ctx context.Context, id string, at time.Time) (err error) {
+func (db *SQL) UseDecisionLink(ctx context.Context, id string, at time.Time) (err error) {
 	defer apperr.Wrap(&err, "store.UseDecisionLink(%s)", id)
 	if at.IsZero() {
 		at = db.Now()
 	}
-	return db.commitDurable(ctx, true, func(w *writeTx) error {
-		res, err := w.tx.ExecContext(w.ctx, `UPDATE decision_links SET used_at = ? WHERE id = ? AND used_at IS NULL`, formatTime(at), id)
-		if err != nil {
+	return db.write(ctx, Atomic|Durable, func(tx Querier) error {
+		n, err := db.exec(ctx, tx, `UPDATE decision_links SET used_at = ? WHERE id = ? AND used_at IS NULL`, formatTime(at), id)
+		if err != nil || n > 0 {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			return nil
-		}
 		var k int
-		if err := w.tx.QueryRowContext(w.ctx, `SELECT COUNT(*) FROM decision_links WHERE id = ?`, id).Scan(&k); err != nil {
+		if err := db.queryRow(ctx, tx, `SELECT COUNT(*) FROM decision_links WHERE id = ?`, id).Scan(&k); err != nil {
 			return err
 		}
 		if k == 0 {

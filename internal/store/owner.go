@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"time"
 
 	"countersign/internal/apperr"
@@ -13,16 +11,16 @@ import (
 // random id its cookie holds, never the id; it is valid until expiresAt. Logins that expired by
 // createdAt are deleted in the same commit, so the table holds only live ones and those of the
 // last ttl. Errors: apperr.Conflict for an idHash that exists.
-func (db *DB) CreateOwnerSession(ctx context.Context, idHash string, createdAt, expiresAt time.Time) (err error) {
+func (db *SQL) CreateOwnerSession(ctx context.Context, idHash string, createdAt, expiresAt time.Time) (err error) {
 	defer apperr.Wrap(&err, "store.CreateOwnerSession")
-	err = db.commit(ctx, true, func(w *writeTx) error {
-		if _, err := w.stmt(deleteExpiredOwnerSessions).ExecContext(w.ctx, formatTime(createdAt)); err != nil {
+	err = db.write(ctx, Atomic, func(tx Querier) error {
+		if _, err := db.exec(ctx, tx, deleteExpiredOwnerSessions, formatTime(createdAt)); err != nil {
 			return err
 		}
-		_, err := w.stmt(insertOwnerSession).ExecContext(w.ctx, idHash, formatTime(createdAt), formatTime(expiresAt))
+		_, err := db.exec(ctx, tx, insertOwnerSession, idHash, formatTime(createdAt), formatTime(expiresAt))
 		return err
-	}, deleteExpiredOwnerSessions, insertOwnerSession)
-	if isUnique(err) {
+	})
+	if db.isUnique(err) {
 		return apperr.Errorf(apperr.Conflict, "owner session exists")
 	}
 	return err
@@ -36,11 +34,11 @@ const (
 // OwnerSessionExpiry returns when the owner login idHash expires, or apperr.NotFound when there
 // is none (never created, logged out, or deleted after expiring). The caller compares the time
 // with its clock.
-func (db *DB) OwnerSessionExpiry(ctx context.Context, idHash string) (_ time.Time, err error) {
+func (db *SQL) OwnerSessionExpiry(ctx context.Context, idHash string) (_ time.Time, err error) {
 	defer apperr.Wrap(&err, "store.OwnerSessionExpiry")
 	var at string
-	err = db.reads.QueryRowContext(ctx, `SELECT expires_at FROM owner_sessions WHERE id_hash = ?`, idHash).Scan(&at)
-	if errors.Is(err, sql.ErrNoRows) {
+	err = db.queryRow(ctx, db.reads(), `SELECT expires_at FROM owner_sessions WHERE id_hash = ?`, idHash).Scan(&at)
+	if isNoRows(err) {
 		return time.Time{}, apperr.Errorf(apperr.NotFound, "owner session not found")
 	}
 	if err != nil {
@@ -51,12 +49,10 @@ func (db *DB) OwnerSessionExpiry(ctx context.Context, idHash string) (_ time.Tim
 
 // DeleteOwnerSession ends the owner login idHash (logout); deleting one that does not exist is
 // not an error.
-func (db *DB) DeleteOwnerSession(ctx context.Context, idHash string) (err error) {
+func (db *SQL) DeleteOwnerSession(ctx context.Context, idHash string) (err error) {
 	defer apperr.Wrap(&err, "store.DeleteOwnerSession")
-	return db.commit(ctx, false, func(w *writeTx) error {
-		_, err := w.stmt(deleteOwnerSession).ExecContext(w.ctx, idHash)
-		return err
-	}, deleteOwnerSession)
+	_, err = db.exec1(ctx, 0, deleteOwnerSession, idHash)
+	return err
 }
 
 const deleteOwnerSession = `DELETE FROM owner_sessions WHERE id_hash = ?`

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"time"
 
 	"countersign/internal/apperr"
@@ -26,7 +25,7 @@ const grantShaped = `effect = 'allow' AND scope = 'session' AND source = 'prompt
 // db.Now()). Errors: apperr.Invalid for a missing id, an unknown effect, scope or source (the
 // policy file's rules are not stored) or a session rule without a session; apperr.Conflict for an
 // id that exists; apperr.NotFound for a session rule of an unknown session.
-func (db *DB) CreateRule(ctx context.Context, r gate.Rule) (err error) {
+func (db *SQL) CreateRule(ctx context.Context, r gate.Rule) (err error) {
 	defer apperr.Wrap(&err, "store.CreateRule(%s)", r.ID)
 	if r.ID == "" {
 		return apperr.Errorf(apperr.Invalid, "a rule needs an id")
@@ -39,19 +38,16 @@ func (db *DB) CreateRule(ctx context.Context, r gate.Rule) (err error) {
 		session = r.SessionID
 	}
 	viaID, viaLabel := linkColumns(r.CreatedVia)
-	err = db.commitDurable(ctx, false, func(w *writeTx) error {
-		_, err := w.stmt(insertRule).ExecContext(w.ctx, r.ID, string(r.Effect), r.Tool, r.Specifier, r.When,
-			string(r.Scope), session, r.Workspace, string(r.Source), r.CreatedBy, viaID, viaLabel,
-			formatTime(r.CreatedAt), nullTime(r.ExpiresAt), r.Note, r.FromApproval, r.Hits, nullTime(r.LastUsedAt),
-			r.Approvers, namesColumn(r.Reviewers))
-		return err
-	}, insertRule)
+	_, err = db.exec1(ctx, Durable, insertRule, r.ID, string(r.Effect), r.Tool, r.Specifier, r.When,
+		string(r.Scope), session, r.Workspace, string(r.Source), r.CreatedBy, viaID, viaLabel,
+		formatTime(r.CreatedAt), nullTime(r.ExpiresAt), r.Note, r.FromApproval, r.Hits, nullTime(r.LastUsedAt),
+		r.Approvers, namesColumn(r.Reviewers))
 	switch {
-	case isUnique(err):
+	case db.isUnique(err):
 		return apperr.Errorf(apperr.Conflict, "rule %s already exists", r.ID)
-	case isForeignKey(err):
+	case db.isForeignKey(err):
 		return apperr.Errorf(apperr.NotFound, "session %s not found", r.SessionID)
-	case isCheck(err):
+	case db.isInvalid(err):
 		return apperr.Errorf(apperr.Invalid, "rule %s cannot be stored: effect %q, scope %q (session %q) or source %q",
 			r.ID, r.Effect, r.Scope, r.SessionID, r.Source)
 	}
@@ -61,27 +57,19 @@ func (db *DB) CreateRule(ctx context.Context, r gate.Rule) (err error) {
 const insertRule = `INSERT INTO rules (` + ruleColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // Rules lists every stored rule, oldest first (then by id).
-func (db *DB) Rules(ctx context.Context) (_ []gate.Rule, err error) {
+func (db *SQL) Rules(ctx context.Context) (_ []gate.Rule, err error) {
 	defer apperr.Wrap(&err, "store.Rules")
 	return db.queryRules(ctx, `SELECT `+ruleColumns+` FROM rules ORDER BY created_at, id`)
 }
 
 // DeleteRule deletes rule id. Errors: apperr.NotFound when there is none.
-func (db *DB) DeleteRule(ctx context.Context, id string) (err error) {
+func (db *SQL) DeleteRule(ctx context.Context, id string) (err error) {
 	defer apperr.Wrap(&err, "store.DeleteRule(%s)", id)
 	return db.deleteRules(ctx, apperr.Errorf(apperr.NotFound, "rule %s not found", id), `DELETE FROM rules WHERE id = ?`, id)
 }
 
-func (db *DB) deleteRules(ctx context.Context, notFound error, query string, args ...any) error {
-	var n int64
-	err := db.commit(ctx, false, func(w *writeTx) error {
-		res, err := w.stmt(query).ExecContext(w.ctx, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	}, query)
+func (db *SQL) deleteRules(ctx context.Context, notFound error, query string, args ...any) error {
+	n, err := db.exec1(ctx, 0, query, args...)
 	if err != nil {
 		return err
 	}
@@ -93,30 +81,38 @@ func (db *DB) deleteRules(ctx context.Context, notFound error, query string, arg
 
 // AddRuleHits adds each entry's hits to its rule and moves its last use forward (never back);
 // rules that are gone are skipped. One transaction.
-func (db *DB) AddRuleHits(ctx context.Context, hits []gate.RuleHits) (err error) {
+func (db *SQL) AddRuleHits(ctx context.Context, hits []gate.RuleHits) (err error) {
 	defer apperr.Wrap(&err, "store.AddRuleHits(%d)", len(hits))
 	if len(hits) == 0 {
 		return nil
 	}
-	return db.commit(ctx, true, func(w *writeTx) error {
-		for _, h := range hits {
+	return db.write(ctx, Atomic, func(tx Querier) error {
+		queries, args := make([]string, len(hits)), make([][]any, len(hits))
+		for i, h := range hits {
 			last := formatTime(h.LastUsedAt)
-			if _, err := w.stmt(addRuleHits).ExecContext(w.ctx, h.Hits, last, last, h.ID); err != nil {
+			queries[i], args[i] = db.q(addRuleHits), []any{h.Hits, last, last, h.ID}
+		}
+		if b, ok := tx.(Batcher); ok {
+			_, err := b.ExecBatch(ctx, queries, args)
+			return err
+		}
+		for i := range queries {
+			if _, err := tx.Exec(ctx, queries[i], args[i]...); err != nil {
 				return err
 			}
 		}
 		return nil
-	}, addRuleHits)
+	})
 }
 
 const addRuleHits = `UPDATE rules SET hits = hits + ?,
 	last_used_at = CASE WHEN last_used_at IS NULL OR last_used_at < ? THEN ? ELSE last_used_at END WHERE id = ?`
 
-func (db *DB) queryRules(ctx context.Context, query string, args ...any) ([]gate.Rule, error) {
-	return queryAll(ctx, db.read, scanRule, query, args...)
+func (db *SQL) queryRules(ctx context.Context, query string, args ...any) ([]gate.Rule, error) {
+	return queryAll(ctx, db, db.reads(), scanRule, query, args...)
 }
 
-func scanRule(sc scanner) (gate.Rule, error) {
+func scanRule(sc Row) (gate.Rule, error) {
 	var (
 		r                              gate.Rule
 		effect, scope, source, created string
@@ -156,7 +152,7 @@ func scanRule(sc scanner) (gate.Rule, error) {
 // CreateGrant stores a session grant as a grant-shaped rule (id "g-<session>-<tool>"): later
 // calls of g.ToolName in g.SessionID need no prompt. Granting a tool that already has one keeps
 // the first (no error). Errors: apperr.NotFound for an unknown session.
-func (db *DB) CreateGrant(ctx context.Context, g gate.Grant) error {
+func (db *SQL) CreateGrant(ctx context.Context, g gate.Grant) error {
 	err := db.CreateRule(ctx, gate.Rule{ID: "g-" + g.SessionID + "-" + g.ToolName, Effect: gate.Allow, Tool: g.ToolName,
 		Scope: gate.ScopeSession, SessionID: g.SessionID, Source: gate.SourcePrompt, CreatedBy: g.GrantedBy,
 		CreatedVia: g.GrantedVia, CreatedAt: g.CreatedAt, FromApproval: g.ApprovalID})
@@ -168,11 +164,11 @@ func (db *DB) CreateGrant(ctx context.Context, g gate.Grant) error {
 
 // Grant returns the session's grant for toolName (its oldest grant-shaped rule), or
 // apperr.NotFound when there is none.
-func (db *DB) Grant(ctx context.Context, sessionID, toolName string) (g gate.Grant, err error) {
+func (db *SQL) Grant(ctx context.Context, sessionID, toolName string) (g gate.Grant, err error) {
 	defer apperr.Wrap(&err, "store.Grant(%s, %s)", sessionID, toolName)
-	r, err := scanRule(db.reads.QueryRowContext(ctx, `SELECT `+ruleColumns+` FROM rules
+	r, err := scanRule(db.queryRow(ctx, db.reads(), `SELECT `+ruleColumns+` FROM rules
 		WHERE session_id = ? AND tool = ? AND `+grantShaped+` ORDER BY created_at, id LIMIT 1`, sessionID, toolName))
-	if errors.Is(err, sql.ErrNoRows) {
+	if isNoRows(err) {
 		return gate.Grant{}, apperr.Errorf(apperr.NotFound, "no grant for %s", toolName)
 	}
 	if err != nil {
@@ -183,7 +179,7 @@ func (db *DB) Grant(ctx context.Context, sessionID, toolName string) (g gate.Gra
 
 // Grants lists a session's grants (its grant-shaped rules), oldest first (then by tool name).
 // Empty for an unknown session.
-func (db *DB) Grants(ctx context.Context, sessionID string) (_ []gate.Grant, err error) {
+func (db *SQL) Grants(ctx context.Context, sessionID string) (_ []gate.Grant, err error) {
 	defer apperr.Wrap(&err, "store.Grants(%s)", sessionID)
 	rules, err := db.queryRules(ctx, `SELECT `+ruleColumns+` FROM rules
 		WHERE session_id = ? AND `+grantShaped+` ORDER BY created_at, tool`, sessionID)
@@ -199,7 +195,7 @@ func (db *DB) Grants(ctx context.Context, sessionID string) (_ []gate.Grant, err
 
 // DeleteGrant deletes the session's grants for toolName: the next call of that tool asks again.
 // Errors: apperr.NotFound when there is none.
-func (db *DB) DeleteGrant(ctx context.Context, sessionID, toolName string) (err error) {
+func (db *SQL) DeleteGrant(ctx context.Context, sessionID, toolName string) (err error) {
 	defer apperr.Wrap(&err, "store.DeleteGrant(%s, %s)", sessionID, toolName)
 	return db.deleteRules(ctx, apperr.Errorf(apperr.NotFound, "There is no session grant for %s.", toolName),
 		`DELETE FROM rules WHERE session_id = ? AND tool = ? AND `+grantShaped, sessionID, toolName)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
-	"strings"
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
@@ -43,7 +41,7 @@ func namesOf(s sql.NullString) ([]string, error) {
 // counted false when v.By had already approved (then nothing changed). Errors: apperr.NotFound
 // for an unknown id; apperr.Conflict for an approval no longer pending ("approval already
 // resolved") or a person who voted otherwise before (one vote per name).
-func (db *DB) CastVote(ctx context.Context, id string, v gate.Vote, need int) (a gate.Approval, counted bool, err error) {
+func (db *SQL) CastVote(ctx context.Context, id string, v gate.Vote, need int) (a gate.Approval, counted bool, err error) {
 	defer apperr.Wrap(&err, "store.CastVote(%s, %s)", id, v.By)
 	if v.Decision != gate.Approved && v.Decision != gate.Denied {
 		return gate.Approval{}, false, apperr.Errorf(apperr.Invalid, "a vote approves or denies, not %q", v.Decision)
@@ -51,11 +49,12 @@ func (db *DB) CastVote(ctx context.Context, id string, v gate.Vote, need int) (a
 	if v.At.IsZero() {
 		v.At = db.Now()
 	}
-	err = db.commitDurable(ctx, true, func(w *writeTx) error {
-		counted = false
+	var notified int64
+	err = db.write(ctx, Atomic|Durable, func(tx Querier) error {
+		counted, notified = false, 0
 		var status string
-		err := w.tx.QueryRowContext(w.ctx, `SELECT status FROM approvals WHERE id = ?`, id).Scan(&status)
-		if errors.Is(err, sql.ErrNoRows) {
+		err := db.queryRow(ctx, tx, `SELECT status FROM approvals WHERE id = ?{forUpdate}`, id).Scan(&status)
+		if isNoRows(err) {
 			return apperr.Errorf(apperr.NotFound, "approval %s not found", id)
 		}
 		if err != nil {
@@ -65,21 +64,21 @@ func (db *DB) CastVote(ctx context.Context, id string, v gate.Vote, need int) (a
 			return apperr.Errorf(apperr.Conflict, "approval already resolved")
 		}
 		var prev string
-		err = w.tx.QueryRowContext(w.ctx, `SELECT decision FROM approval_votes WHERE approval_id = ? AND name = ?`, id, v.By).Scan(&prev)
+		err = db.queryRow(ctx, tx, `SELECT decision FROM approval_votes WHERE approval_id = ? AND name = ?`, id, v.By).Scan(&prev)
 		switch {
 		case err == nil && prev == string(gate.Approved) && v.Decision == gate.Approved:
 			// The same person approving again counts once: nothing changes.
-			a, err = db.approvalIn(w, id)
+			a, err = db.approvalIn(ctx, tx, id)
 			return err
 		case err == nil:
 			return apperr.Errorf(apperr.Conflict, "%s already %s this call: one vote per person.", v.By, prev)
-		case !errors.Is(err, sql.ErrNoRows):
+		case !isNoRows(err):
 			return err
 		}
 		viaID, viaLabel := linkColumns(v.Via)
-		if _, err := w.tx.ExecContext(w.ctx, `INSERT INTO approval_votes (approval_id, name, link_id, link_label, decision, reason, at)
+		if _, err := db.exec(ctx, tx, `INSERT INTO approval_votes (approval_id, name, link_id, link_label, decision, reason, at)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`, id, v.By, viaID, viaLabel, string(v.Decision), v.Reason, formatTime(v.At)); err != nil {
-			if isUnique(err) {
+			if db.isUnique(err) {
 				return apperr.Errorf(apperr.Conflict, "%s already voted on this call: one vote per person.", v.By)
 			}
 			return err
@@ -88,52 +87,54 @@ func (db *DB) CastVote(ctx context.Context, id string, v gate.Vote, need int) (a
 		resolve := v.Decision == gate.Denied
 		if !resolve {
 			var n int
-			if err := w.tx.QueryRowContext(w.ctx, `SELECT COUNT(*) FROM approval_votes WHERE approval_id = ? AND decision = 'approved'`,
+			if err := db.queryRow(ctx, tx, `SELECT COUNT(*) FROM approval_votes WHERE approval_id = ? AND decision = 'approved'`,
 				id).Scan(&n); err != nil {
 				return err
 			}
 			resolve = n >= need
 		}
 		if resolve {
-			a, err = db.resolveIn(w, id, gate.Resolution{Status: v.Decision, DecidedBy: v.By, DecidedVia: v.Via, Reason: v.Reason,
+			a, err = db.resolveIn(ctx, tx, id, gate.Resolution{Status: v.Decision, DecidedBy: v.By, DecidedVia: v.Via, Reason: v.Reason,
 				Scope: gate.Once, At: v.At, Source: gate.FromPerson})
+			if err == nil {
+				// The receivers told of its request are told of its resolution, as ResolveApproval does.
+				notified, err = db.outboxResolved(ctx, tx, a, v.At)
+			}
 		} else {
-			a, err = db.approvalIn(w, id)
+			a, err = db.approvalIn(ctx, tx, id)
 		}
 		if err != nil {
 			return err
 		}
-		a.Votes, err = votesIn(w.ctx, w.tx, id)
+		a.Votes, err = db.votesIn(ctx, tx, id)
 		return err
-	}, resolveApproval)
+	})
 	if err != nil {
 		return gate.Approval{}, false, err
+	}
+	if notified > 0 {
+		db.notify.wake()
 	}
 	return a, counted, nil
 }
 
 // approvalIn reads approval id inside a write, with its votes.
-func (db *DB) approvalIn(w *writeTx, id string) (gate.Approval, error) {
-	a, err := scanApproval(w.tx.QueryRowContext(w.ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
+func (db *SQL) approvalIn(ctx context.Context, tx Querier, id string) (gate.Approval, error) {
+	a, err := scanApproval(db.queryRow(ctx, tx, `SELECT `+approvalColumns+` FROM approvals WHERE id = ?`, id))
+	if isNoRows(err) {
 		return gate.Approval{}, apperr.Errorf(apperr.NotFound, "approval %s not found", id)
 	}
 	if err != nil {
 		return gate.Approval{}, err
 	}
-	a.Votes, err = votesIn(w.ctx, w.tx, id)
+	a.Votes, err = db.votesIn(ctx, tx, id)
 	return a, err
 }
 
-// querier is what reads votes: the read pool or a write's transaction.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
 // votesIn lists approval id's votes in the order they came (then by name).
-func votesIn(ctx context.Context, q querier, id string) ([]gate.Vote, error) {
-	rows, err := q.QueryContext(ctx, `SELECT name, link_id, link_label, decision, reason, at FROM approval_votes
-		WHERE approval_id = ? ORDER BY at, name`, id)
+func (db *SQL) votesIn(ctx context.Context, tx Querier, id string) ([]gate.Vote, error) {
+	rows, err := tx.Query(ctx, db.q(`SELECT name, link_id, link_label, decision, reason, at FROM approval_votes
+		WHERE approval_id = ? ORDER BY at, name`), id)
 	if err != nil {
 		return nil, err
 	}
@@ -155,8 +156,11 @@ func votesIn(ctx context.Context, q querier, id string) ([]gate.Vote, error) {
 }
 
 // withVotes fills in the Votes of the approvals in as that need several approvers (the others
-// have none): one query for all of them.
-func (db *DB) withVotes(ctx context.Context, as []gate.Approval) error {
+// have none): one query per votesChunk of them. Every query names exactly votesChunk ids (the last
+// chunk repeats its last id), so a session with many such approvals neither passes PostgreSQL's
+// 65535 parameters or SQLite's variable limit nor adds a query text per count to the dialect's
+// cache (review of issue 29; the PostgreSQL store used ANY($1) before).
+func (db *SQL) withVotes(ctx context.Context, as []gate.Approval) error {
 	var ids []any
 	at := map[string]int{}
 	for i, a := range as {
@@ -165,11 +169,33 @@ func (db *DB) withVotes(ctx context.Context, as []gate.Approval) error {
 			at[a.ID] = i
 		}
 	}
-	if len(ids) == 0 {
-		return nil
+	for len(ids) > 0 {
+		chunk := make([]any, votesChunk)
+		n := copy(chunk, ids)
+		for i := n; i < votesChunk; i++ {
+			chunk[i] = chunk[n-1]
+		}
+		ids = ids[n:]
+		if err := db.votesOf(ctx, chunk, func(id string, v gate.Vote) {
+			i := at[id]
+			as[i].Votes = append(as[i].Votes, v)
+		}); err != nil {
+			return err
+		}
 	}
-	rows, err := db.read.QueryContext(ctx, `SELECT approval_id, name, link_id, link_label, decision, reason, at FROM approval_votes
-		WHERE approval_id IN (?`+strings.Repeat(", ?", len(ids)-1)+`) ORDER BY at, name`, ids...)
+	return nil
+}
+
+// votesChunk is how many approvals' votes one query of withVotes reads.
+const votesChunk = 256
+
+// votesQuery reads the votes of votesChunk approvals.
+var votesQuery = `SELECT approval_id, name, link_id, link_label, decision, reason, at FROM approval_votes
+		WHERE approval_id IN (` + placeholders(1, votesChunk) + `) ORDER BY at, name`
+
+// votesOf hands each vote on the approvals ids (votesChunk of them) to add, in vote order.
+func (db *SQL) votesOf(ctx context.Context, ids []any, add func(id string, v gate.Vote)) error {
+	rows, err := db.reads().Query(ctx, db.q(votesQuery), ids...)
 	if err != nil {
 		return err
 	}
@@ -184,8 +210,7 @@ func (db *DB) withVotes(ctx context.Context, as []gate.Approval) error {
 		if v.At, err = parseTime(when); err != nil {
 			return err
 		}
-		i := at[id]
-		as[i].Votes = append(as[i].Votes, v)
+		add(id, v)
 	}
 	return rows.Err()
 }

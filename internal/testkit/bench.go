@@ -24,7 +24,7 @@ import (
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/models"
-	"countersign/internal/store"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/tool"
 )
 
@@ -32,7 +32,7 @@ import (
 // its Broker. Close releases it.
 type Bench struct {
 	Dir    string
-	DB     *store.DB
+	DB     *sqlite.DB
 	Broker *agent.Broker
 	Runner *agent.Runner
 	Tools  *tool.Registry
@@ -50,7 +50,7 @@ type Bench struct {
 
 // stampedStore is the store, stamping when each pending approval is stored.
 type stampedStore struct {
-	*store.DB
+	*sqlite.DB
 	e *Bench
 }
 
@@ -175,7 +175,7 @@ func RealRulesOn(tool string, n int) []gate.Rule {
 
 // NewBench opens a store at dir/bench.db and wires a Runner with the benchmark tools.
 func NewBench(ctx context.Context, dir string, opt BenchOptions) (*Bench, error) {
-	db, err := store.Open(ctx, filepath.Join(dir, "bench.db"))
+	db, err := sqlite.Open(ctx, filepath.Join(dir, "bench.db"))
 	if err != nil {
 		return nil, err
 	}

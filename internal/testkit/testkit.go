@@ -8,7 +8,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/models"
-	"countersign/internal/store"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/tool"
 )
 
@@ -24,7 +24,7 @@ type Options struct {
 	Models agent.Models
 	// Store, when set, wraps the store the Runner writes to (a spy, a failing store); Env.DB
 	// stays the store itself.
-	Store func(*store.DB) agent.Store
+	Store func(*sqlite.DB) agent.Store
 	// Agent, when set, changes the Runner's configuration after New has filled Store, Models,
 	// Tools, Broker and ApprovalTimeout (one minute), and before the Runner is made.
 	Agent func(*agent.Config)
@@ -39,7 +39,7 @@ type Env struct {
 	Dir string
 	// Workspace is a second, empty temporary folder: the sessions' workspace (Session).
 	Workspace string
-	DB        *store.DB
+	DB        *sqlite.DB
 	Broker    *agent.Broker
 	Runner    *agent.Runner
 	Tools     *tool.Registry
@@ -53,7 +53,7 @@ func New(tb testing.TB, opt Options) *Env {
 	ctx := context.Background()
 	e := &Env{TB: tb, Dir: tb.TempDir(), Workspace: tb.TempDir(), Broker: agent.NewBroker(),
 		Tools: tool.NewRegistry(), Scripts: NewScripts()}
-	db, err := store.Open(ctx, filepath.Join(e.Dir, "test.db"))
+	db, err := sqlite.Open(ctx, filepath.Join(e.Dir, "test.db"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -83,6 +83,24 @@ func New(tb testing.TB, opt Options) *Env {
 		e.Runner.Wait()
 	})
 	return e
+}
+
+// Replica is a second Runner over e's store (e.DB), e.Scripts and e.Tools with a Broker of its
+// own and an approval timeout of one minute, as another server on the same database has (SPEC
+// §16); configure, when set, changes its configuration (its Replicas, above all) before it is
+// made. It is shut down and waited for when the test ends, before e's Runner and store.
+func (e *Env) Replica(configure func(*agent.Config)) (*agent.Runner, *agent.Broker) {
+	broker := agent.NewBroker()
+	cfg := agent.Config{Store: e.DB, Models: e.Scripts, Tools: e.Tools, Broker: broker, ApprovalTimeout: time.Minute}
+	if configure != nil {
+		configure(&cfg)
+	}
+	r := agent.New(cfg)
+	e.TB.Cleanup(func() {
+		r.Shutdown("test cleanup")
+		r.Wait()
+	})
+	return r, broker
 }
 
 // Script parses src, a script file's JSON (models.ParseScript); an error fails the test.

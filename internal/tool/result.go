@@ -30,8 +30,21 @@ type ContractViolation struct {
 	StructuredContent json.RawMessage `json:"structuredContent,omitempty"`
 }
 
-// NestedCall is one entry of a parent's nestedCalls record (SPEC §4). Status is one of ok, error,
-// blocked, denied, unfinished. Error is the text of an isError result, Result the text of a
+// NestedStatus is what became of a nested call (NestedCall.Status, SPEC §4). Its values are
+// stable: results stored in transcripts carry them.
+type NestedStatus string
+
+// The nested calls' statuses.
+const (
+	NestedOK         NestedStatus = "ok"         // it ran and its result is not an error
+	NestedError      NestedStatus = "error"      // it failed, ran or not (an unknown tool, bad arguments, an error result)
+	NestedBlocked    NestedStatus = "blocked"    // a tool_call handler refused it
+	NestedDenied     NestedStatus = "denied"     // a rule or a person denied it, or its approval timed out
+	NestedUnfinished NestedStatus = "unfinished" // it never finished: its run was stopped, its approval cancelled, the server restarted
+)
+
+// NestedCall is one entry of a parent's nestedCalls record (SPEC §4). Status is one of the
+// NestedStatus values. Error is the text of an isError result, Result the text of a
 // successful one (its ModelContent: the text blocks, or structuredContent as JSON when there is
 // no text block); each is cut to 4 KiB, and to what is left of the record's 64 KiB of result
 // text. Truncated is set when this call's arguments, result or error were cut; Violation when
@@ -43,7 +56,7 @@ type NestedCall struct {
 	ID         string          `json:"id"`
 	Name       string          `json:"name"`
 	Arguments  json.RawMessage `json:"arguments,omitempty"`
-	Status     string          `json:"status"`
+	Status     NestedStatus    `json:"status"`
 	DurationMs int64           `json:"durationMs"`
 	Error      string          `json:"error,omitempty"`
 	Result     string          `json:"result,omitempty"`
@@ -84,6 +97,10 @@ type Result struct {
 	NestedCalls       *NestedCalls       `json:"nestedCalls,omitempty"`
 	ContractViolation *ContractViolation `json:"contractViolation,omitempty"`
 	Interrupted       *Interruption      `json:"interrupted,omitempty"`
+	// Stopped is set on the error result of a call that its run's Stop (or a graceful shutdown)
+	// ended before it finished, whose text is "Run stopped by <who>" (SPEC §2): the call was
+	// cancelled, it did not fail. For the UI only.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // ErrorResult is "an error that has none" (SPEC §1 rule 2): isError with one text block.

@@ -21,7 +21,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
-	"countersign/internal/store"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/testkit"
 	"countersign/internal/tool"
 	"countersign/internal/tools"
@@ -32,7 +32,7 @@ import (
 type pipeline struct {
 	t      *testing.T
 	env    *testkit.Env
-	db     *store.DB
+	db     *sqlite.DB
 	runner *agent.Runner
 	reg    *tool.Registry
 	sess   agent.Session
@@ -161,7 +161,7 @@ func nestedSummary(nc *tool.NestedCalls) []string {
 	}
 	out := make([]string, len(nc.Calls))
 	for i, c := range nc.Calls {
-		out[i] = c.ID + " " + c.Name + " " + c.Status
+		out[i] = c.ID + " " + c.Name + " " + string(c.Status)
 	}
 	return out
 }
@@ -215,9 +215,9 @@ func TestReviewDiffThroughThePipeline(t *testing.T) {
 	// run_checks and failing_tests run workspace code, so they ask inside review_diff (issue 15,
 	// item 9); git_diff and review_diff itself do not.
 	var asked []string
-	seen := p.runDeciding(func(a gate.Approval) agent.Decision {
+	seen := p.runDeciding(func(a gate.Approval) gate.Answer {
 		asked = append(asked, fmt.Sprintf("%s %s %q by %s", a.ToolName, a.ToolCallID, a.ParentToolCallID, a.RequestedBy))
-		return agent.Decision{Decision: "approve", By: gate.Owner()}
+		return gate.Answer{Decision: "approve", By: gate.Owner()}
 	})
 	if want := []string{`run_checks r1/2 "r1" by review_diff`, `failing_tests r1/3 "r1" by review_diff`}; !reflect.DeepEqual(asked, want) {
 		t.Errorf("prompts %q, want %q", asked, want)
@@ -282,7 +282,7 @@ func TestReviewDiffThroughThePipeline(t *testing.T) {
 // runDeciding reads the run's events until agent_end, answering each approval_requested with
 // decide's decision, and returns every event read. It fails the test on a run error or when
 // nothing arrives for 60 s (a go test run in the workspace may take a while on a busy machine).
-func (p *pipeline) runDeciding(decide func(gate.Approval) agent.Decision) []agent.Event {
+func (p *pipeline) runDeciding(decide func(gate.Approval) gate.Answer) []agent.Event {
 	p.t.Helper()
 	var seen []agent.Event
 	for {
@@ -294,7 +294,7 @@ func (p *pipeline) runDeciding(decide func(gate.Approval) agent.Decision) []agen
 			seen = append(seen, *ev)
 			switch ev.Type {
 			case agent.ApprovalRequested:
-				if _, err := p.runner.Decide(context.Background(), p.sess.ID, ev.Approval.ID, decide(*ev.Approval)); err != nil {
+				if _, err := p.runner.Gate().Decide(context.Background(), p.sess.ID, ev.Approval.ID, decide(*ev.Approval)); err != nil {
 					p.t.Fatal(err)
 				}
 			case agent.AgentEnd:
@@ -354,15 +354,15 @@ func TestWorkspaceCodeRunsOnlyAfterApproval(t *testing.T) {
 			), ws, tools.Config{})
 			p.send()
 			var asked []string
-			p.runDeciding(func(a gate.Approval) agent.Decision {
+			p.runDeciding(func(a gate.Approval) gate.Answer {
 				asked = append(asked, a.ToolName+" "+a.ToolCallID+" requested by "+a.RequestedBy)
 				if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("while %s waits for approval, the marker exists (%v): workspace code ran unapproved", a.ToolName, err)
 				}
 				if !approve {
-					return agent.Decision{Decision: "deny", Reason: "not this code", By: gate.Owner()}
+					return gate.Answer{Decision: "deny", Reason: "not this code", By: gate.Owner()}
 				}
-				return agent.Decision{Decision: "approve", By: gate.Owner()}
+				return gate.Answer{Decision: "approve", By: gate.Owner()}
 			})
 			if want := []string{"run_checks r1/2 requested by review_diff", "failing_tests r1/3 requested by review_diff"}; !reflect.DeepEqual(asked, want) {
 				t.Errorf("prompts %q, want %q", asked, want)
@@ -438,11 +438,11 @@ func TestCodemodeApprovalsThroughThePipeline(t *testing.T) {
 	if cpu, as := tools.WorkerLimits(t, workers[0]); cpu == "" || as == "" || strings.Contains(cpu+as, "unlimited") {
 		t.Errorf("the worker's limits are %q and %q, want a CPU time and an address space limit", cpu, as)
 	}
-	if _, err := p.runner.Decide(ctx, p.sess.ID, a1.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := p.runner.Gate().Decide(ctx, p.sess.ID, a1.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	a2 := p.awaitApproval("m1/2")
-	if _, err := p.runner.Decide(ctx, p.sess.ID, a2.ID, agent.Decision{Decision: "deny", Reason: "no", By: gate.Owner()}); err != nil {
+	if _, err := p.runner.Gate().Decide(ctx, p.sess.ID, a2.ID, gate.Answer{Decision: "deny", Reason: "no", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	if end := p.await(agent.AgentEnd, nil); end.Error != "" {
@@ -600,7 +600,7 @@ func TestFileToolPathOutsideTheWorkspaceStopsBeforeTheGate(t *testing.T) {
 	if a.ToolCallID != "w2" {
 		t.Fatalf("approval asked for %s (%s), want only w2: the path outside is refused before the gate", a.ToolCallID, a.Arguments)
 	}
-	if _, err := p.runner.Decide(ctx, p.sess.ID, a.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := p.runner.Gate().Decide(ctx, p.sess.ID, a.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		t.Fatal(err)
 	}
 	if end := p.await(agent.AgentEnd, nil); end.Error != "" {

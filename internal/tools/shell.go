@@ -330,12 +330,6 @@ func serverTask(id int) bool {
 	return false
 }
 
-// exec is the interpreter's ExecHandler: every program the command starts (not the shell's own
-// builtins) comes here with its argv after expansion.
-func (s *shellRun) exec(ctx context.Context, args []string) error {
-	return s.execIn(ctx, interp.HandlerCtx(ctx), args, 0)
-}
-
 // newRunner is an interpreter for the command (depth 0) or for what it runs in turn (a shell's
 // -c string, a script without a #! line; depth counts them): in dir with env (its TMPDIR made
 // interpTempDir), the streams given, every program, open and glob going through s, and params

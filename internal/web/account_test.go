@@ -18,6 +18,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 	"countersign/internal/web"
 )
@@ -222,7 +223,7 @@ func TestDeleteASession(t *testing.T) {
 	approvalID := ev["approval"].(map[string]any)["id"].(string)
 	ts.call(t, "POST", "/api/approvals/"+approvalID+"/decision", map[string]string{"decision": "approve_session"}, nil)
 	next(t, events, "agent_end")
-	eventually(t, "the run to end", func() bool { return !ts.runner.Busy(sid) })
+	testkit.Eventually(t, "the run to end", func() bool { return !ts.runner.Busy(sid) })
 	if as, _ := ts.db.Approvals(context.Background(), sid, ""); len(as) == 0 {
 		t.Fatal("no approvals before the delete")
 	}

@@ -320,7 +320,10 @@ func (s *Server) apiRenameSession(w http.ResponseWriter, r *http.Request) error 
 		}
 	}
 	if in.Mode != nil {
-		if sess, err = s.cfg.Runner.SetMode(r.Context(), id, *in.Mode); err != nil {
+		if err = s.cfg.Gate.SetMode(r.Context(), id, *in.Mode); err != nil {
+			return err
+		}
+		if sess, err = s.cfg.Store.Session(r.Context(), id); err != nil {
 			return err
 		}
 	}
@@ -446,17 +449,13 @@ func (s *Server) apiApprovals(w http.ResponseWriter, r *http.Request) error {
 
 // apiDecide decides an approval: 200 with the approval, 409 already resolved, 404 unknown.
 func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request) error {
-	var d agent.Decision
+	var d gate.Answer
 	if err := decodeJSON(r, &d); err != nil {
 		return err
 	}
-	id := r.PathValue("id")
-	a, err := s.cfg.Store.Approval(r.Context(), id)
-	if err != nil {
-		return err
-	}
 	d.By = gate.Owner()
-	a, err = s.cfg.Runner.Decide(r.Context(), a.SessionID, id, d)
+	// The owner decides in every session: the gate reads the approval (once) and finds it.
+	a, err := s.cfg.Gate.Decide(r.Context(), gate.AnySession, r.PathValue("id"), d)
 	if err != nil {
 		return err
 	}

@@ -110,7 +110,7 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 	results := resultsByCall(entries)
 	running := s.cfg.Runner.Busy(id)
 	ruleScopes := map[string]gate.RuleScope{}
-	for _, rl := range s.cfg.Runner.Rules() {
+	for _, rl := range s.cfg.Gate.Rules() {
 		ruleScopes[rl.ID] = rl.Scope
 	}
 	for _, a := range approvals {
@@ -130,7 +130,7 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) error {
 			row.Count, row.LastAt = a.Count, a.LastAt
 		}
 		v.Shown += a.Calls()
-		if row.RequestedBy != "model" && a.ParentToolCallID != "" {
+		if row.RequestedBy != gate.RequestedByModel && a.ParentToolCallID != "" {
 			row.RequestedBy += " · call " + a.ParentToolCallID
 		}
 		// A rule that decided, or that a person's decision saved; not the ask rule a pending
@@ -229,9 +229,9 @@ func callOutcome(a gate.Approval, results map[callKey]*tool.Result, running bool
 			switch {
 			case n.Violation:
 				return outcomeViolation, firstLine(n.Error)
-			case n.Status == "ok":
+			case n.Status == tool.NestedOK:
 				return outcomeOK, ""
-			case n.Status == "blocked" || n.Status == "denied":
+			case n.Status == tool.NestedBlocked || n.Status == tool.NestedDenied:
 				return outcomeNotRun, ""
 			}
 			return outcomeError, firstLine(n.Error)
@@ -264,7 +264,7 @@ func groupOutcome(a gate.Approval, results map[callKey]*tool.Result) (outcome, d
 		switch {
 		case n.Violation:
 			violations++
-		case n.Status == "ok":
+		case n.Status == tool.NestedOK:
 			continue
 		default:
 			failed++

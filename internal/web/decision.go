@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"time"
 
-	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/notify"
@@ -105,7 +104,7 @@ func (s *Server) decisionPage(w http.ResponseWriter, r *http.Request) error {
 }
 
 // decisionLinkDecide applies the link's decision (approve or deny, with a reason) as its
-// recipient. The link is spent first (single use, atomic), then the runner decides; a dead link
+// recipient. The link is spent first (single use, atomic), then the gate decides; a dead link
 // answers 409 with why. An htmx request gets the slot that replaces the prompt; a plain form post
 // is sent back to the page, which then says what happened.
 func (s *Server) decisionLinkDecide(w http.ResponseWriter, r *http.Request) error {
@@ -130,13 +129,13 @@ func (s *Server) decisionLinkDecide(w http.ResponseWriter, r *http.Request) erro
 		}
 		return err
 	}
-	done, err := s.cfg.Runner.Decide(r.Context(), a.SessionID, a.ID,
-		agent.Decision{Decision: decision, Reason: r.PostForm.Get("reason"), By: l.Decider()})
+	done, err := s.cfg.Gate.Decide(r.Context(), a.SessionID, a.ID,
+		gate.Answer{Decision: decision, Reason: r.PostForm.Get("reason"), By: l.Decider()})
 	msg := ""
 	switch {
 	case apperr.CodeOf(err) == apperr.Conflict:
 		// Someone else decided first; the link is spent either way.
-		won, rerr := s.cfg.Store.Approval(r.Context(), a.ID)
+		won, rerr := s.wonApproval(r.Context(), err, a.ID)
 		if rerr != nil {
 			return err
 		}

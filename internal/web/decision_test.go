@@ -16,7 +16,8 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/gate"
 	"countersign/internal/notify"
-	"countersign/internal/store"
+	"countersign/internal/render"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/web"
 )
 
@@ -39,7 +40,7 @@ func newLinkEnv(t *testing.T, command string, agentCfg func(*agent.Config)) *lin
 	  {"content":[{"type":"toolCall","id":"c1","name":"shell","arguments":` + string(args) + `}],"stopReason":"toolUse"},
 	  {"content":[{"type":"text","text":"Done."}],"stopReason":"stop"}]}`
 	ts := newTestServerAgent(t, map[string]string{"one": script}, func(c *web.Config, _ *http.Server) {
-		c.Store.(*store.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
+		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
 		c.Receivers = []notify.Receiver{aliceHook}
 	}, agentCfg)
 	e := &linkEnv{testServer: ts}
@@ -255,8 +256,8 @@ func TestTheGateNeverWaitsForAWebhookReceiver(t *testing.T) {
 	hook, _ := notify.ParseReceiver("carol=" + recv.URL)
 	var worker *notify.Worker
 	ts := newTestServerAgent(t, map[string]string{"one": oneCall}, func(c *web.Config, _ *http.Server) {
-		db := c.Store.(*store.DB)
-		worker = notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: []notify.Receiver{hook}, Key: decisionKey, PublicURL: "http://cs.test"})
+		db := c.Store.(*sqlite.DB)
+		worker = notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: []notify.Receiver{hook}, Key: decisionKey, PublicURL: "http://cs.test", Diff: render.UnifiedDiff})
 		db.SetNotify([]notify.Receiver{hook}, decisionKey.LinkHash, worker.Wake)
 	}, nil)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -101,5 +102,44 @@ func TestNestedCardLiveIsTheReloadedCard(t *testing.T) {
 	}
 	if strings.Contains(page, "Some nested calls were not recorded") {
 		t.Error("a record with every call kept says calls were not recorded")
+	}
+}
+
+// TestAStoppedCallsCardSaysCancelled: a call running when its run is stopped ends with the error
+// "Run stopped by owner", and its card says cancelled, not failed, live and reloaded alike (the
+// result's Stopped fact, not its text).
+func TestAStoppedCallsCardSaysCancelled(t *testing.T) {
+	obj := json.RawMessage(`{"type":"object"}`)
+	ro := tool.Annotations{ReadOnlyHint: tool.Bool(true)}
+	started := make(chan struct{})
+	wait := &tool.Tool{Name: "wait", InputSchema: obj, Annotations: ro,
+		Execute: func(ctx context.Context, _ json.RawMessage, _ func(tool.Update), _ tool.Context) (tool.Result, error) {
+			close(started)
+			<-ctx.Done()
+			return tool.Result{}, ctx.Err()
+		}}
+	script := `{"steps":[{"content":[{"type":"toolCall","id":"w","name":"wait","arguments":{}}],"stopReason":"toolUse"},
+	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`
+	ts := newTestServer(t, map[string]string{"wait": script}, wait)
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "stop", "model": "faux:wait"}, &sess)
+	events := ts.events(t, sess.ID)
+	next(t, events, "snapshot") // subscribed: the events from here on reach this socket
+	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
+	<-started
+	if st := ts.call(t, "POST", "/api/sessions/"+sess.ID+"/stop", nil, nil); st >= 300 {
+		t.Fatalf("stop = %d", st)
+	}
+	end := next(t, events, "tool_execution_end")
+	if res := end["result"].(map[string]any); res["stopped"] != true || !strings.Contains(fmt.Sprint(res["content"]), "Run stopped by owner") {
+		t.Errorf("the stopped call's result %v, want stopped and its text", res)
+	}
+	next(t, events, "agent_end")
+	st, page := ts.do(t, "GET", "/sessions/"+sess.ID, "", "", nil)
+	if st != http.StatusOK {
+		t.Fatalf("session page %d", st)
+	}
+	if card := cardHTML(page, "w"); !strings.Contains(card, `data-state="cancelled"`) {
+		t.Errorf("the stopped call's card is not cancelled:\n%.400s", card)
 	}
 }

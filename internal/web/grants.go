@@ -16,7 +16,7 @@ import (
 
 // grantsView is the owner's grants panel for a session.
 func (s *Server) grantsView(ctx context.Context, sessionID string) (templates.GrantsView, error) {
-	grants, err := s.cfg.Runner.Grants(ctx, sessionID)
+	grants, err := s.cfg.Gate.Grants(ctx, sessionID)
 	if err != nil {
 		return templates.GrantsView{}, err
 	}
@@ -35,7 +35,7 @@ func (s *Server) grantsView(ctx context.Context, sessionID string) (templates.Gr
 // revokeGrant is the grants panel's Revoke: it answers with the panel as it is now.
 func (s *Server) revokeGrant(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	if err := s.cfg.Runner.RevokeGrant(r.Context(), id, r.PathValue("tool")); err != nil {
+	if err := s.cfg.Gate.RevokeGrant(r.Context(), id, r.PathValue("tool")); err != nil {
 		return err
 	}
 	v, err := s.grantsView(r.Context(), id)
@@ -49,7 +49,7 @@ func (s *Server) revokeGrant(w http.ResponseWriter, r *http.Request) error {
 // apiGrants lists a session's grants: → {grants: [{sessionId, toolName, approvalId, grantedBy,
 // grantedVia?, createdAt}]}; 404 for an unknown session.
 func (s *Server) apiGrants(w http.ResponseWriter, r *http.Request) error {
-	grants, err := s.cfg.Runner.Grants(r.Context(), r.PathValue("id"))
+	grants, err := s.cfg.Gate.Grants(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -63,7 +63,7 @@ func (s *Server) apiGrants(w http.ResponseWriter, r *http.Request) error {
 // apiRevokeGrant deletes a session's grant for a tool: 204; 404 for an unknown session or no
 // such grant.
 func (s *Server) apiRevokeGrant(w http.ResponseWriter, r *http.Request) error {
-	if err := s.cfg.Runner.RevokeGrant(r.Context(), r.PathValue("id"), r.PathValue("tool")); err != nil {
+	if err := s.cfg.Gate.RevokeGrant(r.Context(), r.PathValue("id"), r.PathValue("tool")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"countersign/internal/agent"
+	"countersign/internal/testkit"
 	"countersign/internal/web"
 )
 
@@ -155,7 +156,7 @@ func TestOpenLiveSocketsAreCapped(t *testing.T) {
 		readMessage(t, ts.ownerLive(t, sid))
 
 		open[0].Close(websocket.StatusNormalClosure, "")
-		eventually(t, "room for one more socket of the link", func() bool {
+		testkit.Eventually(t, "room for one more socket of the link", func() bool {
 			conn := dial()
 			defer conn.CloseNow()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -195,18 +196,6 @@ func TestOpenLiveSocketsAreCapped(t *testing.T) {
 		}
 		t.Errorf("%d owner sockets open, want at most %d", len(owner), web.MaxOwnerSockets)
 	})
-}
-
-// eventually polls cond every 20ms until it holds, failing the test after 10 seconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // TestFailedTokenAttemptsAreRateLimitedPerClient (issue 15 item 7): failed guesses of the owner

@@ -297,7 +297,13 @@ func (s *Server) fragment(ctx context.Context, ev *agent.Event, who viewer, work
 			card := b.nestedCard(ev.MessageID, ev.ParentToolCallID, *ev.NestedCall)
 			return appendTo(cardID(ev.MessageID, ev.ParentToolCallID)+"-nested", templates.Card(card))
 		}
-		card := b.card(ev.MessageID, ev.ToolCallID, ev.ParentToolCallID, ev.ToolName, ev.Arguments, false)
+		args := ev.Arguments
+		if len(args) == 0 && ev.Approval != nil {
+			// An outside agent's call (SPEC §18) has no run whose live state holds its
+			// arguments: its approval has them.
+			args = ev.Approval.EffectiveArguments()
+		}
+		card := b.card(ev.MessageID, ev.ToolCallID, ev.ParentToolCallID, ev.ToolName, args, false)
 		if ev.Type == agent.ToolExecutionUpdate && card.Result == nil {
 			card.Update, card.State = ev.Update, "running"
 		}
@@ -326,8 +332,12 @@ func (s *Server) fragment(ctx context.Context, ev *agent.Event, who viewer, work
 		if err != nil {
 			return nil
 		}
-		var title, tools, grants, mode, allowAll templ.Component
+		var title, tools, grants, mode, allowAll, provenance templ.Component
 		if ev.Session != nil {
+			if av := agentView(*ev.Session); av != nil {
+				// What the agent reports of itself changed (SPEC §18).
+				provenance = templates.AgentProvenance(*av)
+			}
 			// A rename, a mode switched and a rule for every tool reach every page of the
 			// session, reviewers' too (a reviewer sees the mode as text).
 			title = templates.SessionTitle(ev.Session.Title)
@@ -345,7 +355,7 @@ func (s *Server) fragment(ctx context.Context, ev *agent.Event, who viewer, work
 				grants = templates.GrantsPanel(gv)
 			}
 		}
-		return fragments(runState(sess, who), title, mode, allowAll, tools, grants)
+		return fragments(runState(sess, who), title, mode, allowAll, tools, grants, provenance)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -211,23 +212,32 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 	return s.decideAs(w, r, r.PathValue("id"), gate.Owner())
 }
 
+// wonApproval is the approval as it ended, for a decision refused with err (apperr.Conflict):
+// the one the gate's answer carries when another decision won, else as stored now.
+func (s *Server) wonApproval(ctx context.Context, err error, id string) (gate.Approval, error) {
+	if re, ok := errors.AsType[*gate.ResolvedError](err); ok {
+		return re.Approval, nil
+	}
+	return s.cfg.Store.Approval(ctx, id)
+}
+
 // decideAs applies a decision form for session sessionID on behalf of by (the owner, or an
-// approver through a share link, within its rights: the runner answers apperr.Forbidden for the
+// approver through a share link, within its rights: the gate answers apperr.Forbidden for the
 // rest).
 func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID string, by gate.Decider) error {
 	if err := parseForm(r); err != nil {
 		return err
 	}
-	d := agent.Decision{Decision: r.PostForm.Get("decision"), Reason: r.PostForm.Get("reason"), By: by}
+	d := gate.Answer{Decision: r.PostForm.Get("decision"), Reason: r.PostForm.Get("reason"), By: by}
 	if d.Decision == "remember" { // "Always allow…" (SPEC §14): the rules' texts (one box each) and scope
 		texts := r.PostForm["rule"]
-		d.Rule = &agent.RememberRule{Scope: gate.RuleScope(r.PostForm.Get("scope"))}
+		d.Rule = &gate.RememberRule{Scope: gate.RuleScope(r.PostForm.Get("scope"))}
 		if len(texts) > 0 {
 			d.Rule.Text, d.Rule.Texts = texts[0], texts[1:]
 		}
 	}
 	// Edited arguments matter only to an approval: a denial never depends on them, so their JSON
-	// is not checked then. They still go to the runner, which refuses arguments of any kind
+	// is not checked then. They still go to the gate, which refuses arguments of any kind
 	// from a decider without the right to edit (403).
 	if args := strings.TrimSpace(r.PostForm.Get("arguments")); args != "" {
 		if d.Decision != "deny" && !json.Valid([]byte(args)) {
@@ -235,13 +245,13 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID stri
 		}
 		d.Arguments = json.RawMessage(args)
 	}
-	a, err := s.cfg.Runner.Decide(r.Context(), sessionID, r.PathValue("aid"), d)
+	a, err := s.cfg.Gate.Decide(r.Context(), sessionID, r.PathValue("aid"), d)
 	notice := ""
 	if apperr.CodeOf(err) == apperr.Conflict {
 		// Another decision won (on another page, or while this one's live updates were cut):
 		// the form gives way to the final state, saying this decision was not applied, how the
 		// approval ended and who decided it. The JSON API answers 409.
-		won, rerr := s.cfg.Store.Approval(r.Context(), r.PathValue("aid"))
+		won, rerr := s.wonApproval(r.Context(), err, r.PathValue("aid"))
 		if rerr != nil || won.SessionID != sessionID {
 			return err
 		}

@@ -32,14 +32,14 @@ func (s *Server) reviewerPreview(w http.ResponseWriter, r *http.Request) error {
 }
 
 // previewAs answers the approval's call view for the edited arguments, checked as an approval
-// by `by` would check them (Runner.CheckEdit): 200 with the view and, when Approve would
+// by `by` would check them (gate.Service.CheckEdit): 200 with the view and, when Approve would
 // refuse them, why; 404, 409 (already decided) and 403 (no right to edit) as a decision gets.
 func (s *Server) previewAs(w http.ResponseWriter, r *http.Request, sessionID string, by gate.Decider) error {
 	if err := parseForm(r); err != nil {
 		return err
 	}
 	args := json.RawMessage(strings.TrimSpace(r.PostForm.Get("arguments")))
-	a, err := s.cfg.Runner.CheckEdit(r.Context(), sessionID, r.PathValue("aid"), by, args)
+	a, err := s.cfg.Gate.CheckEdit(r.Context(), sessionID, r.PathValue("aid"), by, args)
 	problem := ""
 	if apperr.CodeOf(err) == apperr.Invalid {
 		problem = apperr.MessageOf(err)

@@ -76,6 +76,39 @@ func BuiltinRenderers() map[string]Renderer {
 			},
 		},
 		"write_file": {Call: writeFileCall, FileEdit: true},
+		// An outside agent's tools (SPEC §18), as the agent's tool reads them: a Bash command as
+		// a command, an Edit as a diff of old_string and new_string, a Write as the file's
+		// content.
+		"Bash": {Call: func(c CallInfo) (templ.Component, error) {
+			var in struct {
+				Command string `json:"command"`
+			}
+			if err := json.Unmarshal(c.Arguments, &in); err != nil || in.Command == "" {
+				return nil, fmt.Errorf("no command in %s", c.Arguments)
+			}
+			return templates.RunCommandCall(in.Command, c.Workspace, nil, c.Finished), nil
+		}},
+		"Edit": {Call: func(c CallInfo) (templ.Component, error) {
+			var in struct {
+				FilePath  string `json:"file_path"`
+				OldString string `json:"old_string"`
+				NewString string `json:"new_string"`
+			}
+			if err := json.Unmarshal(c.Arguments, &in); err != nil || in.FilePath == "" {
+				return nil, fmt.Errorf("no file_path in %s", c.Arguments)
+			}
+			return templates.FileDiff(render.Diff(in.FilePath, in.OldString, in.NewString, true)), nil
+		}},
+		"Write": {Call: func(c CallInfo) (templ.Component, error) {
+			var in struct {
+				FilePath string `json:"file_path"`
+				Content  string `json:"content"`
+			}
+			if err := json.Unmarshal(c.Arguments, &in); err != nil || in.FilePath == "" {
+				return nil, fmt.Errorf("no file_path in %s", c.Arguments)
+			}
+			return templates.FileDiff(render.Diff(in.FilePath, "", in.Content, false)), nil
+		}},
 		"codemode": {Call: func(c CallInfo) (templ.Component, error) {
 			var in struct {
 				Code string `json:"code"`

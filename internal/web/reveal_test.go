@@ -9,7 +9,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/notify"
-	"countersign/internal/store"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/web"
 )
 
@@ -34,7 +34,7 @@ func TestWriteFilePromptRevealsHiddenCharactersEverywhere(t *testing.T) {
 	script := `{"steps":[{"content":[{"type":"toolCall","id":"w","name":"write_file","arguments":` + string(args) + `}],"stopReason":"toolUse"},
 	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`
 	ts := newTestServerAgent(t, map[string]string{"trojan": script}, func(c *web.Config, _ *http.Server) {
-		c.Store.(*store.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
+		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
 		c.Receivers = []notify.Receiver{aliceHook}
 	}, nil, builtinTool(t, "write_file"))
 	var sess agent.Session

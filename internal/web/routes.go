@@ -35,6 +35,11 @@ const (
 	// and answers 404 with no detail for any token that names no link. A link that can no longer
 	// decide (used, its approval resolved, other arguments) shows why and refuses to decide (409).
 	decisionLink access = "decision-link"
+	// agentToken routes (/hooks/{kind}, SPEC §18 Door 1) are for outside agents: the handler
+	// admits a request by a connection's bearer token (Config.AgentAuth), never the owner's
+	// cookie, and answers 401 with a reason otherwise. They are exempt from the cross-origin
+	// protection on purpose (Handler): agents are not browsers.
+	agentToken access = "agent-token"
 )
 
 // route is one row of the route table: a Go 1.22 ServeMux pattern ("METHOD /path/{wildcard}",
@@ -97,6 +102,9 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"GET /rules", owner, s.rulesPage, nil},
 		{"POST /rules", owner, s.addRule, nil},
 		{"POST /rules/{id}/delete", owner, s.deleteRule, nil},
+		{"GET /agents", owner, s.agentsPage, nil},
+		{"POST /agents", owner, s.addConnection, nil},
+		{"POST /agents/{id}/revoke", owner, s.revokeConnectionForm, nil},
 		{"GET /inbox", owner, s.inboxPage, nil},
 		{"GET /inbox/more", owner, s.inboxMore, nil},
 		{"GET /inbox/live", owner, s.inboxLive, nil},
@@ -120,6 +128,9 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"GET /d/{token}", decisionLink, s.decisionPage, nil},
 		{"POST /d/{token}", decisionLink, s.decisionLinkDecide, nil},
 
+		// Door 1 (SPEC §18): outside agents' hooks, by a connection's bearer token.
+		{"POST /hooks/{kind}", agentToken, s.hook, nil},
+
 		// The JSON API (SPEC §12).
 		{"POST /api/sessions", ownerAPI, s.apiCreateSession, nil},
 		{"GET /api/sessions", ownerAPI, s.apiSessions, nil},
@@ -142,6 +153,9 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"GET /api/rules", ownerAPI, s.apiRules, nil},
 		{"POST /api/rules", ownerAPI, s.apiCreateRule, nil},
 		{"DELETE /api/rules/{id}", ownerAPI, s.apiDeleteRule, nil},
+		{"GET /api/connections", ownerAPI, s.apiConnections, nil},
+		{"POST /api/connections", ownerAPI, s.apiCreateConnection, nil},
+		{"DELETE /api/connections/{id}", ownerAPI, s.apiRevokeConnection, nil},
 		{"/api/", ownerAPI, noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
 			return apperr.Errorf(apperr.NotFound, "No such API route: %s %s", r.Method, r.URL.Path)
 		}), nil},
@@ -161,6 +175,8 @@ func (s *Server) wrap(rt route) http.Handler {
 		return s.owner(rt.h)
 	case ownerAPI:
 		return s.api(rt.h)
+	case agentToken:
+		return s.agentHook(rt.h)
 	case public, linkViewer, linkApprover, decisionLink:
 		// The link classes check the link in the handler (see routes).
 		return s.handle(rt.h)

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"countersign/internal/notify"
-	"countersign/internal/store"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/web"
 )
 
@@ -34,7 +34,7 @@ func TestRouteTableHasNoDuplicatesAndFewPublicRoutes(t *testing.T) {
 		switch rt.Access {
 		case "public":
 			public = append(public, rt.Pattern)
-		case "owner", "owner-api", "link-viewer", "link-approver", "decision-link":
+		case "owner", "owner-api", "link-viewer", "link-approver", "decision-link", "agent-token":
 		default:
 			t.Errorf("%s: unknown access class %q", rt.Pattern, rt.Access)
 		}
@@ -57,7 +57,7 @@ func TestRouteTableHasNoDuplicatesAndFewPublicRoutes(t *testing.T) {
 // runs a tool.
 func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 	ts, sid := shareServerConfig(t, func(c *web.Config, _ *http.Server) {
-		c.Store.(*store.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
+		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
 	})
 	ctx := context.Background()
 	approver := createLink(t, ts, sid, map[string]any{"role": "approver", "label": "a", "canEdit": true, "canRemember": true})
@@ -72,6 +72,10 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 	if st := ts.call(t, "POST", "/api/rules", map[string]any{"text": "write_file(secrets/**)", "effect": "deny",
 		"scope": "session", "sessionId": sid}, &rule); st != http.StatusCreated {
 		t.Fatalf("create rule = %d", st)
+	}
+	var conn struct{ Connection struct{ ID string } }
+	if st := ts.call(t, "POST", "/api/connections", map[string]any{"label": "laptop", "kind": "claude-code"}, &conn); st != http.StatusCreated {
+		t.Fatalf("create connection = %d", st)
 	}
 	events := ts.events(t, sid)
 	next(t, events, "snapshot")
@@ -89,7 +93,7 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 		t.Helper()
 		var b strings.Builder
 		for _, p := range []string{"/api/sessions", "/api/sessions/" + sid, "/api/sessions/" + sid + "/approvals",
-			"/api/sessions/" + sid + "/tools", "/api/sessions/" + sid + "/grants", "/api/rules"} {
+			"/api/sessions/" + sid + "/tools", "/api/sessions/" + sid + "/grants", "/api/rules", "/api/connections"} {
 			var v any
 			if st := ts.call(t, "GET", p, nil, &v); st != http.StatusOK {
 				t.Fatalf("GET %s = %d", p, st)
@@ -167,6 +171,8 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 				id = approver.ID
 			case strings.HasPrefix(p, "/api/rules/"), strings.HasPrefix(p, "/rules/"):
 				id = rule.ID
+			case strings.HasPrefix(p, "/api/connections/"), strings.HasPrefix(p, "/agents/"):
+				id = conn.Connection.ID
 			}
 			return strings.ReplaceAll(p, "{id}", id)
 		}
@@ -204,6 +210,15 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 				{"a live link's token tampered with", fill(tampered), nil, nil, http.StatusNotFound},
 				{"an approver's share token and cookies", fill(tokenOf(approver.URL)), nil, cookiesFor(approverClient, approver.URL), http.StatusNotFound},
 				{"the owner's cookie and an unknown token", fill("nothing"), nil, []*http.Cookie{{Name: "countersign_owner", Value: token}}, http.StatusNotFound},
+			}
+		case "agent-token":
+			// Door 1 (SPEC §18): a connection's bearer token, never the owner's credentials.
+			p := strings.ReplaceAll(pattern, "{kind}", "claude-code")
+			attacks = []attack{
+				{"no credential", p, nil, nil, http.StatusUnauthorized},
+				{"wrong bearer token", p, http.Header{"Authorization": {"Bearer wrong-" + token}}, nil, http.StatusUnauthorized},
+				{"the owner's token", p, http.Header{"Authorization": {"Bearer " + token}}, nil, http.StatusUnauthorized},
+				{"the owner's cookie", p, nil, []*http.Cookie{{Name: "countersign_owner", Value: token}}, http.StatusUnauthorized},
 			}
 		default:
 			t.Fatalf("%s: unknown access class %q", rt.Pattern, rt.Access)

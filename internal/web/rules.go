@@ -25,9 +25,9 @@ func (s *Server) setMode(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("id")
-	sess, err := s.cfg.Runner.SetMode(r.Context(), id, gate.Mode(r.PostForm.Get("mode")))
+	err := s.cfg.Gate.SetMode(r.Context(), id, gate.Mode(r.PostForm.Get("mode")))
 	if apperr.CodeOf(err) == apperr.Invalid {
-		if sess, err = s.cfg.Store.Session(r.Context(), id); err == nil {
+		if sess, err := s.cfg.Store.Session(r.Context(), id); err == nil {
 			s.render(w, r, http.StatusBadRequest, templates.ModeForm(string(sess.Mode), "/sessions/"+id+"/mode",
 				"Mode must be default, plan or accept-edits."))
 			return nil
@@ -40,6 +40,10 @@ func (s *Server) setMode(w http.ResponseWriter, r *http.Request) error {
 		// A plain form post (no JavaScript): back to the session page, which shows the mode.
 		http.Redirect(w, r, "/sessions/"+id, http.StatusSeeOther)
 		return nil
+	}
+	sess, err := s.cfg.Store.Session(r.Context(), id)
+	if err != nil {
+		return err
 	}
 	s.render(w, r, http.StatusOK, templates.ModeForm(string(sess.Mode), "/sessions/"+id+"/mode", ""))
 	return nil
@@ -58,13 +62,13 @@ func ruleJSON(r gate.Rule) apiRule { return apiRule{Rule: r, Text: r.Text(), Rea
 // apiRules → {rules: [...], error?}: every rule, the policy file's first; error says which rules
 // the compiler refused (they are skipped).
 func (s *Server) apiRules(w http.ResponseWriter, r *http.Request) error {
-	rules := s.cfg.Runner.Rules()
+	rules := s.cfg.Gate.Rules()
 	out := make([]apiRule, 0, len(rules))
 	for _, rl := range rules {
 		out = append(out, ruleJSON(rl))
 	}
 	body := map[string]any{"rules": out}
-	if err := s.cfg.Runner.RulesError(); err != nil {
+	if err := s.cfg.Gate.RulesError(); err != nil {
 		body["error"] = err.Error()
 	}
 	writeJSON(w, http.StatusOK, body)
@@ -135,7 +139,7 @@ func (s *Server) apiCreateRule(w http.ResponseWriter, r *http.Request) error {
 	if err := normalizeReviewers(&rl); err != nil {
 		return err
 	}
-	rl, err := s.cfg.Runner.AddRule(r.Context(), rl)
+	rl, err := s.cfg.Gate.AddRule(r.Context(), rl)
 	if err != nil {
 		return err
 	}
@@ -146,7 +150,7 @@ func (s *Server) apiCreateRule(w http.ResponseWriter, r *http.Request) error {
 // apiDeleteRule deletes a rule: 204; 404 unknown; 403 for a policy-file rule (read-only: change
 // the file).
 func (s *Server) apiDeleteRule(w http.ResponseWriter, r *http.Request) error {
-	if err := s.cfg.Runner.DeleteRule(r.Context(), r.PathValue("id")); err != nil {
+	if err := s.cfg.Gate.DeleteRule(r.Context(), r.PathValue("id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -171,7 +175,7 @@ func (s *Server) parseRuleText(text string, rl *gate.Rule) (toolPattern, specifi
 	if len(reviewers) > 0 {
 		rl.Reviewers = reviewers
 	}
-	return s.cfg.Runner.ParseRule(pattern)
+	return s.cfg.Gate.ParseRule(pattern)
 }
 
 // normalizeReviewers puts a rule's reviewer names in the form share links record them

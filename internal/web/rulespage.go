@@ -32,14 +32,14 @@ func (s *Server) renderRules(w http.ResponseWriter, r *http.Request, st int, for
 		return err
 	}
 	v := templates.RulesView{Form: form, Error: formErr, Scopes: ruleScopes(sessions, s.cfg.Workspace)}
-	if err := s.cfg.Runner.RulesError(); err != nil {
+	if err := s.cfg.Gate.RulesError(); err != nil {
 		v.CompileError = err.Error()
 	}
 	titles := map[string]string{}
 	for _, sess := range sessions {
 		titles[sess.ID] = sess.Title
 	}
-	for _, rl := range s.cfg.Runner.Rules() {
+	for _, rl := range s.cfg.Gate.Rules() {
 		v.Rows = append(v.Rows, ruleRow(rl, titles))
 	}
 	s.render(w, r, st, templates.Layout(s.ownerPage(r.Context(), "Rules", false), templates.RulesPage(v)))
@@ -166,13 +166,13 @@ func (s *Server) makeRule(ctx context.Context, f templates.RuleForm) (gate.Rule,
 	if err := normalizeReviewers(&rl); err != nil {
 		return gate.Rule{}, err
 	}
-	return s.cfg.Runner.AddRule(ctx, rl)
+	return s.cfg.Gate.AddRule(ctx, rl)
 }
 
 // deleteRule is a row's Delete: the rule stops applying to the next call; the page is shown
 // again (303 to /rules). 404 for an unknown rule, 403 for a policy-file rule.
 func (s *Server) deleteRule(w http.ResponseWriter, r *http.Request) error {
-	if err := s.cfg.Runner.DeleteRule(r.Context(), r.PathValue("id")); err != nil {
+	if err := s.cfg.Gate.DeleteRule(r.Context(), r.PathValue("id")); err != nil {
 		return err
 	}
 	http.Redirect(w, r, "/rules", http.StatusSeeOther)

@@ -22,6 +22,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
+	"countersign/internal/connections"
 	"countersign/internal/gate"
 	"countersign/internal/notify"
 	"countersign/internal/share"
@@ -44,9 +45,13 @@ type Reader interface {
 // Config wires a Server.
 type Config struct {
 	// Peers tells the other replicas sharing the database (SPEC §16) to close the live sockets
-	// a revoked share link or an ended login has open there; nil: this server is the only one.
-	Peers      Peers
-	Runner     *agent.Runner
+	// a revoked share link or an ended login has open there, and hears theirs (relay.Relay);
+	// nil: this server is the only one (a SQLite file).
+	Peers  Peers
+	Runner *agent.Runner
+	// Gate decides approvals and keeps the rules, modes and grants (SPEC §14, §15); nil means
+	// the Runner's.
+	Gate       *gate.Service
 	Store      Reader
 	Broker     *agent.Broker
 	Models     agent.Models
@@ -57,6 +62,12 @@ type Config struct {
 	Renderers map[string]Renderer
 	// Shares makes and resolves share links; nil disables sharing.
 	Shares *share.Service
+	// Connections makes, lists, revokes and authenticates the connections of the agents people
+	// already run (SPEC §18: /agents, /api/connections); nil: those routes answer 404.
+	Connections *connections.Service
+	// PublicURL is the server's address as agents reach it (-public-url), for the connection
+	// snippets; "" means the address the owner's browser used.
+	PublicURL string
 	// Sources lists the tool sources besides the built-ins (MCP servers) with their state, for
 	// the Tools panel; nil when there are none.
 	Sources func() []ToolSource
@@ -83,6 +94,11 @@ type Config struct {
 	AccessLog *slog.Logger
 	// Metrics serves GET /metrics to the owner (the Prometheus handler, SPEC §16); nil: 404.
 	Metrics http.Handler
+	// AgentAuth checks an outside agent's bearer token on `POST /hooks/{kind}` (SPEC §18); nil:
+	// Connections' Authenticate, or, without Connections, every hook is refused (401).
+	AgentAuth AgentAuthenticator
+	// Agents keeps agent sessions and their outside calls; nil: Store, when it does.
+	Agents AgentStore
 	// Ready reports whether the store answers with its migrations applied (GET /readyz); nil:
 	// always ready.
 	Ready func(context.Context) error
@@ -114,6 +130,7 @@ type ToolSource struct {
 
 // Server serves Countersign's pages, fragments and WebSockets.
 type Server struct {
+	agents    AgentStore // Door 1's store (Config.Agents); nil: no agent sessions
 	cfg       Config
 	log       *slog.Logger
 	renderers map[string]Renderer
@@ -134,6 +151,9 @@ func New(cfg Config) *Server {
 	if cfg.Renderers == nil {
 		cfg.Renderers = BuiltinRenderers()
 	}
+	if cfg.Gate == nil && cfg.Runner != nil {
+		cfg.Gate = cfg.Runner.Gate()
+	}
 	if cfg.OwnerSessions == nil {
 		cfg.OwnerSessions = &memOwnerSessions{m: map[string]time.Time{}}
 	}
@@ -146,12 +166,27 @@ func New(cfg Config) *Server {
 	if cfg.InboxPageSize <= 0 {
 		cfg.InboxPageSize = templates.InboxPageSize
 	}
+	if cfg.Peers == nil {
+		cfg.Peers = noPeers{}
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now},
 		receivers: map[string]notify.Receiver{}}
+	if s.cfg.AgentAuth == nil && cfg.Connections != nil {
+		s.cfg.AgentAuth = func(ctx context.Context, token, kind string) (string, error) {
+			c, err := cfg.Connections.Authenticate(ctx, token, connections.Kind(kind))
+			return c.ID, err
+		}
+	}
+	s.agents = cfg.Agents
+	if s.agents == nil {
+		s.agents, _ = cfg.Store.(AgentStore)
+	}
 	for _, r := range cfg.Receivers {
 		s.receivers[r.ID] = r
 	}
 	s.failures.client = s.clientIP
+	// A link revoked or a login ended on another replica closes its sockets here too.
+	cfg.Peers.Subscribe(closeSocketsTopic, s.CloseSockets)
 	return s
 }
 
@@ -169,6 +204,13 @@ func (s *Server) Handler() http.Handler {
 	}
 
 	csrf := http.NewCrossOriginProtection()
+	for _, rt := range s.routes(mux) {
+		if rt.access == agentToken {
+			// Deliberately outside the browser's cross-origin protection: an agent is not a
+			// browser and sends no Origin; its bearer token, never a cookie, is what admits it.
+			csrf.AddInsecureBypassPattern(rt.pattern)
+		}
+	}
 	h := securityHeaders(s.failures.wrap(csrf.Handler(mux), s.trusted))
 	if s.cfg.AccessLog != nil {
 		h = accessLog(s.cfg.AccessLog, s.cfg.TrustedProxies, h)
@@ -523,23 +565,35 @@ func (s *Server) secure(r *http.Request) bool {
 	return tls
 }
 
-// Peers is what the web layer tells the other replicas (pg.Replicas): close the live sockets
-// under a key ("link:<share id>", "login:<hash>") there too. It must not block.
+// Peers is what the web layer needs of the other replicas sharing its database (SPEC §16;
+// relay.Relay, which carries a topic and a key without knowing what they mean): Send tells them
+// key on topic, and must not block; Subscribe has f told the key of each message they Send on
+// topic (never this server's own). The web layer's one topic is closeSocketsTopic.
 type Peers interface {
-	CloseSockets(key string)
+	Send(topic, key string)
+	Subscribe(topic string, f func(key string))
 }
+
+// closeSocketsTopic is the Peers topic "close the live sockets under this key" ("link:<share
+// id>", "login:<hash>"). Its name is what replicas already running send: a rolling upgrade's old
+// and new servers understand each other.
+const closeSocketsTopic = "close"
+
+// noPeers is the Peers of a server alone on its database: nobody to tell, nobody to hear.
+type noPeers struct{}
+
+func (noPeers) Send(string, string)                {}
+func (noPeers) Subscribe(string, func(key string)) {}
 
 // closeSockets ends this server's live sockets under key, and the other replicas' (Peers).
 func (s *Server) closeSockets(key string) {
 	s.CloseSockets(key)
-	if s.cfg.Peers != nil {
-		s.cfg.Peers.CloseSockets(key)
-	}
+	s.cfg.Peers.Send(closeSocketsTopic, key)
 }
 
 // CloseSockets ends this server's live sockets under key ("link:<share id>": the link was
-// revoked; "login:<hash>": the login ended), each showing why: what another replica asks
-// (Peers.CloseSockets). Other keys close nothing.
+// revoked; "login:<hash>": the login ended), each showing why: what another replica asks (the
+// Peers topic closeSocketsTopic). Other keys close nothing.
 func (s *Server) CloseSockets(key string) {
 	switch {
 	case strings.HasPrefix(key, "link:"):

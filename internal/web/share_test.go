@@ -289,11 +289,13 @@ type peersSpy struct {
 	keys []string
 }
 
-func (p *peersSpy) CloseSockets(key string) {
+func (p *peersSpy) Send(_, key string) {
 	p.mu.Lock()
 	p.keys = append(p.keys, key)
 	p.mu.Unlock()
 }
+
+func (p *peersSpy) Subscribe(string, func(key string)) {}
 
 // TestRevokesAndLogoutsCloseSocketsOnEveryReplica (SPEC §16): revoking a link and logging out
 // ask the other replicas to close those sockets too (Peers), and what another replica asks

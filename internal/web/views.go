@@ -59,13 +59,18 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 		Usage: usageText(sess.Usage), Instructions: instructionsView(sess, who, len(items) == 0),
 	}
 	v.AllowAll = s.allowAllRules(sess)
+	v.Agent = agentView(sess)
 	if who.owner {
 		v.ModeURL = "/sessions/" + sess.ID + "/mode"
-		v.CanSend, v.AuditURL = true, "/sessions/"+sess.ID+"/audit"
+		// An agent session has no message box (SPEC §18): its prompts come from the agent.
+		v.CanSend, v.AuditURL = sess.Agent == nil, "/sessions/"+sess.ID+"/audit"
 		v.SendURL, v.StopURL = "/sessions/"+sess.ID+"/messages", "/sessions/"+sess.ID+"/stop"
 		v.RenameURL, v.DeleteURL = "/sessions/"+sess.ID+"/title", "/sessions/"+sess.ID+"/delete"
-		tv := s.toolsView(sess, nil)
-		v.Tools = &tv
+		if sess.Agent == nil {
+			// An agent session's tools are the agent's own (SPEC §18): no Tools panel.
+			tv := s.toolsView(sess, nil)
+			v.Tools = &tv
+		}
 		sv, err := s.sharesView(ctx, r, sess.ID, "")
 		if err != nil {
 			return templates.SessionView{}, err
@@ -78,6 +83,17 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 		v.Grants = &gv
 	}
 	return v, nil
+}
+
+// agentView is an agent session's provenance as its page shows it; nil for Countersign's own
+// sessions.
+func agentView(sess agent.Session) *templates.AgentView {
+	a := sess.Agent
+	if a == nil {
+		return nil
+	}
+	return &templates.AgentView{Kind: a.Kind, ConnectionID: a.ConnectionID, SessionID: a.SessionID, Cwd: sess.Workspace,
+		PermissionMode: a.PermissionMode, PromptID: a.PromptID, TranscriptPath: a.TranscriptPath, Model: a.Model, State: a.State}
 }
 
 // instructionsView is sess's instructions as who sees them: editable by the owner while the
@@ -285,6 +301,13 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 		c.Update = lc.Update
 	}
 	c.State = cardState(res, appr, running, b.live.Running)
+	if appr != nil && appr.RequestedBy == gate.RequestedByAgent && res == nil && b.s.agents != nil {
+		// A pending one keeps its prompt (its note says the agent stopped waiting); one a
+		// person decided after that says the decision was not applied.
+		if oc, err := b.s.agents.OutsideCall(context.Background(), appr.ID); err == nil && oc.TooLate(*appr) {
+			c.State = "late"
+		}
+	}
 	if streaming && res == nil && appr == nil {
 		c.State = "waiting"
 	}
@@ -313,7 +336,7 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 		truncated := false
 		for _, n := range res.NestedCalls.Calls {
 			nc := b.nestedCard(messageID, toolCallID, n)
-			if c.Interrupted && n.Status == "unfinished" {
+			if c.Interrupted && n.Status == tool.NestedUnfinished {
 				// Rebuilt from the audit after a restart: it may have finished or been cut short,
 				// and how long it ran is not known.
 				nc.State = "unknown"
@@ -365,7 +388,7 @@ func (b *builder) nestedCard(messageID, parentID string, n tool.NestedCall) temp
 	}
 	c.State, c.DurationMs, c.Truncated = nestedState(n, appr), n.DurationMs, n.Truncated
 	c.CallView = b.callView(n.Name, CallInfo{Arguments: n.Arguments, Finished: true})
-	r := &templates.ResultView{IsError: n.Status != "ok", Text: n.Result}
+	r := &templates.ResultView{IsError: n.Status != tool.NestedOK, Text: n.Result}
 	if n.Error != "" {
 		r.IsError, r.Text = true, n.Error
 	}
@@ -377,23 +400,46 @@ func (b *builder) nestedCard(messageID, parentID string, n tool.NestedCall) temp
 // approvalView is a as this builder's viewer sees it: with the decision form's address and the
 // buttons their rights allow while it is pending.
 func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
+	var oc *gate.OutsideCall
+	if a.RequestedBy == gate.RequestedByAgent && b.s.agents != nil {
+		if c, err := b.s.agents.OutsideCall(context.Background(), a.ID); err == nil {
+			oc = &c
+		}
+	}
 	if a.Status != gate.Pending {
-		return approvalView(a, "")
+		av := approvalView(a, "")
+		if oc != nil && oc.TooLate(a) {
+			// SPEC §18: stored and shown, never sent.
+			av.Outcome += " — too late — not applied (the agent had stopped waiting)"
+			av.Quiet = false
+		}
+		return av
 	}
 	av := approvalView(a, "")
-	av.Deadline = b.s.cfg.Runner.ApprovalDeadline(a)
+	if oc != nil && oc.StoppedWaitingAt != nil {
+		av.AgentNote = "The agent stopped waiting for this decision: it went on its own way. A decision now is recorded as too late and not applied."
+	}
+	av.Deadline = b.s.cfg.Gate.Deadline(a)
+	if oc != nil && oc.StoppedWaitingAt == nil && oc.Deadline != nil && (av.Deadline.IsZero() || oc.Deadline.Before(av.Deadline)) {
+		// SPEC §18: while the agent waits, what counts is when it stops waiting (its hook's
+		// timeout), not the approval's own timeout.
+		av.Deadline, av.AgentDeadline = *oc.Deadline, true
+	}
 	if b.who.decidePrefix == "" {
 		return av
 	}
 	av.DecideURL = b.who.decidePrefix + a.ID + "/decision"
 	av.CanEdit, av.CanRemember = b.who.decider.Rights.Edit, b.who.decider.Rights.Remember
+	if a.RequestedBy == gate.RequestedByAgent && (oc == nil || !oc.Editable) {
+		av.CanEdit = false // the agent would ignore an edited input here (hooks.CanEdit)
+	}
 	if a.Quorum() || a.DecisionSource == gate.FromAction {
 		// Several approvers each answer the call as asked (SPEC §15), and an action no rule
-		// may cover is approved as it is (Runner.Decide): no edit, no "for session", no rule.
+		// may cover is approved as it is (gate.Service.Decide): no edit, no "for session", no rule.
 		av.CanEdit, av.CanRemember = false, false
 	}
 	if av.CanRemember {
-		for _, rl := range b.s.cfg.Runner.SuggestRules(a) {
+		for _, rl := range b.s.cfg.Gate.SuggestRules(a) {
 			av.SuggestedRules = append(av.SuggestedRules, rl.Pattern())
 		}
 		av.SessionScopeOnly = b.who.decider.Via != nil
@@ -474,7 +520,7 @@ func cardState(res *tool.Result, a *gate.Approval, running, runActive bool) stri
 			return "blocked"
 		case a != nil && (a.Status == gate.TimedOut || a.Status == gate.Cancelled):
 			return string(a.Status)
-		case strings.HasPrefix(res.TextOf(), "Run stopped by"):
+		case res.Stopped:
 			return "cancelled"
 		}
 		return "error"
@@ -482,6 +528,18 @@ func cardState(res *tool.Result, a *gate.Approval, running, runActive bool) stri
 	switch {
 	case a != nil && a.Status == gate.Pending:
 		return "approval"
+	case a != nil && a.RequestedBy == gate.RequestedByAgent:
+		// An outside agent's call (SPEC §18) runs on the agent's machine: until the agent
+		// reports its outcome, its card says what was decided, never "interrupted".
+		switch {
+		case a.Status == gate.Approved:
+			return "allowed"
+		case a.Status == gate.Denied && a.Automatic:
+			return "blocked"
+		case a.Status == gate.Denied:
+			return "denied"
+		}
+		return string(a.Status)
 	case running:
 		return "running"
 	case runActive:
@@ -496,14 +554,14 @@ func nestedState(n tool.NestedCall, a *gate.Approval) string {
 	switch {
 	case n.Violation:
 		return "violation"
-	case n.Status == "unfinished":
+	case n.Status == tool.NestedUnfinished:
 		return "cancelled"
-	case n.Status == "denied" && a != nil && a.Status == gate.TimedOut:
+	case n.Status == tool.NestedDenied && a != nil && a.Status == gate.TimedOut:
 		return "timed_out"
 	case n.Status == "":
 		return "interrupted"
 	}
-	return n.Status
+	return string(n.Status)
 }
 
 func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
@@ -671,7 +729,7 @@ func head(text string, n int) (string, int) {
 // rule lets every call run without a prompt on purpose, and the page says so).
 func (s *Server) allowAllRules(sess agent.Session) []string {
 	var out []string
-	for _, rl := range s.cfg.Runner.Rules() {
+	for _, rl := range s.cfg.Gate.Rules() {
 		if rl.Effect != gate.Allow || rl.Tool != "*" || rl.Specifier != "" || rl.When != "" {
 			continue
 		}

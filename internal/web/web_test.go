@@ -19,10 +19,11 @@ import (
 	"github.com/coder/websocket/wsjson"
 
 	"countersign/internal/agent"
+	"countersign/internal/connections"
 	"countersign/internal/gate"
 	"countersign/internal/gate/gatetest"
 	"countersign/internal/share"
-	"countersign/internal/store"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/testkit"
 	"countersign/internal/tool"
 	"countersign/internal/web"
@@ -34,13 +35,14 @@ const token = "test-owner-token"
 type testServer struct {
 	*httptest.Server
 	env     *testkit.Env
-	db      *store.DB
+	db      *sqlite.DB
 	dbPath  string // the SQLite file behind db
 	runner  *agent.Runner
 	broker  *agent.Broker
 	runs    atomic.Int32
 	workDir string
 	srv     *web.Server
+	conns   *connections.Service
 }
 
 func newTestServer(t testing.TB, scripts map[string]string, extra ...*tool.Tool) *testServer {
@@ -85,8 +87,9 @@ func newTestServerAgent(t testing.TB, scripts map[string]string, configure func(
 	for i := range key {
 		key[i] = byte(i)
 	}
+	ts.conns = connections.NewService(db)
 	cfg := web.Config{Runner: ts.runner, Store: db, Broker: ts.broker, Models: ms, OwnerToken: token,
-		Workspace: ts.workDir, Shares: share.NewService(db, key), OwnerSessions: db, Notify: db}
+		Workspace: ts.workDir, Shares: share.NewService(db, key), OwnerSessions: db, Notify: db, Connections: ts.conns}
 	ts.Server = httptest.NewUnstartedServer(nil)
 	if configure != nil {
 		configure(&cfg, ts.Server.Config)

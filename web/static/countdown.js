@@ -7,13 +7,21 @@
 (function () {
   "use strict";
 
-  function text(ms) {
-    if (ms <= 0) return "timing out…";
+  // The wording is the element's: data-countdown-prefix and data-countdown-end (an outside
+  // agent's call says "the agent stops waiting in 1:25", templates.AgentCountdown), else the
+  // approval's own timeout's.
+  function text(el, ms) {
+    var prefix = el.getAttribute("data-countdown-prefix");
+    if (prefix === null) prefix = "times out in ";
+    if (ms <= 0) {
+      var end = el.getAttribute("data-countdown-end");
+      return end === null ? "timing out…" : end;
+    }
     var secs = Math.ceil(ms / 1000);
     var h = Math.floor(secs / 3600), m = Math.floor(secs / 60) % 60, s = secs % 60;
     var ss = (s < 10 ? "0" : "") + s;
-    if (h > 0) return "times out in " + h + ":" + (m < 10 ? "0" : "") + m + ":" + ss;
-    return "times out in " + m + ":" + ss;
+    if (h > 0) return prefix + h + ":" + (m < 10 ? "0" : "") + m + ":" + ss;
+    return prefix + m + ":" + ss;
   }
 
   function tick() {
@@ -24,7 +32,7 @@
         if (!isFinite(left)) left = Date.parse(el.getAttribute("datetime")) - Date.now();
         el._deadline = now + left;
       }
-      var t = text(el._deadline - now);
+      var t = text(el, el._deadline - now);
       if (el.textContent !== t) el.textContent = t;
     });
   }

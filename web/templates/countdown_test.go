@@ -24,3 +24,21 @@ func TestCountdownText(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentCountdownText: an outside agent's pending call counts down to when the agent stops
+// waiting (SPEC §18), in the words countdown.js takes from data-countdown-prefix and
+// data-countdown-end.
+func TestAgentCountdownText(t *testing.T) {
+	for _, tc := range []struct {
+		left time.Duration
+		want string
+	}{
+		{85 * time.Second, "the agent stops waiting in 1:25"},
+		{54*time.Second + 100*time.Millisecond, "the agent stops waiting in 0:55"},
+		{0, "the agent stops waiting…"},
+	} {
+		if got := countdownWords(tc.left, agentCountdownPrefix, agentCountdownEnd); got != tc.want {
+			t.Errorf("countdownWords(%v) = %q, want %q", tc.left, got, tc.want)
+		}
+	}
+}

@@ -94,6 +94,16 @@ type SessionView struct {
 	// Usage is the session's token usage in words ("12,345 in · 678 out"); "" when no message
 	// reported any.
 	Usage string
+	// Agent is an agent session's provenance (SPEC §18); nil for Countersign's own sessions.
+	Agent *AgentView
+}
+
+// AgentView is an agent session's provenance as its page shows it: the connection Countersign
+// verified, then what the agent says of itself.
+type AgentView struct {
+	Kind, ConnectionID                       string
+	SessionID, Cwd, PermissionMode, PromptID string
+	TranscriptPath, Model, State             string
 }
 
 // InstructionsView is a session's instructions as its page shows them: folded at the top of
@@ -210,9 +220,16 @@ type ApprovalView struct {
 	// AskReason says why the call waits for a person, after "asks because" (stored with the
 	// approval: "server files is not trusted").
 	AskReason string
+	// AgentNote is, on an outside agent's pending call (SPEC §18), "The agent stopped waiting…"
+	// once its hook's deadline passed; "" otherwise.
+	AgentNote string
 	// Deadline is when a pending approval times out (its createdAt plus the server's approval
-	// timeout); zero once it is resolved.
+	// timeout) or, AgentDeadline, when the outside agent stops waiting for it; zero once it is
+	// resolved.
 	Deadline time.Time
+	// AgentDeadline says Deadline is when the outside agent stops waiting (SPEC §18, its
+	// hook's timeout): the card says "the agent stops waiting in 1:25".
+	AgentDeadline bool
 	// PreviewURL, when set, is where the Edit form posts the edited arguments to see the call
 	// as they would run it (its tool's call view: a diff, the exact command); "" for tools
 	// shown as plain JSON.

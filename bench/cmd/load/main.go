@@ -4,7 +4,8 @@
 // the same case names and field names as the peer benchmark (../shared/peers: pi-bench.mjs,
 // ai-bench.mjs), so bench/cmd/report can put them side by side.
 //
-//	go run ./bench/cmd/load [-runs 3] [-cases nested,rules,direct,rss,approval,fanout,sessions,fanout_html,inbox,replicas]
+//	go run ./bench/cmd/load [-runs 3] [-cases nested,rules,direct,rss,approval,fanout,sessions,fanout_html,inbox,hooks,replicas]
+//	go run ./bench/cmd/load -cases hooks -hooks-seconds 5
 //	go run ./bench/cmd/load -cases sessions -sessions-inprocess -cpuprofile cpu.out -memprofile heap.out
 //
 // Cases:
@@ -38,6 +39,11 @@
 //     viewer, the server's CPU time; under_goal is p99 ≤ 50 ms. See fanoutHTML.
 //   - inbox (issue 20): 1,000 parked sessions; GET /inbox and the decision round trip from it.
 //     See inboxCase.
+//   - hooks (issue 30, acceptance 7): Door 1, POST /hooks/{kind}, with a connection and the rule
+//     allow Bash(git status): rule-decided Claude Code PreToolUse round trips one at a time (p99
+//     goal 2 ms), 50 agents at 10 calls/s each for -hooks-seconds (p99 goal 10 ms, none lost,
+//     every call audited), and countersign-hook's wall time against curl's (goal ≤ 1.5×). See
+//     hooksOneAtATime, hooksAgents and hooksClient.
 //   - replicas (issue 21, acceptance 7): two replicas in this process on one fresh PostgreSQL
 //     database (COUNTERSIGN_TEST_POSTGRES; without it a line says the case was skipped): the
 //     approval round trip across them (the call waits on A, B decides; p99 goal 20 ms) and the
@@ -95,7 +101,7 @@ type options struct {
 }
 
 // defaultCases are the cases run when -cases is not given (make bench, bench/peers.sh).
-const defaultCases = "nested,rules,exec_checks,direct,rss,approval,fanout,sessions,fanout_html,inbox,replicas"
+const defaultCases = "nested,rules,exec_checks,direct,rss,approval,fanout,sessions,fanout_html,inbox,hooks,replicas"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
@@ -106,6 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured runs (not the warm-up) to this file")
 	sessionsInprocess := fs.Bool("sessions-inprocess", false, "run the sessions case's server in this process (testkit and web.New), to profile it; its memory figures are then this process's")
 	memprofile := fs.String("memprofile", "", "with -sessions-inprocess: write a heap profile of the server after the sessions to this file")
+	hooksSeconds := fs.Float64("hooks-seconds", 30, "the hooks case's agents measurement: how long the 50 agents post, in seconds (shorter while developing)")
 	htmlViewers := fs.Bool("html-viewers", false, "internal: be the fanout_html case's child process holding the page sockets (specs on stdin)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -220,6 +227,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if opt.cases["inbox"] {
 			steps = append(steps, step{"inbox n=1000", func() (line, error) { return inboxCase(ctx, 1000, 20) }})
+		}
+		if opt.cases["hooks"] {
+			o := hooksOptions{n: 1000, warmup: 200, agents: 50, rate: 10,
+				duration: time.Duration(*hooksSeconds * float64(time.Second)), clientRuns: 50, clientWarm: 3}
+			steps = append(steps,
+				step{"hooks one at a time n=1000", func() (line, error) { return hooksOneAtATime(ctx, o) }},
+				step{fmt.Sprintf("hooks 50 agents × 10/s for %v", o.duration), func() (line, error) { return hooksAgents(ctx, o) }},
+				step{"hooks countersign-hook vs curl n=50", func() (line, error) { return hooksClient(ctx, o) }})
 		}
 		if opt.cases["replicas"] {
 			if server := os.Getenv(replicaEnvURL); server == "" {

@@ -18,6 +18,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
+	"countersign/internal/relay"
 	"countersign/internal/store/pg"
 	"countersign/internal/testkit"
 	"countersign/internal/tool"
@@ -25,8 +26,8 @@ import (
 
 // The replicas case (issue 21, acceptance 7; SPEC §16): two replicas of the server sharing one
 // fresh PostgreSQL database, both in this process, each wired as cmd/web wires one — its own
-// pg.DB pool, its own pg.Replicas (the LISTEN connection, the event writer), its own agent.Broker
-// and agent.Runner with the relay running (Replicas.Run) and the lease loop (RunLeases every
+// pg.DB pool, its own relay.Relay (the LISTEN connection, the event writer), its own agent.Broker
+// and agent.Runner with the relay running (Relay.Run) and the lease loop (Replica.RunLeases every
 // agent.LeaseEvery). Nothing is shared between the two but the database, the faux models'
 // scripts (two servers started with the same -scripts folder) and the workspace folder; what
 // one replica tells the other goes through PostgreSQL (NOTIFY, session_events), as between two
@@ -54,7 +55,7 @@ func replicasSkipped() (line, error) {
 type replica struct {
 	name   string
 	db     *pg.DB
-	link   *pg.Replicas
+	link   *relay.Relay
 	broker *agent.Broker
 	runner *agent.Runner
 	stop   func()
@@ -79,7 +80,7 @@ type gatedRun struct {
 }
 
 // newReplicaPair creates a database on server and starts replicas A and B on it, each listening
-// before it is returned (as cmd/web waits for Replicas.Listening before Recover).
+// before it is returned (as cmd/web waits for Relay.Listening before Recover).
 func newReplicaPair(ctx context.Context, server string) (_ *replicaPair, err error) {
 	dbURL, drop, err := createBenchDatabase(ctx, server)
 	if err != nil {
@@ -132,12 +133,21 @@ func (p *replicaPair) startReplica(ctx context.Context, name, dbURL string, logg
 			return nil, err
 		}
 	}
-	r := &replica{name: name, db: db, link: pg.NewReplicas(db, logger), broker: agent.NewBroker()}
+	r := &replica{name: name, db: db, link: relay.New(db.Pool(), logger), broker: agent.NewBroker()}
 	r.runner = agent.New(agent.Config{Store: db, Models: p.models, Tools: reg, Broker: r.broker,
 		ApprovalTimeout: time.Hour, Logger: logger, Replicas: r.link})
-	relayCtx, stopRelay := context.WithCancel(context.Background())
-	relayed := make(chan struct{})
-	go func() { defer close(relayed); _ = r.link.Run(relayCtx, r.runner) }()
+	listenCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	stopRelay, err := r.link.Start(listenCtx, r.runner.Replica())
+	cancel()
+	if err != nil {
+		r.runner.Shutdown("benchmark end")
+		r.runner.Wait()
+		db.Close()
+		if ctx.Err() == nil {
+			return nil, errors.New("the relay did not listen within a minute")
+		}
+		return nil, ctx.Err()
+	}
 	leaseCtx, stopLeases := context.WithCancel(context.Background())
 	leased := make(chan struct{})
 	r.stop = func() {
@@ -148,26 +158,14 @@ func (p *replicaPair) startReplica(ctx context.Context, name, dbURL string, logg
 		r.runner.Shutdown("benchmark end")
 		r.runner.Wait()
 		stopRelay()
-		<-relayed
 		db.Close()
-	}
-	select {
-	case <-r.link.Listening():
-	case <-time.After(time.Minute):
-		close(leased)
-		r.stop()
-		return nil, errors.New("the relay did not listen within a minute")
-	case <-ctx.Done():
-		close(leased)
-		r.stop()
-		return nil, ctx.Err()
 	}
 	if err := r.runner.Recover(ctx); err != nil {
 		close(leased)
 		r.stop()
 		return nil, err
 	}
-	go func() { defer close(leased); r.runner.RunLeases(leaseCtx, agent.LeaseEvery) }()
+	go func() { defer close(leased); r.runner.Replica().RunLeases(leaseCtx, agent.LeaseEvery) }()
 	return r, nil
 }
 
@@ -263,7 +261,7 @@ func nextEvent(ctx context.Context, sub *agent.Subscription, what string, match 
 // replicasRoundTrip is the approval round trip across replicas: n sessions (after warm
 // unreported ones), one at a time, each created and started on replica A, whose run parks on
 // the gated call; replica B's broker shows the prompt (relayed), and B decides it
-// (Runner.Decide, approve, as the owner) at once; the call waits on A, and A's relay hears the
+// (gate.Service.Decide, approve, as the owner) at once; the call waits on A, and A's relay hears the
 // decision and wakes it. The target (p50_us, p99_us): from the start of B's Decide to the gated
 // tool's first line on A. The split, every stamp in this process:
 //   - decide: B's Decide call (the approval read, the resolution's commit, publishing it);
@@ -322,7 +320,7 @@ func replicasRoundTrip(ctx context.Context, server string, n, warm int) (line, e
 // trip is one cross-replica approval's stamps.
 type trip struct {
 	askedA, askedB         time.Time // approval_requested published on A, on B
-	decideStart, decideEnd time.Time // B's Runner.Decide call
+	decideStart, decideEnd time.Time // B's gate.Service.Decide call
 	resolvedB, resolvedA   time.Time // approval_resolved published on B, on A
 	startedA               time.Time // tool_execution_start published on A
 	ran                    time.Time // the gated tool's first line (on A)
@@ -354,7 +352,7 @@ func (p *replicaPair) roundTrip(ctx context.Context, sessionID string) (trip, er
 	}
 	t.askedB = askedB.PublishedAt()
 	t.decideStart = time.Now()
-	if _, err := p.b.runner.Decide(ctx, sessionID, a.ID, agent.Decision{Decision: "approve", By: gate.Owner()}); err != nil {
+	if _, err := p.b.runner.Gate().Decide(ctx, sessionID, a.ID, gate.Answer{Decision: "approve", By: gate.Owner()}); err != nil {
 		return t, fmt.Errorf("Decide on B: %w", err)
 	}
 	t.decideEnd = time.Now()

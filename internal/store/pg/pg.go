@@ -1,9 +1,11 @@
 // Package pg is Countersign's PostgreSQL store (issue 21, SPEC §16): the store contract
 // (store.Backend) on a PostgreSQL server through github.com/jackc/pgx/v5's pgxpool, for a team
-// service whose replicas share one database. It passes the same conformance suite as the SQLite
-// store (internal/store/storetest) and turns driver errors into the same apperr codes: a
-// duplicate key is apperr.Conflict, an unknown id apperr.NotFound, a value the schema refuses
-// apperr.Invalid; anything else is internal.
+// service whose replicas share one database. Its table code is the one SQL store's (store.SQL),
+// over this package's connections and dialect (conn.go); this package opens the pool, applies
+// its migrations under an advisory lock and says what its errors mean. It passes the same
+// conformance suite as the SQLite store (internal/store/storetest) and turns driver errors into
+// the same apperr codes: a duplicate key is apperr.Conflict, an unknown id apperr.NotFound, a
+// value the schema refuses apperr.Invalid; anything else is internal.
 //
 // Where it differs from the SQLite store: PostgreSQL's text cannot hold a NUL byte or invalid
 // UTF-8, so a text with either is apperr.Invalid here (SQLite keeps it byte for byte); and every
@@ -13,9 +15,10 @@
 // transaction at READ COMMITTED; the races that matter are settled by row locks: a decision is
 // UPDATE … WHERE status = 'pending' (of two, the second waits for the first's row lock, sees the
 // row no longer pending and gets apperr.Conflict), and a transcript entry takes its seq by
-// incrementing its session's counter row (migrations/0001_init.sql). Replicas (replicas.go) is
-// what several servers on one database need of each other: session leases, the event relay and
-// the record of calls' starts.
+// incrementing its session's counter row (migrations/0001_init.sql). What several servers on one
+// database need of each other (session leases, the event relay, the record of calls' starts, the
+// key fingerprints) is internal/relay's, over this store's pool (Pool); its tables' migrations
+// are here, with the others.
 package pg
 
 import (
@@ -23,10 +26,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
-	"path"
-	"sort"
 	"strings"
 	"time"
 
@@ -44,11 +44,6 @@ var _ store.Backend = (*DB)(nil)
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// timeFormat is how times are stored, as the SQLite store stores them: RFC 3339 in UTC with all
-// nine fractional digits. Fixed width, so text order (COLLATE "C") is time order, and exact to
-// the nanosecond, which timestamptz is not.
-const timeFormat = "2006-01-02T15:04:05.000000000Z"
-
 // migrationLock is the key of the advisory lock held while migrating, so replicas starting
 // together apply each migration once ("cs" "mi" in ASCII).
 const migrationLock = 0x6373_6d69
@@ -59,18 +54,18 @@ const defaultMaxConns = 16
 // DB is a Countersign database on a PostgreSQL server: a pgxpool pool. It is safe for concurrent
 // use, also by several processes. Create it with Open and release it with Close.
 type DB struct {
-	// Now is the clock for times the store fills in itself (an entry's created_at, a session's
-	// CreatedAt or a resolution's At left zero). Open sets time.Now; tests may replace it before
-	// first use.
-	Now func() time.Time
+	// SQL is the store's table code (and its clock, Now, which tests may replace before first
+	// use). Times are stored as the SQLite store stores them (store.FormatTime): fixed-width
+	// text, so text order (COLLATE "C") is time order, and exact to the nanosecond, which
+	// timestamptz is not.
+	*store.SQL
 	// OnCommit, when set before the first write, is told how long each write took (its
 	// statement, or its transaction from BEGIN to COMMIT) and how many writes it held (always
 	// 1): the store commit latency of SPEC §16's metrics.
 	OnCommit func(d time.Duration, writes int)
 
-	url    string
-	pool   *pgxpool.Pool
-	notify notifySetup // webhook receivers (SetNotify); none: no outbox rows
+	url  string
+	pool *pgxpool.Pool
 }
 
 // Open connects to the PostgreSQL database at url (postgres://user:password@host:port/db?…, as
@@ -91,7 +86,8 @@ func Open(ctx context.Context, url string) (_ *DB, err error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{Now: time.Now, url: url, pool: pool}
+	db := &DB{url: url, pool: pool}
+	db.SQL = store.New(conn{db}, dialect)
 	if err := db.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -101,6 +97,10 @@ func Open(ctx context.Context, url string) (_ *DB, err error) {
 
 // URL is the URL the store was opened with.
 func (db *DB) URL() string { return db.url }
+
+// Pool is the store's connection pool, for what shares the database without being the store:
+// the replicas' relay (internal/relay), which keeps its own tables (migrations 0004, 0006).
+func (db *DB) Pool() *pgxpool.Pool { return db.pool }
 
 // Close closes the pool's connections; it waits for the ones in use to be released.
 func (db *DB) Close() error {
@@ -137,93 +137,30 @@ func (db *DB) Identity(ctx context.Context) (id string, err error) {
 	return "postgres:" + cluster + "/" + oid, nil
 }
 
-// ReadyTimeout bounds Ready: a database that hangs (a network partition, a stuck server) makes
-// Ready fail after it rather than keep GET /readyz waiting.
-const ReadyTimeout = 2 * time.Second
+// ReadyTimeout bounds Ready (store.ReadyTimeout).
+const ReadyTimeout = store.ReadyTimeout
 
 // Ready reports whether the database answers, within ReadyTimeout, and has every embedded
-// migration applied (GET /readyz, SPEC §16): nil, or an error whose apperr message (code
-// internal) says which part failed in words safe to show anyone — "the database does not
-// answer", "the database did not answer within 2s", "3 of 5 migrations applied" — with the
+// migration applied (GET /readyz, SPEC §16; store.SQL.CheckReady): nil, or an error whose apperr
+// message (code internal) says which part failed in words safe to show anyone, with the
 // driver's error (never the URL's password) behind it for the log.
 func (db *DB) Ready(ctx context.Context) (err error) {
 	defer apperr.Wrap(&err, "pg.Ready")
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
-	defer cancel()
-	var applied int
-	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&applied); err != nil {
-		msg := "the database does not answer"
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			msg = fmt.Sprintf("the database did not answer within %v", ReadyTimeout)
-		}
-		return fmt.Errorf("%w: %w", apperr.Errorf(apperr.Internal, "%s", msg), err)
-	}
-	if applied < len(names) {
-		return apperr.Errorf(apperr.Internal, "%d of %d migrations applied", applied, len(names))
-	}
-	return nil
+	return db.CheckReady(ctx, migrationFS, `SELECT COUNT(*) FROM schema_migrations`)
 }
 
 // migrate applies, in name order, every embedded migration not yet recorded in the
-// schema_migrations table, each in its own transaction together with its record, under an
-// advisory lock so that replicas starting together apply each once. Running it again is a no-op.
-func (db *DB) migrate(ctx context.Context) (err error) {
-	defer apperr.Wrap(&err, "migrate")
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return err
-	}
-	sort.Strings(names)
-	names = append([]string{""}, names...) // "": the version table itself
-	for _, name := range names {
-		if err := db.migrateFile(ctx, name); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-func (db *DB) migrateFile(ctx context.Context, name string) error {
-	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
-			return err
-		}
-		if name == "" {
-			_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-				name text COLLATE "C" PRIMARY KEY, applied_at text COLLATE "C" NOT NULL)`)
-			return err
-		}
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE name = $1`, path.Base(name)).Scan(&n); err != nil {
-			return err
-		}
-		if n > 0 {
-			return nil
-		}
-		body, err := migrationFS.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		// No arguments: the simple protocol, which runs a file of several statements.
-		if _, err := tx.Exec(ctx, string(body)); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO schema_migrations (name, applied_at) VALUES ($1, $2)`,
-			path.Base(name), formatTime(db.Now()))
-		return err
-	})
-}
-
-// exec runs one write statement (committed by itself) and returns the rows it affected.
-func (db *DB) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	start := time.Now()
-	tag, err := db.pool.Exec(ctx, query, args...)
-	db.committed(start, err)
-	return tag.RowsAffected(), err
+// schema_migrations table, each in its own transaction together with its record
+// (store.SQL.Migrate), under an advisory lock so that replicas starting together apply each
+// once. Running it again is a no-op.
+func (db *DB) migrate(ctx context.Context) error {
+	return db.Migrate(ctx, store.Migration{Files: migrationFS, Table: "schema_migrations",
+		First: []string{fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d)`, int64(migrationLock)),
+			`CREATE TABLE IF NOT EXISTS schema_migrations (
+				name text COLLATE "C" PRIMARY KEY, applied_at text COLLATE "C" NOT NULL)`},
+		InTx: func(ctx context.Context, fn func(tx store.Querier) error) error {
+			return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error { return fn(txQuerier{tx}) })
+		}})
 }
 
 // inTx runs fn in one transaction, committed when fn returns nil and rolled back otherwise.
@@ -240,54 +177,6 @@ func (db *DB) committed(start time.Time, err error) {
 	}
 }
 
-// formatTime returns t as stored: UTC, fixed width, nanoseconds.
-func formatTime(t time.Time) string { return t.UTC().Format(timeFormat) }
-
-// parseTime reads a stored time back, in UTC.
-func parseTime(s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("stored time %q: %w", s, err)
-	}
-	return t.UTC(), nil
-}
-
-// nullTime is a nullable stored time: NULL for nil.
-func nullTime(t *time.Time) any {
-	if t == nil {
-		return nil
-	}
-	return formatTime(*t)
-}
-
-// parseNullTime reads a nullable stored time back: nil for NULL.
-func parseNullTime(s *string) (*time.Time, error) {
-	if s == nil {
-		return nil, nil
-	}
-	t, err := parseTime(*s)
-	if err != nil {
-		return nil, err
-	}
-	return &t, nil
-}
-
-// nullJSON is a nullable json column's value: NULL when b is nil, else its text as it is.
-func nullJSON(b []byte) any {
-	if b == nil {
-		return nil
-	}
-	return string(b)
-}
-
-// rawJSON reads a nullable json column back: nil for NULL.
-func rawJSON(s *string) []byte {
-	if s == nil {
-		return nil
-	}
-	return []byte(*s)
-}
-
 // pgCode is the SQLSTATE of a server error, or "".
 func pgCode(err error) string {
 	var e *pgconn.PgError
@@ -295,23 +184,6 @@ func pgCode(err error) string {
 		return e.Code
 	}
 	return ""
-}
-
-// isUnique reports whether err is a PRIMARY KEY or UNIQUE violation.
-func isUnique(err error) bool { return pgCode(err) == "23505" }
-
-// isForeignKey reports whether err is a FOREIGN KEY violation (an unknown session).
-func isForeignKey(err error) bool { return pgCode(err) == "23503" }
-
-// isInvalid reports whether err is a value the schema refuses: a CHECK violation, text that is
-// not JSON in a json column (22P02), or a text PostgreSQL cannot hold (22021: a NUL byte or
-// invalid UTF-8).
-func isInvalid(err error) bool {
-	switch pgCode(err) {
-	case "23514", "22P02", "22021":
-		return true
-	}
-	return false
 }
 
 // redact is a URL without its password, for messages.

@@ -15,6 +15,7 @@ import (
 	"countersign/internal/gate"
 	"countersign/internal/pgtest"
 	"countersign/internal/store/pg"
+	"countersign/internal/store/storetest"
 )
 
 // replicas opens n stores on one fresh database, each with its own pool, as n replicas of the
@@ -257,4 +258,30 @@ func TestReadyNamesMissingMigrations(t *testing.T) {
 	if err := db.Ready(ctx); err == nil {
 		t.Fatal("Ready on a closed store = nil, want an error")
 	}
+}
+
+// TestStoppedResultsMigrationMarksOnlyStoppedCalls: 0007 marks the results stored before
+// result.stopped existed whose call a Stop ended, and no other (the same as SQLite's 0018).
+func TestStoppedResultsMigrationMarksOnlyStoppedCalls(t *testing.T) {
+	ctx := context.Background()
+	db := replicas(t, 1)[0]
+	if err := db.CreateSession(ctx, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"}); err != nil {
+		t.Fatal(err)
+	}
+	storetest.StoppedResultsBefore(t, ctx, db, "s1")
+	c, err := pgx.Connect(ctx, db.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `DELETE FROM schema_migrations WHERE name = '0007_stopped_results.sql'`); err != nil {
+		t.Fatal(err)
+	}
+	again := open(t, db.URL(), time.Now) // applies 0007 again
+	defer again.Close()
+	entries, err := again.Entries(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.CheckStoppedResults(t, entries)
 }

@@ -68,6 +68,7 @@ var tests = []struct {
 	fn   func(t *testing.T, h Harness)
 }{
 	{"Sessions", testSessions},
+	{"AgentSessionsAndOutsideCalls", testAgentSessionsAndOutsideCalls},
 	{"Entries", testEntries},
 	{"AppendEntryConcurrent", testAppendEntryConcurrent},
 	{"Approvals", testApprovals},
@@ -104,6 +105,9 @@ var tests = []struct {
 	{"OneVotePerPerson", testOneVotePerPerson},
 	{"VotesRacingMakeTheQuorumOnce", testVotesRacingMakeTheQuorumOnce},
 	{"RuleAndShareKeepTheirPeople", testRuleAndShareKeepTheirPeople},
+	{"ConnectionsAreStoredListedRevokedAndTouched", testConnectionsAreStoredListedRevokedAndTouched},
+	{"ConnectionsSurviveAReopen", testConnectionsSurviveAReopen},
+	{"ConnectionRevokesRacingKeepOneTime", testConnectionRevokesRacingKeepOneTime},
 }
 
 // t0 is the tests' epoch: nanoseconds set, so a lossy time round trip shows.

@@ -1,0 +1,70 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+// Agent sessions (SPEC §18): what an outside agent reports lands in its session's transcript as
+// the loop's own messages would, so the session page, share links, exports and retention serve
+// it unchanged: the person's prompt as a user message, each call the agent asked about as an
+// assistant message with that one tool call, and the outcome the agent reported as the call's
+// result. The Runner stores and shows them; it never runs a loop there (Send refuses, Recover
+// skips agent sessions).
+
+// RecordAgentMessage stores m in agent session sessionID and shows it (message_end). A zero
+// Timestamp is now; an empty ID a new one. It returns the message as stored. Errors:
+// apperr.Invalid for a session that is not an agent session; apperr.NotFound; the store's.
+func (r *Runner) RecordAgentMessage(ctx context.Context, sessionID string, m Message) (_ Message, err error) {
+	defer apperr.Wrap(&err, "RecordAgentMessage(%s)", sessionID)
+	if err := r.agentSession(ctx, sessionID); err != nil {
+		return Message{}, err
+	}
+	if m.ID == "" {
+		m.ID = newID()
+	}
+	if m.Timestamp.IsZero() {
+		m.Timestamp = time.Now().UTC()
+	}
+	if _, err := r.cfg.Store.AppendEntry(ctx, sessionID, m); err != nil {
+		return Message{}, err
+	}
+	r.publish(Event{Type: MessageEnd, SessionID: sessionID, MessageID: m.ID, Message: &m})
+	return m, nil
+}
+
+// RecordAgentOutcome stores res, the outcome the agent reported of the call approval a decided,
+// as the call's result, and shows it (tool_execution_end, with the call's arguments and
+// decision, as the card draws them). Errors as RecordAgentMessage's.
+func (r *Runner) RecordAgentOutcome(ctx context.Context, a gate.Approval, res tool.Result) (err error) {
+	defer apperr.Wrap(&err, "RecordAgentOutcome(%s, %s)", a.SessionID, a.ToolCallID)
+	if err := r.agentSession(ctx, a.SessionID); err != nil {
+		return err
+	}
+	m := Message{ID: newID(), Role: ToolResult, ToolCallID: a.ToolCallID, ToolName: a.ToolName, Result: &res, Timestamp: time.Now().UTC()}
+	if _, err := r.cfg.Store.AppendEntry(ctx, a.SessionID, m); err != nil {
+		return err
+	}
+	r.publish(Event{Type: ToolExecutionEnd, SessionID: a.SessionID, MessageID: a.MessageID, ToolCallID: a.ToolCallID,
+		ToolName: a.ToolName, Arguments: a.EffectiveArguments(), Result: &res, Approval: &a})
+	return nil
+}
+
+// AgentSessionChanged tells agent session id's viewers that its provenance or state changed
+// (session_updated).
+func (r *Runner) AgentSessionChanged(ctx context.Context, id string) { r.sessions.Changed(ctx, id) }
+
+func (r *Runner) agentSession(ctx context.Context, id string) error {
+	s, err := r.cfg.Store.Session(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !s.IsAgent() {
+		return apperr.Errorf(apperr.Invalid, "session %s is not an agent session", id)
+	}
+	return nil
+}

@@ -1,0 +1,481 @@
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"time"
+
+	"countersign/internal/apperr"
+	"countersign/internal/tool"
+)
+
+// Outside calls (SPEC §18): the third source of calls. An outside agent (Claude Code, Codex…)
+// asks, through its hooks, whether a tool call of its own may run; Countersign does not run it,
+// it answers. The call passes the same pipeline as the loop's calls — rules (on the agent's tool
+// names: Bash(git diff:*), Edit(docs/**)…), the session's mode, the agent's read-only tools
+// allowed by default, then a pending Approval (the same rows: the inbox, webhooks, decision
+// links, several approvers, share links and the audit serve it) — held until a person decides or
+// the agent's deadline. Service.DecideOutside is the entry point; Service.Decide decides the
+// approval as it decides any other.
+
+// RequestedByAgent is Approval.RequestedBy for an outside agent's call (SPEC §18).
+const RequestedByAgent = "agent"
+
+// OutsideCall is what the gate keeps of an outside call beside its Approval: the key that pairs
+// the agent's events about it (a PreToolUse and its PermissionRequest, hooks.MatchKey), the
+// event that asked first, whether the agent honours an edited input there, when the agent
+// stopped waiting (the deadline passed with no decision: a later decision is too late), and
+// the outcome the agent reported (PostToolUse's tool_response).
+type OutsideCall struct {
+	ApprovalID string
+	SessionID  string
+	ToolUseID  string // "" for a call first seen on a PermissionRequest
+	MatchKey   string
+	// EditedKey is, once a person approved the call with an edited input, that input's match
+	// key: the agent's later events about the call carry the edited input (Codex's
+	// PermissionRequest after a PreToolUse's updatedInput); "" otherwise.
+	EditedKey string
+	Event     string // "PreToolUse" | "PermissionRequest"
+	Editable  bool
+	// StoppedWaitingAt is when the agent stopped waiting for a person (nil: it waits, or a
+	// decision came in time).
+	StoppedWaitingAt *time.Time
+	Outcome          json.RawMessage // the agent's report of what happened; nil before it
+	OutcomeAt        *time.Time
+	CreatedAt        time.Time
+	// Deadline is when the agent stops waiting for a decision (OutsideRequest.Deadline of the
+	// event that created the call, or of the last that asked again about it while pending); nil
+	// for a call stored without one.
+	Deadline *time.Time
+}
+
+// TooLate reports whether a, this call's approval, was decided by a person after the agent
+// stopped waiting: the decision is stored and shown, never sent ("too late — not applied").
+func (c OutsideCall) TooLate(a Approval) bool {
+	return c.StoppedWaitingAt != nil && a.Status != Pending && !a.Automatic && a.DecidedAt != nil &&
+		a.DecidedAt.After(*c.StoppedWaitingAt)
+}
+
+// OutsideStore keeps outside calls beside their approvals (internal/store).
+type OutsideStore interface {
+	CreateOutsideCall(ctx context.Context, c OutsideCall) error
+	// OutsideCall is approval approvalID's outside call; apperr.NotFound.
+	OutsideCall(ctx context.Context, approvalID string) (OutsideCall, error)
+	// OutsideCallByKey is the session's latest call with the match key; apperr.NotFound.
+	OutsideCallByKey(ctx context.Context, sessionID, key string) (OutsideCall, error)
+	// OutsideCallByToolUse is the session's latest call with the tool_use_id; apperr.NotFound.
+	OutsideCallByToolUse(ctx context.Context, sessionID, toolUseID string) (OutsideCall, error)
+	// MarkStoppedWaiting sets (nil: clears) when the agent stopped waiting.
+	MarkStoppedWaiting(ctx context.Context, approvalID string, at *time.Time) error
+	// WaitAgain clears the mark that the agent stopped waiting and sets OutsideCall.Deadline.
+	WaitAgain(ctx context.Context, approvalID string, deadline time.Time) error
+	// SetOutsideEditedKey records OutsideCall.EditedKey.
+	SetOutsideEditedKey(ctx context.Context, approvalID, key string) error
+}
+
+// outsideReadOnly are the agents' own tools that only read (SPEC §18: "the agent's own
+// read-only tools (Read, Grep, Glob, LS, WebSearch, and their kin) run"): Claude Code's names,
+// which Codex's hooks use too.
+var outsideReadOnly = map[string]bool{
+	"Read": true, "Grep": true, "Glob": true, "LS": true, "WebSearch": true,
+	"NotebookRead": true, "TodoRead": true, "TodoWrite": true, "BashOutput": true,
+	"ListMcpResourcesTool": true, "ReadMcpResourceTool": true,
+}
+
+// OutsideTool is the tool the gate judges an outside agent's call of name as: the agent's
+// read-only tools are readOnlyHint (allowed by default, and in plan mode), every other tool has
+// no annotation (it asks, SPEC §3's default). Its inputSchema is any JSON object: the agent
+// checks its own input; an edit must stay one object.
+func OutsideTool(name string) *tool.Tool {
+	t := outsideTool(name)
+	// Registered in a registry of its own: that compiles its inputSchema, which an edit is
+	// validated against (Service.validateEdit).
+	_ = tool.NewRegistry().Register(t)
+	return t
+}
+
+// outsideTool is OutsideTool without its schema compiled: what the gate's check reads (its
+// annotations), on every outside call's path.
+func outsideTool(name string) *tool.Tool {
+	t := &tool.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`),
+		Execute: func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
+			return tool.Result{}, apperr.Errorf(apperr.Invalid, "%s is an outside agent's tool: Countersign does not run it", name)
+		}}
+	if outsideReadOnly[name] {
+		yes := true
+		t.Annotations.ReadOnlyHint = &yes
+	}
+	return t
+}
+
+// lookup is the tool approval a was asked for: an outside agent's (OutsideTool), else the
+// registry's.
+func (s *Service) lookup(a Approval) (*tool.Tool, bool) {
+	if a.RequestedBy == RequestedByAgent {
+		return OutsideTool(a.ToolName), true
+	}
+	return s.tools.Lookup(a.ToolName)
+}
+
+// OutsideRequest is one outside agent's question about one tool call (a PreToolUse or a
+// PermissionRequest hook event).
+type OutsideRequest struct {
+	SessionID string          // the agent session
+	Event     string          // "PreToolUse" | "PermissionRequest"
+	ToolName  string          // the agent's tool: "Bash", "Edit", "mcp__github__create_issue"…
+	Input     json.RawMessage // tool_input, a JSON object
+	ToolUseID string          // "" on a PermissionRequest
+	// MatchKey pairs this event with the other event about the same call (hooks.MatchKey):
+	// the person is asked once per call.
+	MatchKey string
+	// Deadline is when the agent stops waiting (its hook's timeout minus a margin): the answer
+	// is then no verdict.
+	Deadline time.Time
+	// Editable says whether the agent honours an edited input on this event (hooks.CanEdit).
+	Editable bool
+	// Record, when set, is called once for a call the gate has not seen before, before its
+	// approval is stored: it records the call, under callID (Approval.ToolCallID: the
+	// tool_use_id, or one made from the match key), where the session shows it and returns
+	// the id of the message that holds it (Approval.MessageID).
+	Record func(ctx context.Context, callID string) (messageID string, err error)
+	// EditedKey, when set, is the match key of an edited input of this call (hooks.MatchKey of
+	// the event with that input): a person's approval with an edit is found by it too.
+	EditedKey func(edited json.RawMessage) (string, error)
+}
+
+// OutsideVerdict is the gate's answer to an OutsideRequest: Allowed (EditedInput, when set,
+// replaces the input), Blocked with Reason, or Asked, which means no verdict: nobody decided
+// before the deadline and the agent goes its own way. Approval is the call's approval as it
+// stands (its DecisionSource says what decided: rule, mode, annotation default or person).
+type OutsideVerdict struct {
+	Outcome     Outcome
+	Reason      string
+	EditedInput json.RawMessage
+	Approval    Approval
+}
+
+// outsideWaits are the outside calls a hook request waits on in this process, by session and
+// match key: a second event about the same call joins the wait instead of asking again.
+type outsideWaits struct {
+	mu sync.Mutex
+	m  map[string]*outsideWait
+}
+
+type outsideWait struct {
+	done      chan struct{}
+	v         OutsideVerdict
+	toolUseID string // the holding event's ("" for a PermissionRequest)
+}
+
+// DecideOutside decides an outside agent's call (SPEC §18), in the order of SPEC §14 (rules on the
+// agent's tool names, the session's mode, the agent's read-only tools allowed by default), and
+// when it asks, holds it on a pending Approval until a person decides (Service.Decide, the
+// inbox, a decision link, several approvers…) or req.Deadline, whichever is first. At the
+// deadline the approval stays pending, marked "the agent stopped waiting", and the verdict is
+// Asked (no verdict); a person's decision after that is stored and shown as too late.
+//
+// The person is asked once per call: an event whose match key names a call already decided gets
+// that decision at once; one whose call is still held in this process joins that wait; one
+// whose call is pending but no longer held (its first event's deadline passed) waits on the same
+// approval again. Errors: the store's; apperr.NotFound for an unknown session.
+func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v OutsideVerdict, err error) {
+	defer apperr.Wrap(&err, "DecideOutside(%s, %s)", req.SessionID, req.ToolName)
+	os, ok := s.store.(OutsideStore)
+	if !ok {
+		return OutsideVerdict{}, apperr.Errorf(apperr.Internal, "the store keeps no outside calls")
+	}
+	waitKey := req.SessionID + "\x00" + req.MatchKey
+	// One wait per call in this process: an event about a call another event holds joins it;
+	// otherwise this one holds it (registered before anything is read or stored, so two events
+	// of one call arriving together never ask twice). An event with another tool_use_id than
+	// the holder's is another call with the same input in the same turn (as below, where the
+	// store finds it): it is decided and recorded on its own, never given the held call's
+	// verdict, and holds no wait of its own (the key stays the first call's).
+	s.outside.mu.Lock()
+	held, joins := s.outside.m[waitKey]
+	if joins && held.toolUseID != "" && req.ToolUseID != "" && held.toolUseID != req.ToolUseID {
+		joins = false
+	}
+	if joins {
+		w := held
+		s.outside.mu.Unlock()
+		timer := time.NewTimer(time.Until(req.Deadline))
+		defer timer.Stop()
+		select {
+		case <-w.done:
+			return s.forEvent(w.v, req), nil
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		return OutsideVerdict{Outcome: Asked}, nil
+	}
+	w := &outsideWait{done: make(chan struct{}), toolUseID: req.ToolUseID}
+	if s.outside.m == nil {
+		s.outside.m = map[string]*outsideWait{}
+	}
+	if held == nil {
+		s.outside.m[waitKey] = w
+	}
+	s.outside.mu.Unlock()
+	ended := false
+	defer func() {
+		if !ended { // an error: the events that joined get no verdict
+			s.endWait(waitKey, w, OutsideVerdict{Outcome: Asked})
+		}
+	}()
+	end := func(v OutsideVerdict) (OutsideVerdict, error) {
+		ended = true
+		s.endWait(waitKey, w, v)
+		return s.forEvent(v, req), nil
+	}
+
+	// Asked before: the same call (the same key, or the same tool_use_id asked again).
+	prev, err := os.OutsideCallByKey(ctx, req.SessionID, req.MatchKey)
+	byToolUse := false
+	if apperr.CodeOf(err) == apperr.NotFound {
+		// Claude Code's `--resume` of a deferred call asks PreToolUse again with the same
+		// tool_use_id but no prompt_id (another key).
+		prev, err = os.OutsideCallByToolUse(ctx, req.SessionID, req.ToolUseID)
+		byToolUse = true
+	}
+	var a Approval
+	if err == nil && !byToolUse && req.ToolUseID != "" && prev.ToolUseID != "" && prev.ToolUseID != req.ToolUseID {
+		// The same input in the same turn, but another tool_use_id: the agent makes the same
+		// call again, which is asked again (the key pairs a call's PermissionRequest, which has
+		// no tool_use_id, with its PreToolUse). Its approval is not read.
+		err = apperr.Errorf(apperr.NotFound, "another call")
+	}
+	if err == nil {
+		if a, err = s.store.Approval(ctx, prev.ApprovalID); err != nil {
+			return OutsideVerdict{}, err
+		}
+		if byToolUse && !sameJSON(a.Arguments, req.Input) {
+			// The same tool_use_id with another input is another call: never the decision of
+			// the first.
+			err = apperr.Errorf(apperr.NotFound, "another call")
+		}
+	}
+	switch {
+	case err == nil:
+		if a.Status != Pending {
+			if prev.TooLate(a) {
+				// The decision came after the agent stopped waiting on this call: it was never
+				// sent, and is not sent now either.
+				return end(OutsideVerdict{Outcome: Asked, Approval: a})
+			}
+			v := verdictOf(a)
+			if prev.MatchKey != req.MatchKey && prev.EditedKey == req.MatchKey {
+				// The agent asks about the input the person's edit approved: approved as it is.
+				v.EditedInput = nil
+			}
+			return end(v)
+		}
+		// The agent asks again about a pending call no wait holds here (Claude Code's
+		// PermissionRequest after a PreToolUse that got no verdict): it waits anew, until this
+		// event's deadline (the page counts down to it).
+		if err := os.WaitAgain(ctx, a.ID, req.Deadline); err != nil {
+			return OutsideVerdict{}, err
+		}
+		s.sessions.Changed(ctx, a.SessionID)
+		ended = true
+		return s.waitOutside(ctx, os, waitKey, w, s.gate.Attach(a), req)
+	case apperr.CodeOf(err) != apperr.NotFound:
+		return OutsideVerdict{}, err
+	}
+
+	sess, err := s.sessions.Session(ctx, req.SessionID)
+	if err != nil {
+		return OutsideVerdict{}, err
+	}
+	t := outsideTool(req.ToolName)
+	callID := req.ToolUseID
+	if callID == "" {
+		callID = "hook-" + strings.TrimPrefix(req.MatchKey, "sha256:")
+		if len(callID) > 29 {
+			callID = callID[:29]
+		}
+	}
+	d := Checker{Rules: s.rules}.Check(ctx, CheckCall{SessionID: req.SessionID, ToolCallID: callID, Tool: t,
+		Arguments: req.Input, Workspace: sess.Workspace, Mode: s.mode(sess), Outside: true, Agent: sess.Agent, Connection: sess.Connection})
+	base := Approval{SessionID: req.SessionID, ToolCallID: callID, ToolName: req.ToolName, Arguments: req.Input,
+		Annotations: t.Annotations, RequestedBy: RequestedByAgent}
+	if req.Record != nil {
+		if base.MessageID, err = req.Record(ctx, callID); err != nil {
+			return OutsideVerdict{}, err
+		}
+	}
+	rec := d.Record(base)
+	oc := OutsideCall{SessionID: req.SessionID, ToolUseID: req.ToolUseID, MatchKey: req.MatchKey, Event: req.Event, Editable: req.Editable}
+	if !req.Deadline.IsZero() {
+		dl := req.Deadline.UTC()
+		oc.Deadline = &dl
+	}
+	if d.Outcome != Asked {
+		a, err := s.gate.Record(ctx, rec)
+		if err != nil {
+			return OutsideVerdict{}, err
+		}
+		oc.ApprovalID, oc.CreatedAt = a.ID, a.CreatedAt
+		if err := os.CreateOutsideCall(ctx, oc); err != nil {
+			return OutsideVerdict{}, err
+		}
+		s.gate.notify(a)
+		return end(verdictOf(a))
+	}
+	// Whether the agent honours an edit is known here before the approval is visible: a person
+	// (or an API client) deciding in the moment before its outside_calls row is stored must not
+	// be refused an edit the agent would apply (outsideEditable reads this first).
+	id := NewID()
+	s.heldEditable.Store(id, req.Editable)
+	tk, err := s.gate.OpenID(ctx, id, rec)
+	if err != nil {
+		s.heldEditable.Delete(id)
+		return OutsideVerdict{}, err
+	}
+	oc.ApprovalID, oc.CreatedAt = tk.Approval.ID, tk.Approval.CreatedAt
+	err = os.CreateOutsideCall(ctx, oc)
+	s.heldEditable.Delete(id)
+	if err != nil {
+		tk.Cancel("the outside call could not be recorded")
+		return OutsideVerdict{}, err
+	}
+	// A rule made while the approval was being stored may allow it already.
+	s.Release(ctx, []Approval{tk.Approval})
+	ended = true
+	return s.waitOutside(ctx, os, waitKey, w, tk, req)
+}
+
+// waitOutside holds the call until its approval is decided or the deadline (or the agent's
+// request ends), then ends the wait for the events that joined it.
+func (s *Service) waitOutside(ctx context.Context, os OutsideStore, waitKey string, w *outsideWait, tk *Ticket, req OutsideRequest) (OutsideVerdict, error) {
+	// The deadline, or the agent hanging up, parks the approval: it stays pending for a person,
+	// marked "the agent stopped waiting".
+	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	timer := time.AfterFunc(time.Until(req.Deadline), func() { cancel(ErrParked) })
+	defer timer.Stop()
+	stop := context.AfterFunc(ctx, func() { cancel(ErrParked) })
+	defer stop()
+	a := tk.Wait(wctx)
+	if a.Status == Pending {
+		now := time.Now().UTC()
+		bg := context.WithoutCancel(ctx)
+		if err := os.MarkStoppedWaiting(bg, a.ID, &now); err != nil {
+			s.log.Error("mark an outside call stopped waiting", "approval", a.ID, "err", err)
+		}
+		v := OutsideVerdict{Outcome: Asked, Approval: a}
+		s.endWait(waitKey, w, v)
+		s.sessions.Changed(bg, a.SessionID)
+		s.gate.notify(a)
+		return v, nil
+	}
+	v := verdictOf(a)
+	if v.Outcome == Allowed && len(v.EditedInput) > 0 && req.EditedKey != nil {
+		bg := context.WithoutCancel(ctx)
+		if key, err := req.EditedKey(v.EditedInput); err == nil {
+			if err := os.SetOutsideEditedKey(bg, a.ID, key); err != nil {
+				s.log.Error("record an outside call's edited key", "approval", a.ID, "err", err)
+			}
+		}
+	}
+	s.endWait(waitKey, w, v)
+	return s.forEvent(v, req), nil
+}
+
+func (s *Service) endWait(key string, w *outsideWait, v OutsideVerdict) {
+	s.outside.mu.Lock()
+	if s.outside.m[key] == w {
+		delete(s.outside.m, key)
+	}
+	s.outside.mu.Unlock()
+	w.v = v
+	close(w.done)
+}
+
+// forEvent is v as the event asking may take it: an edit the agent would ignore on this event is
+// not sent (Service.Decide refuses such an edit on the call's first event; a later event of
+// the same call that cannot carry it gets no verdict rather than an allow of the original).
+func (s *Service) forEvent(v OutsideVerdict, req OutsideRequest) OutsideVerdict {
+	if v.Outcome == Allowed && len(v.EditedInput) > 0 && !req.Editable {
+		return OutsideVerdict{Outcome: Asked, Approval: v.Approval,
+			Reason: "the call was approved with an edited input, which the agent does not honour on " + req.Event}
+	}
+	return v
+}
+
+// verdictOf is a resolved approval's verdict: approved → Allowed (with the edit); denied → Blocked
+// with its reason ("Denied by <who>: <reason>" for a person, SPEC §3); timed out or cancelled →
+// Blocked, saying so.
+func verdictOf(a Approval) OutsideVerdict {
+	switch a.Status {
+	case Approved:
+		return OutsideVerdict{Outcome: Allowed, Reason: a.Reason, EditedInput: a.EditedArguments, Approval: a}
+	case Pending:
+		return OutsideVerdict{Outcome: Asked, Approval: a}
+	case Denied:
+		reason := a.Reason
+		if !a.Automatic {
+			reason = "Denied by " + a.DecidedBy
+			if a.Reason != "" {
+				reason += ": " + a.Reason
+			}
+		}
+		return OutsideVerdict{Outcome: Blocked, Reason: reason, Approval: a}
+	}
+	return OutsideVerdict{Outcome: Blocked, Reason: "The approval " + a.Outcome(), Approval: a}
+}
+
+// RecoverOutside applies SPEC §18 at start: an outside call still pending has lost its hook
+// request with the process that held it, so each is marked "the agent stopped waiting" (and
+// stays pending: a decision now is recorded as too late). Only outside calls: the Runner
+// recovers the loop's own (agent.Runner.Recover leaves agent sessions alone).
+func (s *Service) RecoverOutside(ctx context.Context) (err error) {
+	defer apperr.Wrap(&err, "RecoverOutside")
+	os, ok := s.store.(OutsideStore)
+	if !ok {
+		return nil
+	}
+	pending, err := s.store.PendingApprovals(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	for _, a := range pending {
+		if a.RequestedBy != RequestedByAgent {
+			continue
+		}
+		if err := os.MarkStoppedWaiting(ctx, a.ID, &now); err != nil && apperr.CodeOf(err) != apperr.NotFound {
+			return err
+		}
+	}
+	return nil
+}
+
+// outsideEditable reports whether approval a, an outside call's, may be approved with an edited
+// input: the agent honours an edit on the event that asked (hooks.CanEdit). False for an
+// unknown call.
+func (s *Service) outsideEditable(ctx context.Context, a Approval) bool {
+	if v, ok := s.heldEditable.Load(a.ID); ok {
+		return v.(bool) // its outside_calls row is being stored
+	}
+	os, ok := s.store.(OutsideStore)
+	if !ok {
+		return false
+	}
+	c, err := os.OutsideCall(ctx, a.ID)
+	return err == nil && c.Editable
+}
+
+// sameJSON reports whether a and b are the same JSON value (objects compared by member, not by
+// spelling); false when either is not JSON.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return string(xa) == string(ya)
+}

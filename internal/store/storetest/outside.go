@@ -1,0 +1,172 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+)
+
+// testAgentSessionsAndOutsideCalls: an agent session (SPEC §18) keeps its provenance, is found by
+// its connection and agent session id (one per pair), is listed with the others; its outside
+// calls are found by match key, tool_use_id and approval, marked stopped waiting (and cleared),
+// given their outcome, and go with the session.
+func testAgentSessionsAndOutsideCalls(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db := h.open(t)
+	info := agent.AgentInfo{Kind: "claude-code", ConnectionID: "conn1", SessionID: "agent-s1", PermissionMode: "default",
+		TranscriptPath: "/home/dev/t.jsonl", PromptID: "p1", State: agent.AgentWorking}
+	if err := db.CreateSession(ctx, agent.Session{ID: "own", Title: "own", Model: "faux:demo", Workspace: "/w"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateSession(ctx, agent.Session{ID: "as1", Title: "Claude Code · proj", Model: "claude-code", Workspace: "/home/dev/proj", Agent: &info}); err != nil {
+		t.Fatal(err)
+	}
+	// One per connection and agent session id.
+	dup := info
+	err := db.CreateSession(ctx, agent.Session{ID: "as2", Title: "t", Model: "m", Workspace: "/x", Agent: &dup})
+	assertEqual(t, "a second session for the same pair", apperr.CodeOf(err), apperr.Conflict)
+	// The same agent session id through another connection is another session.
+	other := info
+	other.ConnectionID = "conn2"
+	if err := db.CreateSession(ctx, agent.Session{ID: "as3", Title: "t", Model: "m", Workspace: "/x", Agent: &other}); err != nil {
+		t.Fatal(err)
+	}
+	err = db.CreateSession(ctx, agent.Session{ID: "as4", Title: "t", Model: "m", Workspace: "/x", Agent: &agent.AgentInfo{Kind: "codex"}})
+	assertEqual(t, "an agent session without its connection", apperr.CodeOf(err), apperr.Invalid)
+
+	s, err := db.AgentSession(ctx, "conn1", "agent-s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertEqual(t, "AgentSession", s.ID+" "+s.Workspace, "as1 /home/dev/proj")
+	assertEqual(t, "provenance", *s.Agent, info)
+	if own, _ := db.Session(ctx, "own"); own.Agent != nil {
+		t.Fatalf("an own session reads as an agent session: %+v", own.Agent)
+	}
+	_, err = db.AgentSession(ctx, "conn1", "nope")
+	assertEqual(t, "an unknown agent session", apperr.CodeOf(err), apperr.NotFound)
+	all, err := db.Sessions(ctx)
+	if err != nil || len(all) != 3 {
+		t.Fatalf("Sessions: %d, %v; want the own and two agent sessions", len(all), err)
+	}
+	next := info
+	next.PermissionMode, next.PromptID, next.State, next.Model = "acceptEdits", "p2", agent.AgentStopped, "gpt-5.5"
+	if err := db.UpdateAgentSession(ctx, "as1", next); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = db.Session(ctx, "as1")
+	assertEqual(t, "provenance after an update", *s.Agent, next)
+	assertEqual(t, "UpdateAgentSession of an own session", apperr.CodeOf(db.UpdateAgentSession(ctx, "own", next)), apperr.NotFound)
+
+	// Outside calls beside their approvals.
+	a := gate.Approval{ID: "ap1", SessionID: "as1", ToolCallID: "toolu_1", ToolName: "Bash", Arguments: json.RawMessage(`{"command":"ls"}`),
+		RequestedBy: gate.RequestedByAgent, Status: gate.Pending}
+	if err := db.CreateApproval(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b := gate.Approval{ID: "ap2", SessionID: "as1", ToolCallID: "hook-abc", ToolName: "Bash", Arguments: json.RawMessage(`{"command":"ls"}`),
+		RequestedBy: gate.RequestedByAgent, Status: gate.Pending}
+	if err := db.CreateApproval(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	// c1 keeps when the agent stops waiting (its hook's deadline); c2 has none (NULL).
+	deadline := t0.Add(86 * time.Second)
+	c1 := gate.OutsideCall{ApprovalID: "ap1", SessionID: "as1", ToolUseID: "toolu_1", MatchKey: "sha256:k1", Event: "PreToolUse", Editable: true,
+		CreatedAt: t0.Add(time.Second), Deadline: &deadline}
+	c2 := gate.OutsideCall{ApprovalID: "ap2", SessionID: "as1", MatchKey: "sha256:k2", Event: "PermissionRequest", CreatedAt: t0.Add(2 * time.Second)}
+	for _, c := range []gate.OutsideCall{c1, c2} {
+		if err := db.CreateOutsideCall(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertEqual(t, "a second outside call for one approval", apperr.CodeOf(db.CreateOutsideCall(ctx, c1)), apperr.Conflict)
+	got, err := db.OutsideCallByKey(ctx, "as1", "sha256:k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertEqual(t, "OutsideCallByKey", got, c1)
+	got, _ = db.OutsideCallByToolUse(ctx, "as1", "toolu_1")
+	assertEqual(t, "OutsideCallByToolUse", got, c1)
+	_, err = db.OutsideCallByToolUse(ctx, "as1", "")
+	assertEqual(t, "no tool_use_id", apperr.CodeOf(err), apperr.NotFound)
+	_, err = db.OutsideCallByKey(ctx, "as3", "sha256:k1")
+	assertEqual(t, "another session's key", apperr.CodeOf(err), apperr.NotFound)
+	got, _ = db.OutsideCall(ctx, "ap2")
+	assertEqual(t, "OutsideCall", got, c2)
+	if err := db.SetOutsideEditedKey(ctx, "ap2", "sha256:edited"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = db.OutsideCallByKey(ctx, "as1", "sha256:edited")
+	assertEqual(t, "OutsideCallByKey by the edited key", got.ApprovalID+" "+got.EditedKey, "ap2 sha256:edited")
+	// A call's own match key goes before a later call's edited key.
+	if err := db.SetOutsideEditedKey(ctx, "ap2", "sha256:k1"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = db.OutsideCallByKey(ctx, "as1", "sha256:k1")
+	assertEqual(t, "OutsideCallByKey: the match key before a later edited key", got.ApprovalID, "ap1")
+	if err := db.SetOutsideEditedKey(ctx, "ap2", "sha256:edited"); err != nil {
+		t.Fatal(err)
+	}
+	assertEqual(t, "SetOutsideEditedKey of an unknown call", apperr.CodeOf(db.SetOutsideEditedKey(ctx, "nope", "k")), apperr.NotFound)
+
+	stopped := t0.Add(3 * time.Second)
+	if err := db.MarkStoppedWaiting(ctx, "ap1", &stopped); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = db.OutsideCall(ctx, "ap1")
+	if got.StoppedWaitingAt == nil || !got.StoppedWaitingAt.Equal(stopped) {
+		t.Fatalf("stopped waiting at %v, want %v", got.StoppedWaitingAt, stopped)
+	}
+	if err := db.MarkStoppedWaiting(ctx, "ap1", nil); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = db.OutsideCall(ctx, "ap1")
+	assertEqual(t, "a cleared mark", got.StoppedWaitingAt == nil, true)
+	assertEqual(t, "MarkStoppedWaiting of an unknown call", apperr.CodeOf(db.MarkStoppedWaiting(ctx, "nope", &stopped)), apperr.NotFound)
+
+	// Asked again while pending: the mark is cleared and the deadline is the new event's.
+	if err := db.MarkStoppedWaiting(ctx, "ap1", &stopped); err != nil {
+		t.Fatal(err)
+	}
+	again := t0.Add(200 * time.Second)
+	if err := db.WaitAgain(ctx, "ap1", again); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = db.OutsideCall(ctx, "ap1")
+	assertEqual(t, "WaitAgain clears the mark", got.StoppedWaitingAt == nil, true)
+	if got.Deadline == nil || !got.Deadline.Equal(again) {
+		t.Fatalf("deadline after WaitAgain %v, want %v", got.Deadline, again)
+	}
+	if err := db.WaitAgain(ctx, "ap2", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = db.OutsideCall(ctx, "ap2")
+	assertEqual(t, "WaitAgain with no deadline stores none", got.Deadline == nil, true)
+	assertEqual(t, "WaitAgain of an unknown call", apperr.CodeOf(db.WaitAgain(ctx, "nope", again)), apperr.NotFound)
+
+	outcome := json.RawMessage(`{"stdout":"a\nb","stderr":"","interrupted":false}`)
+	if err := db.SetOutsideOutcome(ctx, "ap1", outcome, t0.Add(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = db.OutsideCall(ctx, "ap1")
+	var o map[string]any
+	if err := json.Unmarshal(got.Outcome, &o); err != nil || o["stdout"] != "a\nb" || got.OutcomeAt == nil {
+		t.Fatalf("outcome %s at %v", got.Outcome, got.OutcomeAt)
+	}
+	assertEqual(t, "an outcome that is not JSON", apperr.CodeOf(db.SetOutsideOutcome(ctx, "ap1", json.RawMessage(`{`), t0)), apperr.Invalid)
+	list, err := db.OutsideCalls(ctx, "as1")
+	if err != nil || len(list) != 2 || list[0].ApprovalID != "ap1" || list[1].ApprovalID != "ap2" {
+		t.Fatalf("OutsideCalls: %+v, %v", list, err)
+	}
+	// They go with their session.
+	if err := db.DeleteSession(ctx, "as1"); err != nil {
+		t.Fatal(err)
+	}
+	list, _ = db.OutsideCalls(ctx, "as1")
+	assertEqual(t, "outside calls after the session is deleted", len(list), 0)
+}

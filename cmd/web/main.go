@@ -453,13 +453,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	db.SetOnCommit(met.Commit)
 	// The other servers sharing the database (SPEC §16), if any: one link, the relay that does
 	// nothing for a SQLite file.
-	link := replicaLinkOf(db, log, met)
 	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7);
-	// the replicas of one PostgreSQL database must all have the same file (SPEC §16).
+	// the replicas of one PostgreSQL database must all have the same file (SPEC §16), and their
+	// relay signs every notification under a key derived from it (issue 33).
 	key, err := share.LoadKey(cfg.shareKeyFile())
 	if err != nil {
 		return err
 	}
+	link := replicaLinkOf(db, key, log, met)
 	if err := link.CheckKey(ctx, "share", share.Fingerprint(key), cfg.shareKeyFile()); err != nil {
 		return err
 	}

@@ -19,6 +19,9 @@
 //	                                             notification's arrival on another (PostgreSQL)
 //	replica_event_rereads_total       counter    reads of stored events that a lost
 //	                                             notification or a LISTEN reconnect cost
+//	relay_rejected_total{reason}      counter    notifications on the replicas' channel dropped
+//	                                             unheard: unsigned, bad_mac, stale, replay,
+//	                                             malformed, not_stored (issue 33)
 //
 // Plus the Go runtime's and the process's collectors (go_*, process_*).
 package metrics
@@ -52,6 +55,7 @@ type Metrics struct {
 	commitWrites  prometheus.Histogram
 	replicaLag    prometheus.Histogram
 	rereads       prometheus.Counter
+	rejected      *prometheus.CounterVec
 	activeRuns    atomic.Pointer[func() int]
 }
 
@@ -90,11 +94,15 @@ func New(src Sources) *Metrics {
 		Name: "countersign_replica_event_rereads_total",
 		Help: "Reads of stored events that a lost notification, a large event or a LISTEN reconnect cost (PostgreSQL replicas).",
 	})
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "countersign_relay_rejected_total",
+		Help: "Notifications on the replicas' channel dropped unheard, by reason: unsigned, bad_mac, stale, replay, malformed, not_stored (PostgreSQL replicas).",
+	}, []string{"reason"})
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	m.reg.MustRegister(m.decisionWait, m.roundTrip, m.toolCalls, m.runsStarted, m.commitSeconds, m.commitWrites,
-		m.replicaLag, m.rereads,
+		m.replicaLag, m.rereads, m.rejected,
 		gauge("countersign_pending_approvals", "Approvals waiting for a person, in every session.", func() float64 {
 			if src.PendingApprovals == nil {
 				return 0
@@ -133,6 +141,10 @@ func (m *Metrics) ReplicaLag(d time.Duration) { m.replicaLag.Observe(d.Seconds()
 
 // Reread counts one read of stored events a replica needed (relay.Relay.OnReread).
 func (m *Metrics) Reread(int) { m.rereads.Inc() }
+
+// RelayRejected counts one notification the relay dropped unheard, by reason (relay.Relay.OnReject:
+// one of relay's Reject* constants, a bounded set).
+func (m *Metrics) RelayRejected(reason string) { m.rejected.WithLabelValues(reason).Inc() }
 
 // SetActiveRuns sets the source of runs_active once the runner exists (it takes the Metrics as
 // its Observer, so it is made after them). Call it before serving.

@@ -15,10 +15,8 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,6 +103,14 @@ type Relay struct {
 	// statement, or its transaction from BEGIN to COMMIT) and how many writes it held (always
 	// 1), as the store's own writes are (pg.DB.OnCommit): SPEC §16's store commit latency.
 	OnCommit func(d time.Duration, writes int)
+	// OnReject, when set before Run, is told of every notification dropped unheard (issue 33,
+	// SPEC §16 "Trust between replicas"), with its reason: one of the Reject* constants.
+	OnReject func(reason string)
+
+	// key is the relay key (deriveKey of the shared key file's): every notification carries
+	// an HMAC under it (auth.go).
+	key  []byte
+	seen seenMACs
 
 	target Target
 
@@ -131,7 +137,7 @@ type Relay struct {
 type outgoing struct {
 	ev        agent.Event
 	at        time.Time
-	payload   string // a control message's whole notification
+	control   *message // a control message (signed when sent)
 	sequenced bool
 }
 
@@ -143,7 +149,9 @@ type message struct {
 	At      int64           `json:"t,omitempty"`
 	Event   json.RawMessage `json:"e,omitempty"`
 	Kind    string          `json:"k,omitempty"`  // kindStop, kindRules or a topic for a control message
-	By      string          `json:"by,omitempty"` // who stops; a topic's key
+	By      string          `json:"by,omitempty"` // who stops (its stored row says it); a topic's key
+	Signed  int64           `json:"w"`            // when the sender signed it (Unix ms): auth.go
+	Stop    string          `json:"i,omitempty"`  // a Stop's request id (table relay_stops)
 }
 
 // The relay's own kinds of control message; any other kind is a topic (Send, Subscribe).
@@ -152,13 +160,16 @@ const (
 	kindRules = "rules"
 )
 
-// New returns a relay over pool (the store's: pg.DB.Pool) with a new random replica id; logger
-// nil logs to slog.Default.
-func New(pool *pgxpool.Pool, logger *slog.Logger) *Relay {
+// New returns a relay over pool (the store's: pg.DB.Pool) with a new random replica id. key is
+// the key every replica shares (the share-link key file's, share.LoadKey: CheckKey makes sure
+// the replicas' files are the same); the relay signs and checks every notification under a key
+// derived from it, so a relay given another key hears none of the others'. logger nil logs to
+// slog.Default.
+func New(pool *pgxpool.Pool, key []byte, logger *slog.Logger) *Relay {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Relay{pool: pool, id: strings.ToLower(rand.Text()[:12]), log: logger, TTL: LeaseTTL,
+	return &Relay{pool: pool, key: deriveKey(key), id: strings.ToLower(rand.Text()[:12]), log: logger, TTL: LeaseTTL,
 		wake: make(chan struct{}, 1), last: map[string]int64{}, listening: make(chan struct{}),
 		subscribers: map[string][]func(string){}}
 }
@@ -359,9 +370,11 @@ func (r *Relay) Publish(ev agent.Event) {
 	}
 }
 
-// Stop asks the replica driving sessionID's run to stop it (agent.Replicas).
+// Stop asks the replica driving sessionID's run to stop it (agent.Replicas): the request is
+// stored (table relay_stops, with who asked) and its id notified in the same transaction; the
+// receiver acts on the stored row only.
 func (r *Relay) Stop(sessionID, who string) {
-	r.control(message{Kind: kindStop, Session: sessionID, By: who})
+	r.control(message{Kind: kindStop, Session: sessionID, By: who, Stop: strings.ToLower(rand.Text())})
 }
 
 // RulesChanged tells the other replicas to read the rules again (agent.Replicas).
@@ -390,13 +403,12 @@ func (r *Relay) Subscribe(topic string, f func(key string)) {
 // control queues control message m (its Kind set), from this replica, in publication order.
 func (r *Relay) control(m message) {
 	m.Origin = r.id
-	b, _ := json.Marshal(m)
-	r.enqueue(outgoing{payload: string(b)})
+	r.enqueue(outgoing{control: &m})
 }
 
 func (r *Relay) enqueue(o outgoing) {
 	r.mu.Lock()
-	if len(r.queue) >= maxQueue && !o.sequenced && o.payload == "" {
+	if len(r.queue) >= maxQueue && !o.sequenced && o.control == nil {
 		r.mu.Unlock()
 		return // a delta while the database is away: best effort
 	}
@@ -447,69 +459,118 @@ func (r *Relay) drain(ctx context.Context) {
 	}
 }
 
-// sequencedSQL stores one event with its session's next number and notifies, at commit, with
-// the number (and the event when it fits). Nothing happens for a session that no longer exists.
-var sequencedSQL = `
-	WITH b AS (SELECT $3::text AS body),
-	     s AS (UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq AS seq),
-	     i AS (INSERT INTO session_events (session_id, seq, origin, body) SELECT $1, s.seq, $2, b.body::json FROM s, b RETURNING seq)
-	SELECT pg_notify('` + Channel + `', json_build_object('o', $2::text, 's', $1::text, 'q', i.seq, 't', $4::bigint,
-		'e', CASE WHEN octet_length(b.body) <= ` + strconv.Itoa(maxNotifyBody) + ` THEN b.body::json END)::text)
-	FROM i, b`
+// signed returns m's notification, signed now under the relay key; when it would exceed
+// maxPayload with its event, the event is left out (the receiver reads its row).
+func (r *Relay) signed(m message) (string, bool) {
+	m.Signed = time.Now().UnixMilli()
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", false
+	}
+	if p := sign(r.key, b); len(p) <= maxPayload {
+		return p, true
+	}
+	if m.Event == nil || m.Seq == 0 {
+		return "", false // a delta too large for a notification: the message's end carries it whole
+	}
+	m.Event = nil
+	b, _ = json.Marshal(m)
+	return sign(r.key, b), true
+}
 
+// send stores and notifies batch in one transaction, in order. Each event's number is taken
+// first (its session's counter row, locked in id order: two replicas' batches over the same
+// sessions never deadlock), so that its notification, number included, can be signed here; a
+// session that no longer exists has its events dropped.
 func (r *Relay) send(ctx context.Context, batch []outgoing) {
-	var b pgx.Batch
-	for _, o := range batch {
-		switch {
-		case o.payload != "":
-			b.Queue(`SELECT pg_notify($1, $2)`, Channel, o.payload)
-		case o.sequenced:
-			body, err := json.Marshal(o.ev)
-			if err != nil {
-				r.log.Error("replica events: encode", "type", o.ev.Type, "err", err)
-				continue
-			}
-			b.Queue(sequencedSQL, o.ev.SessionID, r.id, string(body), o.at.UnixNano())
-		default:
-			body, err := json.Marshal(o.ev)
-			if err != nil {
-				continue
-			}
-			payload, _ := json.Marshal(message{Origin: r.id, Session: o.ev.SessionID, At: o.at.UnixNano(), Event: body})
-			if len(payload) > maxNotifyBody+900 {
-				continue // a delta too large for a notification: the message's end carries it whole
-			}
-			b.Queue(`SELECT pg_notify($1, $2)`, Channel, string(payload))
-		}
-	}
-	if b.Len() == 0 {
-		return
-	}
-	// The sessions' rows first, in id order: two replicas' batches over the same sessions take
-	// their locks in one order and never deadlock.
+	bodies := make([][]byte, len(batch))
+	counts := map[string]int64{}
 	var ids []string
-	for _, o := range batch {
-		if o.sequenced && !slices.Contains(ids, o.ev.SessionID) {
-			ids = append(ids, o.ev.SessionID)
+	for i, o := range batch {
+		if o.control != nil {
+			continue
+		}
+		body, err := json.Marshal(o.ev)
+		if err != nil {
+			r.log.Error("replica events: encode", "type", o.ev.Type, "err", err)
+			continue
+		}
+		bodies[i] = body
+		if o.sequenced {
+			if counts[o.ev.SessionID] == 0 {
+				ids = append(ids, o.ev.SessionID)
+			}
+			counts[o.ev.SessionID]++
 		}
 	}
-	if len(ids) > 1 {
-		slices.Sort(ids)
-		var locked pgx.Batch
-		locked.Queue(`SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
-		for _, q := range b.QueuedQueries {
-			locked.Queue(q.SQL, q.Arguments...)
-		}
-		b = locked
-	}
+	slices.Sort(ids)
 	delay := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := r.inTx(ctx, func(tx pgx.Tx) error { return tx.SendBatch(ctx, &b).Close() })
+		n := 0
+		err := r.inTx(ctx, func(tx pgx.Tx) error {
+			next := map[string]int64{} // session → its next event's number
+			if len(ids) > 0 {
+				var nb pgx.Batch
+				for _, id := range ids {
+					nb.Queue(`UPDATE sessions SET last_event_seq = last_event_seq + $2 WHERE id = $1 RETURNING last_event_seq`,
+						id, counts[id]).QueryRow(func(row pgx.Row) error {
+						var last int64
+						if err := row.Scan(&last); errors.Is(err, pgx.ErrNoRows) {
+							return nil // deleted: its events go nowhere
+						} else if err != nil {
+							return err
+						}
+						next[id] = last - counts[id] + 1
+						return nil
+					})
+				}
+				if err := tx.SendBatch(ctx, &nb).Close(); err != nil {
+					return err
+				}
+			}
+			var b pgx.Batch
+			for i, o := range batch {
+				switch {
+				case o.control != nil:
+					p, ok := r.signed(*o.control)
+					if !ok {
+						continue
+					}
+					if o.control.Kind == kindStop {
+						b.Queue(`INSERT INTO relay_stops (id, session_id, by_name) VALUES ($1, $2, $3)`,
+							o.control.Stop, o.control.Session, o.control.By)
+					}
+					b.Queue(`SELECT pg_notify($1, $2)`, Channel, p)
+				case bodies[i] == nil:
+				case o.sequenced:
+					seq, ok := next[o.ev.SessionID]
+					if !ok {
+						continue
+					}
+					next[o.ev.SessionID] = seq + 1
+					p, _ := r.signed(message{Origin: r.id, Session: o.ev.SessionID, Seq: seq, At: o.at.UnixNano(), Event: bodies[i]})
+					b.Queue(`INSERT INTO session_events (session_id, seq, origin, body) VALUES ($1, $2, $3, $4::json)`,
+						o.ev.SessionID, seq, r.id, string(bodies[i]))
+					b.Queue(`SELECT pg_notify($1, $2)`, Channel, p)
+				default:
+					p, ok := r.signed(message{Origin: r.id, Session: o.ev.SessionID, At: o.at.UnixNano(), Event: bodies[i]})
+					if !ok {
+						continue
+					}
+					b.Queue(`SELECT pg_notify($1, $2)`, Channel, p)
+				}
+			}
+			n = b.Len()
+			if n == 0 {
+				return nil
+			}
+			return tx.SendBatch(ctx, &b).Close()
+		})
 		if err == nil || ctx.Err() != nil {
 			return
 		}
 		if attempt == 5 {
-			r.log.Error("replica events: dropped after 5 attempts; other replicas' pages miss them until reloaded", "events", b.Len(), "err", err)
+			r.log.Error("replica events: dropped after 5 attempts; other replicas' pages miss them until reloaded", "statements", n, "err", err)
 			return
 		}
 		select {
@@ -534,6 +595,10 @@ func (r *Relay) prune(ctx context.Context) {
 		if _, err := r.pool.Exec(ctx, `DELETE FROM session_events WHERE created_at < now() - make_interval(secs => $1)`,
 			EventRetention.Seconds()); err != nil && ctx.Err() == nil {
 			r.log.Warn("replica events: prune", "err", err)
+		}
+		if _, err := r.pool.Exec(ctx, `DELETE FROM relay_stops WHERE created_at < now() - make_interval(secs => $1)`,
+			EventRetention.Seconds()); err != nil && ctx.Err() == nil {
+			r.log.Warn("replica events: prune stops", "err", err)
 		}
 	}
 }
@@ -571,17 +636,46 @@ func (r *Relay) HandleBacklog(ctx context.Context, _ string, conn *pgx.Conn) err
 }
 
 // HandleNotification handles one notification on Channel (pgxlisten.Handler).
-func (r *Relay) HandleNotification(ctx context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+// Nothing in a notification is used before its MAC, signing time and novelty are checked
+// (auth.go); what fails is dropped and counted (OnReject). A Stop is then acted on only as its
+// stored row (relay_stops) says.
+func (r *Relay) HandleNotification(ctx context.Context, n *pgconn.Notification, conn *pgx.Conn) error {
+	body, mac, reason := verify(r.key, n.Payload)
+	if reason != "" {
+		r.reject(reason)
+		return nil
+	}
 	var m message
-	if err := json.Unmarshal([]byte(n.Payload), &m); err != nil {
-		return fmt.Errorf("a notification that is not Countersign's: %w", err)
+	if err := json.Unmarshal(body, &m); err != nil {
+		r.reject(RejectMalformed)
+		return nil
+	}
+	if d := time.Since(time.UnixMilli(m.Signed)); d > maxAge || d < -maxAge {
+		r.reject(RejectStale)
+		return nil
+	}
+	if !r.seen.add(mac, time.Now()) {
+		r.reject(RejectReplay)
+		return nil
 	}
 	own := m.Origin == r.id
 	switch {
 	case m.Kind == kindStop:
-		if !own && r.target != nil {
-			r.target.StopRun(m.Session, m.By)
+		if own || r.target == nil {
+			return nil
 		}
+		// The stored request, not the notification, says which session and who.
+		var session, by string
+		err := conn.QueryRow(ctx, `SELECT session_id, by_name FROM relay_stops
+			WHERE id = $1 AND created_at > now() - make_interval(secs => $2)`, m.Stop, maxAge.Seconds()).Scan(&session, &by)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) || (err == nil && session != m.Session):
+			r.reject(RejectNotStored)
+			return nil
+		case err != nil:
+			return err
+		}
+		r.target.StopRun(session, by)
 		return nil
 	case m.Kind == kindRules:
 		if !own && r.target != nil {
@@ -665,6 +759,13 @@ func (r *Relay) readEvents(ctx context.Context, q querier, query string, args ..
 		return nil
 	})
 	return delivered, err
+}
+
+// reject counts a dropped notification (OnReject).
+func (r *Relay) reject(reason string) {
+	if r.OnReject != nil {
+		r.OnReject(reason)
+	}
 }
 
 func (r *Relay) lag(m message) {

@@ -103,7 +103,7 @@ func startReplicas(t *testing.T, dbs []*pg.DB) ([]*relay.Relay, []*target) {
 	reps := make([]*relay.Relay, len(dbs))
 	tgts := make([]*target, len(dbs))
 	for i, db := range dbs {
-		reps[i], tgts[i] = relay.New(db.Pool(), nil), newTarget()
+		reps[i], tgts[i] = relay.New(db.Pool(), testKey, nil), newTarget()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		stop, err := reps[i].Start(ctx, tgts[i])
 		cancel()
@@ -312,7 +312,7 @@ func TestStopAndRulesReachTheOtherReplicas(t *testing.T) {
 func TestLeases(t *testing.T) {
 	ctx := context.Background()
 	dbs := replicas(t, 2)
-	a, b := relay.New(dbs[0].Pool(), nil), relay.New(dbs[1].Pool(), nil)
+	a, b := relay.New(dbs[0].Pool(), testKey, nil), relay.New(dbs[1].Pool(), testKey, nil)
 	a.TTL, b.TTL = 2*time.Second, 2*time.Second
 	s := mkSession(t, dbs[0], "leased")
 	if err := dbs[0].SetSessionState(ctx, s.ID, agent.Running); err != nil {
@@ -388,3 +388,6 @@ func adminConn(t *testing.T, url string) *pgx.Conn {
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
 }
+
+// testKey is the key the tests' replicas share (a server's is its share-link key file's).
+var testKey = []byte("the replicas' shared key, 32 by!")

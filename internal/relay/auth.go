@@ -1,7 +1,10 @@
 package relay
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"strings"
@@ -10,22 +13,24 @@ import (
 )
 
 // Authentication of the relay (issue 33, SPEC §16 "Trust between replicas"): only the replicas
-// speak on Channel. Every notification is
+// speak on Channel, and what they say there is theirs to read. Every notification is
 //
-//	v1.<MAC>.<JSON message>
+//	v1.<base64url without padding of IV ‖ ciphertext ‖ MAC>
 //
-// where MAC is HMAC-SHA256 under the relay key of the JSON message's exact bytes, base64url
-// without padding (43 characters). The relay key is HMAC-SHA256(shared key, "countersign relay
-// v1"): the shared key is the share-link key file's, which every replica must have the same of
-// (CheckKey refuses a server whose file differs), so no key is added and none is stored in the
-// database. A receiver checks the MAC before it reads anything else; then the message's signing
-// time (W, Unix ms), which must be within maxAge of its own clock, and that it has not seen the
-// same MAC within that time (a copy a role that may LISTEN heard and NOTIFYs again). What fails
-// is dropped and counted (Relay.OnReject) with one of the Reject* reasons.
+// where the ciphertext is the JSON message under AES-256-CTR with a random 16-byte IV, and MAC is
+// HMAC-SHA256 of "v1." ‖ IV ‖ ciphertext (encrypt-then-MAC). Both keys are derived from the key
+// every replica shares (the share-link key file's: CheckKey refuses a server whose file differs),
+// HMAC-SHA256(key, "countersign relay v1 mac") and (…, "countersign relay v1 enc"), so no key is
+// added and none is in the database. A role that may LISTEN hears when and how much the replicas
+// say, never what: not the sessions, not the events. A receiver checks the MAC before it
+// decrypts or reads anything; then the message's signing time (W, Unix ms), which must be within
+// maxAge of its own clock, and that it has not heard the same MAC within that time (a copy a role
+// that may LISTEN heard and NOTIFYs again). What fails is dropped and counted (Relay.OnReject)
+// with one of the Reject* reasons.
 
 // Reasons a notification is dropped (Relay.OnReject's reason; the /metrics label).
 const (
-	// RejectUnsigned: not of the v1.<MAC>.<JSON> form (no MAC at all).
+	// RejectUnsigned: not of the v1.<…> form (no MAC at all).
 	RejectUnsigned = "unsigned"
 	// RejectBadMAC: a MAC that is not the relay key's over the message.
 	RejectBadMAC = "bad_mac"
@@ -46,48 +51,69 @@ const (
 const maxAge = 2 * time.Minute
 
 // maxPayload is the longest notification the relay sends: PostgreSQL refuses payloads of 8,000
-// bytes or more.
-const maxPayload = 7999
+// bytes or more. A message is at most maxMessage bytes of JSON before it is sealed (IV, MAC,
+// base64: 4/3).
+const (
+	maxPayload = 7999
+	maxMessage = (maxPayload-len(sigPrefix))*3/4 - aes.BlockSize - sha256.Size
+)
 
 const sigPrefix = "v1."
 
 var b64 = base64.RawURLEncoding
 
-// deriveKey is the relay key of shared key key: HMAC-SHA256(key, "countersign relay v1").
-func deriveKey(key []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte("countersign relay v1"))
+// keys are the relay's two keys, derived from the shared key.
+type keys struct{ mac, enc []byte }
+
+// deriveKeys are the relay keys of shared key key.
+func deriveKeys(key []byte) keys {
+	derive := func(label string) []byte {
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(label))
+		return m.Sum(nil)
+	}
+	return keys{mac: derive("countersign relay v1 mac"), enc: derive("countersign relay v1 enc")}
+}
+
+func (k keys) tag(ivct []byte) []byte {
+	m := hmac.New(sha256.New, k.mac)
+	m.Write([]byte(sigPrefix))
+	m.Write(ivct)
 	return m.Sum(nil)
 }
 
-// sign returns body's notification: "v1." + MAC + "." + body.
-func sign(key []byte, body []byte) string {
-	m := hmac.New(sha256.New, key)
-	m.Write(body)
-	return sigPrefix + b64.EncodeToString(m.Sum(nil)) + "." + string(body)
+// seal returns body's notification (see above); "" when it is longer than maxMessage.
+func (k keys) seal(body []byte) string {
+	if len(body) > maxMessage {
+		return ""
+	}
+	out := make([]byte, aes.BlockSize+len(body), aes.BlockSize+len(body)+sha256.Size)
+	_, _ = rand.Read(out[:aes.BlockSize])
+	block, _ := aes.NewCipher(k.enc) // a 32-byte key: never an error
+	cipher.NewCTR(block, out[:aes.BlockSize]).XORKeyStream(out[aes.BlockSize:], body)
+	out = append(out, k.tag(out)...)
+	return sigPrefix + b64.EncodeToString(out)
 }
 
-// verify returns the message of payload and its MAC if payload is signed under key, else the
-// reason it is not (RejectUnsigned, RejectBadMAC).
-func verify(key []byte, payload string) (body []byte, mac string, reason string) {
+// open returns the message of payload and its MAC if payload was sealed under k, else the
+// reason it was not (RejectUnsigned, RejectBadMAC).
+func (k keys) open(payload string) (body []byte, mac string, reason string) {
 	rest, ok := strings.CutPrefix(payload, sigPrefix)
 	if !ok {
 		return nil, "", RejectUnsigned
 	}
-	mac, msg, ok := strings.Cut(rest, ".")
-	if !ok {
-		return nil, "", RejectUnsigned
-	}
-	got, err := b64.DecodeString(mac)
-	if err != nil || len(got) != sha256.Size {
+	raw, err := b64.DecodeString(rest)
+	if err != nil || len(raw) < aes.BlockSize+sha256.Size {
 		return nil, "", RejectBadMAC
 	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(msg))
-	if !hmac.Equal(got, m.Sum(nil)) {
+	ivct, got := raw[:len(raw)-sha256.Size], raw[len(raw)-sha256.Size:]
+	if !hmac.Equal(got, k.tag(ivct)) {
 		return nil, "", RejectBadMAC
 	}
-	return []byte(msg), mac, ""
+	block, _ := aes.NewCipher(k.enc)
+	body = make([]byte, len(ivct)-aes.BlockSize)
+	cipher.NewCTR(block, ivct[:aes.BlockSize]).XORKeyStream(body, ivct[aes.BlockSize:])
+	return body, string(got), ""
 }
 
 // seenMACs remembers the MACs heard within maxAge, so an authentic notification sent again (by a

@@ -46,9 +46,6 @@ const (
 	// EventRetention is how long a published event's row stays for replicas that missed its
 	// notification; older rows are deleted every minute.
 	EventRetention = 15 * time.Minute
-	// maxNotifyBody is the largest event sent whole in its notification (PostgreSQL's payload
-	// limit is 8,000 bytes); a larger one is read from its row.
-	maxNotifyBody = 7000
 	// ListenApplicationName is the LISTEN connection's application_name (pg_stat_activity).
 	ListenApplicationName = "countersign-listen"
 	// maxQueue bounds the events waiting for the writer (a database away for long): past it,
@@ -74,7 +71,9 @@ type Target interface {
 //   - Events: every event a replica publishes, except text deltas and progress, is stored in
 //     session_events with the next number of its session's sequence, in a transaction whose
 //     commit sends NOTIFY countersign with {o: replica, s: session, q: seq, t: published at
-//     (Unix ns), e: the event, when it fits}. Each replica LISTENs on a connection of its own
+//     (Unix ns), w: signed at (Unix ms), e: the event, when it fits}, sealed and authenticated
+//     under keys derived from the shared key (auth.go: a role that may LISTEN reads none of it,
+//     one that may NOTIFY is not heard). Each replica LISTENs on a connection of its own
 //     (github.com/jackc/pgxlisten, which reconnects) and delivers the others' events in order;
 //     a gap in a session's numbers, an event too large for its notification, or a reconnect
 //     (the rows after the last number delivered, and every row stored since the previous
@@ -107,9 +106,9 @@ type Relay struct {
 	// SPEC §16 "Trust between replicas"), with its reason: one of the Reject* constants.
 	OnReject func(reason string)
 
-	// key is the relay key (deriveKey of the shared key file's): every notification carries
-	// an HMAC under it (auth.go).
-	key  []byte
+	// keys are the relay's (deriveKeys of the shared key file's): every notification is
+	// sealed and authenticated under them (auth.go).
+	keys keys
 	seen seenMACs
 
 	target Target
@@ -169,7 +168,7 @@ func New(pool *pgxpool.Pool, key []byte, logger *slog.Logger) *Relay {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Relay{pool: pool, key: deriveKey(key), id: strings.ToLower(rand.Text()[:12]), log: logger, TTL: LeaseTTL,
+	return &Relay{pool: pool, keys: deriveKeys(key), id: strings.ToLower(rand.Text()[:12]), log: logger, TTL: LeaseTTL,
 		wake: make(chan struct{}, 1), last: map[string]int64{}, listening: make(chan struct{}),
 		subscribers: map[string][]func(string){}}
 }
@@ -459,23 +458,24 @@ func (r *Relay) drain(ctx context.Context) {
 	}
 }
 
-// signed returns m's notification, signed now under the relay key; when it would exceed
-// maxPayload with its event, the event is left out (the receiver reads its row).
+// signed returns m's notification, signed now and sealed under the relay keys; when it would
+// exceed maxPayload with its event, a stored event is left out (the receiver reads its row) and
+// a delta is not sent (false: the message's end carries it whole).
 func (r *Relay) signed(m message) (string, bool) {
 	m.Signed = time.Now().UnixMilli()
 	b, err := json.Marshal(m)
 	if err != nil {
 		return "", false
 	}
-	if p := sign(r.key, b); len(p) <= maxPayload {
+	if p := r.keys.seal(b); p != "" {
 		return p, true
 	}
 	if m.Event == nil || m.Seq == 0 {
-		return "", false // a delta too large for a notification: the message's end carries it whole
+		return "", false
 	}
 	m.Event = nil
 	b, _ = json.Marshal(m)
-	return sign(r.key, b), true
+	return r.keys.seal(b), true
 }
 
 // send stores and notifies batch in one transaction, in order. Each event's number is taken
@@ -640,7 +640,7 @@ func (r *Relay) HandleBacklog(ctx context.Context, _ string, conn *pgx.Conn) err
 // (auth.go); what fails is dropped and counted (OnReject). A Stop is then acted on only as its
 // stored row (relay_stops) says.
 func (r *Relay) HandleNotification(ctx context.Context, n *pgconn.Notification, conn *pgx.Conn) error {
-	body, mac, reason := verify(r.key, n.Payload)
+	body, mac, reason := r.keys.open(n.Payload)
 	if reason != "" {
 		r.reject(reason)
 		return nil

@@ -97,13 +97,16 @@ func replicas(t *testing.T, n int) []*pg.DB {
 }
 
 // startReplicas runs a relay on each store, each with its own target, until the test ends, and
-// waits until every one listens.
-func startReplicas(t *testing.T, dbs []*pg.DB) ([]*relay.Relay, []*target) {
+// waits until every one listens; configure, if any, sets each relay's hooks before it runs.
+func startReplicas(t *testing.T, dbs []*pg.DB, configure ...func(i int, r *relay.Relay)) ([]*relay.Relay, []*target) {
 	t.Helper()
 	reps := make([]*relay.Relay, len(dbs))
 	tgts := make([]*target, len(dbs))
 	for i, db := range dbs {
 		reps[i], tgts[i] = relay.New(db.Pool(), testKey, nil), newTarget()
+		for _, f := range configure {
+			f(i, reps[i])
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		stop, err := reps[i].Start(ctx, tgts[i])
 		cancel()

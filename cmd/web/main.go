@@ -74,6 +74,10 @@ type config struct {
 	scripts         string
 	token           string
 	tokenFlag       bool // the token came from -token, which every user sees in ps
+	// tokenGenerated: the server made the token (neither -token nor COUNTERSIGN_TOKEN): the
+	// login line prints it, the only time anyone sees it. A token the operator set is never
+	// printed (issue 33): they know it, and stdout often ends up in a log.
+	tokenGenerated bool
 	approvalTimeout time.Duration
 	mcpConfig       string
 	// policy is the policy file (SPEC §14): read-only rules and the sessions' default mode.
@@ -271,6 +275,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	case c.token == "":
 		// Two rand.Text() are 52 base32 characters, 260 random bits (one is only 26).
 		c.token = rand.Text() + rand.Text()
+		c.tokenGenerated = true
 	default:
 		if err := checkToken(c.token); err != nil {
 			return c, err
@@ -606,7 +611,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	hs := newHTTPServer(srv.Handler(), baseCtx)
-	fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=%s\n", ln.Addr(), cfg.token)
+	if cfg.tokenGenerated {
+		fmt.Fprintf(stdout, "Countersign listening on %s\n", loginURL("http://"+ln.Addr().String(), cfg.token))
+	} else {
+		fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=…\n", ln.Addr())
+		log.Info("the owner token is the one set with -token or COUNTERSIGN_TOKEN; it is not printed")
+	}
 	if newSecret != "" {
 		fmt.Fprintf(stdout, "Webhook signing secret (Standard Webhooks; configure your receivers with it; shown this once, kept in %s): %s\n",
 			cfg.notifyKeyFile(), newSecret)
@@ -642,6 +652,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case <-shutdownCtx.Done():
 	}
 	return nil
+}
+
+// loginURL is the URL under base (http://host:port) that exchanges token for a login: /login
+// with the token query-encoded, so a token holding +, & or % logs in as typed (issue 33).
+func loginURL(base, token string) string {
+	return base + "/login?" + url.Values{"token": {token}}.Encode()
 }
 
 // background runs fn in a goroutine with a context of parent's own and returns its stop: cancel

@@ -74,10 +74,7 @@ type config struct {
 	scripts         string
 	token           string
 	tokenFlag       bool // the token came from -token, which every user sees in ps
-	// tokenGenerated: the server made the token (neither -token nor COUNTERSIGN_TOKEN): the
-	// login line prints it, the only time anyone sees it. A token the operator set is never
-	// printed (issue 33): they know it, and stdout often ends up in a log.
-	tokenGenerated bool
+	tokenGenerated  bool // the server made the token: only then does the login line print it (issue 33)
 	approvalTimeout time.Duration
 	mcpConfig       string
 	// policy is the policy file (SPEC §14): read-only rules and the sessions' default mode.

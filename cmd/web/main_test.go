@@ -398,7 +398,9 @@ func TestTheOwnerTokenIsPrintedOnlyWhenTheServerMadeIt(t *testing.T) {
 		args := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "cs.db"), "-workspace", t.TempDir()}, how.args...)
 		var mu sync.Mutex
 		out := lockedWriter{&mu, &stdout}
-		go func() { done <- run(ctx, args, func(k string) string { return how.env[k] }, out, lockedWriter{&mu, &stderr}) }()
+		go func() {
+			done <- run(ctx, args, func(k string) string { return how.env[k] }, out, lockedWriter{&mu, &stderr})
+		}()
 		testkit.Eventually(t, "the login line", func() bool {
 			mu.Lock()
 			defer mu.Unlock()

@@ -483,6 +483,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 	}
+	// The metrics' tool label is a registered tool's name, else "other" (issue 33: a name a
+	// model invents is no new series).
+	met.SetTools(func(name string) bool { _, ok := reg.Lookup(name); return ok })
 	// MCP servers' tools join the registry as <server>__<tool> (SPEC §13); a bad config file
 	// refuses to start, a server that is down does not.
 	var sources func() []web.ToolSource

@@ -9,7 +9,8 @@
 //	decision_wait_seconds             histogram  a prompt's creation to a person's decision
 //	approval_round_trip_seconds       histogram  a person's approval to the call's start
 //	tool_calls_total{tool,outcome}    counter    calls ended: ok, error, denied, blocked,
-//	                                             timed_out, cancelled, interrupted
+//	                                             timed_out, cancelled, interrupted; tool is a
+//	                                             registered tool's name, else "other" (SetTools)
 //	runs_started_total                counter    runs started (messages sent, runs resumed)
 //	runs_active                       gauge      sessions with a run (streaming, executing, parked)
 //	live_sockets                      gauge      open live WebSockets (pages and the JSON API)
@@ -57,6 +58,7 @@ type Metrics struct {
 	rereads       prometheus.Counter
 	rejected      *prometheus.CounterVec
 	activeRuns    atomic.Pointer[func() int]
+	knownTool     atomic.Pointer[func(name string) bool]
 }
 
 // New registers every series of the package doc on a registry of its own (not the global one:
@@ -158,8 +160,23 @@ func (m *Metrics) Handler() http.Handler {
 // RunStarted implements agent.Observer.
 func (m *Metrics) RunStarted() { m.runsStarted.Inc() }
 
-// ToolCall implements agent.Observer.
-func (m *Metrics) ToolCall(tool, outcome string) { m.toolCalls.WithLabelValues(tool, outcome).Inc() }
+// OtherTool is the tool label of a call whose name is not a registered tool's (a name a model
+// invented): the label's values stay as many as the tools (issue 33).
+const OtherTool = "other"
+
+// SetTools sets what tells a registered tool's name (tool.Registry.Lookup's answer) once the
+// registry exists; a call of any other name is counted as OtherTool. Until it is set, every name
+// is counted as it is.
+func (m *Metrics) SetTools(known func(name string) bool) { m.knownTool.Store(&known) }
+
+// ToolCall implements agent.Observer: a call of tool ended with outcome; tool is counted as
+// OtherTool unless it is registered (SetTools).
+func (m *Metrics) ToolCall(tool, outcome string) {
+	if known := m.knownTool.Load(); known != nil && !(*known)(tool) {
+		tool = OtherTool
+	}
+	m.toolCalls.WithLabelValues(tool, outcome).Inc()
+}
 
 // Decided implements agent.Observer.
 func (m *Metrics) Decided(wait, start time.Duration) {

@@ -81,7 +81,15 @@ type Target interface {
 //     never an event. Deltas and progress go as notifications only (q 0), best effort.
 //   - Control: Stop of a run another replica drives, "the rules changed", and the topics other
 //     packages Send and Subscribe to (a topic and a key, e.g. the web layer's "close the
-//     sockets under this key"), which the relay carries without knowing what they mean.
+//     sockets under this key"), which the relay carries without knowing what they mean. A
+//     control message is a pointer, never an order (issue 33): a Stop names its stored request
+//     (relay_stops), whose row says the session and who; "the rules changed" makes the runner
+//     read the stored rules; a topic's subscriber checks its key against the store.
+//
+// Only the replicas speak on the channel (auth.go): every notification is sealed and
+// authenticated under keys derived from the shared key, and one that is not, is stale or was
+// heard before is dropped and counted (OnReject). The rows of session_events are not: a role that
+// may write the replicas' tables is inside the trust boundary (it could decide approvals too).
 //
 // Create it with New, pass it as agent.Config.Replicas, then Run it with the runner's Replica.
 type Relay struct {
@@ -392,7 +400,8 @@ func (r *Relay) Send(topic, key string) {
 
 // Subscribe adds f to what is told the key of every message another replica Sends on topic (the
 // web layer: close the live sockets under that key). It may be called while Run runs; f runs on
-// the listener's goroutine, so it must not block.
+// the listener's goroutine, so it must not block. f hears only authenticated messages, but the
+// key is a pointer: f acts only as far as the store agrees (the link is revoked, the login ended).
 func (r *Relay) Subscribe(topic string, f func(key string)) {
 	r.subMu.Lock()
 	r.subscribers[topic] = append(r.subscribers[topic], f)

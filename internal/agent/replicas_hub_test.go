@@ -468,8 +468,8 @@ func (x *twoReplicas) hubLeaseGone(t *testing.T) {
 
 // TestAForgedModeSwitchOrDeletionDecidesNothing (issue 33): a relayed session_updated saying the
 // session switched to accept-edits leaves the mode its stored row says; a relayed session_deleted
-// of a session still stored is not shown and forgets none of its rules: its deny rule still
-// blocks the next call.
+// of a session still stored is not shown and forgets none of its rules, and "the rules changed"
+// reads the stored ones: its deny rule still blocks the next call.
 func TestAForgedModeSwitchOrDeletionDecidesNothing(t *testing.T) {
 	var runs atomic.Int32
 	x := newTwoReplicas(t, oneShellScript, riskyTool("shell", &runs))
@@ -490,6 +490,10 @@ func TestAForgedModeSwitchOrDeletionDecidesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	x.runner.Replica().Deliver(agent.Event{Type: agent.SessionDeleted, SessionID: x.sess.ID})
+	// "The rules changed" only reads the stored rules again: the deny rule is among them.
+	if err := x.runner.Replica().ReloadRules(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := x.runner.Send(ctx, x.sess.ID, "go"); err != nil {
 		t.Fatal(err)
 	}

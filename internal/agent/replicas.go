@@ -277,6 +277,14 @@ func (p *Replica) gone(sessionID string) bool {
 	return apperr.CodeOf(err) == apperr.NotFound
 }
 
+// Drives reports whether this replica drives sessionID's run (relay.Target): another replica's
+// Stop of it is this one's to act on.
+func (p *Replica) Drives(sessionID string) bool {
+	p.r.mu.Lock()
+	defer p.r.mu.Unlock()
+	return p.r.runs[sessionID] != nil
+}
+
 // StopRun stops sessionID's run if this replica drives it: another replica's Stop (Replicas.Stop).
 func (p *Replica) StopRun(sessionID, who string) {
 	r := p.r

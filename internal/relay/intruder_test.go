@@ -13,6 +13,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/relay"
 	"countersign/internal/store/pg"
+	"countersign/internal/testkit"
 )
 
 // intruder is a connection as a role that may only connect to the test's database (LOGIN, no
@@ -200,6 +201,10 @@ func TestAStopNobodyStoredStopsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	listener := adminConn(t, dbs[0].URL())
+	if _, err := listener.Exec(ctx, `LISTEN `+relay.Channel); err != nil {
+		t.Fatal(err)
+	}
 	reps[0].Stop(s.ID, "alice")
 	tgts[1].await(t, "the real Stop", func(tg *target) bool { return len(tg.stops) > 0 })
 	tgts[1].mu.Lock()
@@ -210,5 +215,29 @@ func TestAStopNobodyStoredStopsNothing(t *testing.T) {
 	}
 	if got := rej.get(relay.RejectNotStored); got != 2 {
 		t.Fatalf("not_stored = %d, want 2", got)
+	}
+
+	// The real Stop, heard and sent again to a replica that started since (it remembers no MAC):
+	// the replica that acted on it consumed its stored request, so it stops nothing.
+	var stop string
+	for stop == "" {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := listener.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("never heard the real Stop: %v", err)
+		}
+		stop = n.Payload // the garbage went before it was listening; the Stop is the first
+	}
+	fresh := &rejections{n: map[string]int{}}
+	_, late := startReplicas(t, replicasOn(t, dbs[0].URL(), 1), func(_ int, r *relay.Relay) { r.OnReject = fresh.add })
+	if _, err := admin.Exec(ctx, `SELECT pg_notify($1, $2)`, relay.Channel, stop); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the fresh replica to refuse the replayed Stop", func() bool { return fresh.get(relay.RejectNotStored) == 1 })
+	late[0].mu.Lock()
+	defer late[0].mu.Unlock()
+	if len(late[0].stops) != 0 {
+		t.Fatalf("a replayed Stop stopped %v", late[0].stops)
 	}
 }

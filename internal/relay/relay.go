@@ -58,6 +58,8 @@ const (
 type Target interface {
 	// Deliver publishes another replica's event here, in its session's order.
 	Deliver(ev agent.Event)
+	// Drives reports whether this replica drives the session's run (a Stop is for it).
+	Drives(sessionID string) bool
 	// StopRun stops the session's run if this replica drives it.
 	StopRun(sessionID, who string)
 	// ReloadRules reads the stored rules again.
@@ -670,13 +672,15 @@ func (r *Relay) HandleNotification(ctx context.Context, n *pgconn.Notification, 
 	own := m.Origin == r.id
 	switch {
 	case m.Kind == kindStop:
-		if own || r.target == nil {
+		if own || r.target == nil || !r.target.Drives(m.Session) {
 			return nil
 		}
-		// The stored request, not the notification, says which session and who.
+		// The stored request, not the notification, says which session and who. The replica
+		// driving the run consumes it: heard again (after a restart emptied seen), it is gone.
 		var session, by string
-		err := conn.QueryRow(ctx, `SELECT session_id, by_name FROM relay_stops
-			WHERE id = $1 AND created_at > now() - make_interval(secs => $2)`, m.Stop, maxAge.Seconds()).Scan(&session, &by)
+		err := conn.QueryRow(ctx, `DELETE FROM relay_stops
+			WHERE id = $1 AND created_at > now() - make_interval(secs => $2) RETURNING session_id, by_name`,
+			m.Stop, maxAge.Seconds()).Scan(&session, &by)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) || (err == nil && session != m.Session):
 			r.reject(RejectNotStored)

@@ -35,6 +35,9 @@ func (t *target) Deliver(ev agent.Event) {
 	t.poke()
 }
 
+// Drives: the test's targets drive every session (a Stop is theirs to act on).
+func (t *target) Drives(string) bool { return true }
+
 func (t *target) StopRun(sessionID, who string) {
 	t.mu.Lock()
 	t.stops = append(t.stops, sessionID+" by "+who)
@@ -83,7 +86,13 @@ func (t *target) await(tb testing.TB, what string, cond func(t *target) bool) {
 // team service would; they are closed when t ends.
 func replicas(t *testing.T, n int) []*pg.DB {
 	t.Helper()
-	url := pgtest.Database(t)
+	return replicasOn(t, pgtest.Database(t), n)
+}
+
+// replicasOn opens n stores on the database at url, each with its own pool; they are closed
+// when t ends.
+func replicasOn(t *testing.T, url string, n int) []*pg.DB {
+	t.Helper()
 	dbs := make([]*pg.DB, n)
 	for i := range dbs {
 		db, err := pg.Open(context.Background(), url)

@@ -120,6 +120,9 @@ type Relay struct {
 	// sealed and authenticated under them (auth.go).
 	keys keys
 	seen seenMACs
+	// rejectLogged is when each reason of rejection was last logged (reject).
+	rejectMu     sync.Mutex
+	rejectLogged map[string]time.Time
 
 	target Target
 
@@ -774,10 +777,24 @@ func (r *Relay) readEvents(ctx context.Context, q querier, query string, args ..
 	return delivered, err
 }
 
-// reject counts a dropped notification (OnReject).
+// reject counts a dropped notification (OnReject) and logs it, once a minute per reason at most
+// (a role flooding the channel fills no log).
 func (r *Relay) reject(reason string) {
 	if r.OnReject != nil {
 		r.OnReject(reason)
+	}
+	now := time.Now()
+	r.rejectMu.Lock()
+	if r.rejectLogged == nil {
+		r.rejectLogged = map[string]time.Time{}
+	}
+	log := now.Sub(r.rejectLogged[reason]) >= time.Minute
+	if log {
+		r.rejectLogged[reason] = now
+	}
+	r.rejectMu.Unlock()
+	if log {
+		r.log.Warn("replica events: a notification that is not an authentic, new replica message was dropped (countersign_relay_rejected_total counts them all)", "reason", reason)
 	}
 }
 

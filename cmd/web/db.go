@@ -50,14 +50,16 @@ type replicaLink interface {
 }
 
 // replicaLinkOf is db's link to the other replicas: over the PostgreSQL store's pool, a relay
-// whose notification lag, re-reads and writes met counts (leases decide who drives each
-// session's run); for a SQLite file, which has one server, the relay that does nothing.
-func replicaLinkOf(db store.Backend, log *slog.Logger, met *metrics.Metrics) replicaLink {
+// signing and checking its notifications under a key derived from key (the share-link key file's,
+// which every replica has the same of), whose notification lag, re-reads, writes and rejected
+// notifications met counts (leases decide who drives each session's run); for a SQLite file,
+// which has one server, the relay that does nothing.
+func replicaLinkOf(db store.Backend, key []byte, log *slog.Logger, met *metrics.Metrics) replicaLink {
 	p, ok := db.(*pg.DB)
 	if !ok {
 		return &relay.Single{}
 	}
-	rel := relay.New(p.Pool(), log.With("component", "replicas"))
-	rel.OnLag, rel.OnReread, rel.OnCommit = met.ReplicaLag, met.Reread, met.Commit
+	rel := relay.New(p.Pool(), key, log.With("component", "replicas"))
+	rel.OnLag, rel.OnReread, rel.OnCommit, rel.OnReject = met.ReplicaLag, met.Reread, met.Commit, met.RelayRejected
 	return rel
 }

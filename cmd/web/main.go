@@ -74,6 +74,7 @@ type config struct {
 	scripts         string
 	token           string
 	tokenFlag       bool // the token came from -token, which every user sees in ps
+	tokenGenerated  bool // the server made the token: only then does the login line print it (issue 33)
 	approvalTimeout time.Duration
 	mcpConfig       string
 	// policy is the policy file (SPEC §14): read-only rules and the sessions' default mode.
@@ -271,6 +272,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	case c.token == "":
 		// Two rand.Text() are 52 base32 characters, 260 random bits (one is only 26).
 		c.token = rand.Text() + rand.Text()
+		c.tokenGenerated = true
 	default:
 		if err := checkToken(c.token); err != nil {
 			return c, err
@@ -453,13 +455,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	db.SetOnCommit(met.Commit)
 	// The other servers sharing the database (SPEC §16), if any: one link, the relay that does
 	// nothing for a SQLite file.
-	link := replicaLinkOf(db, log, met)
 	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7);
-	// the replicas of one PostgreSQL database must all have the same file (SPEC §16).
+	// the replicas of one PostgreSQL database must all have the same file (SPEC §16), and their
+	// relay signs every notification under a key derived from it (issue 33).
 	key, err := share.LoadKey(cfg.shareKeyFile())
 	if err != nil {
 		return err
 	}
+	link := replicaLinkOf(db, key, log, met)
 	if err := link.CheckKey(ctx, "share", share.Fingerprint(key), cfg.shareKeyFile()); err != nil {
 		return err
 	}
@@ -480,6 +483,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 	}
+	// The metrics' tool label is a registered tool's name, else "other" (issue 33: a name a
+	// model invents is no new series).
+	met.SetTools(func(name string) bool { _, ok := reg.Lookup(name); return ok })
 	// MCP servers' tools join the registry as <server>__<tool> (SPEC §13); a bad config file
 	// refuses to start, a server that is down does not.
 	var sources func() []web.ToolSource
@@ -605,7 +611,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	hs := newHTTPServer(srv.Handler(), baseCtx)
-	fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=%s\n", ln.Addr(), cfg.token)
+	if cfg.tokenGenerated {
+		fmt.Fprintf(stdout, "Countersign listening on %s\n", loginURL("http://"+ln.Addr().String(), cfg.token))
+	} else {
+		fmt.Fprintf(stdout, "Countersign listening on http://%s/login?token=…\n", ln.Addr())
+		log.Info("the owner token is the one set with -token or COUNTERSIGN_TOKEN; it is not printed")
+	}
 	if newSecret != "" {
 		fmt.Fprintf(stdout, "Webhook signing secret (Standard Webhooks; configure your receivers with it; shown this once, kept in %s): %s\n",
 			cfg.notifyKeyFile(), newSecret)
@@ -641,6 +652,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case <-shutdownCtx.Done():
 	}
 	return nil
+}
+
+// loginURL is the URL under base (http://host:port) that exchanges token for a login: /login
+// with the token query-encoded, so a token holding +, & or % logs in as typed (issue 33).
+func loginURL(base, token string) string {
+	return base + "/login?" + url.Values{"token": {token}}.Encode()
 }
 
 // background runs fn in a goroutine with a context of parent's own and returns its stop: cancel

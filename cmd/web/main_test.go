@@ -2,18 +2,23 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"countersign/internal/testkit"
 )
 
 // server starts run() on a free port and returns the login URL it printed.
@@ -60,8 +65,8 @@ func TestLoginLineHealthzAndOwnerOnly(t *testing.T) {
 	const s3cret = "s3cret-owner-token-s3cret-s3cret-x"
 	login := startServer(t, []string{"-token", s3cret}, nil)
 	base := strings.SplitN(login, "/login", 2)[0]
-	if !strings.HasSuffix(login, "/login?token="+s3cret) {
-		t.Fatalf("login URL %s does not carry the -token", login)
+	if strings.Contains(login, s3cret) || !strings.HasSuffix(login, "/login?token=…") {
+		t.Fatalf("login line %s: want the -token's place, not the token (the operator set it)", login)
 	}
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
@@ -131,12 +136,9 @@ func TestScriptsFolderAppearsInNewSessionForm(t *testing.T) {
 	}
 	// Set by environment variable; the flag would win.
 	login := startServer(t, nil, map[string]string{"COUNTERSIGN_SCRIPTS": dir, "COUNTERSIGN_TOKEN": "envtoken-from-the-environment-0123"})
-	if !strings.HasSuffix(login, "token=envtoken-from-the-environment-0123") {
-		t.Fatalf("COUNTERSIGN_TOKEN ignored: %s", login)
-	}
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar}
-	res, err := c.Get(login)
+	res, err := c.Get(loginURL(strings.SplitN(login, "/login", 2)[0], "envtoken-from-the-environment-0123"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,4 +370,82 @@ func TestFixtureToolsIsABooleanFlag(t *testing.T) {
 			t.Errorf("err = %v, want a refusal naming the variable", err)
 		}
 	})
+}
+
+// TestTheOwnerTokenIsPrintedOnlyWhenTheServerMadeIt (issue 33): a token the server generated is
+// printed in the login line, once, and that URL logs in; a token set with COUNTERSIGN_TOKEN or
+// -token is in no line of stdout or stderr.
+func TestTheOwnerTokenIsPrintedOnlyWhenTheServerMadeIt(t *testing.T) {
+	login := startServer(t, nil, nil)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := noRedirect.Get(login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || strings.HasSuffix(login, "…") {
+		t.Fatalf("the generated token's login URL %s = %d, want 303", login, res.StatusCode)
+	}
+
+	const set = "operator+set/token=with&odd%chars-0123"
+	for _, how := range []struct {
+		args []string
+		env  map[string]string
+	}{{nil, map[string]string{"COUNTERSIGN_TOKEN": set}}, {[]string{"-token", set}, nil}} {
+		var stdout, stderr bytes.Buffer
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		args := append([]string{"-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "cs.db"), "-workspace", t.TempDir()}, how.args...)
+		var mu sync.Mutex
+		out := lockedWriter{&mu, &stdout}
+		go func() {
+			done <- run(ctx, args, func(k string) string { return how.env[k] }, out, lockedWriter{&mu, &stderr})
+		}()
+		testkit.Eventually(t, "the login line", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return strings.Contains(stdout.String(), "listening on")
+		})
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if all := stdout.String() + stderr.String(); strings.Contains(all, set) || strings.Contains(all, url.QueryEscape(set)) {
+			t.Fatalf("a token set by the operator (%v %v) was printed:\n%s", how.args, how.env, all)
+		}
+	}
+}
+
+// lockedWriter is an io.Writer under a lock, for a buffer the server writes while a test reads.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestALoginURLEncodesItsToken (issue 33): a token with +, /, =, & and % logs in through the URL
+// loginURL makes of it (a + sent as it is would read as a space and answer 401).
+func TestALoginURLEncodesItsToken(t *testing.T) {
+	const odd = "a+b/c=d&e%f-owner-token-0123456789"
+	login := startServer(t, nil, map[string]string{"COUNTERSIGN_TOKEN": odd})
+	base := strings.SplitN(login, "/login", 2)[0]
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, c := range []struct {
+		url  string
+		want int
+	}{{loginURL(base, odd), http.StatusSeeOther}, {base + "/login?token=" + odd, http.StatusUnauthorized}} {
+		res, err := noRedirect.Get(c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != c.want {
+			t.Errorf("GET %s = %d, want %d", c.url, res.StatusCode, c.want)
+		}
+	}
 }

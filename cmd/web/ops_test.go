@@ -41,7 +41,7 @@ func TestJSONLogsHaveAnAccessLogWithoutTokens(t *testing.T) {
 		res.Body.Close()
 		return res
 	}
-	if res := get(owner, login); res.StatusCode != 200 {
+	if res := get(owner, loginURL(base, s3cret)); res.StatusCode != 200 { // a token set with -token is not printed
 		t.Fatalf("login = %d", res.StatusCode)
 	}
 	// A session and a share link on it, opened as a reviewer would.

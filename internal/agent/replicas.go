@@ -204,19 +204,55 @@ func (m *remoteRuns) get(sessionID string) *liveState {
 // replica's viewers, into the live state a reloaded page reads, and — for an approval a person
 // decided there — to the call waiting for it here, which the approval's stored row wakes (the
 // event only says where to look). Called by the Replicas implementation, in each session's event
-// order; it does not block on the store.
+// order.
+//
+// What decides or shows a decision is read back from the store, never taken from the event
+// (issue 33, SPEC §16 "Trust between replicas"; the relay authenticates events, this is the
+// second fence): a session switched to another mode keeps the mode its stored row says; a
+// deleted session is forgotten (its rules, its mode) only once its row is gone; an approval is
+// shown as its stored row says. Those few events cost a read of the store (up to
+// deliverReadTimeout); an event whose row cannot be read is not shown.
 func (p *Replica) Deliver(ev Event) {
 	r := p.r
-	r.remote.apply(ev)
-	switch ev.Type {
-	case SessionDeleted:
+	switch {
+	case ev.Type == SessionDeleted:
+		if !p.gone(ev.SessionID) {
+			r.log.Warn("a relayed deletion of a session that is still stored: ignored", "session", ev.SessionID)
+			return
+		}
 		r.rules.ForgetSession(ev.SessionID)
 		r.modes.Delete(ev.SessionID)
-	case SessionUpdated:
-		if ev.Session != nil && ev.Session.Mode != "" {
-			r.modes.Store(ev.SessionID, ev.Session.Mode)
+	case ev.Type == SessionUpdated:
+		ctx, cancel := context.WithTimeout(context.Background(), deliverReadTimeout)
+		s, err := r.cfg.Store.Session(ctx, ev.SessionID)
+		cancel()
+		if err != nil {
+			r.log.Warn("a relayed session update: its session could not be read", "session", ev.SessionID, "err", err)
+			return
+		}
+		if s.Mode != "" {
+			r.modes.Store(ev.SessionID, s.Mode)
+		}
+		ev.Session = &s
+	case ev.Type.IsApproval() && ev.Approval != nil:
+		ctx, cancel := context.WithTimeout(context.Background(), deliverReadTimeout)
+		a, err := r.cfg.Store.Approval(ctx, ev.Approval.ID)
+		cancel()
+		if err != nil || a.SessionID != ev.SessionID {
+			r.log.Warn("a relayed approval event: its approval could not be read", "approval", ev.Approval.ID, "err", err)
+			return
+		}
+		ev.Approval = &a
+		switch {
+		case a.Status != gate.Pending:
+			ev.Type = ApprovalResolved
+		case len(a.Votes) > 0:
+			ev.Type = ApprovalUpdated
+		default:
+			ev.Type = ApprovalRequested
 		}
 	}
+	r.remote.apply(ev)
 	r.cfg.Broker.Publish(ev)
 	if ev.Type.IsApproval() && ev.Approval != nil && ev.Approval.Status != gate.Pending && r.gate.Waiting(ev.Approval.ID) {
 		id := ev.Approval.ID
@@ -226,6 +262,27 @@ func (p *Replica) Deliver(ev Event) {
 			}
 		}()
 	}
+}
+
+// deliverReadTimeout bounds the store read a relayed event that shows or decides something costs
+// (Deliver).
+const deliverReadTimeout = 5 * time.Second
+
+// gone reports whether sessionID's row is no longer stored (a read that fails otherwise: not
+// gone).
+func (p *Replica) gone(sessionID string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), deliverReadTimeout)
+	defer cancel()
+	_, err := p.r.cfg.Store.Session(ctx, sessionID)
+	return apperr.CodeOf(err) == apperr.NotFound
+}
+
+// Drives reports whether this replica drives sessionID's run (relay.Target): another replica's
+// Stop of it is this one's to act on.
+func (p *Replica) Drives(sessionID string) bool {
+	p.r.mu.Lock()
+	defer p.r.mu.Unlock()
+	return p.r.runs[sessionID] != nil
 }
 
 // StopRun stops sessionID's run if this replica drives it: another replica's Stop (Replicas.Stop).

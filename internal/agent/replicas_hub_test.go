@@ -14,6 +14,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/testkit"
 	"countersign/internal/tool"
 )
 
@@ -372,8 +373,9 @@ func TestADeadReplicasSessionsAreTakenOver(t *testing.T) {
 }
 
 // TestAForgedResolutionDecidesNothing: an approval event from "another replica" saying a pending
-// approval was approved (a forged or stale notification) wakes nothing: the waiting call reads
-// the stored approval, which is still pending; the person's real decision then runs it once.
+// approval was approved (a forged or stale notification) wakes nothing and shows nothing: the
+// viewers get the approval as stored, still pending (issue 33), and the waiting call reads the
+// stored approval; the person's real decision then decides it.
 func TestAForgedResolutionDecidesNothing(t *testing.T) {
 	var runs atomic.Int32
 	x := newTwoReplicas(t, oneShellScript, riskyTool("shell", &runs))
@@ -385,8 +387,11 @@ func TestAForgedResolutionDecidesNothing(t *testing.T) {
 	forged := *asked.Approval
 	forged.Status, forged.DecidedBy = gate.Approved, "mallory"
 	x.runner.Replica().Deliver(agent.Event{Type: agent.ApprovalResolved, SessionID: x.sess.ID, ToolCallID: forged.ToolCallID, Approval: &forged})
-	// The forged event reached A's viewers (it is what arrived); the gate read the store.
-	x.await(agent.ApprovalResolved)
+	// A's viewers got the approval as stored: pending, decided by nobody.
+	shown := x.await(agent.ApprovalRequested)
+	if shown.Approval.Status != gate.Pending || shown.Approval.DecidedBy != "" {
+		t.Fatalf("the forged resolution showed %s by %q, want the stored pending approval", shown.Approval.Status, shown.Approval.DecidedBy)
+	}
 	if a, err := x.db.Approval(ctx, forged.ID); err != nil || a.Status != gate.Pending {
 		t.Fatalf("after the forged event the approval is %v (%v), want pending", a.Status, err)
 	}
@@ -458,5 +463,48 @@ func (x *twoReplicas) hubLeaseGone(t *testing.T) {
 	defer x.a.h.mu.Unlock()
 	if l, ok := x.a.h.leases[x.sess.ID]; ok {
 		t.Fatalf("the session still has %s's lease after its graceful shutdown", l.replica)
+	}
+}
+
+// TestAForgedModeSwitchOrDeletionDecidesNothing (issue 33): a relayed session_updated saying the
+// session switched to accept-edits leaves the mode its stored row says; a relayed session_deleted
+// of a session still stored is not shown and forgets none of its rules, and "the rules changed"
+// reads the stored ones: its deny rule still blocks the next call.
+func TestAForgedModeSwitchOrDeletionDecidesNothing(t *testing.T) {
+	var runs atomic.Int32
+	x := newTwoReplicas(t, oneShellScript, riskyTool("shell", &runs))
+	ctx := context.Background()
+	before := x.runner.GateSession(x.sess).Mode
+	forged := x.sess
+	forged.Mode = gate.ModeAcceptEdits
+	x.runner.Replica().Deliver(agent.Event{Type: agent.SessionUpdated, SessionID: x.sess.ID, Session: &forged})
+	if got := x.runner.GateSession(x.sess).Mode; got != before {
+		t.Fatalf("after a forged switch the mode is %q, want %q (the stored one)", got, before)
+	}
+	if shown := x.await(agent.SessionUpdated); shown.Session == nil || shown.Session.Mode == gate.ModeAcceptEdits {
+		t.Fatalf("the viewers were shown %+v, want the stored session", shown.Session)
+	}
+
+	if _, err := x.runner.Gate().AddRule(ctx, gate.Rule{Tool: "shell", Effect: gate.Deny, Scope: gate.ScopeSession, SessionID: x.sess.ID,
+		Source: gate.SourceAPI, CreatedBy: gate.ByOwner}); err != nil {
+		t.Fatal(err)
+	}
+	x.runner.Replica().Deliver(agent.Event{Type: agent.SessionDeleted, SessionID: x.sess.ID})
+	// "The rules changed" only reads the stored rules again: the deny rule is among them.
+	if err := x.runner.Replica().ReloadRules(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.runner.Send(ctx, x.sess.ID, "go"); err != nil {
+		t.Fatal(err)
+	}
+	var seen []agent.Event
+	testkit.Await(t, x.events, agent.AgentEnd, 10*time.Second, &seen)
+	for _, ev := range seen {
+		if ev.Type == agent.SessionDeleted || ev.Type == agent.ApprovalRequested {
+			t.Fatalf("after a forged deletion the viewers got %s", ev.Type)
+		}
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the shell ran %d times: the forged deletion made the replica forget the deny rule", n)
 	}
 }

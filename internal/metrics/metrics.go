@@ -9,7 +9,8 @@
 //	decision_wait_seconds             histogram  a prompt's creation to a person's decision
 //	approval_round_trip_seconds       histogram  a person's approval to the call's start
 //	tool_calls_total{tool,outcome}    counter    calls ended: ok, error, denied, blocked,
-//	                                             timed_out, cancelled, interrupted
+//	                                             timed_out, cancelled, interrupted; tool is a
+//	                                             registered tool's name, else "other" (SetTools)
 //	runs_started_total                counter    runs started (messages sent, runs resumed)
 //	runs_active                       gauge      sessions with a run (streaming, executing, parked)
 //	live_sockets                      gauge      open live WebSockets (pages and the JSON API)
@@ -19,6 +20,9 @@
 //	                                             notification's arrival on another (PostgreSQL)
 //	replica_event_rereads_total       counter    reads of stored events that a lost
 //	                                             notification or a LISTEN reconnect cost
+//	relay_rejected_total{reason}      counter    notifications on the replicas' channel dropped
+//	                                             unheard: unsigned, bad_mac, stale, replay,
+//	                                             malformed, not_stored (issue 33)
 //
 // Plus the Go runtime's and the process's collectors (go_*, process_*).
 package metrics
@@ -52,7 +56,9 @@ type Metrics struct {
 	commitWrites  prometheus.Histogram
 	replicaLag    prometheus.Histogram
 	rereads       prometheus.Counter
+	rejected      *prometheus.CounterVec
 	activeRuns    atomic.Pointer[func() int]
+	knownTool     atomic.Pointer[func(name string) bool]
 }
 
 // New registers every series of the package doc on a registry of its own (not the global one:
@@ -90,11 +96,15 @@ func New(src Sources) *Metrics {
 		Name: "countersign_replica_event_rereads_total",
 		Help: "Reads of stored events that a lost notification, a large event or a LISTEN reconnect cost (PostgreSQL replicas).",
 	})
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "countersign_relay_rejected_total",
+		Help: "Notifications on the replicas' channel dropped unheard, by reason: unsigned, bad_mac, stale, replay, malformed, not_stored (PostgreSQL replicas).",
+	}, []string{"reason"})
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	m.reg.MustRegister(m.decisionWait, m.roundTrip, m.toolCalls, m.runsStarted, m.commitSeconds, m.commitWrites,
-		m.replicaLag, m.rereads,
+		m.replicaLag, m.rereads, m.rejected,
 		gauge("countersign_pending_approvals", "Approvals waiting for a person, in every session.", func() float64 {
 			if src.PendingApprovals == nil {
 				return 0
@@ -134,6 +144,10 @@ func (m *Metrics) ReplicaLag(d time.Duration) { m.replicaLag.Observe(d.Seconds()
 // Reread counts one read of stored events a replica needed (relay.Relay.OnReread).
 func (m *Metrics) Reread(int) { m.rereads.Inc() }
 
+// RelayRejected counts one notification the relay dropped unheard, by reason (relay.Relay.OnReject:
+// one of relay's Reject* constants, a bounded set).
+func (m *Metrics) RelayRejected(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+
 // SetActiveRuns sets the source of runs_active once the runner exists (it takes the Metrics as
 // its Observer, so it is made after them). Call it before serving.
 func (m *Metrics) SetActiveRuns(f func() int) { m.activeRuns.Store(&f) }
@@ -146,8 +160,23 @@ func (m *Metrics) Handler() http.Handler {
 // RunStarted implements agent.Observer.
 func (m *Metrics) RunStarted() { m.runsStarted.Inc() }
 
-// ToolCall implements agent.Observer.
-func (m *Metrics) ToolCall(tool, outcome string) { m.toolCalls.WithLabelValues(tool, outcome).Inc() }
+// OtherTool is the tool label of a call whose name is not a registered tool's (a name a model
+// invented): the label's values stay as many as the tools (issue 33).
+const OtherTool = "other"
+
+// SetTools sets what tells a registered tool's name (tool.Registry.Lookup's answer) once the
+// registry exists; a call of any other name is counted as OtherTool. Until it is set, every name
+// is counted as it is.
+func (m *Metrics) SetTools(known func(name string) bool) { m.knownTool.Store(&known) }
+
+// ToolCall implements agent.Observer: a call of tool ended with outcome; tool is counted as
+// OtherTool unless it is registered (SetTools).
+func (m *Metrics) ToolCall(tool, outcome string) {
+	if known := m.knownTool.Load(); known != nil && !(*known)(tool) {
+		tool = OtherTool
+	}
+	m.toolCalls.WithLabelValues(tool, outcome).Inc()
+}
 
 // Decided implements agent.Observer.
 func (m *Metrics) Decided(wait, start time.Duration) {

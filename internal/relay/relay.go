@@ -15,10 +15,8 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,9 +46,6 @@ const (
 	// EventRetention is how long a published event's row stays for replicas that missed its
 	// notification; older rows are deleted every minute.
 	EventRetention = 15 * time.Minute
-	// maxNotifyBody is the largest event sent whole in its notification (PostgreSQL's payload
-	// limit is 8,000 bytes); a larger one is read from its row.
-	maxNotifyBody = 7000
 	// ListenApplicationName is the LISTEN connection's application_name (pg_stat_activity).
 	ListenApplicationName = "countersign-listen"
 	// maxQueue bounds the events waiting for the writer (a database away for long): past it,
@@ -63,6 +58,8 @@ const (
 type Target interface {
 	// Deliver publishes another replica's event here, in its session's order.
 	Deliver(ev agent.Event)
+	// Drives reports whether this replica drives the session's run (a Stop is for it).
+	Drives(sessionID string) bool
 	// StopRun stops the session's run if this replica drives it.
 	StopRun(sessionID, who string)
 	// ReloadRules reads the stored rules again.
@@ -76,7 +73,9 @@ type Target interface {
 //   - Events: every event a replica publishes, except text deltas and progress, is stored in
 //     session_events with the next number of its session's sequence, in a transaction whose
 //     commit sends NOTIFY countersign with {o: replica, s: session, q: seq, t: published at
-//     (Unix ns), e: the event, when it fits}. Each replica LISTENs on a connection of its own
+//     (Unix ns), w: signed at (Unix ms), e: the event, when it fits}, sealed and authenticated
+//     under keys derived from the shared key (auth.go: a role that may LISTEN reads none of it,
+//     one that may NOTIFY is not heard). Each replica LISTENs on a connection of its own
 //     (github.com/jackc/pgxlisten, which reconnects) and delivers the others' events in order;
 //     a gap in a session's numbers, an event too large for its notification, or a reconnect
 //     (the rows after the last number delivered, and every row stored since the previous
@@ -84,7 +83,15 @@ type Target interface {
 //     never an event. Deltas and progress go as notifications only (q 0), best effort.
 //   - Control: Stop of a run another replica drives, "the rules changed", and the topics other
 //     packages Send and Subscribe to (a topic and a key, e.g. the web layer's "close the
-//     sockets under this key"), which the relay carries without knowing what they mean.
+//     sockets under this key"), which the relay carries without knowing what they mean. A
+//     control message is a pointer, never an order (issue 33): a Stop names its stored request
+//     (relay_stops), whose row says the session and who; "the rules changed" makes the runner
+//     read the stored rules; a topic's subscriber checks its key against the store.
+//
+// Only the replicas speak on the channel (auth.go): every notification is sealed and
+// authenticated under keys derived from the shared key, and one that is not, is stale or was
+// heard before is dropped and counted (OnReject). The rows of session_events are not: a role that
+// may write the replicas' tables is inside the trust boundary (it could decide approvals too).
 //
 // Create it with New, pass it as agent.Config.Replicas, then Run it with the runner's Replica.
 type Relay struct {
@@ -105,6 +112,17 @@ type Relay struct {
 	// statement, or its transaction from BEGIN to COMMIT) and how many writes it held (always
 	// 1), as the store's own writes are (pg.DB.OnCommit): SPEC §16's store commit latency.
 	OnCommit func(d time.Duration, writes int)
+	// OnReject, when set before Run, is told of every notification dropped unheard (issue 33,
+	// SPEC §16 "Trust between replicas"), with its reason: one of the Reject* constants.
+	OnReject func(reason string)
+
+	// keys are the relay's (deriveKeys of the shared key file's): every notification is
+	// sealed and authenticated under them (auth.go).
+	keys keys
+	seen seenMACs
+	// rejectLogged is when each reason of rejection was last logged (reject).
+	rejectMu     sync.Mutex
+	rejectLogged map[string]time.Time
 
 	target Target
 
@@ -131,7 +149,7 @@ type Relay struct {
 type outgoing struct {
 	ev        agent.Event
 	at        time.Time
-	payload   string // a control message's whole notification
+	control   *message // a control message (signed when sent)
 	sequenced bool
 }
 
@@ -143,7 +161,9 @@ type message struct {
 	At      int64           `json:"t,omitempty"`
 	Event   json.RawMessage `json:"e,omitempty"`
 	Kind    string          `json:"k,omitempty"`  // kindStop, kindRules or a topic for a control message
-	By      string          `json:"by,omitempty"` // who stops; a topic's key
+	By      string          `json:"by,omitempty"` // who stops (its stored row says it); a topic's key
+	Signed  int64           `json:"w"`            // when the sender signed it (Unix ms): auth.go
+	Stop    string          `json:"i,omitempty"`  // a Stop's request id (table relay_stops)
 }
 
 // The relay's own kinds of control message; any other kind is a topic (Send, Subscribe).
@@ -152,13 +172,16 @@ const (
 	kindRules = "rules"
 )
 
-// New returns a relay over pool (the store's: pg.DB.Pool) with a new random replica id; logger
-// nil logs to slog.Default.
-func New(pool *pgxpool.Pool, logger *slog.Logger) *Relay {
+// New returns a relay over pool (the store's: pg.DB.Pool) with a new random replica id. key is
+// the key every replica shares (the share-link key file's, share.LoadKey: CheckKey makes sure
+// the replicas' files are the same); the relay signs and checks every notification under a key
+// derived from it, so a relay given another key hears none of the others'. logger nil logs to
+// slog.Default.
+func New(pool *pgxpool.Pool, key []byte, logger *slog.Logger) *Relay {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Relay{pool: pool, id: strings.ToLower(rand.Text()[:12]), log: logger, TTL: LeaseTTL,
+	return &Relay{pool: pool, keys: deriveKeys(key), id: strings.ToLower(rand.Text()[:12]), log: logger, TTL: LeaseTTL,
 		wake: make(chan struct{}, 1), last: map[string]int64{}, listening: make(chan struct{}),
 		subscribers: map[string][]func(string){}}
 }
@@ -359,9 +382,11 @@ func (r *Relay) Publish(ev agent.Event) {
 	}
 }
 
-// Stop asks the replica driving sessionID's run to stop it (agent.Replicas).
+// Stop asks the replica driving sessionID's run to stop it (agent.Replicas): the request is
+// stored (table relay_stops, with who asked) and its id notified in the same transaction; the
+// receiver acts on the stored row only.
 func (r *Relay) Stop(sessionID, who string) {
-	r.control(message{Kind: kindStop, Session: sessionID, By: who})
+	r.control(message{Kind: kindStop, Session: sessionID, By: who, Stop: strings.ToLower(rand.Text())})
 }
 
 // RulesChanged tells the other replicas to read the rules again (agent.Replicas).
@@ -380,7 +405,8 @@ func (r *Relay) Send(topic, key string) {
 
 // Subscribe adds f to what is told the key of every message another replica Sends on topic (the
 // web layer: close the live sockets under that key). It may be called while Run runs; f runs on
-// the listener's goroutine, so it must not block.
+// the listener's goroutine, so it must not block. f hears only authenticated messages, but the
+// key is a pointer: f acts only as far as the store agrees (the link is revoked, the login ended).
 func (r *Relay) Subscribe(topic string, f func(key string)) {
 	r.subMu.Lock()
 	r.subscribers[topic] = append(r.subscribers[topic], f)
@@ -390,13 +416,12 @@ func (r *Relay) Subscribe(topic string, f func(key string)) {
 // control queues control message m (its Kind set), from this replica, in publication order.
 func (r *Relay) control(m message) {
 	m.Origin = r.id
-	b, _ := json.Marshal(m)
-	r.enqueue(outgoing{payload: string(b)})
+	r.enqueue(outgoing{control: &m})
 }
 
 func (r *Relay) enqueue(o outgoing) {
 	r.mu.Lock()
-	if len(r.queue) >= maxQueue && !o.sequenced && o.payload == "" {
+	if len(r.queue) >= maxQueue && !o.sequenced && o.control == nil {
 		r.mu.Unlock()
 		return // a delta while the database is away: best effort
 	}
@@ -447,69 +472,119 @@ func (r *Relay) drain(ctx context.Context) {
 	}
 }
 
-// sequencedSQL stores one event with its session's next number and notifies, at commit, with
-// the number (and the event when it fits). Nothing happens for a session that no longer exists.
-var sequencedSQL = `
-	WITH b AS (SELECT $3::text AS body),
-	     s AS (UPDATE sessions SET last_event_seq = last_event_seq + 1 WHERE id = $1 RETURNING last_event_seq AS seq),
-	     i AS (INSERT INTO session_events (session_id, seq, origin, body) SELECT $1, s.seq, $2, b.body::json FROM s, b RETURNING seq)
-	SELECT pg_notify('` + Channel + `', json_build_object('o', $2::text, 's', $1::text, 'q', i.seq, 't', $4::bigint,
-		'e', CASE WHEN octet_length(b.body) <= ` + strconv.Itoa(maxNotifyBody) + ` THEN b.body::json END)::text)
-	FROM i, b`
+// signed returns m's notification, signed now and sealed under the relay keys; when it would
+// exceed maxPayload with its event, a stored event is left out (the receiver reads its row) and
+// a delta is not sent (false: the message's end carries it whole).
+func (r *Relay) signed(m message) (string, bool) {
+	m.Signed = time.Now().UnixMilli()
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", false
+	}
+	if p := r.keys.seal(b); p != "" {
+		return p, true
+	}
+	if m.Event == nil || m.Seq == 0 {
+		return "", false
+	}
+	m.Event = nil
+	b, _ = json.Marshal(m)
+	return r.keys.seal(b), true
+}
 
+// send stores and notifies batch in one transaction, in order. Each event's number is taken
+// first (its session's counter row, locked in id order: two replicas' batches over the same
+// sessions never deadlock), so that its notification, number included, can be signed here; a
+// session that no longer exists has its events dropped.
 func (r *Relay) send(ctx context.Context, batch []outgoing) {
-	var b pgx.Batch
-	for _, o := range batch {
-		switch {
-		case o.payload != "":
-			b.Queue(`SELECT pg_notify($1, $2)`, Channel, o.payload)
-		case o.sequenced:
-			body, err := json.Marshal(o.ev)
-			if err != nil {
-				r.log.Error("replica events: encode", "type", o.ev.Type, "err", err)
-				continue
-			}
-			b.Queue(sequencedSQL, o.ev.SessionID, r.id, string(body), o.at.UnixNano())
-		default:
-			body, err := json.Marshal(o.ev)
-			if err != nil {
-				continue
-			}
-			payload, _ := json.Marshal(message{Origin: r.id, Session: o.ev.SessionID, At: o.at.UnixNano(), Event: body})
-			if len(payload) > maxNotifyBody+900 {
-				continue // a delta too large for a notification: the message's end carries it whole
-			}
-			b.Queue(`SELECT pg_notify($1, $2)`, Channel, string(payload))
-		}
-	}
-	if b.Len() == 0 {
-		return
-	}
-	// The sessions' rows first, in id order: two replicas' batches over the same sessions take
-	// their locks in one order and never deadlock.
+	bodies := make([][]byte, len(batch))
+	counts := map[string]int64{}
 	var ids []string
-	for _, o := range batch {
-		if o.sequenced && !slices.Contains(ids, o.ev.SessionID) {
-			ids = append(ids, o.ev.SessionID)
+	for i, o := range batch {
+		if o.control != nil {
+			continue
+		}
+		body, err := json.Marshal(o.ev)
+		if err != nil {
+			r.log.Error("replica events: encode", "type", o.ev.Type, "err", err)
+			continue
+		}
+		bodies[i] = body
+		if o.sequenced {
+			if counts[o.ev.SessionID] == 0 {
+				ids = append(ids, o.ev.SessionID)
+			}
+			counts[o.ev.SessionID]++
 		}
 	}
-	if len(ids) > 1 {
-		slices.Sort(ids)
-		var locked pgx.Batch
-		locked.Queue(`SELECT 1 FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
-		for _, q := range b.QueuedQueries {
-			locked.Queue(q.SQL, q.Arguments...)
-		}
-		b = locked
-	}
+	slices.Sort(ids)
 	delay := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := r.inTx(ctx, func(tx pgx.Tx) error { return tx.SendBatch(ctx, &b).Close() })
+		n := 0
+		err := r.inTx(ctx, func(tx pgx.Tx) error {
+			next := map[string]int64{} // session → its next event's number
+			if len(ids) > 0 {
+				var nb pgx.Batch
+				for _, id := range ids {
+					nb.Queue(`UPDATE sessions SET last_event_seq = last_event_seq + $2 WHERE id = $1 RETURNING last_event_seq`,
+						id, counts[id]).QueryRow(func(row pgx.Row) error {
+						var last int64
+						if err := row.Scan(&last); errors.Is(err, pgx.ErrNoRows) {
+							return nil // deleted: its events go nowhere
+						} else if err != nil {
+							return err
+						}
+						next[id] = last - counts[id] + 1
+						return nil
+					})
+				}
+				if err := tx.SendBatch(ctx, &nb).Close(); err != nil {
+					return err
+				}
+			}
+			var b pgx.Batch
+			for i, o := range batch {
+				switch {
+				case o.control != nil:
+					p, ok := r.signed(*o.control)
+					if !ok {
+						continue
+					}
+					if o.control.Kind == kindStop {
+						b.Queue(`INSERT INTO relay_stops (id, session_id, by_name) VALUES ($1, $2, $3)`,
+							o.control.Stop, o.control.Session, o.control.By)
+					}
+					b.Queue(`SELECT pg_notify($1, $2)`, Channel, p)
+				case bodies[i] == nil:
+				case o.sequenced:
+					seq, ok := next[o.ev.SessionID]
+					if !ok {
+						continue
+					}
+					next[o.ev.SessionID] = seq + 1
+					p, _ := r.signed(message{Origin: r.id, Session: o.ev.SessionID, Seq: seq, At: o.at.UnixNano(), Event: bodies[i]})
+					b.Queue(`INSERT INTO session_events (session_id, seq, origin, body) VALUES ($1, $2, $3, $4::json)`,
+						o.ev.SessionID, seq, r.id, string(bodies[i]))
+					b.Queue(`SELECT pg_notify($1, $2)`, Channel, p)
+				default:
+					p, ok := r.signed(message{Origin: r.id, Session: o.ev.SessionID, At: o.at.UnixNano(), Event: bodies[i]})
+					if !ok {
+						continue
+					}
+					b.Queue(`SELECT pg_notify($1, $2)`, Channel, p)
+				}
+			}
+			n = b.Len()
+			if n == 0 {
+				return nil
+			}
+			return tx.SendBatch(ctx, &b).Close()
+		})
 		if err == nil || ctx.Err() != nil {
 			return
 		}
 		if attempt == 5 {
-			r.log.Error("replica events: dropped after 5 attempts; other replicas' pages miss them until reloaded", "events", b.Len(), "err", err)
+			r.log.Error("replica events: dropped after 5 attempts; other replicas' pages miss them until reloaded", "statements", n, "err", err)
 			return
 		}
 		select {
@@ -534,6 +609,10 @@ func (r *Relay) prune(ctx context.Context) {
 		if _, err := r.pool.Exec(ctx, `DELETE FROM session_events WHERE created_at < now() - make_interval(secs => $1)`,
 			EventRetention.Seconds()); err != nil && ctx.Err() == nil {
 			r.log.Warn("replica events: prune", "err", err)
+		}
+		if _, err := r.pool.Exec(ctx, `DELETE FROM relay_stops WHERE created_at < now() - make_interval(secs => $1)`,
+			EventRetention.Seconds()); err != nil && ctx.Err() == nil {
+			r.log.Warn("replica events: prune stops", "err", err)
 		}
 	}
 }
@@ -571,17 +650,48 @@ func (r *Relay) HandleBacklog(ctx context.Context, _ string, conn *pgx.Conn) err
 }
 
 // HandleNotification handles one notification on Channel (pgxlisten.Handler).
-func (r *Relay) HandleNotification(ctx context.Context, n *pgconn.Notification, _ *pgx.Conn) error {
+// Nothing in a notification is used before its MAC, signing time and novelty are checked
+// (auth.go); what fails is dropped and counted (OnReject). A Stop is then acted on only as its
+// stored row (relay_stops) says.
+func (r *Relay) HandleNotification(ctx context.Context, n *pgconn.Notification, conn *pgx.Conn) error {
+	body, mac, reason := r.keys.open(n.Payload)
+	if reason != "" {
+		r.reject(reason)
+		return nil
+	}
 	var m message
-	if err := json.Unmarshal([]byte(n.Payload), &m); err != nil {
-		return fmt.Errorf("a notification that is not Countersign's: %w", err)
+	if err := json.Unmarshal(body, &m); err != nil {
+		r.reject(RejectMalformed)
+		return nil
+	}
+	if d := time.Since(time.UnixMilli(m.Signed)); d > maxAge || d < -maxAge {
+		r.reject(RejectStale)
+		return nil
+	}
+	if !r.seen.add(mac, time.Now()) {
+		r.reject(RejectReplay)
+		return nil
 	}
 	own := m.Origin == r.id
 	switch {
 	case m.Kind == kindStop:
-		if !own && r.target != nil {
-			r.target.StopRun(m.Session, m.By)
+		if own || r.target == nil || !r.target.Drives(m.Session) {
+			return nil
 		}
+		// The stored request, not the notification, says which session and who. The replica
+		// driving the run consumes it: heard again (after a restart emptied seen), it is gone.
+		var session, by string
+		err := conn.QueryRow(ctx, `DELETE FROM relay_stops
+			WHERE id = $1 AND created_at > now() - make_interval(secs => $2) RETURNING session_id, by_name`,
+			m.Stop, maxAge.Seconds()).Scan(&session, &by)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) || (err == nil && session != m.Session):
+			r.reject(RejectNotStored)
+			return nil
+		case err != nil:
+			return err
+		}
+		r.target.StopRun(session, by)
 		return nil
 	case m.Kind == kindRules:
 		if !own && r.target != nil {
@@ -665,6 +775,27 @@ func (r *Relay) readEvents(ctx context.Context, q querier, query string, args ..
 		return nil
 	})
 	return delivered, err
+}
+
+// reject counts a dropped notification (OnReject) and logs it, once a minute per reason at most
+// (a role flooding the channel fills no log).
+func (r *Relay) reject(reason string) {
+	if r.OnReject != nil {
+		r.OnReject(reason)
+	}
+	now := time.Now()
+	r.rejectMu.Lock()
+	if r.rejectLogged == nil {
+		r.rejectLogged = map[string]time.Time{}
+	}
+	log := now.Sub(r.rejectLogged[reason]) >= time.Minute
+	if log {
+		r.rejectLogged[reason] = now
+	}
+	r.rejectMu.Unlock()
+	if log {
+		r.log.Warn("replica events: a notification that is not an authentic, new replica message was dropped (countersign_relay_rejected_total counts them all)", "reason", reason)
+	}
 }
 
 func (r *Relay) lag(m message) {

@@ -35,6 +35,9 @@ func (t *target) Deliver(ev agent.Event) {
 	t.poke()
 }
 
+// Drives: the test's targets drive every session (a Stop is theirs to act on).
+func (t *target) Drives(string) bool { return true }
+
 func (t *target) StopRun(sessionID, who string) {
 	t.mu.Lock()
 	t.stops = append(t.stops, sessionID+" by "+who)
@@ -83,7 +86,13 @@ func (t *target) await(tb testing.TB, what string, cond func(t *target) bool) {
 // team service would; they are closed when t ends.
 func replicas(t *testing.T, n int) []*pg.DB {
 	t.Helper()
-	url := pgtest.Database(t)
+	return replicasOn(t, pgtest.Database(t), n)
+}
+
+// replicasOn opens n stores on the database at url, each with its own pool; they are closed
+// when t ends.
+func replicasOn(t *testing.T, url string, n int) []*pg.DB {
+	t.Helper()
 	dbs := make([]*pg.DB, n)
 	for i := range dbs {
 		db, err := pg.Open(context.Background(), url)
@@ -97,13 +106,16 @@ func replicas(t *testing.T, n int) []*pg.DB {
 }
 
 // startReplicas runs a relay on each store, each with its own target, until the test ends, and
-// waits until every one listens.
-func startReplicas(t *testing.T, dbs []*pg.DB) ([]*relay.Relay, []*target) {
+// waits until every one listens; configure, if any, sets each relay's hooks before it runs.
+func startReplicas(t *testing.T, dbs []*pg.DB, configure ...func(i int, r *relay.Relay)) ([]*relay.Relay, []*target) {
 	t.Helper()
 	reps := make([]*relay.Relay, len(dbs))
 	tgts := make([]*target, len(dbs))
 	for i, db := range dbs {
-		reps[i], tgts[i] = relay.New(db.Pool(), nil), newTarget()
+		reps[i], tgts[i] = relay.New(db.Pool(), testKey, nil), newTarget()
+		for _, f := range configure {
+			f(i, reps[i])
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		stop, err := reps[i].Start(ctx, tgts[i])
 		cancel()
@@ -312,7 +324,7 @@ func TestStopAndRulesReachTheOtherReplicas(t *testing.T) {
 func TestLeases(t *testing.T) {
 	ctx := context.Background()
 	dbs := replicas(t, 2)
-	a, b := relay.New(dbs[0].Pool(), nil), relay.New(dbs[1].Pool(), nil)
+	a, b := relay.New(dbs[0].Pool(), testKey, nil), relay.New(dbs[1].Pool(), testKey, nil)
 	a.TTL, b.TTL = 2*time.Second, 2*time.Second
 	s := mkSession(t, dbs[0], "leased")
 	if err := dbs[0].SetSessionState(ctx, s.ID, agent.Running); err != nil {
@@ -388,3 +400,6 @@ func adminConn(t *testing.T, url string) *pgx.Conn {
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
 }
+
+// testKey is the key the tests' replicas share (a server's is its share-link key file's).
+var testKey = []byte("the replicas' shared key, 32 by!")

@@ -245,6 +245,9 @@ func (s *Service) Revoke(ctx context.Context, sessionID, id string) (Link, error
 	return s.store.RevokeShare(ctx, id, s.now().UTC())
 }
 
+// Link returns link id as stored; apperr.NotFound for an unknown id.
+func (s *Service) Link(ctx context.Context, id string) (Link, error) { return s.store.Share(ctx, id) }
+
 // Links lists a session's links, newest first.
 func (s *Service) Links(ctx context.Context, sessionID string) ([]Link, error) {
 	return s.store.Shares(ctx, sessionID)

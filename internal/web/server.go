@@ -186,7 +186,7 @@ func New(cfg Config) *Server {
 	}
 	s.failures.client = s.clientIP
 	// A link revoked or a login ended on another replica closes its sockets here too.
-	cfg.Peers.Subscribe(closeSocketsTopic, s.CloseSockets)
+	cfg.Peers.Subscribe(closeSocketsTopic, s.closeSocketsFromPeer)
 	if cfg.Connections != nil {
 		cfg.Peers.Subscribe(revokedConnectionTopic, cfg.Connections.Forget)
 	}
@@ -600,9 +600,40 @@ func (s *Server) closeSockets(key string) {
 	s.cfg.Peers.Send(closeSocketsTopic, key)
 }
 
+// closeSocketsFromPeer is another replica's "close the sockets under key" (Peers): a pointer, not
+// an order (issue 33, SPEC §16 "Trust between replicas"). The sockets close only if the store
+// says why — the link is revoked, expired or gone; the login is ended or expired — read off the
+// relay's goroutine (which must not block), within 5 s.
+func (s *Server) closeSocketsFromPeer(key string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if s.storedAsEnded(ctx, key) {
+			s.CloseSockets(key)
+		} else {
+			s.log.Warn("another replica asked to close live sockets the store does not say ended: ignored", "key", key)
+		}
+	}()
+}
+
+// storedAsEnded reports whether the store says the sockets under key ended: "link:<id>" revoked,
+// expired or deleted; "login:<hash>" deleted or expired. A store that does not answer: not ended.
+func (s *Server) storedAsEnded(ctx context.Context, key string) bool {
+	switch {
+	case strings.HasPrefix(key, "link:") && s.cfg.Shares != nil:
+		l, err := s.cfg.Shares.Link(ctx, strings.TrimPrefix(key, "link:"))
+		return apperr.CodeOf(err) == apperr.NotFound || (err == nil && !l.Active(s.cfg.Shares.Now()))
+	case strings.HasPrefix(key, "login:"):
+		exp, err := s.cfg.OwnerSessions.OwnerSessionExpiry(ctx, strings.TrimPrefix(key, "login:"))
+		return apperr.CodeOf(err) == apperr.NotFound || (err == nil && !s.cfg.Now().Before(exp))
+	}
+	return false
+}
+
 // CloseSockets ends this server's live sockets under key ("link:<share id>": the link was
 // revoked; "login:<hash>": the login ended), each showing why: what another replica asks (the
-// Peers topic closeSocketsTopic). Other keys close nothing.
+// Peers topic closeSocketsTopic, once the store confirms it: closeSocketsFromPeer). Other keys
+// close nothing.
 func (s *Server) CloseSockets(key string) {
 	switch {
 	case strings.HasPrefix(key, "link:"):

@@ -287,6 +287,7 @@ func TestReviewerNameCannotBeForged(t *testing.T) {
 type peersSpy struct {
 	mu   sync.Mutex
 	keys []string
+	subs map[string][]func(key string)
 }
 
 func (p *peersSpy) Send(_, key string) {
@@ -295,7 +296,24 @@ func (p *peersSpy) Send(_, key string) {
 	p.mu.Unlock()
 }
 
-func (p *peersSpy) Subscribe(string, func(key string)) {}
+func (p *peersSpy) Subscribe(topic string, f func(key string)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.subs == nil {
+		p.subs = map[string][]func(string){}
+	}
+	p.subs[topic] = append(p.subs[topic], f)
+}
+
+// tell is another replica's message key on topic, as the relay hands it to the subscribers.
+func (p *peersSpy) tell(topic, key string) {
+	p.mu.Lock()
+	fs := slices.Clone(p.subs[topic])
+	p.mu.Unlock()
+	for _, f := range fs {
+		f(key)
+	}
+}
 
 // TestRevokesAndLogoutsCloseSocketsOnEveryReplica (SPEC §16): revoking a link and logging out
 // ask the other replicas to close those sockets too (Peers), and what another replica asks
@@ -364,5 +382,54 @@ func TestRevokesAndLogoutsCloseSocketsOnEveryReplica(t *testing.T) {
 	var ce websocket.CloseError
 	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.Contains(ce.Reason, "revoked") {
 		t.Fatalf("after another replica's revoke the socket read %v, want closed saying the link was revoked", err)
+	}
+}
+
+// TestAnotherReplicasCloseIsCheckedAgainstTheStore (issue 33: control messages are pointers): a
+// "close the sockets of link X" from the relay closes nothing while the stored link is active
+// (a forged or mistaken message), and closes them, saying why, once the store says the link was
+// revoked (by the replica that sent it).
+func TestAnotherReplicasCloseIsCheckedAgainstTheStore(t *testing.T) {
+	spy := &peersSpy{}
+	ts, sid := shareServerConfig(t, func(c *web.Config, _ *http.Server) { c.Peers = spy })
+	var link struct{ ID, URL string }
+	ts.call(t, "POST", "/api/sessions/"+sid+"/shares", map[string]string{"role": "viewer"}, &link)
+	c := reviewer(t, ts, link.URL, "Vic")
+	u, _ := url.Parse(link.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+u.Path+"/live", &websocket.DialOptions{HTTPClient: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseNow()
+	if _, _, err := conn.Read(ctx); err != nil { // the resync fragment
+		t.Fatal(err)
+	}
+	spy.tell("close", "link:"+link.ID)
+	spy.tell("close", "login:"+strings.Repeat("0", 64))
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, _, err = conn.Read(short)
+	cancelShort()
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		t.Fatalf("a relayed close of an active link closed its socket: %v", err)
+	}
+	// The read's deadline ended the socket; a new one stays for the real revoke.
+	conn, _, err = websocket.Dial(ctx, "ws"+strings.TrimPrefix(ts.URL, "http")+u.Path+"/live", &websocket.DialOptions{HTTPClient: c})
+	if err != nil {
+		t.Fatalf("the link stopped working after a relayed close: %v", err)
+	}
+	defer conn.CloseNow()
+	if _, _, err := conn.Read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.db.RevokeShare(ctx, link.ID, time.Now()); err != nil { // as the other replica did
+		t.Fatal(err)
+	}
+	spy.tell("close", "link:"+link.ID)
+	_, _, err = conn.Read(ctx)
+	if !errors.As(err, &ce) || !strings.Contains(ce.Reason, "revoked") {
+		t.Fatalf("after the stored revoke and the relayed close the socket read %v, want closed saying revoked", err)
 	}
 }

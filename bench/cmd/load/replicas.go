@@ -133,7 +133,7 @@ func (p *replicaPair) startReplica(ctx context.Context, name, dbURL string, logg
 			return nil, err
 		}
 	}
-	r := &replica{name: name, db: db, link: relay.New(db.Pool(), logger), broker: agent.NewBroker()}
+	r := &replica{name: name, db: db, link: relay.New(db.Pool(), benchKey, logger), broker: agent.NewBroker()}
 	r.runner = agent.New(agent.Config{Store: db, Models: p.models, Tools: reg, Broker: r.broker,
 		ApprovalTimeout: time.Hour, Logger: logger, Replicas: r.link})
 	listenCtx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -585,3 +585,7 @@ func replicasFanout(ctx context.Context, server string, viewers int, chunkDelay 
 		add("total_ms", ms(elapsed)).add("cpu_ms", ms(cpu)).
 		add("goal_p99_ms", goalMs).add("under_goal", p99 < goalMs && dropped == 0), nil
 }
+
+// benchKey is the key the benchmark's replicas share (cmd/web's is the share-link key file's):
+// their relays sign and check every notification under a key derived from it (issue 33).
+var benchKey = []byte("countersign benchmark replicas' shared key")

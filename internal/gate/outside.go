@@ -165,6 +165,11 @@ type OutsideRequest struct {
 	// (the client cancelled the call: MCP notifications/cancelled); unset, the approval is
 	// parked as at the deadline (a hook request that hung up).
 	CancelOnHangUp bool
+	// CallsAgain says the agent is told, at the deadline, to make the same call again once it
+	// is approved (Door 2: "call again once it is approved"): the deadline does not mark the
+	// call "the agent stopped waiting", and a decision made after it answers the repeated call
+	// instead of being too late.
+	CallsAgain bool
 }
 
 // OutsideVerdict is the gate's answer to an OutsideRequest: Allowed (EditedInput, when set,
@@ -282,7 +287,7 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 	switch {
 	case err == nil:
 		if a.Status != Pending {
-			if prev.TooLate(a) {
+			if prev.TooLate(a) && !req.CallsAgain {
 				// The decision came after the agent stopped waiting on this call: it was never
 				// sent, and is not sent now either.
 				return end(OutsideVerdict{Outcome: Asked, Approval: a})
@@ -393,8 +398,12 @@ func (s *Service) waitOutside(ctx context.Context, os OutsideStore, waitKey stri
 	if a.Status == Pending {
 		now := time.Now().UTC()
 		bg := context.WithoutCancel(ctx)
-		if err := os.MarkStoppedWaiting(bg, a.ID, &now); err != nil {
-			s.log.Error("mark an outside call stopped waiting", "approval", a.ID, "err", err)
+		// A call the agent will ask again (CallsAgain) finds the decision then: nobody
+		// stopped waiting for it.
+		if !req.CallsAgain {
+			if err := os.MarkStoppedWaiting(bg, a.ID, &now); err != nil {
+				s.log.Error("mark an outside call stopped waiting", "approval", a.ID, "err", err)
+			}
 		}
 		v := OutsideVerdict{Outcome: Asked, Approval: a}
 		s.endWait(waitKey, w, v)

@@ -1,0 +1,442 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+// Door 2 (SPEC §18): an MCP gateway. Countersign serves MCP at /mcp (Streamable HTTP, the
+// official go-sdk: revisions 2025-11-25 and 2026-07-28) and offers the tools of the upstream
+// servers of -mcp-config ("<server>__<tool>", SPEC §13) with their inputSchema, outputSchema,
+// title and annotations. Each tools/call is an outside call of the client's agent session
+// (gate.Service.DecideOutside, with the upstream tool: rules on "<server>__<tool>", modes,
+// approvers, untrusted annotations asking): allowed, it runs upstream (the tool's Execute) and
+// its result, validated against outputSchema (SPEC §1), is the answer; denied, an isError
+// result with the reason; held past the deadline, an isError result naming where to approve
+// it, and the same call repeated finds the decision, once.
+
+// Gateway timings and limits (SPEC §18 Door 2).
+const (
+	// defaultGatewayTimeout is the client's timeout when the request does not say
+	// (?timeout=<seconds> or the Countersign-Hook-Timeout header): answered hookMargin before
+	// it, at 55 s, before the 60 s most MCP clients give a request.
+	defaultGatewayTimeout = 60 * time.Second
+	// defaultGatewayProgress is how often a held call sends notifications/progress when the
+	// client gave a progressToken.
+	defaultGatewayProgress = 15 * time.Second
+	// gatewayMaxBody bounds a POSTed JSON-RPC message (the go-sdk answers 413 over it).
+	gatewayMaxBody = 1 << 20
+)
+
+// gateway is the /mcp endpoint: one go-sdk server for every client (the tools are the same for
+// all; each call finds its connection in its request's TokenInfo and its agent session from its
+// MCP session), kept in step with the upstream tools (sync).
+type gateway struct {
+	s       *Server
+	srv     *sdk.Server
+	handler http.Handler
+	every   time.Duration // progress interval
+
+	mu      sync.Mutex
+	offered map[string]*tool.Tool // the tools the server offers, by name
+
+	genMu sync.Mutex
+	gens  map[string]int // session + call digest → the generation of its match key (gatewayKey)
+}
+
+// gatewayInfo is what the HTTP edge passes, through the go-sdk's TokenInfo, to a call's handler.
+type gatewayInfo struct {
+	connectionID string
+	timeout      time.Duration
+	base         string // Countersign's address as the client reached it, for approval URLs
+}
+
+const gatewayInfoKey = "countersign"
+
+func newGateway(s *Server) *gateway {
+	g := &gateway{s: s, offered: map[string]*tool.Tool{}, gens: map[string]int{}, every: s.cfg.GatewayProgressEvery}
+	if g.every <= 0 {
+		g.every = defaultGatewayProgress
+	}
+	g.srv = sdk.NewServer(&sdk.Implementation{Name: "countersign", Title: "Countersign", Version: "1"},
+		&sdk.ServerOptions{
+			Logger:       discardLogger(),
+			Instructions: "Every tools/call is countersigned: a call that needs a person's approval may answer that it waits for approval at a URL; call it again once approved.",
+			Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
+		})
+	g.handler = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return g.srv }, &sdk.StreamableHTTPOptions{
+		// Clients authenticate by bearer token on every request, so a rebinding page cannot
+		// speak for them; behind a reverse proxy on the same machine the Host is the public one.
+		DisableLocalhostProtection: true,
+		MaxRequestBodyBytes:        gatewayMaxBody,
+		Logger:                     discardLogger(),
+	})
+	g.sync()
+	return g
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// GatewayToolsChanged offers /mcp's clients the tools Config.GatewayTools gives now: new and
+// changed tools are added, gone ones removed, and the go-sdk tells every session
+// (notifications/tools/list_changed). cmd/web calls it from the MCP Manager's OnChange.
+func (s *Server) GatewayToolsChanged() { s.gateway.sync() }
+
+func (g *gateway) sync() {
+	var now []*tool.Tool
+	if g.s.cfg.GatewayTools != nil {
+		now = g.s.cfg.GatewayTools()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	seen := map[string]bool{}
+	for _, t := range now {
+		seen[t.Name] = true
+		if g.offered[t.Name] == t {
+			continue
+		}
+		if err := g.add(t); err != nil {
+			g.s.log.Warn("MCP gateway: a tool is not offered", "tool", t.Name, "err", err)
+			continue
+		}
+		g.offered[t.Name] = t
+	}
+	var gone []string
+	for name := range g.offered {
+		if !seen[name] {
+			gone = append(gone, name)
+			delete(g.offered, name)
+		}
+	}
+	if len(gone) > 0 {
+		g.srv.RemoveTools(gone...)
+	}
+}
+
+// add offers t (the go-sdk panics on a schema it refuses: that tool is not offered).
+func (g *gateway) add(t *tool.Tool) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%v", p)
+		}
+	}()
+	st := &sdk.Tool{Name: t.Name, Title: t.Title, Description: t.Description, InputSchema: t.InputSchema}
+	if len(t.OutputSchema) > 0 {
+		st.OutputSchema = t.OutputSchema
+	}
+	// The upstream's annotations as it gave them (SPEC §13: shown, believed only for a trusted
+	// server; the gate asks for every call of an untrusted server's tool, tool.AlwaysAsk).
+	a := t.Annotations
+	if a.ReadOnlyHint != nil || a.DestructiveHint != nil || a.IdempotentHint != nil || a.OpenWorldHint != nil {
+		st.Annotations = &sdk.ToolAnnotations{DestructiveHint: a.DestructiveHint, OpenWorldHint: a.OpenWorldHint,
+			ReadOnlyHint: a.ReadOnlyHint != nil && *a.ReadOnlyHint, IdempotentHint: a.IdempotentHint != nil && *a.IdempotentHint}
+	}
+	g.srv.AddTool(st, g.call(t))
+	return nil
+}
+
+// mcpEndpoint is GET, POST and DELETE /mcp (SPEC §18 Door 2): a connection of kind mcp's bearer
+// token admits the request (401 otherwise, with the reason, never the token), then the go-sdk
+// serves it: a malformed JSON-RPC message is its 400 or JSON-RPC error, an unknown tool -32602,
+// a body over 1 MiB 413.
+func (s *Server) mcpEndpoint(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	token := bearer(r)
+	if token == "" {
+		return apperr.Errorf(apperr.Unauthorized, "Unauthorized: send Authorization: Bearer <the connection's token>")
+	}
+	if s.cfg.AgentAuth == nil || s.agents == nil {
+		return apperr.Errorf(apperr.Unauthorized, "Unauthorized: this server has no agent connections")
+	}
+	connID, err := s.cfg.AgentAuth(ctx, token, gate.GatewayAgent)
+	switch code := apperr.CodeOf(err); {
+	case err == nil:
+	case code == apperr.Unauthorized, code == apperr.Internal:
+		return err
+	default:
+		return apperr.Errorf(apperr.Unauthorized, "Unauthorized: the token names no live mcp connection")
+	}
+	timeout := defaultGatewayTimeout
+	if r.URL.Query().Get("timeout") != "" || r.Header.Get(HeaderHookTimeout) != "" {
+		if timeout, err = hookTimeout(r); err != nil {
+			return err
+		}
+	}
+	info := &auth.TokenInfo{UserID: connID, Expiration: time.Now().Add(time.Hour),
+		Extra: map[string]any{gatewayInfoKey: gatewayInfo{connectionID: connID, timeout: timeout, base: s.baseURL(r)}}}
+	// The go-sdk reads the connection from TokenInfo: a session made by one connection is
+	// refused to another (its UserID check), and each call's handler knows its connection.
+	verified := func(context.Context, string, *http.Request) (*auth.TokenInfo, error) { return info, nil }
+	auth.RequireBearerToken(verified, nil)(s.gateway.handler).ServeHTTP(w, r)
+	return nil
+}
+
+// call is the go-sdk handler of tools/call for t.
+func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
+	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		var info gatewayInfo
+		if req.Extra != nil && req.Extra.TokenInfo != nil {
+			info, _ = req.Extra.TokenInfo.Extra[gatewayInfoKey].(gatewayInfo)
+		}
+		if info.connectionID == "" {
+			return errorResult("Unauthorized: the call came without a connection"), nil
+		}
+		args := req.Params.Arguments
+		if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
+			args = json.RawMessage("{}")
+		}
+		// Bad input never asks a person and never runs (SPEC §1 "Arguments", §9).
+		if vs := t.ValidateInput(args); len(vs) > 0 {
+			return toCallResult(tool.InvalidArguments(t.Name, vs, args)), nil
+		}
+		args = compactJSON(args)
+		sess, err := g.s.gatewaySession(ctx, info.connectionID, req)
+		if err != nil {
+			return nil, err
+		}
+		digest := callDigest(t.Name, args)
+		key, err := g.key(ctx, sess.ID, digest)
+		if err != nil {
+			return nil, err
+		}
+		url := info.base + "/sessions/" + sess.ID
+		deadline := hookDeadline(time.Now(), info.timeout)
+		stopProgress := g.progress(ctx, req, "waiting for approval: "+url)
+		oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args,
+			MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true}
+		oreq.Record = func(ctx context.Context, callID string) (string, error) {
+			m, err := g.s.cfg.Runner.RecordAgentMessage(ctx, sess.ID, agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
+				Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}})
+			return m.ID, err
+		}
+		v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)
+		stopProgress()
+		if err != nil {
+			return nil, err
+		}
+		switch v.Outcome {
+		case gate.Blocked:
+			res := tool.ErrorResult("%s", v.Reason)
+			g.consumed(ctx, sess.ID, digest, v.Approval, res, true)
+			return toCallResult(res), nil
+		case gate.Asked:
+			return errorResult(fmt.Sprintf("Waiting for approval at %s; call again once it is approved", url)), nil
+		}
+		run := args
+		if len(v.EditedInput) > 0 {
+			run = v.EditedInput
+		}
+		res := t.Finalize(t.Execute(ctx, run, g.forwardProgress(ctx, req), nil))
+		g.consumed(ctx, sess.ID, digest, v.Approval, res, false)
+		return toCallResult(res), nil
+	}
+}
+
+// progress sends notifications/progress every g.every while a call is held, when the client gave
+// a progressToken (MCP 2025-11-25 §utilities "progress"); the returned func stops it and waits.
+func (g *gateway) progress(ctx context.Context, req *sdk.CallToolRequest, message string) (stop func()) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(g.every)
+		defer tick.Stop()
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: message})
+		}
+	}()
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
+}
+
+// forwardProgress passes the upstream's progress on to the client, when it gave a progressToken.
+func (g *gateway) forwardProgress(ctx context.Context, req *sdk.CallToolRequest) func(tool.Update) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return nil
+	}
+	return func(u tool.Update) {
+		_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: u.Progress, Total: u.Total, Message: u.Message})
+	}
+}
+
+// key is the match key of the call with digest in agent session sessionID: the digest and its
+// generation, which moves on each time a decision is used (consumed), so the same call repeated
+// after its deadline finds the decision, once, and the one after that asks again. The
+// generation is found in the store when this process has not seen the call: the first key
+// whose outside call has no outcome yet.
+func (g *gateway) key(ctx context.Context, sessionID, digest string) (string, error) {
+	id := sessionID + "\x00" + digest
+	g.genMu.Lock()
+	n, ok := g.gens[id]
+	g.genMu.Unlock()
+	if !ok {
+		for ; ; n++ {
+			c, err := g.s.agents.OutsideCallByKey(ctx, sessionID, gatewayKey(digest, n))
+			if apperr.CodeOf(err) == apperr.NotFound {
+				break
+			}
+			if err != nil {
+				return "", err
+			}
+			if c.Outcome == nil {
+				break
+			}
+		}
+		g.genMu.Lock()
+		if cur, ok := g.gens[id]; !ok || cur < n {
+			g.gens[id] = n
+		} else {
+			n = cur
+		}
+		g.genMu.Unlock()
+	}
+	return gatewayKey(digest, n), nil
+}
+
+func gatewayKey(digest string, n int) string { return digest + "#" + strconv.Itoa(n) }
+
+// consumed records what became of a decided call (the upstream's result, or that it never ran)
+// on its outside call and its card (SPEC §18 "Outcomes"), and moves the call's key on (key).
+func (g *gateway) consumed(ctx context.Context, sessionID, digest string, a gate.Approval, res tool.Result, neverRan bool) {
+	id := sessionID + "\x00" + digest
+	g.genMu.Lock()
+	g.gens[id]++
+	g.genMu.Unlock()
+	if a.ID == "" {
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	outcome, _ := json.Marshal(map[string]any{"content": res.Content, "structuredContent": res.StructuredContent,
+		"isError": res.IsError, "neverRan": neverRan})
+	if err := g.s.agents.SetOutsideOutcome(bg, a.ID, outcome, time.Now().UTC()); err != nil {
+		g.s.log.Error("MCP gateway: record an outcome", "approval", a.ID, "err", err)
+	}
+	if err := g.s.cfg.Runner.RecordAgentOutcome(bg, a, res); err != nil {
+		g.s.log.Error("MCP gateway: record a result", "approval", a.ID, "err", err)
+	}
+}
+
+// callDigest is "sha256:<hex>" of the tool's name and its arguments (compact JSON).
+func callDigest(name string, args json.RawMessage) string {
+	h := sha256.New()
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write(args)
+	return "mcp-sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// compactJSON is raw re-encoded (objects' members sorted, no HTML escaping), so the same
+// arguments spelled otherwise make the same digest; raw when it is not JSON.
+func compactJSON(raw json.RawMessage) json.RawMessage {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return raw
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return raw
+	}
+	return json.RawMessage(bytes.TrimSpace(buf.Bytes()))
+}
+
+// gatewaySession finds connection connID's agent session for the call's MCP session (its
+// Mcp-Session-Id; a stateless client's clientInfo name), or creates it: titled with the
+// client's clientInfo name and version (SPEC §18: "the client's clientInfo is shown as
+// provenance").
+func (s *Server) gatewaySession(ctx context.Context, connID string, req *sdk.CallToolRequest) (agent.Session, error) {
+	client := req.ClientInfo()
+	name, version := "MCP client", ""
+	if client != nil && strings.TrimSpace(client.Name) != "" {
+		name, version = client.Name, client.Version
+	}
+	sid := ""
+	if req.Session != nil {
+		sid = req.Session.ID()
+	}
+	if sid == "" {
+		sid = "client:" + name
+	}
+	sess, err := s.agents.AgentSession(ctx, connID, sid)
+	if apperr.CodeOf(err) != apperr.NotFound {
+		return sess, err
+	}
+	title := strings.TrimSpace(name + " " + version)
+	if len(title) > 120 {
+		title = title[:120]
+	}
+	info := agent.AgentInfo{Kind: gate.GatewayAgent, ConnectionID: connID, SessionID: sid, State: agent.AgentWorking}
+	ns := agent.Session{ID: gate.NewID(), Title: title + " · MCP", Model: "mcp", State: agent.Idle,
+		Mode: s.cfg.Gate.DefaultMode(), Agent: &info}
+	err = s.agents.CreateSession(ctx, ns)
+	if apperr.CodeOf(err) == apperr.Conflict {
+		return s.agents.AgentSession(ctx, connID, sid)
+	}
+	if err != nil {
+		return agent.Session{}, err
+	}
+	sess, err = s.agents.AgentSession(ctx, connID, sid)
+	if err == nil {
+		s.cfg.Runner.AgentSessionChanged(ctx, sess.ID)
+	}
+	return sess, err
+}
+
+// errorResult is an isError result with one text block.
+func errorResult(text string) *sdk.CallToolResult {
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}, IsError: true}
+}
+
+// toCallResult is res in MCP's shape (content, structuredContent, isError).
+func toCallResult(res tool.Result) *sdk.CallToolResult {
+	out := &sdk.CallToolResult{Content: []sdk.Content{}, IsError: res.IsError}
+	for _, c := range res.Content {
+		switch c.Type {
+		case "image":
+			data, err := base64.StdEncoding.DecodeString(c.Data)
+			if err == nil {
+				out.Content = append(out.Content, &sdk.ImageContent{Data: data, MIMEType: c.MimeType})
+				continue
+			}
+			out.Content = append(out.Content, &sdk.TextContent{Text: "[an image that could not be decoded]"})
+		default:
+			out.Content = append(out.Content, &sdk.TextContent{Text: c.Text})
+		}
+	}
+	if len(res.StructuredContent) > 0 && !res.IsError {
+		out.StructuredContent = json.RawMessage(res.StructuredContent)
+	}
+	return out
+}

@@ -361,8 +361,17 @@ func TestGatewayCancelsTheApprovalWhenTheClientCancels(t *testing.T) {
 
 func TestGatewayAppliesRulesOnArgumentsAndSeveralApprovers(t *testing.T) {
 	gs := newGatewayServer(t, "allow up__delete(name=tmp-*)", "deny up__delete(name=keep-*)", "ask up__read approvers=2")
+	when := gate.Rule{Effect: gate.Deny, Tool: "up__delete", When: `args.name.startsWith("secret")`,
+		Scope: gate.ScopeServer, Source: gate.SourceAPI, CreatedBy: "owner"}
+	if _, err := gs.runner.Gate().AddRule(context.Background(), when); err != nil {
+		t.Fatal(err)
+	}
 	cs := gs.client(t, "rules-test", nil)
-	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "tmp-1"}})
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "secret-1"}})
+	if err != nil || !res.IsError || !strings.Contains(textOf(res), "rule up__delete denies") {
+		t.Fatalf("denied by when: %v %q", err, textOf(res))
+	}
+	res, err = cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "tmp-1"}})
 	if err != nil || res.IsError || structured(t, res) != `{"deleted":"tmp-1"}` {
 		t.Fatalf("rule-allowed: %v %v %q", err, res != nil && res.IsError, textOf(res))
 	}

@@ -209,27 +209,20 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 			return toCallResult(tool.InvalidArguments(t.Name, vs, args)), nil
 		}
 		args = compactJSON(args)
-		sess, err := g.s.gatewaySession(ctx, info.connectionID, req)
+		name, version := "", ""
+		if client := req.ClientInfo(); client != nil {
+			name, version = client.Name, client.Version
+		}
+		sid := ""
+		if req.Session != nil {
+			sid = req.Session.ID()
+		}
+		sess, err := g.s.gatewaySession(ctx, info.connectionID, sid, name, version)
 		if err != nil {
 			return nil, err
 		}
-		digest := callDigest(t.Name, args)
-		key, err := g.key(ctx, sess.ID, digest)
-		if err != nil {
-			return nil, err
-		}
-		url := info.base + "/sessions/" + sess.ID
-		deadline := hookDeadline(time.Now(), info.timeout)
-		stopProgress := g.progress(ctx, req, "waiting for approval: "+url)
-		oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args,
-			MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true}
-		oreq.Record = func(ctx context.Context, callID string) (string, error) {
-			m, err := g.s.cfg.Runner.RecordAgentMessage(ctx, sess.ID, agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
-				Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}})
-			return m.ID, err
-		}
-		v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)
-		stopProgress()
+		progress := func(message string) (stop func()) { return g.progress(ctx, req, message) }
+		v, url, digest, err := g.decide(ctx, sess, t, args, info, progress)
 		if err != nil {
 			return nil, err
 		}
@@ -239,7 +232,7 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 			g.consumed(ctx, sess.ID, digest, v.Approval, res, true)
 			return toCallResult(res), nil
 		case gate.Asked:
-			return errorResult(fmt.Sprintf("Waiting for approval at %s; call again once it is approved", url)), nil
+			return errorResult(waitingText(url)), nil
 		}
 		run := args
 		if len(v.EditedInput) > 0 {
@@ -249,6 +242,38 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 		g.consumed(ctx, sess.ID, digest, v.Approval, res, false)
 		return toCallResult(res), nil
 	}
+}
+
+// waitingText is the answer to a call held past its deadline (SPEC §18 Door 2).
+func waitingText(url string) string {
+	return "Waiting for approval at " + url + "; call again once it is approved"
+}
+
+// decide passes a call of t with args (valid, compact) in agent session sess through the gate
+// (gate.Service.DecideOutside: an outside call of t, matched by tool and arguments within the
+// session, held until info's deadline); progress, while it is held, sends "waiting for
+// approval: <url>". It returns the verdict, the URL where the call is approved, and the call's
+// digest (for consumed). Errors: the gate's and the store's.
+func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, args json.RawMessage, info gatewayInfo,
+	progress func(message string) (stop func())) (gate.OutsideVerdict, string, string, error) {
+	digest := callDigest(t.Name, args)
+	key, err := g.key(ctx, sess.ID, digest)
+	if err != nil {
+		return gate.OutsideVerdict{}, "", "", err
+	}
+	url := info.base + "/sessions/" + sess.ID
+	deadline := hookDeadline(time.Now(), info.timeout)
+	stopProgress := progress("waiting for approval: " + url)
+	defer stopProgress()
+	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args,
+		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true}
+	oreq.Record = func(ctx context.Context, callID string) (string, error) {
+		m, err := g.s.cfg.Runner.RecordAgentMessage(ctx, sess.ID, agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
+			Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}})
+		return m.ID, err
+	}
+	v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)
+	return v, url, digest, err
 }
 
 // progress sends notifications/progress every g.every while a call is held, when the client gave
@@ -372,19 +397,12 @@ func compactJSON(raw json.RawMessage) json.RawMessage {
 	return json.RawMessage(bytes.TrimSpace(buf.Bytes()))
 }
 
-// gatewaySession finds connection connID's agent session for the call's MCP session (its
-// Mcp-Session-Id; a stateless client's clientInfo name), or creates it: titled with the
-// client's clientInfo name and version (SPEC §18: "the client's clientInfo is shown as
-// provenance").
-func (s *Server) gatewaySession(ctx context.Context, connID string, req *sdk.CallToolRequest) (agent.Session, error) {
-	client := req.ClientInfo()
-	name, version := "MCP client", ""
-	if client != nil && strings.TrimSpace(client.Name) != "" {
-		name, version = client.Name, client.Version
-	}
-	sid := ""
-	if req.Session != nil {
-		sid = req.Session.ID()
+// gatewaySession finds connection connID's agent session sid (the call's MCP session id; for a
+// stateless client, "" and its clientInfo name), or creates it: titled with the client's
+// clientInfo name and version (SPEC §18: "the client's clientInfo is shown as provenance").
+func (s *Server) gatewaySession(ctx context.Context, connID, sid, name, version string) (agent.Session, error) {
+	if strings.TrimSpace(name) == "" {
+		name, version = "MCP client", ""
 	}
 	if sid == "" {
 		sid = "client:" + name

@@ -58,6 +58,9 @@ type gateway struct {
 
 	mu      sync.Mutex
 	offered map[string]*tool.Tool // the tools the server offers, by name
+	// proxied are the tools of mcp-proxy's wrapped servers (proxyTool), by digest of their
+	// definition; proxiedName the latest of each name.
+	proxied, proxiedName map[string]*tool.Tool
 
 	genMu sync.Mutex
 	gens  map[string]int // session + call digest → the generation of its match key (gatewayKey)
@@ -73,7 +76,7 @@ type gatewayInfo struct {
 const gatewayInfoKey = "countersign"
 
 func newGateway(s *Server) *gateway {
-	g := &gateway{s: s, offered: map[string]*tool.Tool{}, gens: map[string]int{}, every: s.cfg.GatewayProgressEvery}
+	g := &gateway{s: s, offered: map[string]*tool.Tool{}, proxied: map[string]*tool.Tool{}, proxiedName: map[string]*tool.Tool{}, gens: map[string]int{}, every: s.cfg.GatewayProgressEvery}
 	if g.every <= 0 {
 		g.every = defaultGatewayProgress
 	}
@@ -349,15 +352,21 @@ func (g *gateway) key(ctx context.Context, sessionID, digest string) (string, er
 	return gatewayKey(digest, n), nil
 }
 
+// taken moves the key of the call with digest in session sessionID on: its decision is used.
+func (g *gateway) taken(sessionID, digest string) {
+	g.genMu.Lock()
+	g.gens[sessionID+"\x00"+digest]++
+	g.genMu.Unlock()
+}
+
 func gatewayKey(digest string, n int) string { return digest + "#" + strconv.Itoa(n) }
 
 // consumed records what became of a decided call (the upstream's result, or that it never ran)
 // on its outside call and its card (SPEC §18 "Outcomes"), and moves the call's key on (key).
 func (g *gateway) consumed(ctx context.Context, sessionID, digest string, a gate.Approval, res tool.Result, neverRan bool) {
-	id := sessionID + "\x00" + digest
-	g.genMu.Lock()
-	g.gens[id]++
-	g.genMu.Unlock()
+	if digest != "" {
+		g.taken(sessionID, digest)
+	}
 	if a.ID == "" {
 		return
 	}

@@ -134,6 +134,9 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"POST /mcp", agentToken, s.mcpEndpoint, nil},
 		{"GET /mcp", agentToken, s.mcpEndpoint, nil},
 		{"DELETE /mcp", agentToken, s.mcpEndpoint, nil},
+		// …and `countersign mcp-proxy`'s questions about a wrapped stdio server's calls.
+		{"POST /mcp/decide", agentToken, s.mcpDecide, nil},
+		{"POST /mcp/outcome", agentToken, s.mcpOutcome, nil},
 
 		// The JSON API (SPEC §12).
 		{"POST /api/sessions", ownerAPI, s.apiCreateSession, nil},

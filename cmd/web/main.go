@@ -38,6 +38,7 @@ import (
 	"countersign/internal/rules"
 	"countersign/internal/share"
 	"countersign/internal/store"
+	"countersign/internal/mcpproxy"
 	"countersign/internal/tool"
 	"countersign/internal/tools"
 	"countersign/internal/web"
@@ -55,6 +56,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// `countersign mcp-proxy … -- <command>` (SPEC §18 Door 2): a stdio MCP server wrapped for
+	// a client that launches only stdio servers; it speaks MCP on stdin and stdout.
+	if len(os.Args) > 1 && os.Args[1] == "mcp-proxy" {
+		code := mcpproxy.Main(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
+		stop()
+		os.Exit(code)
+	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "countersign:", err)

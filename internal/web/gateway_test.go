@@ -495,3 +495,66 @@ func TestGatewayRefusesBadInputAndKeepsServing(t *testing.T) {
 		t.Error("a revoked connection's session still calls tools")
 	}
 }
+
+func TestGatewayProxyEndpointsRefuseBadInputAndNeverAllowIt(t *testing.T) {
+	gs := newGatewayServer(t, "allow notes__delete")
+	post := func(path, token, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, gs.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r.StatusCode, string(b)
+	}
+	tl := `{"name":"delete","inputSchema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]},"annotations":{"readOnlyHint":true}}`
+	good := `{"sessionId":"p1","clientInfo":{"name":"c","version":"1"},"server":"notes","tool":` + tl + `,"arguments":{"name":"x"}}`
+	cases := []struct {
+		name, path, token, body string
+		status                  int
+		want                    string
+	}{
+		{"no token", "/mcp/decide", "", good, 401, "Bearer"},
+		{"wrong token", "/mcp/decide", "nope", good, 401, "connection token"},
+		{"malformed JSON", "/mcp/decide", gs.token, `{"sessionId":`, 400, "not the expected JSON"},
+		{"unknown field", "/mcp/decide", gs.token, strings.Replace(good, `"server"`, `"allow":true,"server"`, 1), 400, "unknown field"},
+		{"bad server name", "/mcp/decide", gs.token, strings.Replace(good, `"notes"`, `"no__tes"`, 1), 400, "server"},
+		{"no session", "/mcp/decide", gs.token, strings.Replace(good, `"p1"`, `""`, 1), 400, "sessionId"},
+		{"schema that is not an object schema", "/mcp/decide", gs.token, strings.Replace(good, `{"type":"object","properties"`, `{"type":"string","properties"`, 1), 400, "delete"},
+		{"oversized", "/mcp/decide", gs.token, strings.Replace(good, `"x"`, `"`+strings.Repeat("x", 5<<20)+`"`, 1), 413, "limit"},
+		{"an outcome for no call", "/mcp/outcome", gs.token, `{"sessionId":"p1","approvalId":"nothing","result":{}}`, 404, ""},
+	}
+	for _, c := range cases {
+		if st, body := post(c.path, c.token, c.body); st != c.status || !strings.Contains(body, c.want) || strings.Contains(body, `"decision": "allow"`) {
+			t.Errorf("%s: %d %.300s, want %d with %q and no allow", c.name, st, body, c.status, c.want)
+		}
+	}
+	// Arguments failing the schema: denied with the violations, even though a rule allows the tool.
+	st, body := post("/mcp/decide", gs.token, strings.Replace(good, `{"name":"x"}`, `{"name":1}`, 1))
+	if st != 200 || !strings.Contains(body, `"decision": "deny"`) || !strings.Contains(body, "Invalid arguments") {
+		t.Errorf("schema-failing arguments: %d %s", st, body)
+	}
+	// The rule allows; the proxy's readOnlyHint is never what allows (an untrusted server).
+	st, body = post("/mcp/decide", gs.token, good)
+	var d struct{ Decision, ApprovalID, Reason string }
+	_ = json.Unmarshal([]byte(body), &d)
+	if st != 200 || d.Decision != "allow" || !strings.Contains(d.Reason, "notes__delete") {
+		t.Fatalf("rule-allowed: %d %s", st, body)
+	}
+	out := `{"sessionId":"p1","approvalId":"` + d.ApprovalID + `","result":{"content":[{"type":"text","text":"gone"}]}}`
+	if st, body := post("/mcp/outcome", gs.token, strings.Replace(out, `"p1"`, `"p2"`, 1)); st != 404 {
+		t.Errorf("another session's outcome: %d %s", st, body)
+	}
+	if st, body := post("/mcp/outcome", gs.token, out); st != 200 || !strings.Contains(body, "gone") {
+		t.Errorf("outcome: %d %s", st, body)
+	}
+	if st, body := post("/mcp/outcome", gs.token, out); st != 409 {
+		t.Errorf("the outcome twice: %d %s", st, body)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"countersign/internal/gate"
 	"countersign/internal/mcp"
 	"countersign/internal/rules"
+	"countersign/internal/tool"
 	"countersign/internal/web"
 )
 
@@ -29,6 +30,7 @@ import (
 // its outputSchema; deletes counts the runs of delete.
 type upstream struct {
 	*httptest.Server
+	srv     *sdk.Server
 	deletes atomic.Int64
 }
 
@@ -66,6 +68,7 @@ func newUpstream(t *testing.T) *upstream {
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "n is a word"}},
 			StructuredContent: map[string]any{"n": "seven"}}, nil
 	})
+	up.srv = s
 	up.Server = httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
 	t.Cleanup(up.Close)
 	return up
@@ -96,8 +99,21 @@ func newGatewayServer(t *testing.T, ruleTexts ...string) *gatewayServer {
 	if len(tools) != 3 {
 		t.Fatalf("upstream tools: %d, want 3 (%v)", len(tools), m.Servers())
 	}
-	ts := newTestServerAgent(t, nil, func(c *web.Config, _ *http.Server) {
-		c.GatewayTools = m.Tools
+	var ts *testServer
+	ts = newTestServerAgent(t, nil, func(c *web.Config, _ *http.Server) {
+		c.GatewayTools = func() []*tool.Tool {
+			var out []*tool.Tool
+			for _, t := range m.Tools() {
+				if ts != nil {
+					if rt, ok := ts.env.Tools.Lookup(t.Name); ok && rt == t {
+						out = append(out, t)
+					}
+				} else {
+					out = append(out, t) // registered as newTestServerAgent's extra tools
+				}
+			}
+			return out
+		}
 		c.GatewayProgressEvery = 50 * time.Millisecond
 	}, func(c *agent.Config) {
 		c.CompileRules, c.ParseRule, c.SuggestRule = rules.NewCompiler(nil), rules.Parse, rules.Suggest
@@ -116,6 +132,11 @@ func newGatewayServer(t *testing.T, ruleTexts ...string) *gatewayServer {
 			t.Fatalf("rule %s: %v", text, err)
 		}
 	}
+	// As cmd/web wires it: a change upstream registers the new tools, then /mcp offers them.
+	m.OnChange(func() {
+		_, _ = m.RegisterTools(ts.env.Tools)
+		ts.srv.GatewayToolsChanged()
+	})
 	return &gatewayServer{testServer: ts, up: up, token: tok, connID: conn.ID, timeout: "30"}
 }
 
@@ -556,5 +577,39 @@ func TestGatewayProxyEndpointsRefuseBadInputAndNeverAllowIt(t *testing.T) {
 	}
 	if st, body := post("/mcp/outcome", gs.token, out); st != 409 {
 		t.Errorf("the outcome twice: %d %s", st, body)
+	}
+}
+
+func TestGatewayForwardsToolsListChanged(t *testing.T) {
+	gs := newGatewayServer(t)
+	changed := make(chan struct{}, 4)
+	c := sdk.NewClient(&sdk.Implementation{Name: "watcher", Version: "1"}, &sdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed <- struct{}{} }})
+	cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: gs.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: bearerTransport{gs.token}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	gs.up.srv.AddTool(&sdk.Tool{Name: "later", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return &sdk.CallToolResult{}, nil })
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notifications/tools/list_changed reached the client")
+	}
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
+	}
+	if !strings.Contains(strings.Join(names, ","), "up__later") {
+		t.Errorf("tools after the change: %v", names)
 	}
 }

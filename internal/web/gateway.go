@@ -45,6 +45,9 @@ const (
 	defaultGatewayProgress = 15 * time.Second
 	// gatewayMaxBody bounds a POSTed JSON-RPC message (the go-sdk answers 413 over it).
 	gatewayMaxBody = 1 << 20
+	// recordsInFlight bounds the outcomes written after their call was answered; past it, the
+	// call waits for its own.
+	recordsInFlight = 64
 )
 
 // gateway is the /mcp endpoint: one go-sdk server for every client (the tools are the same for
@@ -62,6 +65,8 @@ type gateway struct {
 	// definition; proxiedName the latest of each name.
 	proxied, proxiedName map[string]*tool.Tool
 
+	records chan struct{} // outcomes being written off the call's path (recordsInFlight)
+
 	genMu sync.Mutex
 	gens  map[string]int // session + call digest → the generation of its match key (gatewayKey)
 }
@@ -76,7 +81,8 @@ type gatewayInfo struct {
 const gatewayInfoKey = "countersign"
 
 func newGateway(s *Server) *gateway {
-	g := &gateway{s: s, offered: map[string]*tool.Tool{}, proxied: map[string]*tool.Tool{}, proxiedName: map[string]*tool.Tool{}, gens: map[string]int{}, every: s.cfg.GatewayProgressEvery}
+	g := &gateway{s: s, offered: map[string]*tool.Tool{}, proxied: map[string]*tool.Tool{}, proxiedName: map[string]*tool.Tool{}, gens: map[string]int{}, every: s.cfg.GatewayProgressEvery,
+		records: make(chan struct{}, recordsInFlight)}
 	if g.every <= 0 {
 		g.every = defaultGatewayProgress
 	}
@@ -242,7 +248,18 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 			run = v.EditedInput
 		}
 		res := t.Finalize(t.Execute(ctx, run, g.forwardProgress(ctx, req), nil))
-		g.consumed(ctx, sess.ID, digest, v.Approval, res, false)
+		// The key moves on now; the outcome is written off the call's path (the client has
+		// its answer one SQLite write sooner), at most recordsInFlight at a time.
+		g.taken(sess.ID, digest)
+		select {
+		case g.records <- struct{}{}:
+			go func() {
+				defer func() { <-g.records }()
+				g.consumed(context.WithoutCancel(ctx), sess.ID, "", v.Approval, res, false)
+			}()
+		default:
+			g.consumed(ctx, sess.ID, "", v.Approval, res, false)
+		}
 		return toCallResult(res), nil
 	}
 }

@@ -376,7 +376,9 @@ func (g *gateway) taken(sessionID, digest string) {
 	g.genMu.Unlock()
 }
 
-func gatewayKey(digest string, n int) string { return digest + "#" + strconv.Itoa(n) }
+// gatewayKey is the match key of generation n of the call with digest: the generation first, so
+// the call id the gate makes of it (its first characters) differs between generations.
+func gatewayKey(digest string, n int) string { return "g" + strconv.Itoa(n) + "-" + digest }
 
 // consumed records what became of a decided call (the upstream's result, or that it never ran)
 // on its outside call and its card (SPEC §18 "Outcomes"), and moves the call's key on (key).
@@ -398,13 +400,13 @@ func (g *gateway) consumed(ctx context.Context, sessionID, digest string, a gate
 	}
 }
 
-// callDigest is "sha256:<hex>" of the tool's name and its arguments (compact JSON).
+// callDigest is the hex SHA-256 of the tool's name and its arguments (compact JSON).
 func callDigest(name string, args json.RawMessage) string {
 	h := sha256.New()
 	h.Write([]byte(name))
 	h.Write([]byte{0})
 	h.Write(args)
-	return "mcp-sha256:" + hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // compactJSON is raw re-encoded (objects' members sorted, no HTML escaping), so the same

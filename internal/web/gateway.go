@@ -45,9 +45,9 @@ const (
 	defaultGatewayProgress = 15 * time.Second
 	// gatewayMaxBody bounds a POSTed JSON-RPC message (the go-sdk answers 413 over it).
 	gatewayMaxBody = 1 << 20
-	// recordsInFlight bounds the outcomes written after their call was answered; past it, the
-	// call waits for its own.
-	recordsInFlight = 64
+	// statelessRevision is the first MCP revision without sessions (2026-07-28, SEP-2575 and
+	// SEP-2567): a request that names it or a later one is served statelessly.
+	statelessRevision = "2026-07-28"
 )
 
 // gateway is the /mcp endpoint: one go-sdk server for every client (the tools are the same for
@@ -56,16 +56,17 @@ const (
 type gateway struct {
 	s       *Server
 	srv     *sdk.Server
-	handler http.Handler
-	every   time.Duration // progress interval
+	handler http.Handler // sessions: revisions up to 2025-11-25
+	// stateless serves requests of revision 2026-07-28 and later (Mcp-Protocol-Version), which
+	// has no sessions: each POST is a whole request, its clientInfo in its _meta.
+	stateless http.Handler
+	every     time.Duration // progress interval
 
 	mu      sync.Mutex
 	offered map[string]*tool.Tool // the tools the server offers, by name
 	// proxied are the tools of mcp-proxy's wrapped servers (proxyTool), by digest of their
 	// definition; proxiedName the latest of each name.
 	proxied, proxiedName map[string]*tool.Tool
-
-	records chan struct{} // outcomes being written off the call's path (recordsInFlight)
 
 	genMu sync.Mutex
 	gens  map[string]int // session + call digest → the generation of its match key (gatewayKey)
@@ -81,8 +82,7 @@ type gatewayInfo struct {
 const gatewayInfoKey = "countersign"
 
 func newGateway(s *Server) *gateway {
-	g := &gateway{s: s, offered: map[string]*tool.Tool{}, proxied: map[string]*tool.Tool{}, proxiedName: map[string]*tool.Tool{}, gens: map[string]int{}, every: s.cfg.GatewayProgressEvery,
-		records: make(chan struct{}, recordsInFlight)}
+	g := &gateway{s: s, offered: map[string]*tool.Tool{}, proxied: map[string]*tool.Tool{}, proxiedName: map[string]*tool.Tool{}, gens: map[string]int{}, every: s.cfg.GatewayProgressEvery}
 	if g.every <= 0 {
 		g.every = defaultGatewayProgress
 	}
@@ -98,6 +98,14 @@ func newGateway(s *Server) *gateway {
 		DisableLocalhostProtection: true,
 		MaxRequestBodyBytes:        gatewayMaxBody,
 		Logger:                     discardLogger(),
+	})
+	g.stateless = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return g.srv }, &sdk.StreamableHTTPOptions{
+		Stateless:                  true,
+		DisableLocalhostProtection: true,
+		MaxRequestBodyBytes:        gatewayMaxBody,
+		// The client hanging up ends the call's wait (and cancels its approval).
+		PropagateRequestCancellation: true,
+		Logger:                       discardLogger(),
 	})
 	g.sync()
 	return g
@@ -195,7 +203,11 @@ func (s *Server) mcpEndpoint(w http.ResponseWriter, r *http.Request) error {
 	// The go-sdk reads the connection from TokenInfo: a session made by one connection is
 	// refused to another (its UserID check), and each call's handler knows its connection.
 	verified := func(context.Context, string, *http.Request) (*auth.TokenInfo, error) { return info, nil }
-	auth.RequireBearerToken(verified, nil)(s.gateway.handler).ServeHTTP(w, r)
+	h := s.gateway.handler
+	if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessRevision {
+		h = s.gateway.stateless
+	}
+	auth.RequireBearerToken(verified, nil)(h).ServeHTTP(w, r)
 	return nil
 }
 
@@ -248,18 +260,7 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 			run = v.EditedInput
 		}
 		res := t.Finalize(t.Execute(ctx, run, g.forwardProgress(ctx, req), nil))
-		// The key moves on now; the outcome is written off the call's path (the client has
-		// its answer one SQLite write sooner), at most recordsInFlight at a time.
-		g.taken(sess.ID, digest)
-		select {
-		case g.records <- struct{}{}:
-			go func() {
-				defer func() { <-g.records }()
-				g.consumed(context.WithoutCancel(ctx), sess.ID, "", v.Approval, res, false)
-			}()
-		default:
-			g.consumed(ctx, sess.ID, "", v.Approval, res, false)
-		}
+		g.consumed(ctx, sess.ID, digest, v.Approval, res, false)
 		return toCallResult(res), nil
 	}
 }

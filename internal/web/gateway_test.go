@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,7 +82,18 @@ type gatewayServer struct {
 	up      *upstream
 	token   string
 	connID  string
-	timeout string // ?timeout= on the clients' endpoint
+	timeout string   // ?timeout= on the clients' endpoint
+	names   sync.Map // *sdk.ClientSession → its clientInfo name
+}
+
+// sid is the agent session id of cs's calls: its MCP session id, or, for a client of the
+// stateless revision (no sessions), "client:" and its clientInfo name.
+func (gs *gatewayServer) sid(cs *sdk.ClientSession) string {
+	if id := cs.ID(); id != "" {
+		return id
+	}
+	name, _ := gs.names.Load(cs)
+	return "client:" + name.(string)
 }
 
 func newGatewayServer(t *testing.T, ruleTexts ...string) *gatewayServer {
@@ -165,6 +177,7 @@ func (gs *gatewayServer) client(t *testing.T, name string, progress func(*sdk.Pr
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
+	gs.names.Store(cs, name)
 	return cs
 }
 
@@ -277,14 +290,14 @@ func TestGatewayRunsAReadOnlyToolAtOnceAndHoldsADestructiveOneUntilApproved(t *t
 	}
 
 	got := callAsync(cs, &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "b"}})
-	a := gs.pendingIn(t, cs.ID())
+	a := gs.pendingIn(t, gs.sid(cs))
 	if gs.up.deletes.Load() != 0 {
 		t.Fatal("the destructive call ran before anybody approved it")
 	}
 	if a.ToolName != "up__delete" || string(a.Arguments) != `{"name":"b"}` {
 		t.Errorf("approval %s %s", a.ToolName, a.Arguments)
 	}
-	sess, _ := gs.db.AgentSession(context.Background(), gs.connID, cs.ID())
+	sess, _ := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
 	if !strings.Contains(sess.Title, "approver-test 0.1.0") {
 		t.Errorf("agent session title %q, want the clientInfo", sess.Title)
 	}
@@ -302,7 +315,7 @@ func TestGatewayAnswersADenialAsAnErrorResultWithTheReason(t *testing.T) {
 	gs := newGatewayServer(t)
 	cs := gs.client(t, "deny-test", nil)
 	got := callAsync(cs, &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "c"}})
-	gs.decide(t, gs.pendingIn(t, cs.ID()), map[string]any{"decision": "deny", "reason": "keep that note"})
+	gs.decide(t, gs.pendingIn(t, gs.sid(cs)), map[string]any{"decision": "deny", "reason": "keep that note"})
 	res := wait(t, got)
 	if !res.IsError || !strings.Contains(textOf(res), "keep that note") {
 		t.Fatalf("denied: isError %v %q", res.IsError, textOf(res))
@@ -333,7 +346,7 @@ func TestGatewayAnswersAtTheDeadlineAndTheRepeatedCallFindsTheDecisionOnce(t *te
 	} else if m, _ := msg.Load().(string); !strings.HasPrefix(m, "waiting for approval: ") {
 		t.Errorf("progress message %q", m)
 	}
-	a := gs.pendingIn(t, cs.ID())
+	a := gs.pendingIn(t, gs.sid(cs))
 	gs.decide(t, a, map[string]any{"decision": "approve"})
 	res, err = cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "d"}})
 	if err != nil {
@@ -364,7 +377,7 @@ func TestGatewayCancelsTheApprovalWhenTheClientCancels(t *testing.T) {
 		_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "e"}})
 		done <- err
 	}()
-	a := gs.pendingIn(t, cs.ID())
+	a := gs.pendingIn(t, gs.sid(cs))
 	cancel() // the go-sdk client sends notifications/cancelled
 	<-done
 	for range 500 {
@@ -402,7 +415,7 @@ func TestGatewayAppliesRulesOnArgumentsAndSeveralApprovers(t *testing.T) {
 	}
 	// approvers=2: one approval leaves it pending, the second runs it.
 	got := callAsync(cs, &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": "x"}})
-	a := gs.pendingIn(t, cs.ID())
+	a := gs.pendingIn(t, gs.sid(cs))
 	gs.decide(t, a, map[string]any{"decision": "approve"})
 	select {
 	case <-got:
@@ -433,7 +446,7 @@ func TestGatewayModesApply(t *testing.T) {
 	if _, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": "m"}}); err != nil {
 		t.Fatal(err)
 	}
-	sess, err := gs.db.AgentSession(context.Background(), gs.connID, cs.ID())
+	sess, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,7 +608,9 @@ func TestGatewayForwardsToolsListChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs.up.srv.AddTool(&sdk.Tool{Name: "later", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return &sdk.CallToolResult{}, nil })
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{}, nil
+		})
 	select {
 	case <-changed:
 	case <-time.After(10 * time.Second):
@@ -611,5 +626,32 @@ func TestGatewayForwardsToolsListChanged(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(names, ","), "up__later") {
 		t.Errorf("tools after the change: %v", names)
+	}
+}
+
+func TestGatewayServesTheStatelessRevisionToo(t *testing.T) {
+	gs := newGatewayServer(t)
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			c := sdk.NewClient(&sdk.Implementation{Name: "rev-" + version, Version: "1"}, nil)
+			cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: gs.URL + "/mcp",
+				HTTPClient: &http.Client{Transport: bearerTransport{gs.token}}}, &sdk.ClientSessionOptions{ProtocolVersion: version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if got := cs.InitializeResult().ProtocolVersion; got != version {
+				t.Fatalf("negotiated %q, want %q", got, version)
+			}
+			got := callAsync(cs, &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": version}})
+			sid := cs.ID()
+			if sid == "" {
+				sid = "client:rev-" + version // no sessions: the client's agent session is its clientInfo's
+			}
+			gs.decide(t, gs.pendingIn(t, sid), map[string]any{"decision": "approve"})
+			if res := wait(t, got); res.IsError || structured(t, res) != `{"deleted":"`+version+`"}` {
+				t.Fatalf("approved: %q", textOf(res))
+			}
+		})
 	}
 }

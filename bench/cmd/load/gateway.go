@@ -117,13 +117,15 @@ func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// connectMCP connects a go-sdk client to endpoint (with token, when set).
+// connectMCP connects a go-sdk client to endpoint (with token, when set), speaking revision
+// 2025-11-25 (sessions), as the direct calls to the upstream do: the same protocol on both sides.
 func connectMCP(ctx context.Context, endpoint, token, name string) (*sdk.ClientSession, error) {
 	tr := &sdk.StreamableClientTransport{Endpoint: endpoint}
 	if token != "" {
 		tr.HTTPClient = &http.Client{Transport: bearerRT{token}}
 	}
-	return sdk.NewClient(&sdk.Implementation{Name: name, Version: "1"}, nil).Connect(ctx, tr, nil)
+	return sdk.NewClient(&sdk.Implementation{Name: name, Version: "1"}, nil).Connect(ctx, tr,
+		&sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 }
 
 // touch calls tool name and checks the answer is the upstream's.

@@ -69,7 +69,7 @@ type gateway struct {
 	proxied, proxiedName map[string]*tool.Tool
 
 	genMu sync.Mutex
-	gens  map[string]int // session + call digest → the generation of its match key (gatewayKey)
+	gens  map[string]int // session + call digest → the generation of its match key (callRef)
 }
 
 // gatewayInfo is what the HTTP edge passes, through the go-sdk's TokenInfo, to a call's handler.
@@ -176,27 +176,13 @@ func (g *gateway) add(t *tool.Tool) (err error) {
 // serves it: a malformed JSON-RPC message is its 400 or JSON-RPC error, an unknown tool -32602,
 // a body over 1 MiB 413.
 func (s *Server) mcpEndpoint(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	token := bearer(r)
-	if token == "" {
-		return apperr.Errorf(apperr.Unauthorized, "Unauthorized: send Authorization: Bearer <the connection's token>")
-	}
-	if s.cfg.AgentAuth == nil || s.agents == nil {
-		return apperr.Errorf(apperr.Unauthorized, "Unauthorized: this server has no agent connections")
-	}
-	connID, err := s.cfg.AgentAuth(ctx, token, gate.GatewayAgent)
-	switch code := apperr.CodeOf(err); {
-	case err == nil:
-	case code == apperr.Unauthorized, code == apperr.Internal:
+	connID, err := s.mcpConnection(r)
+	if err != nil {
 		return err
-	default:
-		return apperr.Errorf(apperr.Unauthorized, "Unauthorized: the token names no live mcp connection")
 	}
-	timeout := defaultGatewayTimeout
-	if r.URL.Query().Get("timeout") != "" || r.Header.Get(HeaderHookTimeout) != "" {
-		if timeout, err = hookTimeout(r); err != nil {
-			return err
-		}
+	timeout, err := gatewayTimeout(r)
+	if err != nil {
+		return err
 	}
 	info := &auth.TokenInfo{UserID: connID, Expiration: time.Now().Add(time.Hour),
 		Extra: map[string]any{gatewayInfoKey: gatewayInfo{connectionID: connID, timeout: timeout, base: s.baseURL(r)}}}
@@ -243,14 +229,14 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 			return nil, err
 		}
 		progress := func(message string) (stop func()) { return g.progress(ctx, req, message) }
-		v, url, digest, err := g.decide(ctx, sess, t, args, info, progress)
+		v, url, ref, err := g.decide(ctx, sess, t, args, info, progress)
 		if err != nil {
 			return nil, err
 		}
 		switch v.Outcome {
 		case gate.Blocked:
 			res := tool.ErrorResult("%s", v.Reason)
-			g.consumed(ctx, sess.ID, digest, v.Approval, res, true)
+			g.consumed(ctx, sess.ID, ref, v.Approval, res, true)
 			return toCallResult(res), nil
 		case gate.Asked:
 			return errorResult(waitingText(url)), nil
@@ -260,7 +246,7 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 			run = v.EditedInput
 		}
 		res := t.Finalize(t.Execute(ctx, run, g.forwardProgress(ctx, req), nil))
-		g.consumed(ctx, sess.ID, digest, v.Approval, res, false)
+		g.consumed(ctx, sess.ID, ref, v.Approval, res, false)
 		return toCallResult(res), nil
 	}
 }
@@ -274,14 +260,14 @@ func waitingText(url string) string {
 // (gate.Service.DecideOutside: an outside call of t, matched by tool and arguments within the
 // session, held until info's deadline); progress, while it is held, sends "waiting for
 // approval: <url>". It returns the verdict, the URL where the call is approved, and the call's
-// digest (for consumed). Errors: the gate's and the store's.
+// match key it was asked under (for consumed). Errors: the gate's and the store's.
 func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, args json.RawMessage, info gatewayInfo,
-	progress func(message string) (stop func())) (gate.OutsideVerdict, string, string, error) {
-	digest := callDigest(t.Name, args)
-	key, err := g.key(ctx, sess.ID, digest)
+	progress func(message string) (stop func())) (gate.OutsideVerdict, string, callRef, error) {
+	ref, err := g.ref(ctx, sess.ID, callDigest(t.Name, args))
 	if err != nil {
-		return gate.OutsideVerdict{}, "", "", err
+		return gate.OutsideVerdict{}, "", callRef{}, err
 	}
+	key := ref.key()
 	url := info.base + "/sessions/" + sess.ID
 	deadline := hookDeadline(time.Now(), info.timeout)
 	stopProgress := progress("waiting for approval: " + url)
@@ -294,7 +280,7 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 		return m.ID, err
 	}
 	v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)
-	return v, url, digest, err
+	return v, url, ref, err
 }
 
 // progress sends notifications/progress every g.every while a call is held, when the client gave
@@ -336,56 +322,77 @@ func (g *gateway) forwardProgress(ctx context.Context, req *sdk.CallToolRequest)
 	}
 }
 
-// key is the match key of the call with digest in agent session sessionID: the digest and its
-// generation, which moves on each time a decision is used (consumed), so the same call repeated
-// after its deadline finds the decision, once, and the one after that asks again. The
-// generation is found in the store when this process has not seen the call: the first key
-// whose outside call has no outcome yet.
-func (g *gateway) key(ctx context.Context, sessionID, digest string) (string, error) {
+// callRef names a call by its digest and the generation of its match key (key).
+type callRef struct {
+	digest string // callDigest; "" names no call
+	gen    int
+}
+
+// key is the call's match key: the generation first, so the call id the gate makes of it (its
+// first characters) differs between generations.
+func (c callRef) key() string { return "g" + strconv.Itoa(c.gen) + "-" + c.digest }
+
+// ref is the call with digest in agent session sessionID as asked now: its generation moves on
+// each time a decision is used (taken), so the same call repeated after its deadline finds the
+// decision, once, and the one after that asks again. The generation is found in the store when
+// this process does not know it: the first whose outside call has no outcome yet.
+func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, error) {
 	id := sessionID + "\x00" + digest
 	g.genMu.Lock()
 	n, ok := g.gens[id]
 	g.genMu.Unlock()
-	if !ok {
-		for ; ; n++ {
-			c, err := g.s.agents.OutsideCallByKey(ctx, sessionID, gatewayKey(digest, n))
-			if apperr.CodeOf(err) == apperr.NotFound {
-				break
-			}
-			if err != nil {
-				return "", err
-			}
-			if c.Outcome == nil {
-				break
-			}
-		}
-		g.genMu.Lock()
-		if cur, ok := g.gens[id]; !ok || cur < n {
-			g.gens[id] = n
-		} else {
-			n = cur
-		}
-		g.genMu.Unlock()
+	if ok {
+		return callRef{digest, n}, nil
 	}
-	return gatewayKey(digest, n), nil
+	for ; ; n++ {
+		c, err := g.s.agents.OutsideCallByKey(ctx, sessionID, callRef{digest, n}.key())
+		if apperr.CodeOf(err) == apperr.NotFound {
+			break
+		}
+		if err != nil {
+			return callRef{}, err
+		}
+		if c.Outcome == nil {
+			break
+		}
+	}
+	g.genMu.Lock()
+	if cur, ok := g.gens[id]; ok && cur > n {
+		n = cur
+	} else {
+		g.keep(id, n)
+	}
+	g.genMu.Unlock()
+	return callRef{digest, n}, nil
 }
 
-// taken moves the key of the call with digest in session sessionID on: its decision is used.
-func (g *gateway) taken(sessionID, digest string) {
+// maxGens bounds the generations kept in memory; past it they are forgotten and found again in
+// the store (ref) as calls come.
+const maxGens = 100_000
+
+// keep sets id's generation to n (g.genMu held), forgetting every other first when full.
+func (g *gateway) keep(id string, n int) {
+	if _, ok := g.gens[id]; !ok && len(g.gens) >= maxGens {
+		clear(g.gens)
+	}
+	g.gens[id] = n
+}
+
+// taken moves call ref of session sessionID on: its decision is used, the next call asks anew.
+func (g *gateway) taken(sessionID string, ref callRef) {
+	id := sessionID + "\x00" + ref.digest
 	g.genMu.Lock()
-	g.gens[sessionID+"\x00"+digest]++
+	if cur, ok := g.gens[id]; !ok || cur <= ref.gen {
+		g.keep(id, ref.gen+1)
+	}
 	g.genMu.Unlock()
 }
 
-// gatewayKey is the match key of generation n of the call with digest: the generation first, so
-// the call id the gate makes of it (its first characters) differs between generations.
-func gatewayKey(digest string, n int) string { return "g" + strconv.Itoa(n) + "-" + digest }
-
 // consumed records what became of a decided call (the upstream's result, or that it never ran)
 // on its outside call and its card (SPEC §18 "Outcomes"), and moves the call's key on (key).
-func (g *gateway) consumed(ctx context.Context, sessionID, digest string, a gate.Approval, res tool.Result, neverRan bool) {
-	if digest != "" {
-		g.taken(sessionID, digest)
+func (g *gateway) consumed(ctx context.Context, sessionID string, ref callRef, a gate.Approval, res tool.Result, neverRan bool) {
+	if ref.digest != "" {
+		g.taken(sessionID, ref)
 	}
 	if a.ID == "" {
 		return

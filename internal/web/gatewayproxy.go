@@ -181,7 +181,7 @@ func (s *Server) mcpDecide(w http.ResponseWriter, r *http.Request) error {
 	}
 	info := gatewayInfo{connectionID: connID, timeout: timeout, base: s.baseURL(r)}
 	noProgress := func(string) func() { return func() {} }
-	v, url, digest, err := g.decide(ctx, sess, t, args, info, noProgress)
+	v, url, ref, err := g.decide(ctx, sess, t, args, info, noProgress)
 	if err != nil {
 		return err
 	}
@@ -192,10 +192,10 @@ func (s *Server) mcpDecide(w http.ResponseWriter, r *http.Request) error {
 		if len(v.EditedInput) > 0 {
 			d.Arguments = v.EditedInput
 		}
-		g.taken(sess.ID, digest)
+		g.taken(sess.ID, ref)
 	case gate.Blocked:
 		d.Decision, d.Reason = mcpproxy.Deny, v.Reason
-		g.consumed(ctx, sess.ID, digest, v.Approval, tool.ErrorResult("%s", v.Reason), true)
+		g.consumed(ctx, sess.ID, ref, v.Approval, tool.ErrorResult("%s", v.Reason), true)
 	default:
 		d.Decision, d.Reason = mcpproxy.Wait, waitingText(url)
 	}
@@ -252,7 +252,7 @@ func (s *Server) mcpOutcome(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		final = t.Finalize(res, rerr)
 	}
-	s.gateway.consumed(ctx, sess.ID, "", a, final, false)
+	s.gateway.consumed(ctx, sess.ID, callRef{}, a, final, false)
 	out, err := json.Marshal(toCallResult(final))
 	if err != nil {
 		return err

@@ -655,3 +655,51 @@ func TestGatewayServesTheStatelessRevisionToo(t *testing.T) {
 		})
 	}
 }
+
+// TestGatewayUsesADecisionOnceAcrossARestart: a decision used by the repeated call is not used
+// again by a server that starts over the same store (it finds the call's generation there), so
+// the same call asks anew rather than running on an old approval.
+func TestGatewayUsesADecisionOnceAcrossARestart(t *testing.T) {
+	gs := newGatewayServer(t)
+	gs.timeout = "1"
+	connect := func(base string) *sdk.ClientSession {
+		t.Helper()
+		c := sdk.NewClient(&sdk.Implementation{Name: "restart-test", Version: "1"}, nil)
+		cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: base + "/mcp?timeout=1",
+			HTTPClient: &http.Client{Transport: bearerTransport{gs.token}}}, &sdk.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	call := func(cs *sdk.ClientSession) *sdk.CallToolResult {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "r"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a := connect(gs.URL)
+	if res := call(a); !strings.HasPrefix(textOf(res), "Waiting for approval at ") {
+		t.Fatalf("first call: %q", textOf(res))
+	}
+	gs.decide(t, gs.pendingIn(t, "client:restart-test"), map[string]any{"decision": "approve"})
+	if res := call(a); res.IsError {
+		t.Fatalf("repeated call: %q", textOf(res))
+	}
+
+	// Another server over the same store and runner: it has never seen the call.
+	tools := gs.env.Tools.All()
+	other := web.New(web.Config{Runner: gs.runner, Store: gs.db, Broker: gs.broker, OwnerToken: token, Connections: gs.conns,
+		OwnerSessions: gs.db, Notify: gs.db, GatewayTools: func() []*tool.Tool { return tools }})
+	hs := httptest.NewServer(other.Handler())
+	defer hs.Close()
+	if res := call(connect(hs.URL)); !res.IsError || !strings.HasPrefix(textOf(res), "Waiting for approval at ") {
+		t.Fatalf("the same call after a restart: isError %v %q, want it asked anew", res.IsError, textOf(res))
+	}
+	if n := gs.up.deletes.Load(); n != 1 {
+		t.Errorf("upstream ran delete %d times, want 1", n)
+	}
+}

@@ -703,3 +703,21 @@ func TestGatewayUsesADecisionOnceAcrossARestart(t *testing.T) {
 		t.Errorf("upstream ran delete %d times, want 1", n)
 	}
 }
+
+func TestGatewayAnswersAnUpstreamFailureAsAnErrorResultWithTheReason(t *testing.T) {
+	gs := newGatewayServer(t, "allow up__read")
+	cs := gs.client(t, "down-test", nil)
+	gs.up.CloseClientConnections()
+	gs.up.Close()
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": "q"}})
+	if err != nil {
+		t.Fatalf("an upstream failure is a result, not a protocol error: %v", err)
+	}
+	if !res.IsError || !strings.Contains(textOf(res), "MCP server up") {
+		t.Fatalf("upstream down: isError %v %q", res.IsError, textOf(res))
+	}
+	// The gateway itself still serves.
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -37,6 +37,35 @@ func (r *Runner) RecordAgentMessage(ctx context.Context, sessionID string, m Mes
 	return m, nil
 }
 
+// RecordAgentCall stores m, the assistant message that shows one outside call, in agent session
+// sess (as the caller has just read it) and shows it, as RecordAgentMessage does; with decided (a call a rule, the mode or a
+// default decided: gate.OutsideRequest.Record), its approval, whose MessageID becomes m's, and
+// its outside call are stored in the same transaction, not synced (store AppendOutsideCall). It
+// returns the message as stored. Errors as RecordAgentMessage's, and the store's codes for the
+// approval and the outside call.
+func (r *Runner) RecordAgentCall(ctx context.Context, sess Session, m Message, decided *gate.OutsideDecided) (_ Message, err error) {
+	if decided == nil {
+		return r.RecordAgentMessage(ctx, sess.ID, m)
+	}
+	sessionID := sess.ID
+	defer apperr.Wrap(&err, "RecordAgentCall(%s)", sessionID)
+	if !sess.IsAgent() {
+		return Message{}, apperr.Errorf(apperr.Invalid, "session %s is not an agent session", sessionID)
+	}
+	if m.ID == "" {
+		m.ID = newID()
+	}
+	if m.Timestamp.IsZero() {
+		m.Timestamp = time.Now().UTC()
+	}
+	decided.Approval.MessageID = m.ID
+	if _, err := r.cfg.Store.AppendOutsideCall(ctx, sessionID, m, decided.Approval, decided.Call); err != nil {
+		return Message{}, err
+	}
+	r.publish(Event{Type: MessageEnd, SessionID: sessionID, MessageID: m.ID, Message: &m})
+	return m, nil
+}
+
 // RecordAgentOutcome stores res, the outcome the agent reported of the call approval a decided,
 // as the call's result, and shows it (tool_execution_end, with the call's arguments and
 // decision, as the card draws them). Errors as RecordAgentMessage's.

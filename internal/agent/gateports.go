@@ -16,11 +16,18 @@ func (p gateSessions) Session(ctx context.Context, id string) (gate.SessionInfo,
 	if err != nil {
 		return gate.SessionInfo{}, err
 	}
-	info := gate.SessionInfo{ID: s.ID, Workspace: s.Workspace, Mode: p.mode(s)}
+	return p.r.GateSession(s), nil
+}
+
+// GateSession is session s as the gate judges its calls: its workspace, its mode as of now (a
+// switch made since s was read counts) and, for an agent session, its agent and connection
+// (gate.OutsideRequest.Session, for a caller that has just read s).
+func (r *Runner) GateSession(s Session) gate.SessionInfo {
+	info := gate.SessionInfo{ID: s.ID, Workspace: s.Workspace, Mode: gateSessions{r}.mode(s)}
 	if s.Agent != nil {
 		info.Agent, info.Connection = s.Agent.Kind, s.Agent.ConnectionID
 	}
-	return info, nil
+	return info
 }
 
 // SetMode stores session id's mode and keeps it for the calls of its run, which hold the

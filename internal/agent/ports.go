@@ -110,6 +110,9 @@ type Store interface {
 	// any, are stored in the same transaction (all or nothing): the automatic audit records of
 	// the message's calls.
 	AppendEntry(ctx context.Context, sessionID string, m Message, records ...gate.Approval) (Entry, error)
+	// AppendOutsideCall stores m with a, an outside call's automatic approval, and c, its
+	// outside call, in one transaction (SPEC §18; gate.OutsideDecided).
+	AppendOutsideCall(ctx context.Context, sessionID string, m Message, a gate.Approval, c gate.OutsideCall) (Entry, error)
 	// Entries returns the session's transcript in order.
 	Entries(ctx context.Context, sessionID string) ([]Entry, error)
 

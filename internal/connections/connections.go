@@ -181,11 +181,45 @@ type Service struct {
 
 	mu      sync.Mutex
 	touched map[string]time.Time // connection id → last use written, to write it at most once a minute
+	// known caches Authenticate's lookups by token hash (issue 35: a hook's token is looked up
+	// on every agent call): a connection read at most CacheTTL ago. Revoke and Forget drop
+	// entries at once; the TTL bounds how long another replica's revocation can go unheard
+	// when its message (Forget) is lost.
+	known map[string]cached
+	gen   uint64 // counts Forget calls: a lookup caches what it read only if none came between
 }
+
+// cached is a connection as Authenticate read it, and when.
+type cached struct {
+	c  Connection
+	at time.Time
+}
+
+// CacheTTL is how long Authenticate trusts a connection it read by its token hash before reading
+// it again (a revocation made on another replica whose message did not arrive takes effect
+// within it; one made here, or heard through Forget, at once).
+const CacheTTL = 2 * time.Second
+
+// maxKnown bounds the cache of Authenticate: past it, the cache is emptied (a flood of distinct
+// live tokens is not a case to serve from memory).
+const maxKnown = 4096
 
 // NewService returns a service over store.
 func NewService(store Store) *Service {
-	return &Service{store: store, now: time.Now, touched: map[string]time.Time{}}
+	return &Service{store: store, now: time.Now, touched: map[string]time.Time{}, known: map[string]cached{}}
+}
+
+// Forget drops what Authenticate cached of connection id ("" for every connection): another
+// replica revoked it (SPEC §16: the web layer hears it through its peers).
+func (s *Service) Forget(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	for h, k := range s.known {
+		if id == "" || k.c.ID == id {
+			delete(s.known, h)
+		}
+	}
 }
 
 // SetClock replaces the service's clock (tests).
@@ -223,7 +257,11 @@ func (s *Service) Get(ctx context.Context, id string) (Connection, error) {
 // Revoke revokes connection id (its next request is 401) and returns it; revoking twice keeps
 // the first time. apperr.NotFound for an unknown id.
 func (s *Service) Revoke(ctx context.Context, id string) (Connection, error) {
+	// Forgotten before and after the write: a lookup racing the revocation cannot keep the
+	// connection it read before it.
+	s.Forget(id)
 	c, err := s.store.RevokeConnection(ctx, id, s.now().UTC())
+	s.Forget(id)
 	if err == nil {
 		s.mu.Lock()
 		delete(s.touched, id)
@@ -245,7 +283,7 @@ func (s *Service) Authenticate(ctx context.Context, token string, kind Kind) (Co
 	case len(token) > maxToken || !strings.HasPrefix(token, TokenPrefix):
 		return Connection{}, apperr.Errorf(apperr.Unauthorized, "Not a connection token (they start with %s).", TokenPrefix)
 	}
-	c, err := s.store.ConnectionByTokenHash(ctx, Hash(token))
+	c, err := s.lookup(ctx, Hash(token))
 	if apperr.CodeOf(err) == apperr.NotFound {
 		return Connection{}, apperr.Errorf(apperr.Unauthorized, "Unknown connection token.")
 	}
@@ -274,5 +312,34 @@ func (s *Service) Authenticate(ctx context.Context, token string, kind Kind) (Co
 			c.LastUsedAt = &now
 		}
 	}
+	return c, nil
+}
+
+// lookup is the connection whose token hash is hash: from the cache when read less than CacheTTL
+// ago, else from the store (and cached when live; an unknown or revoked token is read every
+// time). A revocation during the read is not cached over: Revoke forgets after its write, and an
+// entry read before it is dropped then.
+func (s *Service) lookup(ctx context.Context, hash string) (Connection, error) {
+	now := s.now()
+	s.mu.Lock()
+	k, ok := s.known[hash]
+	gen := s.gen
+	s.mu.Unlock()
+	if ok && now.Sub(k.at) < CacheTTL && now.Sub(k.at) >= 0 {
+		return k.c, nil
+	}
+	c, err := s.store.ConnectionByTokenHash(ctx, hash)
+	if err != nil || c.RevokedAt != nil {
+		return c, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != gen {
+		return c, nil // a revocation came during the read: not cached
+	}
+	if len(s.known) >= maxKnown {
+		clear(s.known)
+	}
+	s.known[hash] = cached{c: c, at: now}
 	return c, nil
 }

@@ -19,6 +19,8 @@ type memStore struct {
 	mu      sync.Mutex
 	byID    map[string]connections.Connection
 	touches int
+	lookups int    // ConnectionByTokenHash calls
+	during  func() // called in ConnectionByTokenHash after the row is read, unlocked
 }
 
 func newMemStore() *memStore { return &memStore{byID: map[string]connections.Connection{}} }
@@ -42,13 +44,22 @@ func (m *memStore) Connection(_ context.Context, id string) (connections.Connect
 
 func (m *memStore) ConnectionByTokenHash(_ context.Context, hash string) (connections.Connection, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.lookups++
+	during := m.during
+	var found *connections.Connection
 	for _, c := range m.byID {
 		if c.TokenHash == hash {
-			return c, nil
+			found = &c
 		}
 	}
-	return connections.Connection{}, apperr.Errorf(apperr.NotFound, "connection not found")
+	m.mu.Unlock()
+	if during != nil {
+		during()
+	}
+	if found == nil {
+		return connections.Connection{}, apperr.Errorf(apperr.NotFound, "connection not found")
+	}
+	return *found, nil
 }
 
 func (m *memStore) Connections(context.Context) ([]connections.Connection, error) {
@@ -270,5 +281,88 @@ func TestKindsAreTheHookKindsAndMCPAndAPI(t *testing.T) {
 	}
 	if got := strings.Join(names, " "); got != "claude-code codex gemini cursor copilot mcp api" {
 		t.Fatalf("Kinds = %s", got)
+	}
+}
+
+// TestAuthenticateCachesALiveTokenBrieflyAndNeverARevokedOne (issue 35: the token lookup on
+// every hook is cached): within CacheTTL a live token is read once; a revocation here is heard at
+// once, one on another replica at its Forget or within the TTL; a lookup that a revocation raced
+// is not cached; an unknown or revoked token is read every time.
+func TestAuthenticateCachesALiveTokenBrieflyAndNeverARevokedOne(t *testing.T) {
+	ctx := context.Background()
+	s, st, now := service(t)
+	c, tok, _ := s.Create(ctx, "laptop", connections.ClaudeCode)
+	auth := func() error {
+		t.Helper()
+		_, err := s.Authenticate(ctx, tok, connections.ClaudeCode)
+		return err
+	}
+	for range 3 {
+		if err := auth(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.lookups != 1 {
+		t.Fatalf("%d lookups for three uses within the TTL, want 1", st.lookups)
+	}
+	*now = now.Add(connections.CacheTTL)
+	if err := auth(); err != nil || st.lookups != 2 {
+		t.Fatalf("after the TTL: %v, %d lookups; want read again", err, st.lookups)
+	}
+
+	// Another replica revokes it (the same store, another service).
+	other := connections.NewService(st)
+	other.SetClock(func() time.Time { return *now })
+	if _, err := other.Revoke(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := auth(); err != nil {
+		t.Fatalf("within the TTL of another replica's revocation: %v (the documented bound)", err)
+	}
+	s.Forget(c.ID) // its message arrives
+	if err := auth(); apperr.CodeOf(err) != apperr.Unauthorized {
+		t.Fatalf("after Forget: %v, want unauthorized at once", err)
+	}
+	n := st.lookups
+	_ = auth()
+	if st.lookups != n+1 {
+		t.Fatalf("a revoked token was served from the cache")
+	}
+
+	// Revoked here: at once, with nothing cached.
+	c2, tok2, _ := s.Create(ctx, "ci", connections.ClaudeCode)
+	if _, err := s.Authenticate(ctx, tok2, connections.ClaudeCode); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Revoke(ctx, c2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authenticate(ctx, tok2, connections.ClaudeCode); apperr.CodeOf(err) != apperr.Unauthorized {
+		t.Fatalf("after Revoke here: %v, want unauthorized at once", err)
+	}
+
+	// Another replica's lost message: the TTL still ends it.
+	c3, tok3, _ := s.Create(ctx, "lost", connections.ClaudeCode)
+	if _, err := s.Authenticate(ctx, tok3, connections.ClaudeCode); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Revoke(ctx, c3.ID); err != nil {
+		t.Fatal(err)
+	}
+	*now = now.Add(connections.CacheTTL)
+	if _, err := s.Authenticate(ctx, tok3, connections.ClaudeCode); apperr.CodeOf(err) != apperr.Unauthorized {
+		t.Fatalf("a TTL after another replica's revocation: %v, want unauthorized", err)
+	}
+
+	// A lookup during which a revocation is heard is not cached: the next use reads again.
+	_, tok4, _ := s.Create(ctx, "race", connections.ClaudeCode)
+	st.during = func() { s.Forget("") }
+	if _, err := s.Authenticate(ctx, tok4, connections.ClaudeCode); err != nil {
+		t.Fatal(err)
+	}
+	st.during = nil
+	n = st.lookups
+	if _, err := s.Authenticate(ctx, tok4, connections.ClaudeCode); err != nil || st.lookups != n+1 {
+		t.Fatalf("a lookup raced by a revocation was cached (%v, %d lookups after)", err, st.lookups-n)
 	}
 }

@@ -62,6 +62,9 @@ func (c OutsideCall) TooLate(a Approval) bool {
 // OutsideStore keeps outside calls beside their approvals (internal/store).
 type OutsideStore interface {
 	CreateOutsideCall(ctx context.Context, c OutsideCall) error
+	// CreateDecidedOutsideCall stores an automatic approval and its outside call in one
+	// transaction, not synced (a call a rule decided: no fsync on the answer's path, issue 35).
+	CreateDecidedOutsideCall(ctx context.Context, a Approval, c OutsideCall) error
 	// OutsideCall is approval approvalID's outside call; apperr.NotFound.
 	OutsideCall(ctx context.Context, approvalID string) (OutsideCall, error)
 	// OutsideCallByKey is the session's latest call with the match key; apperr.NotFound.
@@ -141,6 +144,9 @@ type OutsideRequest struct {
 	ToolName  string          // the agent's tool: "Bash", "Edit", "mcp__github__create_issue"…
 	Input     json.RawMessage // tool_input, a JSON object
 	ToolUseID string          // "" on a PermissionRequest
+	// Session, when set, is the session as the caller has just read it (its workspace, mode,
+	// agent and connection): the gate does not read it again. nil: the gate reads it.
+	Session *SessionInfo
 	// MatchKey pairs this event with the other event about the same call (hooks.MatchKey):
 	// the person is asked once per call.
 	MatchKey string
@@ -149,11 +155,14 @@ type OutsideRequest struct {
 	Deadline time.Time
 	// Editable says whether the agent honours an edited input on this event (hooks.CanEdit).
 	Editable bool
-	// Record, when set, is called once for a call the gate has not seen before, before its
-	// approval is stored: it records the call, under callID (Approval.ToolCallID: the
-	// tool_use_id, or one made from the match key), where the session shows it and returns
-	// the id of the message that holds it (Approval.MessageID).
-	Record func(ctx context.Context, callID string) (messageID string, err error)
+	// Record, when set, is called once for a call the gate has not seen before: it records the
+	// call, under callID (Approval.ToolCallID: the tool_use_id, or one made from the match
+	// key), where the session shows it and returns the id of the message that holds it
+	// (Approval.MessageID). For a call a rule, the mode or a default decided, decided is its
+	// approval and outside call, which Record stores in the same transaction as the message
+	// (setting decided.Approval.MessageID), not synced: one commit on the answer's path (issue
+	// 35). For a call that asks, decided is nil and Record runs before the approval is stored.
+	Record func(ctx context.Context, callID string, decided *OutsideDecided) (messageID string, err error)
 	// EditedKey, when set, is the match key of an edited input of this call (hooks.MatchKey of
 	// the event with that input): a person's approval with an edit is found by it too.
 	EditedKey func(edited json.RawMessage) (string, error)
@@ -170,6 +179,14 @@ type OutsideRequest struct {
 	// call "the agent stopped waiting", and a decision made after it answers the repeated call
 	// instead of being too late.
 	CallsAgain bool
+}
+
+// OutsideDecided is an outside call a rule, the mode or a default decided, as the gate hands it
+// to OutsideRequest.Record to store with the call's message: its automatic approval (stamped
+// by Gate.Automatic; MessageID to be set) and its outside call.
+type OutsideDecided struct {
+	Approval Approval
+	Call     OutsideCall
 }
 
 // OutsideVerdict is the gate's answer to an OutsideRequest: Allowed (EditedInput, when set,
@@ -312,8 +329,10 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 		return OutsideVerdict{}, err
 	}
 
-	sess, err := s.sessions.Session(ctx, req.SessionID)
-	if err != nil {
+	var sess SessionInfo
+	if req.Session != nil && req.Session.ID == req.SessionID {
+		sess = *req.Session
+	} else if sess, err = s.sessions.Session(ctx, req.SessionID); err != nil {
 		return OutsideVerdict{}, err
 	}
 	t := req.Tool
@@ -331,29 +350,37 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 		Arguments: req.Input, Workspace: sess.Workspace, Mode: s.mode(sess), Outside: true, Agent: sess.Agent, Connection: sess.Connection})
 	base := Approval{SessionID: req.SessionID, ToolCallID: callID, ToolName: req.ToolName, Arguments: req.Input,
 		Annotations: t.Annotations, RequestedBy: RequestedByAgent}
-	if req.Record != nil {
-		if base.MessageID, err = req.Record(ctx, callID); err != nil {
-			return OutsideVerdict{}, err
-		}
-	}
-	rec := d.Record(base)
 	oc := OutsideCall{SessionID: req.SessionID, ToolUseID: req.ToolUseID, MatchKey: req.MatchKey, Event: req.Event, Editable: req.Editable}
 	if !req.Deadline.IsZero() {
 		dl := req.Deadline.UTC()
 		oc.Deadline = &dl
 	}
 	if d.Outcome != Asked {
-		a, err := s.gate.Record(ctx, rec)
+		// Decided with no person: the call's message, its approval and its outside call in one
+		// commit, not synced (issue 35; Countersign runs nothing on it, and a power loss keeps
+		// or drops the three together).
+		a, err := s.gate.Automatic(d.Record(base))
 		if err != nil {
 			return OutsideVerdict{}, err
 		}
 		oc.ApprovalID, oc.CreatedAt = a.ID, a.CreatedAt
-		if err := os.CreateOutsideCall(ctx, oc); err != nil {
+		if req.Record != nil {
+			dec := &OutsideDecided{Approval: a, Call: oc}
+			if a.MessageID, err = req.Record(ctx, callID, dec); err != nil {
+				return OutsideVerdict{}, err
+			}
+		} else if err := os.CreateDecidedOutsideCall(ctx, a, oc); err != nil {
 			return OutsideVerdict{}, err
 		}
 		s.gate.notify(a)
 		return end(verdictOf(a))
 	}
+	if req.Record != nil {
+		if base.MessageID, err = req.Record(ctx, callID, nil); err != nil {
+			return OutsideVerdict{}, err
+		}
+	}
+	rec := d.Record(base)
 	// Whether the agent honours an edit is known here before the approval is visible: a person
 	// (or an API client) deciding in the moment before its outside_calls row is stored must not
 	// be refused an edit the agent would apply (outsideEditable reads this first).

@@ -89,6 +89,8 @@ type Backend interface {
 	AgentSession(ctx context.Context, connectionID, agentSessionID string) (agent.Session, error)
 	UpdateAgentSession(ctx context.Context, id string, info agent.AgentInfo) error
 	CreateOutsideCall(ctx context.Context, c gate.OutsideCall) error
+	CreateDecidedOutsideCall(ctx context.Context, a gate.Approval, c gate.OutsideCall) error
+	AppendOutsideCall(ctx context.Context, sessionID string, m agent.Message, a gate.Approval, c gate.OutsideCall) (agent.Entry, error)
 	OutsideCall(ctx context.Context, approvalID string) (gate.OutsideCall, error)
 	OutsideCallByKey(ctx context.Context, sessionID, key string) (gate.OutsideCall, error)
 	OutsideCallByToolUse(ctx context.Context, sessionID, toolUseID string) (gate.OutsideCall, error)

@@ -50,9 +50,68 @@ func (db *SQL) CreateOutsideCall(ctx context.Context, c gate.OutsideCall) (err e
 	if c.Outcome != nil && !json.Valid(c.Outcome) {
 		return apperr.Errorf(apperr.Invalid, "an outside call's outcome must be JSON")
 	}
-	_, err = db.exec1(ctx, 0, `INSERT INTO outside_calls (`+outsideCallColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		c.ApprovalID, c.SessionID, c.ToolUseID, c.MatchKey, nullString(c.EditedKey), c.Event, c.Editable, nullTime(c.StoppedWaitingAt),
-		nullJSON(c.Outcome), nullTime(c.OutcomeAt), formatTime(c.CreatedAt), nullTime(c.Deadline))
+	_, err = db.exec1(ctx, 0, insertOutsideCall, outsideCallArgs(c)...)
+	return db.outsideCallError(c, err)
+}
+
+const insertOutsideCall = `INSERT INTO outside_calls (` + outsideCallColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+func outsideCallArgs(c gate.OutsideCall) []any {
+	return []any{c.ApprovalID, c.SessionID, c.ToolUseID, c.MatchKey, nullString(c.EditedKey), c.Event, c.Editable, nullTime(c.StoppedWaitingAt),
+		nullJSON(c.Outcome), nullTime(c.OutcomeAt), formatTime(c.CreatedAt), nullTime(c.Deadline)}
+}
+
+// AppendOutsideCall stores, in one transaction, an outside call a rule, the mode or a default
+// decided (SPEC §18; no person waits on it): m, the assistant message that shows the call, as
+// the session's next entry (AppendEntry), a, its automatic approval (a.MessageID is m's), and c,
+// its outside call. Like AppendEntry's records it is not synced (SQLite synchronous=NORMAL, issue
+// 35: no fsync on the answer's path of a call a rule decided): a power loss keeps or drops the
+// three together, and Countersign ran nothing on it. A zero c.CreatedAt is a's. Errors:
+// AppendEntry's, CreateApproval's and CreateOutsideCall's codes.
+func (db *SQL) AppendOutsideCall(ctx context.Context, sessionID string, m agent.Message, a gate.Approval, c gate.OutsideCall) (e agent.Entry, err error) {
+	defer apperr.Wrap(&err, "store.AppendOutsideCall(%s, %s)", sessionID, a.ID)
+	if a.Status == gate.Pending {
+		return agent.Entry{}, apperr.Errorf(apperr.Invalid, "AppendOutsideCall stores a decided call, not a pending one")
+	}
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = a.CreatedAt
+	}
+	if c.Outcome != nil && !json.Valid(c.Outcome) {
+		return agent.Entry{}, apperr.Errorf(apperr.Invalid, "an outside call's outcome must be JSON")
+	}
+	e, err = db.appendEntry(ctx, sessionID, m, []gate.Approval{a}, func(tx Querier) error {
+		_, err := db.exec(ctx, tx, insertOutsideCall, outsideCallArgs(c)...)
+		return db.outsideCallError(c, err)
+	})
+	return e, err
+}
+
+// CreateDecidedOutsideCall stores a, an outside call's automatic approval, and c, its outside
+// call, in one transaction, not synced: AppendOutsideCall for a caller that records no message
+// (gate.Service.DecideOutside with no OutsideRequest.Record). Errors as AppendOutsideCall's.
+func (db *SQL) CreateDecidedOutsideCall(ctx context.Context, a gate.Approval, c gate.OutsideCall) (err error) {
+	defer apperr.Wrap(&err, "store.CreateDecidedOutsideCall(%s)", a.ID)
+	if a.Status == gate.Pending {
+		return apperr.Errorf(apperr.Invalid, "CreateDecidedOutsideCall stores a decided call, not a pending one")
+	}
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = a.CreatedAt
+	}
+	if c.Outcome != nil && !json.Valid(c.Outcome) {
+		return apperr.Errorf(apperr.Invalid, "an outside call's outcome must be JSON")
+	}
+	err = db.write(ctx, Atomic, func(tx Querier) error {
+		if err := db.insertApprovals(ctx, tx, []gate.Approval{a}); err != nil {
+			return err
+		}
+		_, err := db.exec(ctx, tx, insertOutsideCall, outsideCallArgs(c)...)
+		return db.outsideCallError(c, err)
+	})
+	return db.approvalError(a, err)
+}
+
+// outsideCallError is err, an insert of c's row, with CreateOutsideCall's codes.
+func (db *SQL) outsideCallError(c gate.OutsideCall, err error) error {
 	switch db.kind(err) {
 	case ErrUnique:
 		return apperr.Errorf(apperr.Conflict, "approval %s has an outside call already", c.ApprovalID)

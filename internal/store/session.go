@@ -182,6 +182,12 @@ func (db *SQL) SetActiveTools(ctx context.Context, id string, names []string) (e
 // for an unknown session; CreateApproval's codes for a bad record.
 func (db *SQL) AppendEntry(ctx context.Context, sessionID string, m agent.Message, records ...gate.Approval) (e agent.Entry, err error) {
 	defer apperr.Wrap(&err, "store.AppendEntry(%s)", sessionID)
+	return db.appendEntry(ctx, sessionID, m, records, nil)
+}
+
+// appendEntry is AppendEntry, with more, when set, written in the same transaction after the
+// records (AppendOutsideCall's outside calls).
+func (db *SQL) appendEntry(ctx context.Context, sessionID string, m agent.Message, records []gate.Approval, more func(Querier) error) (e agent.Entry, err error) {
 	body, err := json.Marshal(m)
 	if err != nil {
 		return agent.Entry{}, apperr.Errorf(apperr.Invalid, "message cannot be stored: %v", err)
@@ -201,7 +207,7 @@ func (db *SQL) AppendEntry(ctx context.Context, sessionID string, m agent.Messag
 		u = *m.Usage
 	}
 	var mode WriteMode
-	if len(records) > 0 || usage || db.d.SeqCounter {
+	if len(records) > 0 || usage || db.d.SeqCounter || more != nil {
 		mode = Atomic
 	}
 	err = db.write(ctx, mode, func(tx Querier) error {
@@ -230,10 +236,15 @@ func (db *SQL) AppendEntry(ctx context.Context, sessionID string, m agent.Messag
 				}
 			}
 		}
-		if len(records) == 0 {
-			return nil
+		if len(records) > 0 {
+			if err := db.insertApprovals(ctx, tx, records); err != nil {
+				return err
+			}
 		}
-		return db.insertApprovals(ctx, tx, records)
+		if more != nil {
+			return more(tx)
+		}
+		return nil
 	})
 	switch db.kind(err) {
 	case ErrForeignKey:

@@ -128,8 +128,10 @@ const codemodeOutput = `{
 // readOnly and closed world because the sandbox itself touches nothing: every call it makes goes
 // through ExecuteTool, so the gate sees, and may prompt for, each one.
 func codemodeTool(cfg Config) *tool.Tool {
-	// One slot per worker that may be alive, shared by every call of this tool (the server's).
-	slots := make(chan struct{}, cfg.Codemode.MaxWorkers)
+	// The server's caps, shared by every call of this tool: workers running script, and workers
+	// alive (running or waiting for their calls' outcomes).
+	slots := &codemodeSlots{running: make(chan struct{}, cfg.Codemode.MaxWorkers),
+		alive: make(chan struct{}, cfg.Codemode.MaxWorkers*CodemodeAliveFactor)}
 	return &tool.Tool{
 		Name:  "codemode",
 		Title: "Code mode",
@@ -172,7 +174,8 @@ func codemodeTool(cfg Config) *tool.Tool {
 type codemodeRun struct {
 	ctx        context.Context
 	cfg        Config
-	slots      chan struct{} // CodemodeConfig.MaxWorkers: one held while this run's worker lives
+	slots      *codemodeSlots // the server's caps on running and live workers
+	slot       runningSlot    // this run's hold on a running slot
 	tc         tool.Context
 	onUpdate   func(tool.Update)
 	maxMessage int // protocol line cap
@@ -214,7 +217,7 @@ const (
 // ctx (also while it waited for one of slots), awaited something that can never happen, or the
 // worker failed. It returns only after the worker is reaped and every nested call it started has
 // ended.
-func runCodemode(ctx context.Context, cfg Config, slots chan struct{}, code string, onUpdate func(tool.Update), tc tool.Context) tool.Result {
+func runCodemode(ctx context.Context, cfg Config, slots *codemodeSlots, code string, onUpdate func(tool.Update), tc tool.Context) tool.Result {
 	start := time.Now()
 	r := &codemodeRun{
 		ctx: ctx, cfg: cfg, slots: slots, tc: tc, onUpdate: onUpdate, maxMessage: codemodeMessageCap(cfg.OutputCap),
@@ -277,7 +280,7 @@ func (r *codemodeRun) run(code string) (result json.RawMessage, resultHead strin
 	if err != nil {
 		return nil, "", fmt.Errorf("Script failed: %v", err)
 	}
-	release, err := r.acquireSlot()
+	release, err := r.acquireSlots()
 	if err != nil {
 		return nil, "", err
 	}
@@ -367,6 +370,9 @@ func (r *codemodeRun) run(code string) (result json.RawMessage, resultHead strin
 			used += time.Since(since)
 			running = false
 			timer.Stop()
+			// Waiting for its calls (a person's approval may take hours), the worker runs no
+			// script: its running slot goes to another call until an outcome is written.
+			r.slot.idle(waitingAt)
 		case !blocked && !running:
 			running, since = true, time.Now()
 			timer.Reset(max(budget-used, 0))
@@ -374,24 +380,108 @@ func (r *codemodeRun) run(code string) (result json.RawMessage, resultHead strin
 	}
 }
 
-// acquireSlot takes one of the server's worker slots (CodemodeConfig.MaxWorkers), waiting for
-// one when all are taken: it says so first through onUpdate ("waiting for a codemode slot
-// (N running)"), and gives up when ctx ends, with the same error as a stop while running. The
-// wait comes before the worker starts, so it does not count against the time limit. release
-// gives the slot back.
-func (r *codemodeRun) acquireSlot() (release func(), err error) {
-	release = func() { <-r.slots }
+// CodemodeAliveFactor bounds the codemode workers alive at once: CodemodeAliveFactor ×
+// CodemodeConfig.MaxWorkers, running or waiting for their calls' outcomes (issue 35: a script
+// waiting for a person holds no running slot, but its worker and its heap stay alive).
+const CodemodeAliveFactor = 4
+
+// codemodeSlots are the server's caps on codemode workers: running counts the workers running
+// script (CodemodeConfig.MaxWorkers: CPU and the heap's growth), alive the workers that exist
+// (CodemodeAliveFactor times as many: a waiting worker keeps its heap).
+type codemodeSlots struct {
+	running, alive chan struct{}
+}
+
+// acquireSlots takes one of the server's live-worker slots, then a running slot, waiting for
+// each when all are taken: it says so first through onUpdate ("waiting for a codemode slot
+// (N running)", "… (N alive)"), and gives up when ctx ends, with the same error as a stop while
+// running. The wait comes before the worker starts, so it does not count against the time
+// limit. release gives back both (the running slot only if the run holds it then).
+func (r *codemodeRun) acquireSlots() (release func(), err error) {
+	if err := r.take(r.slots.alive, "alive"); err != nil {
+		return nil, err
+	}
+	if err := r.take(r.slots.running, "running"); err != nil {
+		<-r.slots.alive
+		return nil, err
+	}
+	r.slot = runningSlot{slots: r.slots.running, held: true}
+	return func() {
+		r.slot.release()
+		<-r.slots.alive
+	}, nil
+}
+
+// take takes one slot of c for the run, waiting for one when all are taken (saying so first,
+// with what counts, "running" or "alive"), or ctx's end.
+func (r *codemodeRun) take(c chan struct{}, what string) error {
 	select {
-	case r.slots <- struct{}{}:
-		return release, nil
+	case c <- struct{}{}:
+		return nil
 	default:
 	}
-	r.onUpdate(tool.Update{Message: fmt.Sprintf("waiting for a codemode slot (%d running)", len(r.slots))})
+	r.onUpdate(tool.Update{Message: fmt.Sprintf("waiting for a codemode slot (%d %s)", len(c), what)})
 	select {
-	case r.slots <- struct{}{}:
-		return release, nil
+	case c <- struct{}{}:
+		return nil
 	case <-r.ctx.Done():
-		return nil, errors.New("Script stopped: " + context.Cause(r.ctx).Error())
+		return errors.New("Script stopped: " + context.Cause(r.ctx).Error())
+	}
+}
+
+// runningSlot is one run's hold on a running slot (codemodeSlots.running): held while its
+// worker may run script, given back while the worker waits for outcomes (idle), and taken again
+// by the writer before it writes the next outcome (beforeWrite), so a worker never runs script
+// without one. The loop gives it back and the writer takes it; mu orders the two.
+type runningSlot struct {
+	slots   chan struct{}
+	mu      sync.Mutex
+	held    bool
+	written int // outcomes the writer has written or is about to write
+}
+
+// idle gives the slot back if the worker, having consumed consumed outcomes, waits for the next
+// and no outcome past those is written or being written.
+func (s *runningSlot) idle(consumed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held && s.written == consumed {
+		s.held = false
+		<-s.slots
+	}
+}
+
+// beforeWrite takes the slot again, if the run gave it back, before an outcome is written (which
+// lets the worker run), waiting for one while all are taken; false when the run is over, the
+// worker gone or ctx ended first (the outcome is then not written).
+func (s *runningSlot) beforeWrite(done, quit, ctxDone <-chan struct{}) bool {
+	s.mu.Lock()
+	if !s.held {
+		s.mu.Unlock()
+		select {
+		case s.slots <- struct{}{}:
+		case <-done:
+			return false
+		case <-quit:
+			return false
+		case <-ctxDone:
+			return false
+		}
+		s.mu.Lock()
+		s.held = true
+	}
+	s.written++
+	s.mu.Unlock()
+	return true
+}
+
+// release gives the slot back if the run holds it (once the worker is reaped).
+func (s *runningSlot) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held {
+		s.held = false
+		<-s.slots
 	}
 }
 
@@ -405,6 +495,9 @@ func (r *codemodeRun) write(w *codemodeWorker, runLine []byte) {
 	for {
 		select {
 		case line := <-r.outbox:
+			if !r.slot.beforeWrite(r.done, w.quit, r.ctx.Done()) {
+				return
+			}
 			if _, err := w.stdin.Write(line); err != nil {
 				return
 			}

@@ -183,13 +183,18 @@ func TestCodemodeMemoryIsBounded(t *testing.T) {
 	}
 }
 
-// TestCodemodeWorkersAreCappedServerWide: with a cap of 2, four codemode calls of one server
-// (one tool) at once never have more than 2 workers alive: two run, two wait for a slot and say
-// so, and all four finish once the first ones do. A fifth call stopped while it waits for a slot
-// ends at once, having started no worker.
+// TestCodemodeWorkersAreCappedServerWide: with MaxWorkers 2 (so 8 workers alive), ten codemode
+// calls of one server (one tool) at once whose scripts wait for their calls never have more than
+// 8 workers alive: eight wait for their calls, two wait for a slot and say so, and all ten finish
+// once the first ones do. Another call stopped while it waits for a slot ends at once, having
+// started no worker.
 func TestCodemodeWorkersAreCappedServerWide(t *testing.T) {
-	const workers = 2
-	cm := mustTools(t, Config{CodemodeTimeout: time.Minute, Codemode: CodemodeConfig{MaxWorkers: workers}})["codemode"]
+	const (
+		running = 2
+		workers = running * CodemodeAliveFactor
+		calls   = workers + 2
+	)
+	cm := mustTools(t, Config{CodemodeTimeout: time.Minute, Codemode: CodemodeConfig{MaxWorkers: running}})["codemode"]
 
 	var (
 		mu   sync.Mutex
@@ -219,12 +224,14 @@ func TestCodemodeWorkersAreCappedServerWide(t *testing.T) {
 		res tool.Result
 		err error
 	}
-	answers := make(chan answer, 5)
+	answers := make(chan answer, calls+1)
 	start := func(ctx context.Context, n int) {
 		raw, _ := json.Marshal(map[string]string{"code": fmt.Sprintf("await tools.hold({}); return %d", n)})
 		onUpdate := func(u tool.Update) {
 			if strings.HasPrefix(u.Message, "waiting for a codemode slot") {
-				waiting.Store(n, u.Message)
+				if prev, ok := waiting.Load(n); !ok || !strings.HasSuffix(prev.(string), "alive)") {
+					waiting.Store(n, u.Message)
+				}
 			}
 		}
 		go func() {
@@ -232,9 +239,16 @@ func TestCodemodeWorkersAreCappedServerWide(t *testing.T) {
 			answers <- answer{n, res, err}
 		}()
 	}
+	// waiters are the calls that said they wait for a live-worker slot (a call may first wait
+	// a moment for a running slot while the others' scripts have not reached their calls yet).
 	waiters := func() map[int]string {
 		out := map[int]string{}
-		waiting.Range(func(k, v any) bool { out[k.(int)] = v.(string); return true })
+		waiting.Range(func(k, v any) bool {
+			if strings.HasSuffix(v.(string), "alive)") {
+				out[k.(int)] = v.(string)
+			}
+			return true
+		})
 		return out
 	}
 	awaitCond := func(what string, cond func() bool) {
@@ -248,12 +262,12 @@ func TestCodemodeWorkersAreCappedServerWide(t *testing.T) {
 		}
 	}
 
-	for n := 1; n <= 4; n++ {
+	for n := 1; n <= calls; n++ {
 		start(context.Background(), n)
 	}
-	awaitCond("two scripts running and two waiting for a slot", func() bool { return len(fake.calls()) == workers && len(waiters()) == 4-workers })
+	awaitCond("eight scripts waiting for their calls and two for a slot", func() bool { return len(fake.calls()) == workers && len(waiters()) == calls-workers })
 	for n, msg := range waiters() {
-		if want := "waiting for a codemode slot (2 running)"; msg != want {
+		if want := fmt.Sprintf("waiting for a codemode slot (%d alive)", workers); msg != want {
 			t.Errorf("call %d said %q, want %q", n, msg, want)
 		}
 	}
@@ -262,8 +276,8 @@ func TestCodemodeWorkersAreCappedServerWide(t *testing.T) {
 	// Stop ends a call that waits for a slot at once.
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	start(ctx, 5)
-	awaitCond("the fifth call to wait for a slot", func() bool { _, ok := waiting.Load(5); return ok })
+	start(ctx, calls+1)
+	awaitCond("one more call to wait for a slot", func() bool { _, ok := waiters()[calls+1]; return ok })
 	stopped := time.Now()
 	cancel(errors.New("Run stopped by owner"))
 	select {
@@ -275,14 +289,14 @@ func TestCodemodeWorkersAreCappedServerWide(t *testing.T) {
 		if a.err != nil || json.Unmarshal(a.res.StructuredContent, &out) != nil {
 			t.Fatalf("call %d: %v, structuredContent %s", a.n, a.err, a.res.StructuredContent)
 		}
-		if a.n != 5 || !a.res.IsError || out.Error != "Script stopped: Run stopped by owner" || len(out.Calls) != 0 {
-			t.Errorf("call %d answered isError %v, error %q, calls %+v; want call 5 stopped, with no calls", a.n, a.res.IsError, out.Error, out.Calls)
+		if a.n != calls+1 || !a.res.IsError || out.Error != "Script stopped: Run stopped by owner" || len(out.Calls) != 0 {
+			t.Errorf("call %d answered isError %v, error %q, calls %+v; want call %d stopped, with no calls", a.n, a.res.IsError, out.Error, out.Calls, calls+1)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Stop did not end the call waiting for a slot")
 	}
 
-	// A sampler watches the workers while the four finish.
+	// A sampler watches the workers while the ten finish.
 	sampled := make(chan struct{})
 	quit := make(chan struct{})
 	go func() {
@@ -298,7 +312,7 @@ func TestCodemodeWorkersAreCappedServerWide(t *testing.T) {
 	}()
 	close(release)
 	got := map[int]bool{}
-	for range 4 {
+	for range calls {
 		select {
 		case a := <-answers:
 			if a.err != nil || a.res.IsError {
@@ -318,14 +332,15 @@ func TestCodemodeWorkersAreCappedServerWide(t *testing.T) {
 	if peak > workers {
 		t.Errorf("%d workers were alive at once, want at most %d", peak, workers)
 	}
-	if len(fake.calls()) != 4 {
-		t.Errorf("%d nested calls, want 4 (one per script that ran)", len(fake.calls()))
+	if len(fake.calls()) != calls {
+		t.Errorf("%d nested calls, want %d (one per script that ran)", len(fake.calls()), calls)
 	}
 	assertNoWorkers(t)
 }
 
 // TestCodemodeWaitForASlotIsNotScriptTime: a call that waits for a slot longer than its time
-// limit still runs its script once it gets one: the wait is not script time.
+// limit still runs its script once it gets one: the wait is not script time. (With MaxWorkers 1
+// the holders are the CodemodeAliveFactor scripts alive, waiting for their calls.)
 func TestCodemodeWaitForASlotIsNotScriptTime(t *testing.T) {
 	const limit = 300 * time.Millisecond
 	cm := mustTools(t, Config{CodemodeTimeout: limit, Codemode: CodemodeConfig{MaxWorkers: 1}})["codemode"]
@@ -346,8 +361,12 @@ func TestCodemodeWaitForASlotIsNotScriptTime(t *testing.T) {
 		}()
 		return c
 	}
-	holder := run("await tools.hold({}); return 'holder'", nil)
-	for len(fake.calls()) == 0 {
+	holders := map[string]<-chan tool.Result{}
+	for n := range CodemodeAliveFactor {
+		name := fmt.Sprint("holder", n)
+		holders[name] = run("await tools.hold({}); return '"+name+"'", nil)
+	}
+	for len(fake.calls()) < CodemodeAliveFactor {
 		time.Sleep(5 * time.Millisecond)
 	}
 	waits := make(chan struct{}, 1)
@@ -363,7 +382,8 @@ func TestCodemodeWaitForASlotIsNotScriptTime(t *testing.T) {
 	}
 	time.Sleep(2 * limit) // the wait outlasts the time limit
 	close(release)
-	for name, c := range map[string]<-chan tool.Result{"holder": holder, "waiter": waiter} {
+	holders["waiter"] = waiter
+	for name, c := range holders {
 		select {
 		case res := <-c:
 			if res.IsError || !strings.HasPrefix(res.TextOf(), "Result: \""+name+"\"") {
@@ -373,4 +393,79 @@ func TestCodemodeWaitForASlotIsNotScriptTime(t *testing.T) {
 			t.Fatalf("%s did not finish", name)
 		}
 	}
+}
+
+// TestAWaitingScriptHoldsNoRunningSlot (issue 35, capacity): a script waiting for its calls (a
+// person's approval) runs no script, so it holds no running slot — with the default cap, ten
+// scripts wait for a person at once and none waits for a slot; with a cap of one, a script
+// waiting for a person does not hold up another that runs, and each gets its result once
+// released.
+func TestAWaitingScriptHoldsNoRunningSlot(t *testing.T) {
+	release := make(chan struct{})
+	fake := &nestedFake{handle: func(ctx context.Context, name string, args json.RawMessage) tool.Result {
+		select {
+		case <-release:
+			return tool.Result{Content: []tool.Content{tool.Text("approved")}}
+		case <-ctx.Done():
+			return tool.ErrorResult("%s", context.Cause(ctx))
+		}
+	}}
+	run := func(cm *tool.Tool, code string) <-chan tool.Result {
+		raw, _ := json.Marshal(map[string]string{"code": code})
+		c := make(chan tool.Result, 1)
+		go func() {
+			res, err := cm.Execute(context.Background(), raw, func(tool.Update) {}, fake)
+			if err != nil {
+				res = tool.ErrorResult("Go error: %v", err)
+			}
+			c <- res
+		}()
+		return c
+	}
+	result := func(name string, c <-chan tool.Result) tool.Result {
+		t.Helper()
+		select {
+		case res := <-c:
+			return res
+		case <-time.After(time.Minute):
+			t.Fatalf("%s did not finish", name)
+		}
+		return tool.Result{}
+	}
+
+	// The default cap: ten scripts wait for a person at once.
+	cm := mustTools(t, Config{CodemodeTimeout: time.Minute})["codemode"]
+	var ten []<-chan tool.Result
+	for n := range 10 {
+		ten = append(ten, run(cm, fmt.Sprintf("await tools.hold({}); return %d", n)))
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(fake.calls()) < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 10 scripts reached their call: the others wait for a slot", len(fake.calls()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// A cap of one: a script waiting for a person, and another that runs meanwhile.
+	one := mustTools(t, Config{CodemodeTimeout: time.Minute, Codemode: CodemodeConfig{MaxWorkers: 1}})["codemode"]
+	before := len(fake.calls())
+	holder := run(one, "await tools.hold({}); return 'holder'")
+	for len(fake.calls()) == before {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if res := result("the second script", run(one, "return 'runs'")); res.IsError || !strings.HasPrefix(res.TextOf(), `Result: "runs"`) {
+		t.Errorf("the script beside a waiting one: isError %v: %s", res.IsError, res.TextOf())
+	}
+
+	close(release)
+	for n, c := range ten {
+		if res := result(fmt.Sprint("script ", n), c); res.IsError || !strings.HasPrefix(res.TextOf(), "Result: "+fmt.Sprint(n)) {
+			t.Errorf("script %d: isError %v: %s", n, res.IsError, res.TextOf())
+		}
+	}
+	if res := result("the holder", holder); res.IsError || !strings.HasPrefix(res.TextOf(), `Result: "holder"`) {
+		t.Errorf("the holder: isError %v: %s", res.IsError, res.TextOf())
+	}
+	assertNoWorkers(t)
 }

@@ -106,17 +106,20 @@ type CodemodeConfig struct {
 	// script starts (RLIMIT_AS); the script's heap may grow by half of it before the script is
 	// stopped. Default DefaultCodemodeMemoryLimit.
 	MemoryLimit int64
-	// MaxWorkers caps the workers alive at once across every codemode call of the tools Builtin
-	// returns (the server's), since MemoryLimit bounds each one: a call beyond the cap waits for
-	// a slot before its worker starts (ctx still ends it; the wait does not count against the
-	// time limit) and says so in a progress update. Default DefaultCodemodeWorkers.
+	// MaxWorkers caps the workers running script at once across every codemode call of the
+	// tools Builtin returns (the server's); a worker whose script waits for its calls (a
+	// person's approval) runs none and holds no running slot, and takes one again before its
+	// next outcome is written. The workers alive, running or waiting, are capped at
+	// CodemodeAliveFactor × MaxWorkers, since each keeps its heap (MemoryLimit bounds it). A
+	// call beyond a cap waits for a slot before its worker starts (ctx still ends it; the wait
+	// does not count against the time limit) and says so in a progress update ("waiting for a
+	// codemode slot (8 running)", "… (32 alive)"). Default DefaultCodemodeWorkers.
 	MaxWorkers int
 }
 
-// DefaultCodemodeWorkers is the default cap on live codemode workers: 8, so at most about 4 GiB
-// of scripts' address space (8 × DefaultCodemodeMemoryLimit). Not the number of CPUs: a worker
-// whose script waits for a person's approval holds its slot, and two such waits on a 2-CPU
-// machine would hold up every other session's codemode (found in review).
+// DefaultCodemodeWorkers is the default cap on codemode workers running script: 8 (and 32
+// alive, CodemodeAliveFactor). A script waiting for a person's approval holds no running slot
+// (issue 35: eight waiting scripts blocked a ninth).
 const DefaultCodemodeWorkers = 8
 
 // withDefaults fills the zero fields of c with the defaults.

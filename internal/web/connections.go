@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -88,11 +89,10 @@ func (s *Server) apiRevokeConnection(w http.ResponseWriter, r *http.Request) err
 	if s.cfg.Connections == nil {
 		return noConnections()
 	}
-	c, err := s.cfg.Connections.Revoke(r.Context(), r.PathValue("id"))
+	c, err := s.revokeConnection(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	s.log.Info("connection revoked", "connection", c.ID, "kind", c.Kind)
 	writeJSON(w, http.StatusOK, map[string]any{"connection": c})
 	return nil
 }
@@ -155,11 +155,9 @@ func (s *Server) revokeConnectionForm(w http.ResponseWriter, r *http.Request) er
 	if s.cfg.Connections == nil {
 		return noConnections()
 	}
-	c, err := s.cfg.Connections.Revoke(r.Context(), r.PathValue("id"))
-	if err != nil {
+	if _, err := s.revokeConnection(r.Context(), r.PathValue("id")); err != nil {
 		return err
 	}
-	s.log.Info("connection revoked", "connection", c.ID, "kind", c.Kind)
 	http.Redirect(w, r, "/agents", http.StatusSeeOther)
 	return nil
 }
@@ -209,4 +207,16 @@ func ago(now, t time.Time) string {
 		return fmt.Sprintf("%d days ago", int(d/(24*time.Hour)))
 	}
 	return "on " + t.UTC().Format("2006-01-02")
+}
+
+// revokeConnection revokes connection id here and tells the other replicas to forget what they
+// cached of its token (Peers, revokedConnectionTopic): its next request is 401 on every replica.
+func (s *Server) revokeConnection(ctx context.Context, id string) (connections.Connection, error) {
+	c, err := s.cfg.Connections.Revoke(ctx, id)
+	if err != nil {
+		return c, err
+	}
+	s.cfg.Peers.Send(revokedConnectionTopic, c.ID)
+	s.log.Info("connection revoked", "connection", c.ID, "kind", c.Kind)
+	return c, nil
 }

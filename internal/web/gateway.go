@@ -274,9 +274,9 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 	defer stopProgress()
 	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args,
 		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true}
-	oreq.Record = func(ctx context.Context, callID string) (string, error) {
-		m, err := g.s.cfg.Runner.RecordAgentMessage(ctx, sess.ID, agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
-			Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}})
+	oreq.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
+		m, err := g.s.cfg.Runner.RecordAgentCall(ctx, sess, agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
+			Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}}, decided)
 		return m.ID, err
 	}
 	v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)

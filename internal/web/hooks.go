@@ -264,9 +264,11 @@ func (s *Server) hookVerdict(ctx context.Context, sess agent.Session, ev hooks.E
 		}
 		req := gate.OutsideRequest{SessionID: sess.ID, Event: string(ev.Name), ToolName: ev.ToolName, Input: ev.ToolInput,
 			ToolUseID: ev.ToolUseID, MatchKey: key, Deadline: deadline, Editable: hooks.CanEdit(ev.Kind, ev.Name)}
-		req.Record = func(ctx context.Context, callID string) (string, error) {
-			m, err := s.cfg.Runner.RecordAgentMessage(ctx, sess.ID, agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
-				Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: ev.ToolName, Arguments: ev.ToolInput}}})
+		info := s.cfg.Runner.GateSession(sess)
+		req.Session = &info
+		req.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
+			m, err := s.cfg.Runner.RecordAgentCall(ctx, sess, agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
+				Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: ev.ToolName, Arguments: ev.ToolInput}}}, decided)
 			return m.ID, err
 		}
 		req.EditedKey = func(edited json.RawMessage) (string, error) {

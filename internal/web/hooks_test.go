@@ -965,3 +965,56 @@ func TestAnApproverLinkDecidesAnOutsideCall(t *testing.T) {
 		t.Errorf("stored %s by %q via %q, want approved by Rita through her link", stored.Status, stored.DecidedBy, stored.DecidedVia)
 	}
 }
+
+// TestARuleAllowedHookCostsOneUnsyncedCommit (issue 35's hook path): a PreToolUse a rule allows
+// is stored with one commit of the one writer — the call's message, its approval naming the rule
+// and its outside call together — and that commit is not synced (no fsync on the answer's path);
+// the audit still holds all three.
+func TestARuleAllowedHookCostsOneUnsyncedCommit(t *testing.T) {
+	hs := newHookServer(t, "allow Bash(git status)")
+	body, _ := payload(t, hooks.ClaudeCode, "http-PreToolUse.body.json")
+	sid := sessionOf(t, body)
+	call := func(id string) hookAnswer {
+		var m map[string]any
+		_ = json.Unmarshal(body, &m)
+		m["tool_input"] = map[string]any{"command": "git status"}
+		m["tool_use_id"] = id
+		return hs.post(t, hooks.ClaudeCode, "", hs.tokens[hooks.ClaudeCode], withSession(t, m, sid))
+	}
+	allow := want(hooks.ClaudeCode, "PreToolUse", "allow", "rule Bash(git status) allows git status", "")
+	// The first call creates the agent session and records the connection's use.
+	if got := call("toolu_first"); got != allow {
+		t.Fatalf("first call: %+v, want %+v", got, allow)
+	}
+	writes, synced := hs.db.WriteCounts()
+	if got := call("toolu_second"); got != allow {
+		t.Fatalf("second call: %+v, want %+v", got, allow)
+	}
+	w2, s2 := hs.db.WriteCounts()
+	if w2-writes != 1 || s2-synced != 0 {
+		t.Errorf("a rule-allowed call took %d commits, %d of them synced; want 1, not synced", w2-writes, s2-synced)
+	}
+	sess, err := hs.db.AgentSession(context.Background(), hs.ids[hooks.ClaudeCode], sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := hs.db.OutsideCallByToolUse(context.Background(), sess.ID, "toolu_second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := hs.db.Approval(context.Background(), c.ApprovalID)
+	if err != nil || a.Status != gate.Approved || a.RuleText != "Bash(git status)" || a.MessageID == "" {
+		t.Fatalf("the call's approval: %+v, %v; want approved by the rule, naming its message", a, err)
+	}
+	entries, err := hs.db.Entries(context.Background(), a.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range entries {
+		found = found || e.Message.ID == a.MessageID
+	}
+	if !found {
+		t.Errorf("the approval's message %s is not in the session's transcript", a.MessageID)
+	}
+}

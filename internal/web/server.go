@@ -196,6 +196,9 @@ func New(cfg Config) *Server {
 	s.gateway = newGateway(s)
 	// A link revoked or a login ended on another replica closes its sockets here too.
 	cfg.Peers.Subscribe(closeSocketsTopic, s.CloseSockets)
+	if cfg.Connections != nil {
+		cfg.Peers.Subscribe(revokedConnectionTopic, cfg.Connections.Forget)
+	}
 	return s
 }
 
@@ -577,7 +580,8 @@ func (s *Server) secure(r *http.Request) bool {
 // Peers is what the web layer needs of the other replicas sharing its database (SPEC §16;
 // relay.Relay, which carries a topic and a key without knowing what they mean): Send tells them
 // key on topic, and must not block; Subscribe has f told the key of each message they Send on
-// topic (never this server's own). The web layer's one topic is closeSocketsTopic.
+// topic (never this server's own). The web layer's topics are closeSocketsTopic and
+// revokedConnectionTopic.
 type Peers interface {
 	Send(topic, key string)
 	Subscribe(topic string, f func(key string))
@@ -587,6 +591,11 @@ type Peers interface {
 // id>", "login:<hash>"). Its name is what replicas already running send: a rolling upgrade's old
 // and new servers understand each other.
 const closeSocketsTopic = "close"
+
+// revokedConnectionTopic is the Peers topic "connection <key> was revoked": the other replicas
+// forget what they cached of its token (connections.Service.Forget). A forged message only makes
+// a replica read a token again.
+const revokedConnectionTopic = "connection-revoked"
 
 // noPeers is the Peers of a server alone on its database: nobody to tell, nobody to hear.
 type noPeers struct{}

@@ -149,7 +149,9 @@ func (db *DB) commitOne(op *writeOp) {
 		return // cancelled as it was taken: never ran
 	}
 	ctx := context.WithoutCancel(op.ctx)
+	db.written.Add(1)
 	if op.mode&store.Durable != 0 {
+		db.synced.Add(1)
 		// Outside any transaction: SQLite refuses to change the safety level inside one.
 		if _, op.err = db.execCached(ctx, `PRAGMA synchronous = FULL`); op.err != nil {
 			return // never written less durably than asked

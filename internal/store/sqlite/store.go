@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -58,6 +59,9 @@ type DB struct {
 	// cost as much as running it.
 	writes, reads *stmtCache
 	commits       committer // the writes' FIFO queue to the write connection (commit.go)
+	// written and synced count the writes committed and, of those, the durable ones
+	// (store.Durable: synced before they returned): WriteCounts.
+	written, synced atomic.Int64
 
 	stopCheckpoints context.CancelFunc
 	checkpointsDone chan struct{}
@@ -301,6 +305,11 @@ var dialect = store.Dialect{
 	NoLimit:  -1,
 	JSONRows: true,
 }
+
+// WriteCounts reports how many writes db committed since it opened (each a transaction or a
+// lone statement, failed ones included) and how many of them were durable (store.Durable: synced
+// at synchronous=FULL before they returned). Tests read what a path costs the one writer with it.
+func (db *DB) WriteCounts() (writes, synced int64) { return db.written.Load(), db.synced.Load() }
 
 // SetOnCommit sets db.OnCommit (store.Backend).
 func (db *DB) SetOnCommit(fn func(d time.Duration, writes int)) { db.OnCommit = fn }

@@ -170,3 +170,86 @@ func testAgentSessionsAndOutsideCalls(t *testing.T, h Harness) {
 	list, _ = db.OutsideCalls(ctx, "as1")
 	assertEqual(t, "outside calls after the session is deleted", len(list), 0)
 }
+
+// testDecidedOutsideCallsInOneTransaction: a call a rule decided (issue 35's hook path) is stored
+// in one transaction — the call's message, its automatic approval (naming the message) and its
+// outside call (AppendOutsideCall), or the approval and the outside call alone
+// (CreateDecidedOutsideCall) — and all of it or none: when the outside call cannot be stored,
+// neither the message nor the approval is. A pending approval is refused.
+func testDecidedOutsideCallsInOneTransaction(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db := h.open(t)
+	info := agent.AgentInfo{Kind: "claude-code", ConnectionID: "conn1", SessionID: "agent-s1", State: agent.AgentWorking}
+	if err := db.CreateSession(ctx, agent.Session{ID: "as1", Title: "Claude Code", Model: "claude-code", Workspace: "/w", Agent: &info}); err != nil {
+		t.Fatal(err)
+	}
+	decided := func(id string) gate.Approval {
+		at := t0.Add(time.Second)
+		return gate.Approval{ID: id, SessionID: "as1", ToolCallID: "toolu_" + id, ToolName: "Bash", Arguments: json.RawMessage(`{"command":"git status"}`),
+			RequestedBy: gate.RequestedByAgent, Status: gate.Approved, Automatic: true, DecisionSource: gate.FromRule,
+			RuleText: "Bash(git status)", CreatedAt: at, DecidedAt: &at, MessageID: "m-" + id}
+	}
+	msg := func(id string) agent.Message {
+		return agent.Message{ID: "m-" + id, Role: agent.Assistant, Content: []agent.Block{{Type: "toolCall", ID: "toolu_" + id, Name: "Bash"}}}
+	}
+	call := func(id string) gate.OutsideCall {
+		return gate.OutsideCall{ApprovalID: id, SessionID: "as1", ToolUseID: "toolu_" + id, MatchKey: "sha256:" + id, Event: "PreToolUse"}
+	}
+
+	e, err := db.AppendOutsideCall(ctx, "as1", msg("a1"), decided("a1"), call("a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertEqual(t, "the message's seq", e.Seq, int64(1))
+	a, err := db.Approval(ctx, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertEqual(t, "the approval", a.Status+" "+gate.Status(a.MessageID)+" "+gate.Status(a.RuleText), "approved m-a1 Bash(git status)")
+	c, err := db.OutsideCall(ctx, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertEqual(t, "the outside call's time is the approval's", c.CreatedAt.Equal(t0.Add(time.Second)), true)
+	if c, err := db.OutsideCallByKey(ctx, "as1", "sha256:a1"); err != nil || c.ApprovalID != "a1" {
+		t.Fatalf("OutsideCallByKey: %+v, %v", c, err)
+	}
+
+	// All or none: an outside call for an approval that is not the one stored (and exists
+	// nowhere) fails, and takes the message and the approval with it.
+	bad := call("a2")
+	bad.ApprovalID = "nope"
+	_, err = db.AppendOutsideCall(ctx, "as1", msg("a2"), decided("a2"), bad)
+	assertEqual(t, "an outside call of an unknown approval", apperr.CodeOf(err), apperr.NotFound)
+	_, err = db.Approval(ctx, "a2")
+	assertEqual(t, "the approval of a failed AppendOutsideCall", apperr.CodeOf(err), apperr.NotFound)
+	entries, err := db.Entries(ctx, "as1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertEqual(t, "entries after a failed AppendOutsideCall", len(entries), 1)
+	// The same approval twice: a conflict, nothing more stored.
+	_, err = db.AppendOutsideCall(ctx, "as1", msg("a3"), decided("a1"), call("a1"))
+	assertEqual(t, "an approval stored already", apperr.CodeOf(err), apperr.Conflict)
+	entries, _ = db.Entries(ctx, "as1")
+	assertEqual(t, "entries after a conflict", len(entries), 1)
+
+	if err := db.CreateDecidedOutsideCall(ctx, decided("a4"), call("a4")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.OutsideCall(ctx, "a4"); err != nil {
+		t.Fatal(err)
+	}
+	bad = call("a5")
+	bad.ApprovalID = "nope"
+	err = db.CreateDecidedOutsideCall(ctx, decided("a5"), bad)
+	assertEqual(t, "CreateDecidedOutsideCall of an unknown approval", apperr.CodeOf(err), apperr.NotFound)
+	_, err = db.Approval(ctx, "a5")
+	assertEqual(t, "the approval of a failed CreateDecidedOutsideCall", apperr.CodeOf(err), apperr.NotFound)
+
+	pending := decided("a6")
+	pending.Status, pending.DecidedAt, pending.Automatic = gate.Pending, nil, false
+	_, err = db.AppendOutsideCall(ctx, "as1", msg("a6"), pending, call("a6"))
+	assertEqual(t, "AppendOutsideCall of a pending approval", apperr.CodeOf(err), apperr.Invalid)
+	assertEqual(t, "CreateDecidedOutsideCall of a pending approval", apperr.CodeOf(db.CreateDecidedOutsideCall(ctx, pending, call("a6"))), apperr.Invalid)
+}

@@ -69,6 +69,7 @@ var tests = []struct {
 }{
 	{"Sessions", testSessions},
 	{"AgentSessionsAndOutsideCalls", testAgentSessionsAndOutsideCalls},
+	{"DecidedOutsideCallsInOneTransaction", testDecidedOutsideCallsInOneTransaction},
 	{"Entries", testEntries},
 	{"AppendEntryConcurrent", testAppendEntryConcurrent},
 	{"Approvals", testApprovals},

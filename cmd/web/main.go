@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -28,6 +29,7 @@ import (
 	"countersign/internal/connections"
 	"countersign/internal/fixtures"
 	"countersign/internal/mcp"
+	"countersign/internal/mcpproxy"
 	"countersign/internal/metrics"
 	"countersign/internal/models"
 	"countersign/internal/notify"
@@ -54,6 +56,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// `countersign mcp-proxy … -- <command>` (SPEC §18 Door 2): a stdio MCP server wrapped for
+	// a client that launches only stdio servers; it speaks MCP on stdin and stdout.
+	if len(os.Args) > 1 && os.Args[1] == "mcp-proxy" {
+		code := mcpproxy.Main(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
+		stop()
+		os.Exit(code)
+	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "countersign:", err)
@@ -489,6 +498,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// MCP servers' tools join the registry as <server>__<tool> (SPEC §13); a bad config file
 	// refuses to start, a server that is down does not.
 	var sources func() []web.ToolSource
+	// Door 2 (SPEC §18): /mcp offers the MCP tools the registry holds; the server hears of
+	// changes once it exists (gatewaySrv).
+	var gatewayTools func() []*tool.Tool
+	var gatewaySrv atomic.Pointer[web.Server]
 	if cfg.mcpConfig != "" {
 		mc, err := mcp.LoadConfig(cfg.mcpConfig)
 		if err != nil {
@@ -501,11 +514,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			if len(added) > 0 || err != nil {
 				log.Info("MCP tools", "registered", added, "refused", err)
 			}
+			if s := gatewaySrv.Load(); s != nil {
+				s.GatewayToolsChanged()
+			}
 		}
 		mcpm.OnChange(refresh)
 		mcpm.Start(ctx)
 		refresh()
 		defer mcpm.Close()
+		gatewayTools = func() []*tool.Tool {
+			var out []*tool.Tool
+			for _, t := range mcpm.Tools() {
+				if rt, ok := reg.Lookup(t.Name); ok && rt == t {
+					out = append(out, t)
+				}
+			}
+			return out
+		}
 		sources = func() []web.ToolSource {
 			var out []web.ToolSource
 			for _, st := range mcpm.Servers() {
@@ -605,7 +630,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv = web.New(web.Config{Peers: link, Shares: share.NewService(db, key), Connections: connections.NewService(db), PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
-		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler()})
+		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler(), GatewayTools: gatewayTools})
+	gatewaySrv.Store(srv)
 
 	// Requests (and the WebSockets they became) end when the server shuts down.
 	baseCtx, cancelBase := context.WithCancel(context.Background())

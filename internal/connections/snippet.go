@@ -136,8 +136,14 @@ func MakeSnippet(c Connection, token, baseURL string) (Snippet, error) {
 			}},
 		})
 		s.Unreachable = "If Countersign cannot be reached, the client shows the server as failed and its tools cannot be listed or called: nothing runs through it. A call nobody decides in time is answered with an error result that says where to approve it; the same call repeated finds the decision."
-		s.Notes = []string{"The tools are those of the MCP servers Countersign is started with (-mcp-config), each call countersigned.",
-			"Not served yet: this build of Countersign has no /mcp gateway (SPEC §18, Door 2); the connection and its snippet are ready for it."}
+		s.Notes = []string{"The tools are those of the MCP servers Countersign is started with (-mcp-config), each call countersigned; in Claude Code they are named mcp__countersign__<server>__<tool>.",
+			"A call nobody decides is answered after 55 s (before the 60 s most clients wait); a client that waits longer for a tool call can say so with ?timeout=<its timeout in seconds> on the URL, and Countersign answers 5 s before it.",
+			"Cursor (~/.cursor/mcp.json, from Cursor's documentation, not run here): " + compactJSON(obj{{"mcpServers", obj{{"countersign", obj{
+				{"url", base + "/mcp"}, {"headers", obj{{"Authorization", "Bearer ${env:" + TokenEnv + "}"}}}}}}}}),
+			"VS Code (.vscode/mcp.json, from VS Code's documentation, not run here): " + compactJSON(obj{{"servers", obj{{"countersign", obj{
+				{"type", "http"}, {"url", base + "/mcp"}, {"headers", obj{{"Authorization", "Bearer ${input:countersign-token}"}}}}}}},
+				{"inputs", []any{obj{{"type", "promptString"}, {"id", "countersign-token"}, {"description", "Countersign connection token"}, {"password", true}}}}}),
+			"A client that launches only stdio servers: countersign mcp-proxy --connection-token-env " + TokenEnv + " --url " + base + " -- <the server's command>."}
 	case API:
 		s.Where, s.Format = "your agent's code: the approval API's base URL and header", "text"
 		s.Text = "Base URL:  " + base + "/aap\n" +
@@ -355,5 +361,12 @@ func mustJSON(v any) string {
 		panic(err)
 	}
 	b.WriteByte('\n')
+	return b.String()
+}
+
+// compactJSON is mustJSON(v) on one line, for a note.
+func compactJSON(v any) string {
+	var b bytes.Buffer
+	_ = json.Compact(&b, []byte(mustJSON(v)))
 	return b.String()
 }

@@ -14,11 +14,13 @@ import (
 //	                             justification, sandbox_permissions: "require_escalated"})
 //	fake-guardian: allow|deny    what Codex's guardian answers (default deny: only a hook's
 //	                             allow runs the command)
+//	fake-tool: <name> <json>     ask for the tool of that name (an MCP tool as the agent names
+//	                             it: mcp__countersign__stdio__echo) with the JSON object as input
 //
 // The directives are read from the user's messages of the request (the agents add context
 // messages of their own; those carry no directive). Codex's guardian quotes the prompt with each
 // line prefixed "user: ", which is allowed.
-var directive = regexp.MustCompile(`(?m)^(?:user: )?fake-(bash|guardian):[ \t]*(.+?)[ \t]*$`)
+var directive = regexp.MustCompile(`(?m)^(?:user: )?fake-(bash|guardian|tool):[ \t]*(.+?)[ \t]*$`)
 
 // ResultPrefix starts the fake model's last answer, followed by the tool's result as the agent
 // reported it back (its output, or the reason it was blocked), so a test reads in the agent's
@@ -41,6 +43,16 @@ func FromPrompt() Script {
 		}
 		if r.HasToolResult() {
 			return Turn{Text: ResultPrefix + r.LastToolResult()}
+		}
+		if t, ok := d["tool"]; ok {
+			name, input, _ := strings.Cut(t, " ")
+			if !r.OffersTool(name) {
+				return Turn{Text: "the request offers no tool " + name}
+			}
+			if strings.TrimSpace(input) == "" {
+				input = "{}"
+			}
+			return Turn{ToolName: name, ToolInput: input}
 		}
 		cmd, ok := d["bash"]
 		if !ok {

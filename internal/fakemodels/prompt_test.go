@@ -51,3 +51,15 @@ func TestFromPromptFollowsTheDirectivesOfEachRequest(t *testing.T) {
 		t.Fatalf("guardian by default = %+v", turn)
 	}
 }
+
+func TestFakeToolAsksForTheNamedToolWithItsInput(t *testing.T) {
+	s := FromPrompt()
+	body := `{"tools":[{"name":"mcp__countersign__stdio__echo"}],"messages":[{"role":"user","content":"go\nfake-tool: mcp__countersign__stdio__echo {\"text\":\"hi\"}"}]}`
+	turn := s(Request{Body: []byte(body)})
+	if turn.ToolName != "mcp__countersign__stdio__echo" || turn.ToolInput != `{"text":"hi"}` {
+		t.Fatalf("turn %+v", turn)
+	}
+	if turn := s(Request{Body: []byte(strings.Replace(body, `"tools":[{"name":"mcp__countersign__stdio__echo"}]`, `"tools":[]`, 1))}); turn.ToolName != "" {
+		t.Errorf("asked for a tool the request does not offer: %+v", turn)
+	}
+}

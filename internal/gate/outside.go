@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -113,10 +114,23 @@ func outsideTool(name string) *tool.Tool {
 	return t
 }
 
-// lookup is the tool approval a was asked for: an outside agent's (OutsideTool), else the
-// registry's.
-func (s *Service) lookup(a Approval) (*tool.Tool, bool) {
+// GatewayAgent is the agent kind (SessionInfo.Agent, connections.MCP) of the agent sessions of
+// Door 2, the MCP gateway (SPEC §18): their calls are of the registry's tools (the upstream MCP
+// servers' "<server>__<tool>"), not of an agent's own.
+const GatewayAgent = "mcp"
+
+// ErrClientCancelled, as the cause of an outside call's context, says the client cancelled the
+// call (MCP notifications/cancelled): with OutsideRequest.CancelOnHangUp its approval is
+// cancelled, not parked.
+var ErrClientCancelled = errors.New("the client cancelled the call")
+
+// lookup is the tool approval a was asked for: an outside agent's (OutsideTool), the registry's
+// for a gateway session's call (GatewayAgent), else the registry's.
+func (s *Service) lookup(ctx context.Context, a Approval) (*tool.Tool, bool) {
 	if a.RequestedBy == RequestedByAgent {
+		if sess, err := s.sessions.Session(ctx, a.SessionID); err == nil && sess.Agent == GatewayAgent {
+			return s.tools.Lookup(a.ToolName)
+		}
 		return OutsideTool(a.ToolName), true
 	}
 	return s.tools.Lookup(a.ToolName)
@@ -152,6 +166,19 @@ type OutsideRequest struct {
 	// EditedKey, when set, is the match key of an edited input of this call (hooks.MatchKey of
 	// the event with that input): a person's approval with an edit is found by it too.
 	EditedKey func(edited json.RawMessage) (string, error)
+	// Tool, when set, is the tool the call is of, as Countersign knows it (Door 2: the upstream
+	// MCP server's, with its schemas, annotations and AlwaysAsk for an untrusted server, SPEC
+	// §13); nil: OutsideTool(ToolName), an agent's own tool.
+	Tool *tool.Tool
+	// CancelOnHangUp, when set, cancels the call's approval when ctx ends before the deadline
+	// (the client cancelled the call: MCP notifications/cancelled); unset, the approval is
+	// parked as at the deadline (a hook request that hung up).
+	CancelOnHangUp bool
+	// CallsAgain says the agent is told, at the deadline, to make the same call again once it
+	// is approved (Door 2: "call again once it is approved"): the deadline does not mark the
+	// call "the agent stopped waiting", and a decision made after it answers the repeated call
+	// instead of being too late.
+	CallsAgain bool
 }
 
 // OutsideDecided is an outside call a rule, the mode or a default decided, as the gate hands it
@@ -277,7 +304,7 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 	switch {
 	case err == nil:
 		if a.Status != Pending {
-			if prev.TooLate(a) {
+			if prev.TooLate(a) && !req.CallsAgain {
 				// The decision came after the agent stopped waiting on this call: it was never
 				// sent, and is not sent now either.
 				return end(OutsideVerdict{Outcome: Asked, Approval: a})
@@ -308,7 +335,10 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 	} else if sess, err = s.sessions.Session(ctx, req.SessionID); err != nil {
 		return OutsideVerdict{}, err
 	}
-	t := outsideTool(req.ToolName)
+	t := req.Tool
+	if t == nil {
+		t = outsideTool(req.ToolName)
+	}
 	callID := req.ToolUseID
 	if callID == "" {
 		callID = "hook-" + strings.TrimPrefix(req.MatchKey, "sha256:")
@@ -383,14 +413,24 @@ func (s *Service) waitOutside(ctx context.Context, os OutsideStore, waitKey stri
 	defer cancel(nil)
 	timer := time.AfterFunc(time.Until(req.Deadline), func() { cancel(ErrParked) })
 	defer timer.Stop()
-	stop := context.AfterFunc(ctx, func() { cancel(ErrParked) })
+	stop := context.AfterFunc(ctx, func() {
+		if req.CancelOnHangUp && time.Now().Before(req.Deadline) {
+			cancel(ErrClientCancelled)
+			return
+		}
+		cancel(ErrParked)
+	})
 	defer stop()
 	a := tk.Wait(wctx)
 	if a.Status == Pending {
 		now := time.Now().UTC()
 		bg := context.WithoutCancel(ctx)
-		if err := os.MarkStoppedWaiting(bg, a.ID, &now); err != nil {
-			s.log.Error("mark an outside call stopped waiting", "approval", a.ID, "err", err)
+		// A call the agent will ask again (CallsAgain) finds the decision then: nobody
+		// stopped waiting for it.
+		if !req.CallsAgain {
+			if err := os.MarkStoppedWaiting(bg, a.ID, &now); err != nil {
+				s.log.Error("mark an outside call stopped waiting", "approval", a.ID, "err", err)
+			}
 		}
 		v := OutsideVerdict{Outcome: Asked, Approval: a}
 		s.endWait(waitKey, w, v)

@@ -62,7 +62,7 @@ func (s *Service) Release(ctx context.Context, pending []Approval) {
 		if p.Status != Pending {
 			continue
 		}
-		t, ok := s.lookup(p)
+		t, ok := s.lookup(ctx, p)
 		if !ok {
 			continue
 		}

@@ -391,7 +391,7 @@ func (s *Service) editPreview(ctx context.Context, a Approval, args json.RawMess
 	if a.Preview != nil && a.Preview.Path != "" && json.Unmarshal(args, &in) == nil && in.Path == a.Preview.Path {
 		return a.Preview
 	}
-	t, ok := s.lookup(a)
+	t, ok := s.lookup(ctx, a)
 	if !ok || t.Preview == nil {
 		return a.Preview
 	}
@@ -419,7 +419,7 @@ func Preview(ctx context.Context, t *tool.Tool, args json.RawMessage, workspace 
 // the session's workspace); identical arguments are not an edit (nil). Errors: apperr.Invalid
 // naming each violation.
 func (s *Service) validateEdit(ctx context.Context, a Approval, raw json.RawMessage) (json.RawMessage, error) {
-	t, ok := s.lookup(a)
+	t, ok := s.lookup(ctx, a)
 	if !ok {
 		return nil, apperr.Errorf(apperr.Invalid, "tool %s is no longer registered", a.ToolName)
 	}

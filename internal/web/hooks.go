@@ -32,6 +32,8 @@ type AgentStore interface {
 	UpdateAgentSession(ctx context.Context, id string, info agent.AgentInfo) error
 	OutsideCall(ctx context.Context, approvalID string) (gate.OutsideCall, error)
 	OutsideCallByToolUse(ctx context.Context, sessionID, toolUseID string) (gate.OutsideCall, error)
+	// OutsideCallByKey is the session's latest call with the match key; apperr.NotFound (Door 2).
+	OutsideCallByKey(ctx context.Context, sessionID, key string) (gate.OutsideCall, error)
 	SetOutsideOutcome(ctx context.Context, approvalID string, outcome json.RawMessage, at time.Time) error
 }
 

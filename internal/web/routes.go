@@ -35,7 +35,7 @@ const (
 	// and answers 404 with no detail for any token that names no link. A link that can no longer
 	// decide (used, its approval resolved, other arguments) shows why and refuses to decide (409).
 	decisionLink access = "decision-link"
-	// agentToken routes (/hooks/{kind}, SPEC §18 Door 1) are for outside agents: the handler
+	// agentToken routes (/hooks/{kind} and /mcp, SPEC §18 Doors 1 and 2) are for outside agents: the handler
 	// admits a request by a connection's bearer token (Config.AgentAuth), never the owner's
 	// cookie, and answers 401 with a reason otherwise. They are exempt from the cross-origin
 	// protection on purpose (Handler): agents are not browsers.
@@ -130,6 +130,13 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 
 		// Door 1 (SPEC §18): outside agents' hooks, by a connection's bearer token.
 		{"POST /hooks/{kind}", agentToken, s.hook, nil},
+		// Door 2 (SPEC §18): the MCP gateway (Streamable HTTP), by a connection's bearer token.
+		{"POST /mcp", agentToken, s.mcpEndpoint, nil},
+		{"GET /mcp", agentToken, s.mcpEndpoint, nil},
+		{"DELETE /mcp", agentToken, s.mcpEndpoint, nil},
+		// …and `countersign mcp-proxy`'s questions about a wrapped stdio server's calls.
+		{"POST /mcp/decide", agentToken, s.mcpDecide, nil},
+		{"POST /mcp/outcome", agentToken, s.mcpOutcome, nil},
 
 		// The JSON API (SPEC §12).
 		{"POST /api/sessions", ownerAPI, s.apiCreateSession, nil},

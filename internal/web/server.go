@@ -26,6 +26,7 @@ import (
 	"countersign/internal/gate"
 	"countersign/internal/notify"
 	"countersign/internal/share"
+	"countersign/internal/tool"
 	"countersign/web/templates"
 )
 
@@ -102,6 +103,12 @@ type Config struct {
 	// Ready reports whether the store answers with its migrations applied (GET /readyz); nil:
 	// always ready.
 	Ready func(context.Context) error
+	// GatewayTools are the tools /mcp offers (SPEC §18 Door 2): the upstream MCP servers'
+	// tools as the registry holds them (schemas compiled); nil: none. Server.GatewayToolsChanged
+	// reads them again.
+	GatewayTools func() []*tool.Tool
+	// GatewayProgressEvery is how often a held /mcp call sends notifications/progress; zero: 15 s.
+	GatewayProgressEvery time.Duration
 }
 
 // DefaultSessionTTL is how long an owner's browser login lasts by default: 30 days.
@@ -141,6 +148,7 @@ type Server struct {
 	liveSockets socketCounts
 	failures    tokenFailures
 	receivers   map[string]notify.Receiver // Config.Receivers by id
+	gateway     *gateway                   // /mcp (Door 2)
 }
 
 // New returns a Server.
@@ -185,6 +193,7 @@ func New(cfg Config) *Server {
 		s.receivers[r.ID] = r
 	}
 	s.failures.client = s.clientIP
+	s.gateway = newGateway(s)
 	// A link revoked or a login ended on another replica closes its sockets here too.
 	cfg.Peers.Subscribe(closeSocketsTopic, s.closeSocketsFromPeer)
 	if cfg.Connections != nil {

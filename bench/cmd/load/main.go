@@ -101,7 +101,7 @@ type options struct {
 }
 
 // defaultCases are the cases run when -cases is not given (make bench, bench/peers.sh).
-const defaultCases = "nested,rules,exec_checks,direct,rss,approval,fanout,sessions,fanout_html,inbox,hooks,replicas"
+const defaultCases = "nested,rules,exec_checks,direct,rss,approval,fanout,sessions,fanout_html,inbox,hooks,replicas,gateway"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
@@ -235,6 +235,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				step{"hooks one at a time n=1000", func() (line, error) { return hooksOneAtATime(ctx, o) }},
 				step{fmt.Sprintf("hooks 50 agents × 10/s for %v", o.duration), func() (line, error) { return hooksAgents(ctx, o) }},
 				step{"hooks countersign-hook vs curl n=50", func() (line, error) { return hooksClient(ctx, o) }})
+		}
+		if opt.cases["gateway"] {
+			steps = append(steps,
+				step{"gateway one at a time n=1000", func() (line, error) { return gatewayOneAtATime(ctx, 1000, 200) }},
+				step{"gateway 100 clients for 10s", func() (line, error) { return gatewayClients(ctx, 100, 10*time.Second) }})
 		}
 		if opt.cases["replicas"] {
 			if server := os.Getenv(replicaEnvURL); server == "" {

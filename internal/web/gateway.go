@@ -1,0 +1,496 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"countersign/internal/agent"
+	"countersign/internal/apperr"
+	"countersign/internal/gate"
+	"countersign/internal/tool"
+)
+
+// Door 2 (SPEC §18): an MCP gateway. Countersign serves MCP at /mcp (Streamable HTTP, the
+// official go-sdk: revisions 2025-11-25 and 2026-07-28) and offers the tools of the upstream
+// servers of -mcp-config ("<server>__<tool>", SPEC §13) with their inputSchema, outputSchema,
+// title and annotations. Each tools/call is an outside call of the client's agent session
+// (gate.Service.DecideOutside, with the upstream tool: rules on "<server>__<tool>", modes,
+// approvers, untrusted annotations asking): allowed, it runs upstream (the tool's Execute) and
+// its result, validated against outputSchema (SPEC §1), is the answer; denied, an isError
+// result with the reason; held past the deadline, an isError result naming where to approve
+// it, and the same call repeated finds the decision, once.
+
+// Gateway timings and limits (SPEC §18 Door 2).
+const (
+	// defaultGatewayTimeout is the client's timeout when the request does not say
+	// (?timeout=<seconds> or the Countersign-Hook-Timeout header): answered hookMargin before
+	// it, at 55 s, before the 60 s most MCP clients give a request.
+	defaultGatewayTimeout = 60 * time.Second
+	// defaultGatewayProgress is how often a held call sends notifications/progress when the
+	// client gave a progressToken.
+	defaultGatewayProgress = 15 * time.Second
+	// gatewayMaxBody bounds a POSTed JSON-RPC message (the go-sdk answers 413 over it).
+	gatewayMaxBody = 1 << 20
+	// statelessRevision is the first MCP revision without sessions (2026-07-28, SEP-2575 and
+	// SEP-2567): a request that names it or a later one is served statelessly.
+	statelessRevision = "2026-07-28"
+)
+
+// gateway is the /mcp endpoint: one go-sdk server for every client (the tools are the same for
+// all; each call finds its connection in its request's TokenInfo and its agent session from its
+// MCP session), kept in step with the upstream tools (sync).
+type gateway struct {
+	s       *Server
+	srv     *sdk.Server
+	handler http.Handler // sessions: revisions up to 2025-11-25
+	// stateless serves requests of revision 2026-07-28 and later (Mcp-Protocol-Version), which
+	// has no sessions: each POST is a whole request, its clientInfo in its _meta.
+	stateless http.Handler
+	every     time.Duration // progress interval
+
+	mu      sync.Mutex
+	offered map[string]*tool.Tool // the tools the server offers, by name
+	// proxied are the tools of mcp-proxy's wrapped servers (proxyTool), by digest of their
+	// definition; proxiedName the latest of each name.
+	proxied, proxiedName map[string]*tool.Tool
+
+	genMu sync.Mutex
+	gens  map[string]int // session + call digest → the generation of its match key (callRef)
+}
+
+// gatewayInfo is what the HTTP edge passes, through the go-sdk's TokenInfo, to a call's handler.
+type gatewayInfo struct {
+	connectionID string
+	timeout      time.Duration
+	base         string // Countersign's address as the client reached it, for approval URLs
+}
+
+const gatewayInfoKey = "countersign"
+
+func newGateway(s *Server) *gateway {
+	g := &gateway{s: s, offered: map[string]*tool.Tool{}, proxied: map[string]*tool.Tool{}, proxiedName: map[string]*tool.Tool{}, gens: map[string]int{}, every: s.cfg.GatewayProgressEvery}
+	if g.every <= 0 {
+		g.every = defaultGatewayProgress
+	}
+	g.srv = sdk.NewServer(&sdk.Implementation{Name: "countersign", Title: "Countersign", Version: "1"},
+		&sdk.ServerOptions{
+			Logger:       discardLogger(),
+			Instructions: "Every tools/call is countersigned: a call that needs a person's approval may answer that it waits for approval at a URL; call it again once approved.",
+			Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
+		})
+	g.handler = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return g.srv }, &sdk.StreamableHTTPOptions{
+		// Clients authenticate by bearer token on every request, so a rebinding page cannot
+		// speak for them; behind a reverse proxy on the same machine the Host is the public one.
+		DisableLocalhostProtection: true,
+		MaxRequestBodyBytes:        gatewayMaxBody,
+		Logger:                     discardLogger(),
+	})
+	g.stateless = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return g.srv }, &sdk.StreamableHTTPOptions{
+		Stateless:                  true,
+		DisableLocalhostProtection: true,
+		MaxRequestBodyBytes:        gatewayMaxBody,
+		// The client hanging up ends the call's wait (and cancels its approval).
+		PropagateRequestCancellation: true,
+		Logger:                       discardLogger(),
+	})
+	g.sync()
+	return g
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// GatewayToolsChanged offers /mcp's clients the tools Config.GatewayTools gives now: new and
+// changed tools are added, gone ones removed, and the go-sdk tells every session
+// (notifications/tools/list_changed). cmd/web calls it from the MCP Manager's OnChange.
+func (s *Server) GatewayToolsChanged() { s.gateway.sync() }
+
+func (g *gateway) sync() {
+	var now []*tool.Tool
+	if g.s.cfg.GatewayTools != nil {
+		now = g.s.cfg.GatewayTools()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	seen := map[string]bool{}
+	for _, t := range now {
+		seen[t.Name] = true
+		if g.offered[t.Name] == t {
+			continue
+		}
+		if err := g.add(t); err != nil {
+			g.s.log.Warn("MCP gateway: a tool is not offered", "tool", t.Name, "err", err)
+			continue
+		}
+		g.offered[t.Name] = t
+	}
+	var gone []string
+	for name := range g.offered {
+		if !seen[name] {
+			gone = append(gone, name)
+			delete(g.offered, name)
+		}
+	}
+	if len(gone) > 0 {
+		g.srv.RemoveTools(gone...)
+	}
+}
+
+// add offers t (the go-sdk panics on a schema it refuses: that tool is not offered).
+func (g *gateway) add(t *tool.Tool) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%v", p)
+		}
+	}()
+	st := &sdk.Tool{Name: t.Name, Title: t.Title, Description: t.Description, InputSchema: t.InputSchema}
+	if len(t.OutputSchema) > 0 {
+		st.OutputSchema = t.OutputSchema
+	}
+	// The upstream's annotations as it gave them (SPEC §13: shown, believed only for a trusted
+	// server; the gate asks for every call of an untrusted server's tool, tool.AlwaysAsk).
+	a := t.Annotations
+	if a.ReadOnlyHint != nil || a.DestructiveHint != nil || a.IdempotentHint != nil || a.OpenWorldHint != nil {
+		st.Annotations = &sdk.ToolAnnotations{DestructiveHint: a.DestructiveHint, OpenWorldHint: a.OpenWorldHint,
+			ReadOnlyHint: a.ReadOnlyHint != nil && *a.ReadOnlyHint, IdempotentHint: a.IdempotentHint != nil && *a.IdempotentHint}
+	}
+	g.srv.AddTool(st, g.call(t))
+	return nil
+}
+
+// mcpEndpoint is GET, POST and DELETE /mcp (SPEC §18 Door 2): a connection of kind mcp's bearer
+// token admits the request (401 otherwise, with the reason, never the token), then the go-sdk
+// serves it: a malformed JSON-RPC message is its 400 or JSON-RPC error, an unknown tool -32602,
+// a body over 1 MiB 413.
+func (s *Server) mcpEndpoint(w http.ResponseWriter, r *http.Request) error {
+	connID, err := s.mcpConnection(r)
+	if err != nil {
+		return err
+	}
+	timeout, err := gatewayTimeout(r)
+	if err != nil {
+		return err
+	}
+	info := &auth.TokenInfo{UserID: connID, Expiration: time.Now().Add(time.Hour),
+		Extra: map[string]any{gatewayInfoKey: gatewayInfo{connectionID: connID, timeout: timeout, base: s.baseURL(r)}}}
+	// The go-sdk reads the connection from TokenInfo: a session made by one connection is
+	// refused to another (its UserID check), and each call's handler knows its connection.
+	verified := func(context.Context, string, *http.Request) (*auth.TokenInfo, error) { return info, nil }
+	h := s.gateway.handler
+	if v := r.Header.Get("Mcp-Protocol-Version"); v >= statelessRevision {
+		h = s.gateway.stateless
+	}
+	auth.RequireBearerToken(verified, nil)(h).ServeHTTP(w, r)
+	return nil
+}
+
+// call is the go-sdk handler of tools/call for t.
+func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
+	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		var info gatewayInfo
+		if req.Extra != nil && req.Extra.TokenInfo != nil {
+			info, _ = req.Extra.TokenInfo.Extra[gatewayInfoKey].(gatewayInfo)
+		}
+		if info.connectionID == "" {
+			return errorResult("Unauthorized: the call came without a connection"), nil
+		}
+		args := req.Params.Arguments
+		if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
+			args = json.RawMessage("{}")
+		}
+		// Bad input never asks a person and never runs (SPEC §1 "Arguments", §9).
+		if vs := t.ValidateInput(args); len(vs) > 0 {
+			return toCallResult(tool.InvalidArguments(t.Name, vs, args)), nil
+		}
+		args = compactJSON(args)
+		name, version := "", ""
+		if client := req.ClientInfo(); client != nil {
+			name, version = client.Name, client.Version
+		}
+		sid := ""
+		if req.Session != nil {
+			sid = req.Session.ID()
+		}
+		sess, err := g.s.gatewaySession(ctx, info.connectionID, sid, name, version)
+		if err != nil {
+			return nil, err
+		}
+		progress := func(message string) (stop func()) { return g.progress(ctx, req, message) }
+		v, url, ref, err := g.decide(ctx, sess, t, args, info, progress)
+		if err != nil {
+			return nil, err
+		}
+		switch v.Outcome {
+		case gate.Blocked:
+			res := tool.ErrorResult("%s", v.Reason)
+			g.consumed(ctx, sess.ID, ref, v.Approval, res, true)
+			return toCallResult(res), nil
+		case gate.Asked:
+			return errorResult(waitingText(url)), nil
+		}
+		run := args
+		if len(v.EditedInput) > 0 {
+			run = v.EditedInput
+		}
+		res := t.Finalize(t.Execute(ctx, run, g.forwardProgress(ctx, req), nil))
+		g.consumed(ctx, sess.ID, ref, v.Approval, res, false)
+		return toCallResult(res), nil
+	}
+}
+
+// waitingText is the answer to a call held past its deadline (SPEC §18 Door 2).
+func waitingText(url string) string {
+	return "Waiting for approval at " + url + "; call again once it is approved"
+}
+
+// decide passes a call of t with args (valid, compact) in agent session sess through the gate
+// (gate.Service.DecideOutside: an outside call of t, matched by tool and arguments within the
+// session, held until info's deadline); progress, while it is held, sends "waiting for
+// approval: <url>". It returns the verdict, the URL where the call is approved, and the call's
+// match key it was asked under (for consumed). Errors: the gate's and the store's.
+func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, args json.RawMessage, info gatewayInfo,
+	progress func(message string) (stop func())) (gate.OutsideVerdict, string, callRef, error) {
+	ref, err := g.ref(ctx, sess.ID, callDigest(t.Name, args))
+	if err != nil {
+		return gate.OutsideVerdict{}, "", callRef{}, err
+	}
+	key := ref.key()
+	url := info.base + "/sessions/" + sess.ID
+	deadline := hookDeadline(time.Now(), info.timeout)
+	stopProgress := progress("waiting for approval: " + url)
+	defer stopProgress()
+	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args,
+		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true}
+	oreq.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
+		m, err := g.s.cfg.Runner.RecordAgentCall(ctx, sess, agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
+			Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}}, decided)
+		return m.ID, err
+	}
+	v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)
+	return v, url, ref, err
+}
+
+// progress sends notifications/progress every g.every while a call is held, when the client gave
+// a progressToken (MCP 2025-11-25 §utilities "progress"); the returned func stops it and waits.
+func (g *gateway) progress(ctx context.Context, req *sdk.CallToolRequest, message string) (stop func()) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(g.every)
+		defer tick.Stop()
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: message})
+		}
+	}()
+	return sync.OnceFunc(func() { close(done); wg.Wait() })
+}
+
+// forwardProgress passes the upstream's progress on to the client, when it gave a progressToken.
+func (g *gateway) forwardProgress(ctx context.Context, req *sdk.CallToolRequest) func(tool.Update) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return nil
+	}
+	return func(u tool.Update) {
+		_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: u.Progress, Total: u.Total, Message: u.Message})
+	}
+}
+
+// callRef names a call by its digest and the generation of its match key (key).
+type callRef struct {
+	digest string // callDigest; "" names no call
+	gen    int
+}
+
+// key is the call's match key: the generation first, so the call id the gate makes of it (its
+// first characters) differs between generations.
+func (c callRef) key() string { return "g" + strconv.Itoa(c.gen) + "-" + c.digest }
+
+// ref is the call with digest in agent session sessionID as asked now: its generation moves on
+// each time a decision is used (taken), so the same call repeated after its deadline finds the
+// decision, once, and the one after that asks again. The generation is found in the store when
+// this process does not know it: the first whose outside call has no outcome yet.
+func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, error) {
+	id := sessionID + "\x00" + digest
+	g.genMu.Lock()
+	n, ok := g.gens[id]
+	g.genMu.Unlock()
+	if ok {
+		return callRef{digest, n}, nil
+	}
+	for ; ; n++ {
+		c, err := g.s.agents.OutsideCallByKey(ctx, sessionID, callRef{digest, n}.key())
+		if apperr.CodeOf(err) == apperr.NotFound {
+			break
+		}
+		if err != nil {
+			return callRef{}, err
+		}
+		if c.Outcome == nil {
+			break
+		}
+	}
+	g.genMu.Lock()
+	if cur, ok := g.gens[id]; ok && cur > n {
+		n = cur
+	} else {
+		g.keep(id, n)
+	}
+	g.genMu.Unlock()
+	return callRef{digest, n}, nil
+}
+
+// maxGens bounds the generations kept in memory; past it they are forgotten and found again in
+// the store (ref) as calls come.
+const maxGens = 100_000
+
+// keep sets id's generation to n (g.genMu held), forgetting every other first when full.
+func (g *gateway) keep(id string, n int) {
+	if _, ok := g.gens[id]; !ok && len(g.gens) >= maxGens {
+		clear(g.gens)
+	}
+	g.gens[id] = n
+}
+
+// taken moves call ref of session sessionID on: its decision is used, the next call asks anew.
+func (g *gateway) taken(sessionID string, ref callRef) {
+	id := sessionID + "\x00" + ref.digest
+	g.genMu.Lock()
+	if cur, ok := g.gens[id]; !ok || cur <= ref.gen {
+		g.keep(id, ref.gen+1)
+	}
+	g.genMu.Unlock()
+}
+
+// consumed records what became of a decided call (the upstream's result, or that it never ran)
+// on its outside call and its card (SPEC §18 "Outcomes"), and moves the call's key on (key).
+func (g *gateway) consumed(ctx context.Context, sessionID string, ref callRef, a gate.Approval, res tool.Result, neverRan bool) {
+	if ref.digest != "" {
+		g.taken(sessionID, ref)
+	}
+	if a.ID == "" {
+		return
+	}
+	bg := context.WithoutCancel(ctx)
+	outcome, _ := json.Marshal(map[string]any{"content": res.Content, "structuredContent": res.StructuredContent,
+		"isError": res.IsError, "neverRan": neverRan})
+	if err := g.s.agents.SetOutsideOutcome(bg, a.ID, outcome, time.Now().UTC()); err != nil {
+		g.s.log.Error("MCP gateway: record an outcome", "approval", a.ID, "err", err)
+	}
+	if err := g.s.cfg.Runner.RecordAgentOutcome(bg, a, res); err != nil {
+		g.s.log.Error("MCP gateway: record a result", "approval", a.ID, "err", err)
+	}
+}
+
+// callDigest is the hex SHA-256 of the tool's name and its arguments (compact JSON).
+func callDigest(name string, args json.RawMessage) string {
+	h := sha256.New()
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write(args)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// compactJSON is raw re-encoded (objects' members sorted, no HTML escaping), so the same
+// arguments spelled otherwise make the same digest; raw when it is not JSON.
+func compactJSON(raw json.RawMessage) json.RawMessage {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return raw
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return raw
+	}
+	return json.RawMessage(bytes.TrimSpace(buf.Bytes()))
+}
+
+// gatewaySession finds connection connID's agent session sid (the call's MCP session id; for a
+// stateless client, "" and its clientInfo name), or creates it: titled with the client's
+// clientInfo name and version (SPEC §18: "the client's clientInfo is shown as provenance").
+func (s *Server) gatewaySession(ctx context.Context, connID, sid, name, version string) (agent.Session, error) {
+	if strings.TrimSpace(name) == "" {
+		name, version = "MCP client", ""
+	}
+	if sid == "" {
+		sid = "client:" + name
+	}
+	sess, err := s.agents.AgentSession(ctx, connID, sid)
+	if apperr.CodeOf(err) != apperr.NotFound {
+		return sess, err
+	}
+	title := strings.TrimSpace(name + " " + version)
+	if len(title) > 120 {
+		title = title[:120]
+	}
+	info := agent.AgentInfo{Kind: gate.GatewayAgent, ConnectionID: connID, SessionID: sid, State: agent.AgentWorking}
+	ns := agent.Session{ID: gate.NewID(), Title: title + " · MCP", Model: "mcp", State: agent.Idle,
+		Mode: s.cfg.Gate.DefaultMode(), Agent: &info}
+	err = s.agents.CreateSession(ctx, ns)
+	if apperr.CodeOf(err) == apperr.Conflict {
+		return s.agents.AgentSession(ctx, connID, sid)
+	}
+	if err != nil {
+		return agent.Session{}, err
+	}
+	sess, err = s.agents.AgentSession(ctx, connID, sid)
+	if err == nil {
+		s.cfg.Runner.AgentSessionChanged(ctx, sess.ID)
+	}
+	return sess, err
+}
+
+// errorResult is an isError result with one text block.
+func errorResult(text string) *sdk.CallToolResult {
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}, IsError: true}
+}
+
+// toCallResult is res in MCP's shape (content, structuredContent, isError).
+func toCallResult(res tool.Result) *sdk.CallToolResult {
+	out := &sdk.CallToolResult{Content: []sdk.Content{}, IsError: res.IsError}
+	for _, c := range res.Content {
+		switch c.Type {
+		case "image":
+			data, err := base64.StdEncoding.DecodeString(c.Data)
+			if err == nil {
+				out.Content = append(out.Content, &sdk.ImageContent{Data: data, MIMEType: c.MimeType})
+				continue
+			}
+			out.Content = append(out.Content, &sdk.TextContent{Text: "[an image that could not be decoded]"})
+		default:
+			out.Content = append(out.Content, &sdk.TextContent{Text: c.Text})
+		}
+	}
+	if len(res.StructuredContent) > 0 && !res.IsError {
+		out.StructuredContent = json.RawMessage(res.StructuredContent)
+	}
+	return out
+}

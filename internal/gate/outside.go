@@ -446,6 +446,9 @@ func (s *Service) RecoverOutside(ctx context.Context) (err error) {
 		if a.RequestedBy != RequestedByAgent {
 			continue
 		}
+		if c, err := os.OutsideCall(ctx, a.ID); err == nil && c.Event == EventAAP {
+			continue // an AAP request lost no connection: its instance reads it again (OpenOutside)
+		}
 		if err := os.MarkStoppedWaiting(ctx, a.ID, &now); err != nil && apperr.CodeOf(err) != apperr.NotFound {
 			return err
 		}

@@ -23,6 +23,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"countersign/internal/aap"
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/connections"
@@ -361,6 +362,10 @@ func deleteIdle(ctx context.Context, log *slog.Logger, db store.Backend, runner 
 // the counts in memory, so it is current anyway; this bounds what a crash loses).
 const ruleHitsEvery = 10 * time.Second
 
+// aapExpireEvery is how often AAP requests past their deadline are expired (SPEC §18 Door 3); a
+// read of one expires it at once too.
+const aapExpireEvery = time.Second
+
 // newHTTPServer is the HTTP server for h, whose requests' contexts derive from base, with the
 // header, read, write and idle limits of web.DefaultTimeouts (WebSockets are not bound by them).
 func newHTTPServer(h http.Handler, base context.Context) *http.Server {
@@ -596,7 +601,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		})()
 	}
 	met.SetActiveRuns(runner.ActiveRuns)
-	srv = web.New(web.Config{Peers: link, Shares: share.NewService(db, key), Connections: connections.NewService(db), PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
+	// Door 3 (SPEC §18): AAP requests whose deadline passed while pending become expired, those
+	// the last process left included.
+	aapRequests := aap.NewService(runner.Gate(), db, log)
+	defer background(ctx, func(ctx context.Context) { aapRequests.Run(ctx, aapExpireEvery) })()
+	srv = web.New(web.Config{AAP: aapRequests, Peers: link, Shares: share.NewService(db, key), Connections: connections.NewService(db), PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
 		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler()})

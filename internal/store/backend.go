@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"countersign/internal/aap"
 	"countersign/internal/agent"
 	"countersign/internal/connections"
 	"countersign/internal/gate"
@@ -97,6 +98,12 @@ type Backend interface {
 	WaitAgain(ctx context.Context, approvalID string, deadline time.Time) error
 	SetOutsideEditedKey(ctx context.Context, approvalID, key string) error
 	SetOutsideOutcome(ctx context.Context, approvalID string, outcome json.RawMessage, at time.Time) error
+
+	// Door 3's approval requests (aap.go, SPEC §18: the Agent Approval Protocol v1).
+	CreateAAPRequest(ctx context.Context, r aap.Request) error
+	AAPRequest(ctx context.Context, id string) (aap.Request, error)
+	AAPRequestByKey(ctx context.Context, connectionID, key string) (aap.Request, error)
+	AAPRequestsDue(ctx context.Context, at time.Time) ([]aap.Request, error)
 
 	// Connections of the agents people already run (connections.go, SPEC §18).
 	CreateConnection(ctx context.Context, c connections.Connection) error

@@ -3,6 +3,7 @@ package web
 import (
 	"net/http"
 
+	"countersign/internal/aap"
 	"countersign/internal/apperr"
 	"countersign/internal/render"
 	"countersign/web/static"
@@ -40,6 +41,11 @@ const (
 	// cookie, and answers 401 with a reason otherwise. They are exempt from the cross-origin
 	// protection on purpose (Handler): agents are not browsers.
 	agentToken access = "agent-token"
+	// aapInstance routes (/aap/v1/requests…, SPEC §18 Door 3) are for AAP instances: the handler
+	// admits a request by an api connection's token, the instance credential (Server.aapInstance),
+	// never the owner's cookie, and answers every error as the protocol's ErrorResponse (401
+	// authentication otherwise). Exempt from the cross-origin protection, as agentToken.
+	aapInstance access = "aap-instance"
 )
 
 // route is one row of the route table: a Go 1.22 ServeMux pattern ("METHOD /path/{wildcard}",
@@ -131,6 +137,14 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		// Door 1 (SPEC §18): outside agents' hooks, by a connection's bearer token.
 		{"POST /hooks/{kind}", agentToken, s.hook, nil},
 
+		// Door 3 (SPEC §18): the Agent Approval Protocol v1, by an api connection's token.
+		{"POST /aap/v1/requests", aapInstance, s.aapCreate, nil},
+		{"GET /aap/v1/requests/{id}", aapInstance, s.aapGet, nil},
+		{"DELETE /aap/v1/requests/{id}", aapInstance, s.aapCancel, nil},
+		{"/aap/", aapInstance, noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
+			return aap.Errorf(http.StatusNotFound, "not_found", "No such route: %s %s", r.Method, r.URL.Path)
+		}), nil},
+
 		// The JSON API (SPEC §12).
 		{"POST /api/sessions", ownerAPI, s.apiCreateSession, nil},
 		{"GET /api/sessions", ownerAPI, s.apiSessions, nil},
@@ -177,6 +191,8 @@ func (s *Server) wrap(rt route) http.Handler {
 		return s.api(rt.h)
 	case agentToken:
 		return s.agentHook(rt.h)
+	case aapInstance:
+		return s.aapAPI(rt.h)
 	case public, linkViewer, linkApprover, decisionLink:
 		// The link classes check the link in the handler (see routes).
 		return s.handle(rt.h)

@@ -21,6 +21,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -131,7 +132,7 @@ func Errorf(status int, code, format string, args ...any) *Error {
 
 func errorType(status int) string {
 	switch status {
-	case http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusRequestEntityTooLarge:
+	case http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusRequestEntityTooLarge, http.StatusMethodNotAllowed:
 		return "invalid_request"
 	case http.StatusUnauthorized:
 		return "authentication"
@@ -217,6 +218,21 @@ func DecodeStrict(body []byte, v any) *Error {
 	return nil
 }
 
+// exactFields refuses a body with a member whose name is not exactly one of names
+// (encoding/json matches names without regard to case: "Tool" would be read as tool).
+func exactFields(body []byte, names ...string) *Error {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return invalid("", "The body must be a JSON object.")
+	}
+	for k := range m {
+		if !slices.Contains(names, k) {
+			return invalid("", "The body has a field this protocol does not define: %q.", k)
+		}
+	}
+	return nil
+}
+
 func stripPrefix(s string) string {
 	const p = "json: unknown field "
 	if len(s) > len(p) && s[:len(p)] == p {
@@ -233,6 +249,9 @@ func stripPrefix(s string) string {
 func ParseCreate(body []byte) (CreateApprovalRequest, time.Duration, string, *Error) {
 	var c CreateApprovalRequest
 	if e := DecodeStrict(body, &c); e != nil {
+		return c, 0, "", e
+	}
+	if e := exactFields(body, "tool", "arguments", "timeout", "agent_reasoning", "context"); e != nil {
 		return c, 0, "", e
 	}
 	if c.Tool == "" {

@@ -141,9 +141,14 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"POST /aap/v1/requests", aapInstance, s.aapCreate, nil},
 		{"GET /aap/v1/requests/{id}", aapInstance, s.aapGet, nil},
 		{"DELETE /aap/v1/requests/{id}", aapInstance, s.aapCancel, nil},
-		{"/aap/", aapInstance, noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
-			return aap.Errorf(http.StatusNotFound, "not_found", "No such route: %s %s", r.Method, r.URL.Path)
-		}), nil},
+		{"/aap/", aapInstance, func(w http.ResponseWriter, r *http.Request) error {
+			if _, err := s.aapInstance(r); err != nil {
+				return err
+			}
+			return noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
+				return aap.Errorf(http.StatusNotFound, "not_found", "No such route: %s %s", r.Method, r.URL.Path)
+			})(w, r)
+		}, nil},
 
 		// The JSON API (SPEC §12).
 		{"POST /api/sessions", ownerAPI, s.apiCreateSession, nil},

@@ -156,3 +156,7 @@ func (s *Service) EndOutside(ctx context.Context, id string, st Status, reason s
 	}
 	return a, err
 }
+
+// Watching reports whether a reader in this process watches approval id, or a call waits on it
+// (Gate.Waiting).
+func (s *Service) Watching(id string) bool { return s.gate.Waiting(id) }

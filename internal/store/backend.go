@@ -104,6 +104,16 @@ type Backend interface {
 	AAPRequest(ctx context.Context, id string) (aap.Request, error)
 	AAPRequestByKey(ctx context.Context, connectionID, key string) (aap.Request, error)
 	AAPRequestsDue(ctx context.Context, at time.Time) ([]aap.Request, error)
+	AAPPendingRequests(ctx context.Context, connectionID string) ([]aap.Request, error)
+	CreateAAPInstance(ctx context.Context, in aap.Instance) error
+	AAPInstance(ctx context.Context, id string) (aap.Instance, error)
+	AAPInstanceByKey(ctx context.Context, key string) (aap.Instance, error)
+	AAPInstanceByConnection(ctx context.Context, connectionID string) (aap.Instance, error)
+	DeleteAAPInstance(ctx context.Context, id string, at time.Time) error
+	AAPEventsToMake(ctx context.Context) ([]aap.Event, error)
+	CreateAAPEvent(ctx context.Context, e aap.Event) error
+	DueAAPEvents(ctx context.Context, now time.Time, limit int) ([]aap.Event, error)
+	RecordAAPAttempt(ctx context.Context, id string, at time.Time, delivered bool, next *time.Time) error
 
 	// Connections of the agents people already run (connections.go, SPEC §18).
 	CreateConnection(ctx context.Context, c connections.Connection) error

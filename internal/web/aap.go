@@ -253,3 +253,67 @@ func (s *Server) aapRecord(ctx context.Context, sessionID, callID string, c aap.
 		Model: aapKind, Content: blocks})
 	return m.ID, err
 }
+
+// aapProvisioner admits the provisioner (AAP v1 §5: instance operations use a provisioner token):
+// the owner's bearer token, never a cookie nor an instance credential; 401 authentication
+// otherwise, 404 when this server offers no instances.
+func (s *Server) aapProvisioner(r *http.Request) error {
+	if s.cfg.AAPInstances == nil {
+		return aap.Errorf(http.StatusNotFound, "not_found", "This server offers no instance provisioning.")
+	}
+	if bearer(r) == "" {
+		return aap.Errorf(http.StatusUnauthorized, "missing_credential", "Send Authorization: Bearer <the provisioner token>.")
+	}
+	if !s.ownerBearer(r) {
+		return aap.Errorf(http.StatusUnauthorized, "invalid_credential", "The token is not a provisioner token.")
+	}
+	return nil
+}
+
+// aapProvision is POST /aap/v1/instances (AAP v1 §5 "Provision an Instance"): 201 with the
+// instance and its credential, 200 on a replay, 400, 409 (idempotency_conflict,
+// instance_deleted), 422 webhook_verification_failed.
+func (s *Server) aapProvision(w http.ResponseWriter, r *http.Request) error {
+	if err := s.aapProvisioner(r); err != nil {
+		return err
+	}
+	body, err := readAAPBody(r)
+	if err != nil {
+		return err
+	}
+	out, created, err := s.cfg.AAPInstances.Provision(r.Context(), r.Header.Get("Idempotency-Key"), body)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return writeAAP(w, status, out)
+}
+
+// aapGetInstance is GET /aap/v1/instances/{id}: 200 with the instance (no secret, no
+// credential), 404 for an unknown or deleted one.
+func (s *Server) aapGetInstance(w http.ResponseWriter, r *http.Request) error {
+	if err := s.aapProvisioner(r); err != nil {
+		return err
+	}
+	v, err := s.cfg.AAPInstances.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeAAP(w, http.StatusOK, v)
+}
+
+// aapDeleteInstance is DELETE /aap/v1/instances/{id}: 204 (again on a repeat), 404 for an unknown
+// id; its credential is revoked and its pending requests cancelled.
+func (s *Server) aapDeleteInstance(w http.ResponseWriter, r *http.Request) error {
+	if err := s.aapProvisioner(r); err != nil {
+		return err
+	}
+	if err := s.cfg.AAPInstances.Delete(r.Context(), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

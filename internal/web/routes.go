@@ -46,6 +46,10 @@ const (
 	// never the owner's cookie, and answers every error as the protocol's ErrorResponse (401
 	// authentication otherwise). Exempt from the cross-origin protection, as agentToken.
 	aapInstance access = "aap-instance"
+	// aapProvisioner routes (/aap/v1/instances…, SPEC §18 Door 3) are for the AAP provisioner:
+	// the owner's bearer token only (Server.aapProvisioner; no cookie, no instance credential),
+	// errors as the protocol's ErrorResponse. Exempt from the cross-origin protection.
+	aapProvisioner access = "aap-provisioner"
 )
 
 // route is one row of the route table: a Go 1.22 ServeMux pattern ("METHOD /path/{wildcard}",
@@ -141,6 +145,9 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"POST /aap/v1/requests", aapInstance, s.aapCreate, nil},
 		{"GET /aap/v1/requests/{id}", aapInstance, s.aapGet, nil},
 		{"DELETE /aap/v1/requests/{id}", aapInstance, s.aapCancel, nil},
+		{"POST /aap/v1/instances", aapProvisioner, s.aapProvision, nil},
+		{"GET /aap/v1/instances/{id}", aapProvisioner, s.aapGetInstance, nil},
+		{"DELETE /aap/v1/instances/{id}", aapProvisioner, s.aapDeleteInstance, nil},
 		{"/aap/", aapInstance, func(w http.ResponseWriter, r *http.Request) error {
 			if _, err := s.aapInstance(r); err != nil {
 				return err
@@ -196,7 +203,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		return s.api(rt.h)
 	case agentToken:
 		return s.agentHook(rt.h)
-	case aapInstance:
+	case aapInstance, aapProvisioner:
 		return s.aapAPI(rt.h)
 	case public, linkViewer, linkApprover, decisionLink:
 		// The link classes check the link in the handler (see routes).

@@ -34,7 +34,7 @@ func TestRouteTableHasNoDuplicatesAndFewPublicRoutes(t *testing.T) {
 		switch rt.Access {
 		case "public":
 			public = append(public, rt.Pattern)
-		case "owner", "owner-api", "link-viewer", "link-approver", "decision-link", "agent-token", "aap-instance":
+		case "owner", "owner-api", "link-viewer", "link-approver", "decision-link", "agent-token", "aap-instance", "aap-provisioner":
 		default:
 			t.Errorf("%s: unknown access class %q", rt.Pattern, rt.Access)
 		}
@@ -234,6 +234,15 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 				{"the owner's token", p, http.Header{"Authorization": {"Bearer " + token}}, nil, http.StatusUnauthorized},
 				{"the owner's cookie", p, nil, []*http.Cookie{{Name: "countersign_owner", Value: token}}, http.StatusUnauthorized},
 				{"a claude-code connection's token", p, http.Header{"Authorization": {"Bearer " + hookToken}}, nil, http.StatusUnauthorized},
+			}
+		case "aap-provisioner":
+			// AAP instance provisioning: the owner's bearer token only.
+			p := fill("b29a43a7-1949-4b9f-9d61-b7ae66f85d31")
+			attacks = []attack{
+				{"no credential", p, nil, nil, http.StatusUnauthorized},
+				{"wrong bearer token", p, http.Header{"Authorization": {"Bearer wrong-" + token}}, nil, http.StatusUnauthorized},
+				{"the owner's cookie", p, nil, []*http.Cookie{{Name: "countersign_owner", Value: token}}, http.StatusUnauthorized},
+				{"a connection's token", p, http.Header{"Authorization": {"Bearer " + hookToken}}, nil, http.StatusUnauthorized},
 			}
 		default:
 			t.Fatalf("%s: unknown access class %q", rt.Pattern, rt.Access)

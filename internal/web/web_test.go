@@ -91,7 +91,8 @@ func newTestServerAgent(t testing.TB, scripts map[string]string, configure func(
 	ts.conns = connections.NewService(db)
 	cfg := web.Config{Runner: ts.runner, Store: db, Broker: ts.broker, Models: ms, OwnerToken: token,
 		Workspace: ts.workDir, Shares: share.NewService(db, key), OwnerSessions: db, Notify: db, Connections: ts.conns,
-		AAP: aap.NewService(ts.runner.Gate(), db, nil)}
+		AAP:          aap.NewService(ts.runner.Gate(), db, nil),
+		AAPInstances: aap.NewProvisioner(aap.ProvisionerConfig{Store: db, Pending: db, Gate: ts.runner.Gate(), Sealer: aap.NewSealer(token)})}
 	ts.Server = httptest.NewUnstartedServer(nil)
 	if configure != nil {
 		configure(&cfg, ts.Server.Config)

@@ -126,7 +126,9 @@ func TestAAPAsyncDelivery(t *testing.T) {
 	}
 	// The receiver here is http:// on loopback (-aap-insecure-receivers); the schema's WebhookURL
 	// is https only, so the answer is checked with that one field as a deployment would have it.
-	httpsLike := func(b []byte) []byte { return []byte(strings.ReplaceAll(string(b), `"url":"http://`, `"url":"https://`)) }
+	httpsLike := func(b []byte) []byte {
+		return []byte(strings.ReplaceAll(string(b), `"url":"http://`, `"url":"https://`))
+	}
 	if err := aaptest.Validate("ProvisionInstanceResponse", httpsLike(a.body)); err != nil {
 		t.Fatal(err)
 	}

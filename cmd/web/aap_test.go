@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -416,5 +418,38 @@ func TestAAPRestart(t *testing.T) {
 	}
 	if got := c.request(c.do("GET", "/v1/requests/"+unread.ID, c.token, nil), 200, "ApprovalRequest"); got.Status != "expired" {
 		t.Errorf("unread: %+v", got)
+	}
+}
+
+// TestAAPRulesDecideAtCreation: the gate decides AAP requests as any outside call — a policy
+// rule naming the request's tool denies it at creation (201, already denied, with the rule as its
+// note); "Approve for session" on one request becomes a rule that approves the next request of
+// that tool at creation; and nobody can approve one with edited arguments (AAP has none).
+func TestAAPRulesDecideAtCreation(t *testing.T) {
+	f := newServerFiles(t)
+	policy := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(policy, []byte(`{"permissions": {"deny": ["delete_customer"]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startServing(t, append(f.args("127.0.0.1:0"), "-policy", policy)...)
+	c := newAAPClient(t, p, "api")
+
+	d := c.request(c.create(newKey(), `{"tool":"delete_customer","arguments":{"customer":"cus_1"},"timeout":"30m"}`), 201, "ApprovalRequest")
+	if d.Status != "denied" || d.Decision == nil || !strings.Contains(d.Decision.Note, "delete_customer") {
+		t.Errorf("a policy deny: %+v", d)
+	}
+
+	first := c.request(c.create(newKey(), `{"tool":"send_invoice","arguments":{"invoice":"inv_edit"},"timeout":"30m"}`), 201, "ApprovalRequest")
+	id := pendingApprovalFor(t, p, "inv_edit")
+	if st, b := p.api(t, "POST", "/api/approvals/"+id+"/decision", map[string]any{"decision": "approve", "arguments": map[string]string{"invoice": "inv_other"}}); st < 400 {
+		t.Errorf("an edit of an AAP request: %d %s", st, b)
+	}
+	p.mustAPI(t, 200, "POST", "/api/approvals/"+id+"/decision", map[string]string{"decision": "approve_session"}, nil)
+	if got := c.request(c.do("GET", "/v1/requests/"+first.ID, c.token, nil), 200, "ApprovalRequest"); got.Status != "approved" || !strings.Contains(string(got.Arguments), "inv_edit") {
+		t.Errorf("approved for the session: %+v", got)
+	}
+	next := c.request(c.create(newKey(), `{"tool":"send_invoice","arguments":{"invoice":"inv_2"},"timeout":"30m"}`), 201, "ApprovalRequest")
+	if next.Status != "approved" || next.Decision == nil || next.Decision.ExpiresAt == "" {
+		t.Errorf("the next request of the tool: %+v, want approved at creation", next)
 	}
 }

@@ -213,6 +213,40 @@ func TestAAPAsyncDelivery(t *testing.T) {
 		t.Errorf("%d deliveries after the acknowledgement, want 3", n)
 	}
 
+	// Updates: a rename needs no verification; its replay answers the same; other input under
+	// the key is 409; a replacement receiver that fails verification changes nothing (422); null
+	// removes delivery.
+	before := len(recv.events("webhook.verification"))
+	if r := c.do("PATCH", "/v1/instances/"+inst.Instance.ID, testToken, `{"instance_name":"renamed"}`, "Idempotency-Key", "upd-1"); r.status != 200 || !strings.Contains(string(r.body), `"name":"renamed"`) || aaptest.Validate("Instance", httpsLike(r.body)) != nil {
+		t.Errorf("rename: %d %s", r.status, r.body)
+	}
+	if r := c.do("PATCH", "/v1/instances/"+inst.Instance.ID, testToken, `{"instance_name":"renamed"}`, "Idempotency-Key", "upd-1"); r.status != 200 || !strings.Contains(string(r.body), `"name":"renamed"`) {
+		t.Errorf("rename replay: %d %s", r.status, r.body)
+	}
+	if r := c.do("PATCH", "/v1/instances/"+inst.Instance.ID, testToken, `{"instance_name":"other"}`, "Idempotency-Key", "upd-1"); r.status != 409 || errCode(r) != "conflict/idempotency_conflict" {
+		t.Errorf("rename conflict: %d %s", r.status, r.body)
+	}
+	if n := len(recv.events("webhook.verification")); n != before {
+		t.Errorf("a rename verified the receiver")
+	}
+	unknownReg := `{"instance_name":"x","delivery":{"type":"webhook","url":"` + recv.srv.URL + `/other","registration_id":"00000000-4ce0-4c15-a94a-e9c078ad06e2","signing_secret":"` + secret + `"}}`
+	if r := c.do("PATCH", "/v1/instances/"+inst.Instance.ID, testToken, unknownReg, "Idempotency-Key", "upd-2"); r.status != 422 || errCode(r) != "invalid_request/webhook_verification_failed" {
+		t.Errorf("a replacement the receiver does not expect: %d %s", r.status, r.body)
+	}
+	if r := c.do("GET", "/v1/instances/"+inst.Instance.ID, testToken, nil); !strings.Contains(string(r.body), `"name":"renamed"`) || !strings.Contains(string(r.body), "/aap/events") {
+		t.Errorf("after a failed replacement: %s", r.body)
+	}
+	if r := c.do("PATCH", "/v1/instances/"+inst.Instance.ID, testToken, `{"delivery":null}`, "Idempotency-Key", "upd-3"); r.status != 200 || strings.Contains(string(r.body), "delivery") {
+		t.Errorf("remove delivery: %d %s", r.status, r.body)
+	}
+	removed := ic.request(ic.create(newKey(), `{"tool":"issue_refund","arguments":{"payment_id":"payment_nodelivery"},"timeout":"30m"}`), 201, "ApprovalRequest")
+	p.mustAPI(t, 200, "POST", "/api/approvals/"+pendingApprovalFor(t, p, "payment_nodelivery")+"/decision", map[string]string{"decision": "deny"}, nil)
+	_ = removed
+	time.Sleep(1500 * time.Millisecond)
+	if n := len(recv.events("request.resolved")); n != 3 {
+		t.Errorf("a decision without delivery was notified (%d deliveries)", n)
+	}
+
 	// Deletion: 204, again 204; the instance is gone, its credential refused, its pending request
 	// cancelled without a notification.
 	pending := ic.request(ic.create(newKey(), `{"tool":"issue_refund","arguments":{"payment_id":"payment_left"},"timeout":"30m"}`), 201, "ApprovalRequest")

@@ -2,7 +2,10 @@ package aap
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
@@ -270,4 +273,92 @@ func (p *Provisioner) Run(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// Update is PATCH /v1/instances/{id} (AAP v1 §5 "Update an Instance", §7 "Updating and Removing
+// Delivery"): instance_name and/or delivery (an object replaces the whole configuration after
+// its receiver is verified — 422 webhook_verification_failed changes nothing; null removes it
+// and ends outstanding delivery). The Idempotency-Key is scoped to the instance: the same key and
+// input return the original response without verifying or applying again; other input is 409
+// idempotency_conflict. 404 for an unknown or deleted instance. Errors: *Error, the store's.
+func (p *Provisioner) Update(ctx context.Context, id, key string, body []byte) (InstanceView, error) {
+	if key == "" || len(key) > 255 {
+		return InstanceView{}, invalid("Idempotency-Key", "The Idempotency-Key header is required (at most 255 characters).")
+	}
+	if !IsUUID(id) {
+		return InstanceView{}, errOf(apperr.Errorf(apperr.NotFound, "no instance"))
+	}
+	var raw map[string]json.RawMessage
+	if e := DecodeStrict(body, &raw); e != nil {
+		return InstanceView{}, e
+	}
+	if e := exactFields(body, "instance_name", "delivery"); e != nil {
+		return InstanceView{}, e
+	}
+	if len(raw) == 0 {
+		return InstanceView{}, invalid("", "Name at least one of instance_name and delivery.")
+	}
+	var name *string
+	if v, ok := raw["instance_name"]; ok {
+		if json.Unmarshal(v, &name) != nil || name == nil || *name == "" || len(*name) > 100 {
+			return InstanceView{}, invalid("instance_name", "instance_name must be 1 to 100 characters.")
+		}
+	}
+	var delivery *WebhookDeliveryInput
+	removing := false
+	if v, ok := raw["delivery"]; ok {
+		if string(v) == "null" {
+			removing = true
+		} else {
+			req, _, e := ParseProvision(fmt.Appendf(nil, `{"delivery":%s}`, v), p.insecure)
+			if e != nil {
+				return InstanceView{}, e
+			}
+			delivery = req.Delivery
+		}
+	}
+	canon, _ := json.Marshal(map[string]any{"name": name, "delivery": delivery, "remove": removing})
+	sum := sha256.Sum256(canon)
+	digest := hex.EncodeToString(sum[:])
+	mu, _ := p.keys.LoadOrStore(id+"\x00"+key, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
+	in, err := p.store.AAPInstance(ctx, id)
+	if err != nil || in.DeletedAt != nil {
+		return InstanceView{}, errOf(apperr.Errorf(apperr.NotFound, "no instance"))
+	}
+	if d, resp, err := p.store.AAPInstanceUpdate(ctx, id, key); err == nil {
+		if d != digest {
+			return InstanceView{}, Errorf(http.StatusConflict, "idempotency_conflict", "The idempotency key was already used for a different update.")
+		}
+		var v InstanceView
+		err := json.Unmarshal(resp, &v)
+		return v, err
+	} else if apperr.CodeOf(err) != apperr.NotFound {
+		return InstanceView{}, err
+	}
+	if name != nil {
+		in.Name = *name
+	}
+	now := time.Now().UTC()
+	switch {
+	case removing:
+		in.URL, in.RegistrationID, in.SealedSecret, in.DeliverySince = "", "", "", nil
+	case delivery != nil:
+		if err := Verify(ctx, p.client, *delivery, in.ID); err != nil {
+			e := Errorf(http.StatusUnprocessableEntity, "webhook_verification_failed", "The webhook receiver could not be verified: %v.", err)
+			e.Param = "delivery"
+			return InstanceView{}, e
+		}
+		if in.DeliverySince == nil { // a new receiver: only later decisions are notified
+			in.DeliverySince = &now
+		}
+		in.URL, in.RegistrationID, in.SealedSecret = delivery.URL, delivery.RegistrationID, p.sealer.Seal(delivery.SigningSecret)
+	}
+	v := ViewInstance(in)
+	resp, _ := json.Marshal(v)
+	if err := p.store.UpdateAAPInstance(ctx, in, key, digest, resp, now); err != nil {
+		return InstanceView{}, errOf(err)
+	}
+	return v, nil
 }

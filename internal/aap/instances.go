@@ -82,6 +82,13 @@ type InstanceStore interface {
 	// RecordAAPAttempt stores an attempt's outcome: delivered, or the next attempt's time, or
 	// ended (next nil and not delivered).
 	RecordAAPAttempt(ctx context.Context, id string, at time.Time, delivered bool, next *time.Time) error
+	// AAPInstanceUpdate is an update's digest and original response by instance and key;
+	// apperr.NotFound.
+	AAPInstanceUpdate(ctx context.Context, instanceID, key string) (digest string, response []byte, err error)
+	// UpdateAAPInstance stores in's name and delivery with the update's key, digest and
+	// response, at once; delivery removed ends its outstanding events. apperr.NotFound for a
+	// deleted instance, apperr.Conflict for a used key.
+	UpdateAAPInstance(ctx context.Context, in Instance, key, digest string, response []byte, at time.Time) error
 }
 
 // Sealer seals and opens secrets with a key of the server's (AES-256-GCM).

@@ -234,3 +234,44 @@ func (db *SQL) oneAAPInstance(ctx context.Context, where string, arg string) (aa
 	in.DeletedAt, err = parseNullTime(deleted)
 	return in, err
 }
+
+// AAPInstanceUpdate returns instance instanceID's update made with idempotency key key: the
+// digest of its input and its original response; apperr.NotFound.
+func (db *SQL) AAPInstanceUpdate(ctx context.Context, instanceID, key string) (digest string, response []byte, err error) {
+	var resp string
+	err = db.queryRow(ctx, db.reads(), `SELECT digest, response FROM aap_instance_updates WHERE instance_id = ? AND idempotency_key = ?`,
+		instanceID, key).Scan(&digest, &resp)
+	if isNoRows(err) {
+		return "", nil, apperr.Errorf(apperr.NotFound, "no such update")
+	}
+	return digest, []byte(resp), err
+}
+
+// UpdateAAPInstance stores in's name and delivery (URL "" removes it: its outstanding events
+// end) with the update's key, digest and response, in one write. Errors: apperr.NotFound for an
+// unknown or deleted instance; apperr.Conflict when the key was used.
+func (db *SQL) UpdateAAPInstance(ctx context.Context, in aap.Instance, key, digest string, response []byte, at time.Time) error {
+	return db.write(ctx, 0, func(tx Querier) error {
+		n, err := db.exec(ctx, tx, `UPDATE aap_instances SET name = ?, url = ?, registration_id = ?, sealed_secret = ?, delivery_since = ?
+			WHERE id = ? AND deleted_at IS NULL`, in.Name, nullString(in.URL), nullString(in.RegistrationID), nullString(in.SealedSecret),
+			nullTime(in.DeliverySince), in.ID)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return apperr.Errorf(apperr.NotFound, "instance %s not found", in.ID)
+		}
+		if in.URL == "" {
+			if _, err := db.exec(ctx, tx, `UPDATE aap_events SET ended_at = ? WHERE instance_id = ? AND delivered_at IS NULL AND ended_at IS NULL`,
+				formatTime(at), in.ID); err != nil {
+				return err
+			}
+		}
+		_, err = db.exec(ctx, tx, `INSERT INTO aap_instance_updates (instance_id, idempotency_key, digest, response, created_at) VALUES (?, ?, ?, ?, ?)`,
+			in.ID, key, digest, string(response), formatTime(at))
+		if db.isUnique(err) {
+			return apperr.Errorf(apperr.Conflict, "the update's key was used")
+		}
+		return err
+	})
+}

@@ -114,6 +114,8 @@ type Backend interface {
 	CreateAAPEvent(ctx context.Context, e aap.Event) error
 	DueAAPEvents(ctx context.Context, now time.Time, limit int) ([]aap.Event, error)
 	RecordAAPAttempt(ctx context.Context, id string, at time.Time, delivered bool, next *time.Time) error
+	AAPInstanceUpdate(ctx context.Context, instanceID, key string) (digest string, response []byte, err error)
+	UpdateAAPInstance(ctx context.Context, in aap.Instance, key, digest string, response []byte, at time.Time) error
 
 	// Connections of the agents people already run (connections.go, SPEC §18).
 	CreateConnection(ctx context.Context, c connections.Connection) error

@@ -317,3 +317,21 @@ func (s *Server) aapDeleteInstance(w http.ResponseWriter, r *http.Request) error
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// aapUpdateInstance is PATCH /aap/v1/instances/{id} (AAP v1 §5 "Update an Instance"): 200 with
+// the instance (no secret), also on a replay; 400, 404, 409 idempotency_conflict, 422
+// webhook_verification_failed.
+func (s *Server) aapUpdateInstance(w http.ResponseWriter, r *http.Request) error {
+	if err := s.aapProvisioner(r); err != nil {
+		return err
+	}
+	body, err := readAAPBody(r)
+	if err != nil {
+		return err
+	}
+	v, err := s.cfg.AAPInstances.Update(r.Context(), r.PathValue("id"), r.Header.Get("Idempotency-Key"), body)
+	if err != nil {
+		return err
+	}
+	return writeAAP(w, http.StatusOK, v)
+}

@@ -147,6 +147,7 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"DELETE /aap/v1/requests/{id}", aapInstance, s.aapCancel, nil},
 		{"POST /aap/v1/instances", aapProvisioner, s.aapProvision, nil},
 		{"GET /aap/v1/instances/{id}", aapProvisioner, s.aapGetInstance, nil},
+		{"PATCH /aap/v1/instances/{id}", aapProvisioner, s.aapUpdateInstance, nil},
 		{"DELETE /aap/v1/instances/{id}", aapProvisioner, s.aapDeleteInstance, nil},
 		{"/aap/", aapInstance, func(w http.ResponseWriter, r *http.Request) error {
 			if _, err := s.aapInstance(r); err != nil {

@@ -123,6 +123,20 @@ func testAAPRequestsInstancesAndEvents(t *testing.T, h Harness) {
 	dueEv, _ = db.DueAAPEvents(ctx, next.Add(time.Hour), 10)
 	assertEqual(t, "delivered", len(dueEv), 0)
 
+	// An update: stored with its key and response, once per key; removing delivery stops events.
+	renamed := in
+	renamed.Name = "renamed"
+	if err := db.UpdateAAPInstance(ctx, renamed, "u1", "ud1", []byte(`{"id":"x"}`), t0.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	d, resp, err := db.AAPInstanceUpdate(ctx, in.ID, "u1")
+	assertEqual(t, "update record", d+string(resp)+errText(err), `ud1{"id":"x"}`)
+	assertEqual(t, "the same update key twice", apperr.CodeOf(db.UpdateAAPInstance(ctx, renamed, "u1", "ud1", []byte(`{}`), t0)), apperr.Conflict)
+	_, _, err = db.AAPInstanceUpdate(ctx, in.ID, "u2")
+	assertEqual(t, "unknown update key", apperr.CodeOf(err), apperr.NotFound)
+	g0, _ := db.AAPInstance(ctx, in.ID)
+	assertEqual(t, "renamed, delivery kept", g0.Name+" "+g0.URL, "renamed "+in.URL)
+
 	// Deletion: once (the first time stays), and its events end.
 	if err := db.DeleteAAPInstance(ctx, in.ID, t0.Add(3*time.Hour)); err != nil {
 		t.Fatal(err)
@@ -133,6 +147,7 @@ func testAAPRequestsInstancesAndEvents(t *testing.T, h Harness) {
 	g, _ := db.AAPInstance(ctx, in.ID)
 	assertEqual(t, "deleted at", g.DeletedAt != nil && g.DeletedAt.Equal(t0.Add(3*time.Hour)), true)
 	assertEqual(t, "delete an unknown instance", apperr.CodeOf(db.DeleteAAPInstance(ctx, "nope", t0)), apperr.NotFound)
+	assertEqual(t, "update a deleted instance", apperr.CodeOf(db.UpdateAAPInstance(ctx, renamed, "u3", "d", []byte(`{}`), t0)), apperr.NotFound)
 	if _, err := db.ResolveApproval(ctx, "ap3", gate.Resolution{Status: gate.Denied, DecidedBy: "owner", At: t0.Add(5 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}

@@ -26,3 +26,12 @@ CREATE TABLE aap_events (
 	ended_at     text COLLATE "C"
 );
 CREATE INDEX aap_events_due ON aap_events (next_at) WHERE delivered_at IS NULL AND ended_at IS NULL;
+
+CREATE TABLE aap_instance_updates (
+	instance_id     text COLLATE "C" NOT NULL REFERENCES aap_instances (id),
+	idempotency_key text COLLATE "C" NOT NULL,
+	digest          text COLLATE "C" NOT NULL,
+	response        text NOT NULL,
+	created_at      text COLLATE "C" NOT NULL,
+	PRIMARY KEY (instance_id, idempotency_key)
+);

@@ -30,3 +30,14 @@ CREATE TABLE aap_events (
 	ended_at     TEXT
 );
 CREATE INDEX aap_events_due ON aap_events (next_at) WHERE delivered_at IS NULL AND ended_at IS NULL;
+
+-- An instance update's idempotency key (AAP v1 §5 "Update an Instance": scoped to the instance)
+-- with the digest of its input and its original response, for replays.
+CREATE TABLE aap_instance_updates (
+	instance_id     TEXT NOT NULL REFERENCES aap_instances (id),
+	idempotency_key TEXT NOT NULL,
+	digest          TEXT NOT NULL,
+	response        TEXT NOT NULL,
+	created_at      TEXT NOT NULL,
+	PRIMARY KEY (instance_id, idempotency_key)
+);

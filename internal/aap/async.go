@@ -219,6 +219,10 @@ func (p *Provisioner) DeliverDue(ctx context.Context) error {
 		return err
 	}
 	for _, e := range due {
+		// One sender per attempt, across replicas: the claim outlasts the attempt's 10 s.
+		if ok, err := p.store.ClaimAAPEvent(ctx, e.ID, e.NextAt, time.Now().UTC().Add(time.Minute)); err != nil || !ok {
+			continue
+		}
 		in, err := p.store.AAPInstance(ctx, e.InstanceID)
 		if err != nil || in.URL == "" || in.DeletedAt != nil {
 			continue

@@ -82,6 +82,9 @@ type InstanceStore interface {
 	// RecordAAPAttempt stores an attempt's outcome: delivered, or the next attempt's time, or
 	// ended (next nil and not delivered).
 	RecordAAPAttempt(ctx context.Context, id string, at time.Time, delivered bool, next *time.Time) error
+	// ClaimAAPEvent moves event id's next attempt from next to until, for one sender; false when
+	// another sender claimed it first.
+	ClaimAAPEvent(ctx context.Context, id string, next, until time.Time) (bool, error)
 	// AAPInstanceUpdate is an update's digest and original response by instance and key;
 	// apperr.NotFound.
 	AAPInstanceUpdate(ctx context.Context, instanceID, key string) (digest string, response []byte, err error)

@@ -275,3 +275,12 @@ func (db *SQL) UpdateAAPInstance(ctx context.Context, in aap.Instance, key, dige
 		return err
 	})
 }
+
+// ClaimAAPEvent takes event id's next attempt for one sender until until (its next_at moves
+// there, so no other replica's worker sends it meanwhile: at most one outstanding attempt per
+// event, AAP v1 §7); false when another took it first (its next_at is no longer next).
+func (db *SQL) ClaimAAPEvent(ctx context.Context, id string, next, until time.Time) (bool, error) {
+	n, err := db.exec1(ctx, 0, `UPDATE aap_events SET next_at = ? WHERE id = ? AND next_at = ? AND delivered_at IS NULL AND ended_at IS NULL`,
+		formatTime(until), id, formatTime(next))
+	return n == 1, err
+}

@@ -115,6 +115,7 @@ type Backend interface {
 	DueAAPEvents(ctx context.Context, now time.Time, limit int) ([]aap.Event, error)
 	RecordAAPAttempt(ctx context.Context, id string, at time.Time, delivered bool, next *time.Time) error
 	AAPInstanceUpdate(ctx context.Context, instanceID, key string) (digest string, response []byte, err error)
+	ClaimAAPEvent(ctx context.Context, id string, next, until time.Time) (bool, error)
 	UpdateAAPInstance(ctx context.Context, in aap.Instance, key, digest string, response []byte, at time.Time) error
 
 	// Connections of the agents people already run (connections.go, SPEC §18).

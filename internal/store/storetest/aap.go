@@ -117,6 +117,11 @@ func testAAPRequestsInstancesAndEvents(t *testing.T, h Harness) {
 	if len(dueEv) != 1 || dueEv[0].Attempts != 1 {
 		t.Fatalf("due after a failure: %+v", dueEv)
 	}
+	// One sender claims the attempt; a second finds it taken.
+	claimed, err := db.ClaimAAPEvent(ctx, dueEv[0].ID, next, next.Add(time.Minute))
+	assertEqual(t, "the first claim", claimed, true)
+	claimed, err = db.ClaimAAPEvent(ctx, dueEv[0].ID, next, next.Add(time.Minute))
+	assertEqual(t, "the second claim", claimed, false)
 	if err := db.RecordAAPAttempt(ctx, dueEv[0].ID, next, true, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -115,6 +115,10 @@ test('acceptance 2: an API request is in the inbox; Approve from a decision link
   const prompt = phone.getByRole('group', { name: 'Approval required: issue_refund', exact: true });
   await expect(prompt).toBeVisible();
   await expect(prompt).toContainText('payment_e2e_approve');
+  // What the request says beside the call: the agent's claim, shown as such, and its context.
+  await expect(prompt).toContainText('The agent says: The customer was charged twice.');
+  await expect(prompt).toContainText('checkout-bot');
+  await expect(prompt).toContainText('requested by the outside agent (the approval API)');
   await expect(phone.getByRole('button', { name: 'Edit', exact: true })).toHaveCount(0);
   expect(await phone.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
   const decided = phone.waitForResponse((r) => r.request().method() === 'POST' && r.url().includes('/d/'));

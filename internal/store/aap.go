@@ -284,3 +284,9 @@ func (db *SQL) ClaimAAPEvent(ctx context.Context, id string, next, until time.Ti
 		formatTime(until), id, formatTime(next))
 	return n == 1, err
 }
+
+// AAPRequestByApproval returns the approval request whose approval is approvalID, or
+// apperr.NotFound.
+func (db *SQL) AAPRequestByApproval(ctx context.Context, approvalID string) (aap.Request, error) {
+	return db.oneAAPRequest(ctx, `SELECT `+aapRequestColumns+` FROM aap_requests WHERE approval_id = ?`, approvalID)
+}

@@ -105,6 +105,7 @@ type Backend interface {
 	AAPRequestByKey(ctx context.Context, connectionID, key string) (aap.Request, error)
 	AAPRequestsDue(ctx context.Context, at time.Time) ([]aap.Request, error)
 	AAPPendingRequests(ctx context.Context, connectionID string) ([]aap.Request, error)
+	AAPRequestByApproval(ctx context.Context, approvalID string) (aap.Request, error)
 	CreateAAPInstance(ctx context.Context, in aap.Instance) error
 	AAPInstance(ctx context.Context, id string) (aap.Instance, error)
 	AAPInstanceByKey(ctx context.Context, key string) (aap.Instance, error)

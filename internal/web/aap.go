@@ -13,6 +13,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/web/templates"
 )
 
 // Door 3 (SPEC §18): the Agent Approval Protocol v1 under /aap — POST /aap/v1/requests, GET and
@@ -334,4 +335,36 @@ func (s *Server) aapUpdateInstance(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	return writeAAP(w, http.StatusOK, v)
+}
+
+// aapRequestReader finds an AAP request by its approval (internal/store).
+type aapRequestReader interface {
+	AAPRequestByApproval(ctx context.Context, approvalID string) (aap.Request, error)
+}
+
+// maxPromptContext bounds the context a prompt shows.
+const maxPromptContext = 2000
+
+// aapPrompt adds to av, the prompt of approval approvalID made through the approval API, what
+// its request says beside the call: the agent's reasoning (a claim, shown as such) and the
+// adapter's context (AAP v1 §4).
+func (s *Server) aapPrompt(av *templates.ApprovalView, approvalID string) {
+	av.ViaAPI = true
+	st, ok := s.cfg.Store.(aapRequestReader)
+	if !ok {
+		return
+	}
+	r, err := st.AAPRequestByApproval(context.Background(), approvalID)
+	if err != nil {
+		return
+	}
+	if r.AgentReasoning != nil {
+		av.AgentSays = *r.AgentReasoning
+	}
+	if len(r.Context) > 0 && string(r.Context) != "{}" {
+		av.ContextJSON = string(r.Context)
+		if len(av.ContextJSON) > maxPromptContext {
+			av.ContextJSON = strings.ToValidUTF8(av.ContextJSON[:maxPromptContext], "") + "…"
+		}
+	}
 }

@@ -95,7 +95,7 @@ function longPoll(id: string): Promise<{ body: any; at: number }> {
 
 test('acceptance 2: an API request is in the inbox; Approve from a decision link on a phone wakes the long poll with approved and expires_at', async ({ page, browser }) => {
   const created = await createRequest('issue_refund', { payment_id: 'payment_e2e_approve', amount: 4900, currency: 'GBP' },
-    { agent_reasoning: 'The customer was charged twice.', context: { session_id: 'checkout-bot' } });
+    { agent_reasoning: 'The customer was charged twice.', context: { session_id: 'checkout-bot', trace: 'span-'.repeat(80) } });
   expect(created.status).toBe('pending');
 
   // The owner's inbox shows it: the tool and its arguments.

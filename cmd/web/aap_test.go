@@ -453,3 +453,33 @@ func TestAAPRulesDecideAtCreation(t *testing.T) {
 		t.Errorf("the next request of the tool: %+v, want approved at creation", next)
 	}
 }
+
+// TestAAPAcrossReplicas: two replicas on one PostgreSQL database (SPEC §16). A request created
+// on one is read on the other; a long poll held on the second wakes, approved, when a person
+// decides on the first; a replay on either finds the same request.
+func TestAAPAcrossReplicas(t *testing.T) {
+	f := newReplicaFiles(t)
+	a := startServing(t, f.args()...)
+	b := startServing(t, f.args()...)
+	ca := newAAPClient(t, a, "api")
+	cb := &aapClient{t: t, p: b, token: ca.token, id: ca.id}
+	key := newKey()
+	body := `{"tool":"deploy","arguments":{"service":"replicated"},"timeout":"30m"}`
+	r := ca.request(ca.create(key, body), 201, "ApprovalRequest")
+	if got := cb.request(cb.create(key, body), 200, "ApprovalRequest"); got.ID != r.ID {
+		t.Fatalf("replay on the other replica: %+v", got)
+	}
+	polled := make(chan aapAnswer, 1)
+	go func() { polled <- cb.do("GET", "/v1/requests/"+r.ID+"?wait=30s", cb.token, nil) }()
+	time.Sleep(300 * time.Millisecond)
+	decided := time.Now()
+	a.mustAPI(t, 200, "POST", "/api/approvals/"+pendingApprovalFor(t, a, "replicated")+"/decision", map[string]string{"decision": "approve"}, nil)
+	select {
+	case ans := <-polled:
+		if got := cb.request(ans, 200, "ApprovalRequest"); got.Status != "approved" || time.Since(decided) > 3*time.Second {
+			t.Errorf("the other replica's long poll: %s after %v", got.Status, time.Since(decided))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the other replica's long poll did not wake")
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -345,8 +346,18 @@ func deleteIdle(ctx context.Context, log *slog.Logger, db store.Backend, runner 
 		log.Warn("retain: listing idle sessions", "err", err)
 		return 0
 	}
+	// An agent session holding an AAP request pending or decided within seven days is kept
+	// (AAP v1 retention; SPEC §18 Door 3).
+	held, err := db.AAPRetainedSessions(ctx, now.Add(-aap.Retention))
+	if err != nil {
+		log.Warn("retain: listing sessions with AAP requests to keep", "err", err)
+		return 0
+	}
 	n := 0
 	for _, id := range ids {
+		if slices.Contains(held, id) {
+			continue
+		}
 		switch err := runner.DeleteSession(ctx, id); {
 		case err == nil:
 			n++

@@ -21,6 +21,10 @@ import (
 // "Acknowledgements and Retries": seven days, 168 hours).
 const DeliveryWindow = 168 * time.Hour
 
+// Retention is how long a terminal request and its idempotency key are kept at least after the
+// decision (AAP v1 §5 "Retention": seven days).
+const Retention = 168 * time.Hour
+
 // maxRetryDelay bounds the wait between two attempts.
 const maxRetryDelay = time.Hour
 

@@ -290,3 +290,12 @@ func (db *SQL) ClaimAAPEvent(ctx context.Context, id string, next, until time.Ti
 func (db *SQL) AAPRequestByApproval(ctx context.Context, approvalID string) (aap.Request, error) {
 	return db.oneAAPRequest(ctx, `SELECT `+aapRequestColumns+` FROM aap_requests WHERE approval_id = ?`, approvalID)
 }
+
+// AAPRetainedSessions lists the agent sessions that hold an approval request still pending or
+// decided after since (AAP v1 §5 "Retention": a request and its key are kept whilst pending and
+// at least seven days after the decision): -retain keeps them.
+func (db *SQL) AAPRetainedSessions(ctx context.Context, since time.Time) (_ []string, err error) {
+	defer apperr.Wrap(&err, "store.AAPRetainedSessions")
+	return queryAll(ctx, db, db.reads(), scanString, `SELECT DISTINCT r.session_id FROM aap_requests r JOIN approvals a ON a.id = r.approval_id
+		WHERE a.status = 'pending' OR a.decided_at IS NULL OR a.decided_at > ? ORDER BY r.session_id`, formatTime(since))
+}

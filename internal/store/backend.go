@@ -106,6 +106,7 @@ type Backend interface {
 	AAPRequestsDue(ctx context.Context, at time.Time) ([]aap.Request, error)
 	AAPPendingRequests(ctx context.Context, connectionID string) ([]aap.Request, error)
 	AAPRequestByApproval(ctx context.Context, approvalID string) (aap.Request, error)
+	AAPRetainedSessions(ctx context.Context, since time.Time) ([]string, error)
 	CreateAAPInstance(ctx context.Context, in aap.Instance) error
 	AAPInstance(ctx context.Context, id string) (aap.Instance, error)
 	AAPInstanceByKey(ctx context.Context, key string) (aap.Instance, error)

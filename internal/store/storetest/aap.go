@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,6 +128,14 @@ func testAAPRequestsInstancesAndEvents(t *testing.T, h Harness) {
 	}
 	dueEv, _ = db.DueAAPEvents(ctx, next.Add(time.Hour), 10)
 	assertEqual(t, "delivered", len(dueEv), 0)
+
+	held, err := db.AAPRetainedSessions(ctx, t0)
+	assertEqual(t, "sessions retention keeps", strings.Join(held, ",")+errText(err), "as1")
+	if _, err := db.ResolveApproval(ctx, "ap2", gate.Resolution{Status: gate.Cancelled, DecidedBy: "system", At: t0.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	held, err = db.AAPRetainedSessions(ctx, t0.Add(time.Hour))
+	assertEqual(t, "nothing pending, decided before since", strings.Join(held, ",")+errText(err), "")
 
 	// An update: stored with its key and response, once per key; removing delivery stops events.
 	renamed := in

@@ -266,6 +266,9 @@ func (s *Server) aapProvisioner(r *http.Request) error {
 		return aap.Errorf(http.StatusUnauthorized, "missing_credential", "Send Authorization: Bearer <the provisioner token>.")
 	}
 	if !s.ownerBearer(r) {
+		// A guess of the owner token: it counts against the client's allowance, as on the
+		// owner's routes (tokenFailures).
+		s.failures.fail(r)
 		return aap.Errorf(http.StatusUnauthorized, "invalid_credential", "The token is not a provisioner token.")
 	}
 	return nil

@@ -105,6 +105,10 @@ func TestAAPAsyncDelivery(t *testing.T) {
 	c := &aapClient{t: t, p: p, token: testToken}
 	provision := func(key, name string) aapAnswer {
 		body := `{"instance_name":"` + name + `","delivery":{"type":"webhook","url":"` + recv.srv.URL + `/aap/events","registration_id":"` + reg + `","signing_secret":"` + secret + `"}}`
+		// The suite's own request, with the loopback receiver's http:// read as a deployment's https://.
+		if err := aaptest.Validate("ProvisionInstanceRequest", []byte(strings.Replace(body, `"url":"http://`, `"url":"https://`, 1))); err != nil {
+			t.Fatal(err)
+		}
 		return c.do("POST", "/v1/instances", testToken, body, "Idempotency-Key", key)
 	}
 

@@ -448,6 +448,16 @@ func TestAAPRulesDecideAtCreation(t *testing.T) {
 	if got := c.request(c.do("GET", "/v1/requests/"+first.ID, c.token, nil), 200, "ApprovalRequest"); got.Status != "approved" || !strings.Contains(string(got.Arguments), "inv_edit") {
 		t.Errorf("approved for the session: %+v", got)
 	}
+	// Past its deadline nobody approves a request: it is expired.
+	late := c.request(c.create(newKey(), `{"tool":"wire_money","arguments":{"to":"acct_late"},"timeout":"1s"}`), 201, "ApprovalRequest")
+	lateID := pendingApprovalFor(t, p, "acct_late")
+	time.Sleep(1100 * time.Millisecond)
+	if st, b := p.api(t, "POST", "/api/approvals/"+lateID+"/decision", map[string]string{"decision": "approve"}); st != 409 {
+		t.Errorf("an approval after the deadline: %d %s, want 409", st, b)
+	}
+	if got := c.request(c.do("GET", "/v1/requests/"+late.ID, c.token, nil), 200, "ApprovalRequest"); got.Status != "expired" {
+		t.Errorf("past its deadline: %+v", got)
+	}
 	next := c.request(c.create(newKey(), `{"tool":"send_invoice","arguments":{"invoice":"inv_2"},"timeout":"30m"}`), 201, "ApprovalRequest")
 	if next.Status != "approved" || next.Decision == nil || next.Decision.ExpiresAt == "" {
 		t.Errorf("the next request of the tool: %+v, want approved at creation", next)

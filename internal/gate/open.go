@@ -160,3 +160,23 @@ func (s *Service) EndOutside(ctx context.Context, id string, st Status, reason s
 // Watching reports whether a reader in this process watches approval id, or a call waits on it
 // (Gate.Waiting).
 func (s *Service) Watching(id string) bool { return s.gate.Waiting(id) }
+
+// pastAAPDeadline reports whether a, an outside call's pending approval, was asked through the
+// approval API and its deadline passed: it is then expired (timed out) first, and returned as
+// ended, so no person approves it late (AAP v1 §4: "It must not approve a pending request after
+// that deadline"). False for every other approval.
+func (s *Service) pastAAPDeadline(ctx context.Context, a Approval) (Approval, bool) {
+	os, ok := s.store.(OutsideStore)
+	if !ok {
+		return a, false
+	}
+	c, err := os.OutsideCall(ctx, a.ID)
+	if err != nil || c.Event != EventAAP || c.Deadline == nil || time.Now().Before(*c.Deadline) {
+		return a, false
+	}
+	ended, err := s.EndOutside(context.WithoutCancel(ctx), a.ID, TimedOut, "no decision before the request's deadline")
+	if err != nil || ended.Status == Pending {
+		return a, false
+	}
+	return ended, true
+}

@@ -91,6 +91,7 @@ test-go:
 e2e-deps:
 	@if [ ! -d e2e/node_modules ]; then cd e2e && $(NPM_CI); fi
 	@if [ ! -d examples/vercel-ai-sdk/node_modules ]; then cd examples/vercel-ai-sdk && $(NPM_CI); fi
+	@if [ ! -d examples/openai-agents/node_modules ]; then cd examples/openai-agents && $(NPM_CI); fi
 	@if [ ! -x e2e/agents/node_modules/.bin/claude ] || [ ! -x e2e/agents/node_modules/.bin/codex ]; then cd e2e/agents && $(NPM_CI); fi
 
 # The real agents the browser suite drives (claude-code.spec.ts, codex.spec.ts; SPEC §18) are a

@@ -90,6 +90,8 @@ test-go:
 
 e2e-deps:
 	@if [ ! -d e2e/node_modules ]; then cd e2e && $(NPM_CI); fi
+	@if [ ! -d examples/vercel-ai-sdk/node_modules ]; then cd examples/vercel-ai-sdk && $(NPM_CI); fi
+	@if [ ! -d examples/openai-agents/node_modules ]; then cd examples/openai-agents && $(NPM_CI); fi
 	@if [ ! -x e2e/agents/node_modules/.bin/claude ] || [ ! -x e2e/agents/node_modules/.bin/codex ]; then cd e2e/agents && $(NPM_CI); fi
 
 # The real agents the browser suite drives (claude-code.spec.ts, codex.spec.ts; SPEC §18) are a
@@ -142,7 +144,8 @@ fuzz:
 # HTML fragments (fanout_html), and issue 21's two replicas on one PostgreSQL database (replicas:
 # the approval round trip across them and one session's fan-out over both), and issue 30's
 # agents' hooks (hooks: POST /hooks/{kind} decided by a rule, one at a time and from 50 agents,
-# and countersign-hook against curl). BENCH_RUNS=3 for medians; BENCH_CASES=rules for one case;
+# and countersign-hook against curl), and issue 32's approval API (aap: create + long poll + decide round
+# trip, 200 held long polls and their RSS). BENCH_RUNS=3 for medians; BENCH_CASES=rules for one case;
 # BENCH_FLAGS='-cpuprofile cpu.out' (or '-sessions-inprocess -memprofile heap.out') for profiles;
 # BENCH_CASES=hooks BENCH_FLAGS='-hooks-seconds 5' for a short hooks run (the goal is 30 s).
 # Profiling: go test -run '^$$' -bench . -cpuprofile cpu.out ./internal/agent (see bench/RESULTS.md).
@@ -151,7 +154,7 @@ fuzz:
 # starts a throwaway cluster (Debian's postgresql; fsync=off, see bench/RESULTS.md) for the run;
 # with neither, the case prints a line saying it was skipped. The other cases never need it.
 BENCH_RUNS  ?= 1
-BENCH_CASES ?= nested,rules,direct,rss,approval,fanout,sessions,fanout_html,hooks,replicas
+BENCH_CASES ?= nested,rules,direct,rss,approval,fanout,sessions,fanout_html,hooks,aap,replicas
 BENCH_FLAGS ?=
 comma := ,
 BENCH_PG = $(if $(filter replicas,$(subst $(comma), ,$(BENCH_CASES))),scripts/with-postgres.sh)

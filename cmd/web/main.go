@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"countersign/internal/aap"
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/connections"
@@ -105,6 +107,9 @@ type config struct {
 	receivers []notify.Receiver
 	publicURL string
 	retryBase time.Duration
+	// aapInsecure lets AAP instances' receivers be http:// and non-public addresses (local
+	// development and tests; SPEC §18 Door 3).
+	aapInsecure bool
 	// logJSON: -log-format json, logs as JSON lines with an access log (SPEC §16).
 	logJSON bool
 	// trustedProxies are the proxies whose X-Forwarded-For / -Proto are believed (SPEC §16).
@@ -189,6 +194,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Var(&webhooks, "notify-webhook", "webhook receiver of approval events, [name=]URL, repeatable; ?format=slack sends Slack's message shape; name is who decisions through its links are recorded as (COUNTERSIGN_NOTIFY_WEBHOOK, comma-separated)")
 	fs.StringVar(&c.publicURL, "public-url", env("COUNTERSIGN_PUBLIC_URL", ""), "the server's address as webhook receivers, their people and connected agents reach it, for the links in events and the Agents page's snippets; default http://<addr> (the snippets: the address the owner's browser used) (COUNTERSIGN_PUBLIC_URL)")
 	retryBase := env("COUNTERSIGN_NOTIFY_RETRY_BASE", notify.DefaultRetryBase.String())
+	fs.BoolVar(&c.aapInsecure, "aap-insecure-receivers", env("COUNTERSIGN_AAP_INSECURE_RECEIVERS", "") == "1", "let AAP instances' webhook receivers be http:// and loopback or private addresses: local development and tests only (COUNTERSIGN_AAP_INSECURE_RECEIVERS=1)")
 	fs.StringVar(&retryBase, "notify-retry-base", retryBase, "wait after a failed webhook delivery, doubled after each later failure (with jitter), 8 attempts in all (COUNTERSIGN_NOTIFY_RETRY_BASE)")
 	logFormat := env("COUNTERSIGN_LOG_FORMAT", "text")
 	fs.StringVar(&logFormat, "log-format", logFormat, "text, or json: JSON lines with an access log of every request, tokens redacted (COUNTERSIGN_LOG_FORMAT)")
@@ -351,8 +357,18 @@ func deleteIdle(ctx context.Context, log *slog.Logger, db store.Backend, runner 
 		log.Warn("retain: listing idle sessions", "err", err)
 		return 0
 	}
+	// An agent session holding an AAP request pending or decided within seven days is kept
+	// (AAP v1 retention; SPEC §18 Door 3).
+	held, err := db.AAPRetainedSessions(ctx, now.Add(-aap.Retention))
+	if err != nil {
+		log.Warn("retain: listing sessions with AAP requests to keep", "err", err)
+		return 0
+	}
 	n := 0
 	for _, id := range ids {
+		if slices.Contains(held, id) {
+			continue
+		}
 		switch err := runner.DeleteSession(ctx, id); {
 		case err == nil:
 			n++
@@ -371,6 +387,10 @@ func deleteIdle(ctx context.Context, log *slog.Logger, db store.Backend, runner 
 // ruleHitsEvery is how often the rules' hits and last use reach the store (the Rules page reads
 // the counts in memory, so it is current anyway; this bounds what a crash loses).
 const ruleHitsEvery = 10 * time.Second
+
+// aapExpireEvery is how often AAP requests past their deadline are expired (SPEC §18 Door 3); a
+// read of one expires it at once too.
+const aapExpireEvery = time.Second
 
 // newHTTPServer is the HTTP server for h, whose requests' contexts derive from base, with the
 // header, read, write and idle limits of web.DefaultTimeouts (WebSockets are not bound by them).
@@ -627,7 +647,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		})()
 	}
 	met.SetActiveRuns(runner.ActiveRuns)
-	srv = web.New(web.Config{Peers: link, Shares: share.NewService(db, key), Connections: connections.NewService(db), PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
+	// Door 3 (SPEC §18): AAP requests whose deadline passed while pending become expired, those
+	// the last process left included.
+	aapRequests := aap.NewService(runner.Gate(), db, log)
+	defer background(ctx, func(ctx context.Context) { aapRequests.Run(ctx, aapExpireEvery) })()
+	aapInstances := aap.NewProvisioner(aap.ProvisionerConfig{Store: db, Pending: db, Gate: runner.Gate(),
+		Conns: aapConnections{connections.NewService(db)}, Sealer: aap.NewSealer(cfg.token), Insecure: cfg.aapInsecure,
+		RetryBase: cfg.retryBase, Logger: log.With("component", "aap")})
+	defer background(ctx, func(ctx context.Context) { aapInstances.Run(ctx, aapExpireEvery) })()
+	srv = web.New(web.Config{AAP: aapRequests, AAPInstances: aapInstances, Peers: link, Shares: share.NewService(db, key), Connections: connections.NewService(db), PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
 		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler(), GatewayTools: gatewayTools})

@@ -235,6 +235,9 @@ type Gate struct {
 
 	mu      sync.Mutex
 	waiters map[string]chan Approval
+	// watchers are the readers of a decision that do not hold the call (an AAP long poll,
+	// Watch): woken, never handed the approval, by every decision and by Wake.
+	watchers map[string]map[*watcher]struct{}
 }
 
 // New returns a gate over store. notify is called, outside any lock, after an approval is stored
@@ -434,6 +437,7 @@ func (g *Gate) land(a Approval, changed bool, err error) (Approval, error) {
 	g.mu.Lock()
 	ch, ok := g.waiters[a.ID]
 	g.mu.Unlock()
+	g.signal(a.ID)
 	if ok {
 		select {
 		case ch <- a:
@@ -448,6 +452,7 @@ func (g *Gate) land(a Approval, changed bool, err error) (Approval, error) {
 // Decide never saw. A pending approval (a vote counted, more needed) wakes nothing. Errors: the
 // store's.
 func (g *Gate) Wake(ctx context.Context, id string) error {
+	g.signal(id) // a watcher reads the store itself
 	g.mu.Lock()
 	ch, ok := g.waiters[id]
 	g.mu.Unlock()
@@ -465,13 +470,14 @@ func (g *Gate) Wake(ctx context.Context, id string) error {
 	return nil
 }
 
-// Waiting reports whether a call in this process waits on approval id. An approval pending in
+// Waiting reports whether a call in this process waits on approval id, or a reader watches it
+// (Watch). An approval pending in
 // the store with no waiter was parked by an earlier process (SPEC §8).
 func (g *Gate) Waiting(id string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	_, ok := g.waiters[id]
-	return ok
+	return ok || len(g.watchers[id]) > 0
 }
 
 // Record stores an approval decided by a rule (policy allowed it, session grant, handler block),

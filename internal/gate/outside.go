@@ -329,16 +329,6 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 		return OutsideVerdict{}, err
 	}
 
-	var sess SessionInfo
-	if req.Session != nil && req.Session.ID == req.SessionID {
-		sess = *req.Session
-	} else if sess, err = s.sessions.Session(ctx, req.SessionID); err != nil {
-		return OutsideVerdict{}, err
-	}
-	t := req.Tool
-	if t == nil {
-		t = outsideTool(req.ToolName)
-	}
 	callID := req.ToolUseID
 	if callID == "" {
 		callID = "hook-" + strings.TrimPrefix(req.MatchKey, "sha256:")
@@ -346,41 +336,23 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 			callID = callID[:29]
 		}
 	}
-	d := Checker{Rules: s.rules}.Check(ctx, CheckCall{SessionID: req.SessionID, ToolCallID: callID, Tool: t,
-		Arguments: req.Input, Workspace: sess.Workspace, Mode: s.mode(sess), Outside: true, Agent: sess.Agent, Connection: sess.Connection})
-	base := Approval{SessionID: req.SessionID, ToolCallID: callID, ToolName: req.ToolName, Arguments: req.Input,
-		Annotations: t.Annotations, RequestedBy: RequestedByAgent}
-	oc := OutsideCall{SessionID: req.SessionID, ToolUseID: req.ToolUseID, MatchKey: req.MatchKey, Event: req.Event, Editable: req.Editable}
-	if !req.Deadline.IsZero() {
-		dl := req.Deadline.UTC()
-		oc.Deadline = &dl
+	j, err := s.judgeOutside(ctx, req, callID)
+	if err != nil {
+		return OutsideVerdict{}, err
 	}
-	if d.Outcome != Asked {
-		// Decided with no person: the call's message, its approval and its outside call in one
-		// commit, not synced (issue 35; Countersign runs nothing on it, and a power loss keeps
-		// or drops the three together).
-		a, err := s.gate.Automatic(d.Record(base))
+	if j.d.Outcome != Asked {
+		a, err := s.recordDecided(ctx, os, req, j)
 		if err != nil {
 			return OutsideVerdict{}, err
 		}
-		oc.ApprovalID, oc.CreatedAt = a.ID, a.CreatedAt
-		if req.Record != nil {
-			dec := &OutsideDecided{Approval: a, Call: oc}
-			if a.MessageID, err = req.Record(ctx, callID, dec); err != nil {
-				return OutsideVerdict{}, err
-			}
-		} else if err := os.CreateDecidedOutsideCall(ctx, a, oc); err != nil {
-			return OutsideVerdict{}, err
-		}
-		s.gate.notify(a)
 		return end(verdictOf(a))
 	}
+	rec, oc := j.d.Record(j.base), j.oc
 	if req.Record != nil {
-		if base.MessageID, err = req.Record(ctx, callID, nil); err != nil {
+		if rec.MessageID, err = req.Record(ctx, callID, nil); err != nil {
 			return OutsideVerdict{}, err
 		}
 	}
-	rec := d.Record(base)
 	// Whether the agent honours an edit is known here before the approval is visible: a person
 	// (or an API client) deciding in the moment before its outside_calls row is stored must not
 	// be refused an edit the agent would apply (outsideEditable reads this first).
@@ -402,6 +374,68 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 	s.Release(ctx, []Approval{tk.Approval})
 	ended = true
 	return s.waitOutside(ctx, os, waitKey, w, tk, req)
+}
+
+// judgedCall is a new outside call as the gate judged it (judgeOutside): the decision, the
+// approval as it is recorded before the decision (base), and its outside call's row
+// (ApprovalID and CreatedAt still to be set).
+type judgedCall struct {
+	callID string
+	d      Decision
+	base   Approval
+	oc     OutsideCall
+}
+
+// judgeOutside decides a new outside call under callID in the order of SPEC §14 — rules on its
+// tool name, the session's mode, the tool's annotation defaults (an agent's read-only tools run)
+// — for DecideOutside and OpenOutside alike. Errors: apperr.NotFound for an unknown session.
+func (s *Service) judgeOutside(ctx context.Context, req OutsideRequest, callID string) (judgedCall, error) {
+	var sess SessionInfo
+	if req.Session != nil && req.Session.ID == req.SessionID {
+		sess = *req.Session
+	} else {
+		var err error
+		if sess, err = s.sessions.Session(ctx, req.SessionID); err != nil {
+			return judgedCall{}, err
+		}
+	}
+	t := req.Tool
+	if t == nil {
+		t = outsideTool(req.ToolName)
+	}
+	d := Checker{Rules: s.rules}.Check(ctx, CheckCall{SessionID: req.SessionID, ToolCallID: callID, Tool: t,
+		Arguments: req.Input, Workspace: sess.Workspace, Mode: s.mode(sess), Outside: true, Agent: sess.Agent, Connection: sess.Connection})
+	j := judgedCall{callID: callID, d: d,
+		base: Approval{SessionID: req.SessionID, ToolCallID: callID, ToolName: req.ToolName, Arguments: req.Input,
+			Annotations: t.Annotations, RequestedBy: RequestedByAgent},
+		oc: OutsideCall{SessionID: req.SessionID, ToolUseID: req.ToolUseID, MatchKey: req.MatchKey, Event: req.Event, Editable: req.Editable}}
+	if !req.Deadline.IsZero() {
+		dl := req.Deadline.UTC()
+		j.oc.Deadline = &dl
+	}
+	return j, nil
+}
+
+// recordDecided stores j, a call decided with no person, and shows it: the call's message (through
+// req.Record), its automatic approval and its outside call in one commit, not synced (issue 35:
+// no fsync on the answer's path of a call a rule allowed; Countersign runs nothing on it, and a
+// power loss keeps or drops the three together). It returns the approval as stored.
+func (s *Service) recordDecided(ctx context.Context, os OutsideStore, req OutsideRequest, j judgedCall) (Approval, error) {
+	a, err := s.gate.Automatic(j.d.Record(j.base))
+	if err != nil {
+		return Approval{}, err
+	}
+	oc := j.oc
+	oc.ApprovalID, oc.CreatedAt = a.ID, a.CreatedAt
+	if req.Record != nil {
+		if a.MessageID, err = req.Record(ctx, j.callID, &OutsideDecided{Approval: a, Call: oc}); err != nil {
+			return Approval{}, err
+		}
+	} else if err := os.CreateDecidedOutsideCall(ctx, a, oc); err != nil {
+		return Approval{}, err
+	}
+	s.gate.notify(a)
+	return a, nil
 }
 
 // waitOutside holds the call until its approval is decided or the deadline (or the agent's
@@ -512,6 +546,9 @@ func (s *Service) RecoverOutside(ctx context.Context) (err error) {
 	for _, a := range pending {
 		if a.RequestedBy != RequestedByAgent {
 			continue
+		}
+		if c, err := os.OutsideCall(ctx, a.ID); err == nil && c.Event == EventAAP {
+			continue // an AAP request lost no connection: its instance reads it again (OpenOutside)
 		}
 		if err := os.MarkStoppedWaiting(ctx, a.ID, &now); err != nil && apperr.CodeOf(err) != apperr.NotFound {
 			return err

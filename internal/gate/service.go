@@ -233,6 +233,11 @@ func (s *Service) Decide(ctx context.Context, sessionID, id string, ans Answer) 
 	if a.Status != Pending {
 		return Approval{}, alreadyResolved(a)
 	}
+	if a.RequestedBy == RequestedByAgent {
+		if ended, ok := s.pastAAPDeadline(ctx, a); ok {
+			return Approval{}, alreadyResolved(ended) // SPEC §18 Door 3: never approved after it expired
+		}
+	}
 	res := Resolution{DecidedBy: ans.By.Name, DecidedVia: ans.By.Via, Reason: strings.TrimSpace(ans.Reason), Scope: Once}
 	switch ans.Decision {
 	case "approve":

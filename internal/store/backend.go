@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"countersign/internal/aap"
 	"countersign/internal/agent"
 	"countersign/internal/connections"
 	"countersign/internal/gate"
@@ -99,6 +100,27 @@ type Backend interface {
 	WaitAgain(ctx context.Context, approvalID string, deadline time.Time) error
 	SetOutsideEditedKey(ctx context.Context, approvalID, key string) error
 	SetOutsideOutcome(ctx context.Context, approvalID string, outcome json.RawMessage, at time.Time) error
+
+	// Door 3's approval requests (aap.go, SPEC §18: the Agent Approval Protocol v1).
+	CreateAAPRequest(ctx context.Context, r aap.Request) error
+	AAPRequest(ctx context.Context, id string) (aap.Request, error)
+	AAPRequestByKey(ctx context.Context, connectionID, key string) (aap.Request, error)
+	AAPRequestsDue(ctx context.Context, at time.Time) ([]aap.Request, error)
+	AAPPendingRequests(ctx context.Context, connectionID string) ([]aap.Request, error)
+	AAPRequestByApproval(ctx context.Context, approvalID string) (aap.Request, error)
+	AAPRetainedSessions(ctx context.Context, since time.Time) ([]string, error)
+	CreateAAPInstance(ctx context.Context, in aap.Instance) error
+	AAPInstance(ctx context.Context, id string) (aap.Instance, error)
+	AAPInstanceByKey(ctx context.Context, key string) (aap.Instance, error)
+	AAPInstanceByConnection(ctx context.Context, connectionID string) (aap.Instance, error)
+	DeleteAAPInstance(ctx context.Context, id string, at time.Time) error
+	AAPEventsToMake(ctx context.Context) ([]aap.Event, error)
+	CreateAAPEvent(ctx context.Context, e aap.Event) error
+	DueAAPEvents(ctx context.Context, now time.Time, limit int) ([]aap.Event, error)
+	RecordAAPAttempt(ctx context.Context, id string, at time.Time, delivered bool, next *time.Time) error
+	AAPInstanceUpdate(ctx context.Context, instanceID, key string) (digest string, response []byte, err error)
+	ClaimAAPEvent(ctx context.Context, id string, next, until time.Time) (bool, error)
+	UpdateAAPInstance(ctx context.Context, in aap.Instance, key, digest string, response []byte, at time.Time) error
 
 	// Connections of the agents people already run (connections.go, SPEC §18).
 	CreateConnection(ctx context.Context, c connections.Connection) error

@@ -392,3 +392,19 @@ func TestGuessedDecisionLinksAreRateLimited(t *testing.T) {
 		t.Errorf("guess 11 = %d, want 429", rec.Code)
 	}
 }
+
+// TestGuessedProvisionerTokensAreRateLimited: the AAP provisioner token is the owner token
+// (SPEC §18 Door 3), so a wrong one on /aap/v1/instances counts as a guess of it: after ten, the
+// client is refused (429) until its allowance refills, even with the right token.
+func TestGuessedProvisionerTokensAreRateLimited(t *testing.T) {
+	lt := newLimitTest(t)
+	const mallory = "192.0.2.66"
+	for i := range 10 {
+		if st := lt.get(mallory, "/aap/v1/instances/b29a43a7-1949-4b9f-9d61-b7ae66f85d31", bearer(fmt.Sprint("guess", i))).Code; st != http.StatusUnauthorized {
+			t.Fatalf("guess %d = %d, want 401", i, st)
+		}
+	}
+	if rec := lt.get(mallory, "/aap/v1/instances/b29a43a7-1949-4b9f-9d61-b7ae66f85d31", bearer(token)); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("the right token after ten guesses = %d, want 429", rec.Code)
+	}
+}

@@ -3,6 +3,7 @@ package web
 import (
 	"net/http"
 
+	"countersign/internal/aap"
 	"countersign/internal/apperr"
 	"countersign/internal/render"
 	"countersign/web/static"
@@ -40,6 +41,15 @@ const (
 	// cookie, and answers 401 with a reason otherwise. They are exempt from the cross-origin
 	// protection on purpose (Handler): agents are not browsers.
 	agentToken access = "agent-token"
+	// aapInstance routes (/aap/v1/requests…, SPEC §18 Door 3) are for AAP instances: the handler
+	// admits a request by an api connection's token, the instance credential (Server.aapInstance),
+	// never the owner's cookie, and answers every error as the protocol's ErrorResponse (401
+	// authentication otherwise). Exempt from the cross-origin protection, as agentToken.
+	aapInstance access = "aap-instance"
+	// aapProvisioner routes (/aap/v1/instances…, SPEC §18 Door 3) are for the AAP provisioner:
+	// the owner's bearer token only (Server.aapProvisioner; no cookie, no instance credential),
+	// errors as the protocol's ErrorResponse. Exempt from the cross-origin protection.
+	aapProvisioner access = "aap-provisioner"
 )
 
 // route is one row of the route table: a Go 1.22 ServeMux pattern ("METHOD /path/{wildcard}",
@@ -138,6 +148,23 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"POST /mcp/decide", agentToken, s.mcpDecide, nil},
 		{"POST /mcp/outcome", agentToken, s.mcpOutcome, nil},
 
+		// Door 3 (SPEC §18): the Agent Approval Protocol v1, by an api connection's token.
+		{"POST /aap/v1/requests", aapInstance, s.aapCreate, nil},
+		{"GET /aap/v1/requests/{id}", aapInstance, s.aapGet, nil},
+		{"DELETE /aap/v1/requests/{id}", aapInstance, s.aapCancel, nil},
+		{"POST /aap/v1/instances", aapProvisioner, s.aapProvision, nil},
+		{"GET /aap/v1/instances/{id}", aapProvisioner, s.aapGetInstance, nil},
+		{"PATCH /aap/v1/instances/{id}", aapProvisioner, s.aapUpdateInstance, nil},
+		{"DELETE /aap/v1/instances/{id}", aapProvisioner, s.aapDeleteInstance, nil},
+		{"/aap/", aapInstance, func(w http.ResponseWriter, r *http.Request) error {
+			if _, err := s.aapInstance(r); err != nil {
+				return err
+			}
+			return noRoute(mux, func(w http.ResponseWriter, r *http.Request) error {
+				return aap.Errorf(http.StatusNotFound, "not_found", "No such route: %s %s", r.Method, r.URL.Path)
+			})(w, r)
+		}, nil},
+
 		// The JSON API (SPEC §12).
 		{"POST /api/sessions", ownerAPI, s.apiCreateSession, nil},
 		{"GET /api/sessions", ownerAPI, s.apiSessions, nil},
@@ -184,6 +211,8 @@ func (s *Server) wrap(rt route) http.Handler {
 		return s.api(rt.h)
 	case agentToken:
 		return s.agentHook(rt.h)
+	case aapInstance, aapProvisioner:
+		return s.aapAPI(rt.h)
 	case public, linkViewer, linkApprover, decisionLink:
 		// The link classes check the link in the handler (see routes).
 		return s.handle(rt.h)

@@ -34,7 +34,7 @@ func TestRouteTableHasNoDuplicatesAndFewPublicRoutes(t *testing.T) {
 		switch rt.Access {
 		case "public":
 			public = append(public, rt.Pattern)
-		case "owner", "owner-api", "link-viewer", "link-approver", "decision-link", "agent-token":
+		case "owner", "owner-api", "link-viewer", "link-approver", "decision-link", "agent-token", "aap-instance", "aap-provisioner":
 		default:
 			t.Errorf("%s: unknown access class %q", rt.Pattern, rt.Access)
 		}
@@ -73,10 +73,14 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 		"scope": "session", "sessionId": sid}, &rule); st != http.StatusCreated {
 		t.Fatalf("create rule = %d", st)
 	}
-	var conn struct{ Connection struct{ ID string } }
+	var conn struct {
+		Token      string
+		Connection struct{ ID string }
+	}
 	if st := ts.call(t, "POST", "/api/connections", map[string]any{"label": "laptop", "kind": "claude-code"}, &conn); st != http.StatusCreated {
 		t.Fatalf("create connection = %d", st)
 	}
+	hookToken := conn.Token
 	events := ts.events(t, sid)
 	next(t, events, "snapshot")
 	ts.call(t, "POST", "/api/sessions/"+sid+"/messages", map[string]string{"text": "go"}, nil)
@@ -219,6 +223,26 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 				{"wrong bearer token", p, http.Header{"Authorization": {"Bearer wrong-" + token}}, nil, http.StatusUnauthorized},
 				{"the owner's token", p, http.Header{"Authorization": {"Bearer " + token}}, nil, http.StatusUnauthorized},
 				{"the owner's cookie", p, nil, []*http.Cookie{{Name: "countersign_owner", Value: token}}, http.StatusUnauthorized},
+			}
+		case "aap-instance":
+			// Door 3 (SPEC §18): an api connection's token (the AAP instance credential), never
+			// the owner's credentials nor another kind's connection.
+			p := fill("7ab8c8ec-7b2d-4fd6-9b52-752f9515eb71")
+			attacks = []attack{
+				{"no credential", p, nil, nil, http.StatusUnauthorized},
+				{"wrong bearer token", p, http.Header{"Authorization": {"Bearer wrong-" + token}}, nil, http.StatusUnauthorized},
+				{"the owner's token", p, http.Header{"Authorization": {"Bearer " + token}}, nil, http.StatusUnauthorized},
+				{"the owner's cookie", p, nil, []*http.Cookie{{Name: "countersign_owner", Value: token}}, http.StatusUnauthorized},
+				{"a claude-code connection's token", p, http.Header{"Authorization": {"Bearer " + hookToken}}, nil, http.StatusUnauthorized},
+			}
+		case "aap-provisioner":
+			// AAP instance provisioning: the owner's bearer token only.
+			p := fill("b29a43a7-1949-4b9f-9d61-b7ae66f85d31")
+			attacks = []attack{
+				{"no credential", p, nil, nil, http.StatusUnauthorized},
+				{"wrong bearer token", p, http.Header{"Authorization": {"Bearer wrong-" + token}}, nil, http.StatusUnauthorized},
+				{"the owner's cookie", p, nil, []*http.Cookie{{Name: "countersign_owner", Value: token}}, http.StatusUnauthorized},
+				{"a connection's token", p, http.Header{"Authorization": {"Bearer " + hookToken}}, nil, http.StatusUnauthorized},
 			}
 		default:
 			t.Fatalf("%s: unknown access class %q", rt.Pattern, rt.Access)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/a-h/templ"
 
+	"countersign/internal/aap"
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/connections"
@@ -98,6 +99,12 @@ type Config struct {
 	// AgentAuth checks an outside agent's bearer token on `POST /hooks/{kind}` (SPEC §18); nil:
 	// Connections' Authenticate, or, without Connections, every hook is refused (401).
 	AgentAuth AgentAuthenticator
+	// AAP serves Door 3, the Agent Approval Protocol's requests under /aap (SPEC §18); nil:
+	// those routes answer 404.
+	AAP *aap.Service
+	// AAPInstances serves the protocol's instance provisioning under /aap/v1/instances (the
+	// owner's token is the provisioner token); nil: those routes answer 404.
+	AAPInstances *aap.Provisioner
 	// Agents keeps agent sessions and their outside calls; nil: Store, when it does.
 	Agents AgentStore
 	// Ready reports whether the store answers with its migrations applied (GET /readyz); nil:
@@ -217,7 +224,7 @@ func (s *Server) Handler() http.Handler {
 
 	csrf := http.NewCrossOriginProtection()
 	for _, rt := range s.routes(mux) {
-		if rt.access == agentToken {
+		if rt.access == agentToken || rt.access == aapInstance || rt.access == aapProvisioner {
 			// Deliberately outside the browser's cross-origin protection: an agent is not a
 			// browser and sends no Origin; its bearer token, never a cookie, is what admits it.
 			csrf.AddInsecureBypassPattern(rt.pattern)

@@ -416,6 +416,9 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 		return av
 	}
 	av := approvalView(a, "")
+	if oc != nil && oc.Event == gate.EventAAP {
+		b.s.aapPrompt(&av, a.ID)
+	}
 	if oc != nil && oc.StoppedWaitingAt != nil {
 		av.AgentNote = "The agent stopped waiting for this decision: it went on its own way. A decision now is recorded as too late and not applied."
 	}

@@ -3,6 +3,7 @@ package web_test
 import (
 	"bytes"
 	"context"
+	"countersign/internal/aap"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -89,7 +90,9 @@ func newTestServerAgent(t testing.TB, scripts map[string]string, configure func(
 	}
 	ts.conns = connections.NewService(db)
 	cfg := web.Config{Runner: ts.runner, Store: db, Broker: ts.broker, Models: ms, OwnerToken: token,
-		Workspace: ts.workDir, Shares: share.NewService(db, key), OwnerSessions: db, Notify: db, Connections: ts.conns}
+		Workspace: ts.workDir, Shares: share.NewService(db, key), OwnerSessions: db, Notify: db, Connections: ts.conns,
+		AAP:          aap.NewService(ts.runner.Gate(), db, nil),
+		AAPInstances: aap.NewProvisioner(aap.ProvisionerConfig{Store: db, Pending: db, Gate: ts.runner.Gate(), Sealer: aap.NewSealer(token)})}
 	ts.Server = httptest.NewUnstartedServer(nil)
 	if configure != nil {
 		configure(&cfg, ts.Server.Config)

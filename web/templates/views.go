@@ -223,6 +223,12 @@ type ApprovalView struct {
 	// AgentNote is, on an outside agent's pending call (SPEC §18), "The agent stopped waiting…"
 	// once its hook's deadline passed; "" otherwise.
 	AgentNote string
+	// ViaAPI: the outside agent asked through the approval API (SPEC §18 Door 3), not its hooks.
+	// AgentSays is its request's agent_reasoning (a claim of the agent's, shown as such) and
+	// ContextJSON its context, as sent; "" when there are none.
+	ViaAPI      bool
+	AgentSays   string
+	ContextJSON string
 	// Deadline is when a pending approval times out (its createdAt plus the server's approval
 	// timeout) or, AgentDeadline, when the outside agent stops waiting for it; zero once it is
 	// resolved.

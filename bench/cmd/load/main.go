@@ -4,7 +4,7 @@
 // the same case names and field names as the peer benchmark (../shared/peers: pi-bench.mjs,
 // ai-bench.mjs), so bench/cmd/report can put them side by side.
 //
-//	go run ./bench/cmd/load [-runs 3] [-cases nested,rules,direct,rss,approval,fanout,sessions,fanout_html,inbox,hooks,replicas]
+//	go run ./bench/cmd/load [-runs 3] [-cases nested,rules,direct,rss,approval,fanout,sessions,fanout_html,inbox,hooks,gateway,aap,replicas]
 //	go run ./bench/cmd/load -cases hooks -hooks-seconds 5
 //	go run ./bench/cmd/load -cases sessions -sessions-inprocess -cpuprofile cpu.out -memprofile heap.out
 //
@@ -101,7 +101,7 @@ type options struct {
 }
 
 // defaultCases are the cases run when -cases is not given (make bench, bench/peers.sh).
-const defaultCases = "nested,rules,exec_checks,direct,rss,approval,fanout,sessions,fanout_html,inbox,hooks,replicas,gateway"
+const defaultCases = "nested,rules,exec_checks,direct,rss,approval,fanout,sessions,fanout_html,inbox,hooks,gateway,aap,replicas"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
@@ -240,6 +240,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			steps = append(steps,
 				step{"gateway one at a time n=1000", func() (line, error) { return gatewayOneAtATime(ctx, 1000, 200) }},
 				step{"gateway 100 clients for 10s", func() (line, error) { return gatewayClients(ctx, 100, 10*time.Second) }})
+		}
+		if opt.cases["aap"] {
+			steps = append(steps,
+				step{"aap round trip n=1000", func() (line, error) { return aapRoundTrip(ctx, 1000, 100) }},
+				step{"aap 200 held long polls", func() (line, error) { return aapHeldPolls(ctx, 200) }})
 		}
 		if opt.cases["replicas"] {
 			if server := os.Getenv(replicaEnvURL); server == "" {

@@ -109,6 +109,7 @@ var tests = []struct {
 	{"ConnectionsAreStoredListedRevokedAndTouched", testConnectionsAreStoredListedRevokedAndTouched},
 	{"ConnectionsSurviveAReopen", testConnectionsSurviveAReopen},
 	{"ConnectionRevokesRacingKeepOneTime", testConnectionRevokesRacingKeepOneTime},
+	{"AAPRequestsInstancesAndEvents", testAAPRequestsInstancesAndEvents},
 }
 
 // t0 is the tests' epoch: nanoseconds set, so a lossy time round trip shows.

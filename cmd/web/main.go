@@ -649,13 +649,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	met.SetActiveRuns(runner.ActiveRuns)
 	// Door 3 (SPEC §18): AAP requests whose deadline passed while pending become expired, those
 	// the last process left included.
+	// One connections service for every door: a revocation anywhere forgets its cached token.
+	conns := connections.NewService(db)
 	aapRequests := aap.NewService(runner.Gate(), db, log)
 	defer background(ctx, func(ctx context.Context) { aapRequests.Run(ctx, aapExpireEvery) })()
 	aapInstances := aap.NewProvisioner(aap.ProvisionerConfig{Store: db, Pending: db, Gate: runner.Gate(),
-		Conns: aapConnections{connections.NewService(db)}, Sealer: aap.NewSealer(cfg.token), Insecure: cfg.aapInsecure,
+		Conns: aapConnections{conns}, Sealer: aap.NewSealer(cfg.token), Insecure: cfg.aapInsecure,
 		RetryBase: cfg.retryBase, Logger: log.With("component", "aap")})
 	defer background(ctx, func(ctx context.Context) { aapInstances.Run(ctx, aapExpireEvery) })()
-	srv = web.New(web.Config{AAP: aapRequests, AAPInstances: aapInstances, Peers: link, Shares: share.NewService(db, key), Connections: connections.NewService(db), PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
+	srv = web.New(web.Config{AAP: aapRequests, AAPInstances: aapInstances, Peers: link, Shares: share.NewService(db, key), Connections: conns, PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
 		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler(), GatewayTools: gatewayTools})

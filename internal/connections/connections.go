@@ -187,7 +187,13 @@ type Service struct {
 	// when its message (Forget) is lost.
 	known map[string]cached
 	gen   uint64 // counts Forget calls: a lookup caches what it read only if none came between
+	// revoked, when set (OnRevoke), is told each connection Revoke revoked.
+	revoked func(id string)
 }
+
+// OnRevoke has f told the id of each connection Revoke revokes, after the store has it (the web
+// layer tells the other replicas to Forget it). Set it before the service is used.
+func (s *Service) OnRevoke(f func(id string)) { s.revoked = f }
 
 // cached is a connection as Authenticate read it, and when.
 type cached struct {
@@ -266,6 +272,9 @@ func (s *Service) Revoke(ctx context.Context, id string) (Connection, error) {
 		s.mu.Lock()
 		delete(s.touched, id)
 		s.mu.Unlock()
+		if s.revoked != nil {
+			s.revoked(id)
+		}
 	}
 	return c, err
 }

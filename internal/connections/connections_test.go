@@ -329,7 +329,9 @@ func TestAuthenticateCachesALiveTokenBrieflyAndNeverARevokedOne(t *testing.T) {
 		t.Fatalf("a revoked token was served from the cache")
 	}
 
-	// Revoked here: at once, with nothing cached.
+	// Revoked here: at once, with nothing cached, and told (OnRevoke: the other replicas).
+	var told []string
+	s.OnRevoke(func(id string) { told = append(told, id) })
 	c2, tok2, _ := s.Create(ctx, "ci", connections.ClaudeCode)
 	if _, err := s.Authenticate(ctx, tok2, connections.ClaudeCode); err != nil {
 		t.Fatal(err)
@@ -339,6 +341,9 @@ func TestAuthenticateCachesALiveTokenBrieflyAndNeverARevokedOne(t *testing.T) {
 	}
 	if _, err := s.Authenticate(ctx, tok2, connections.ClaudeCode); apperr.CodeOf(err) != apperr.Unauthorized {
 		t.Fatalf("after Revoke here: %v, want unauthorized at once", err)
+	}
+	if len(told) != 1 || told[0] != c2.ID {
+		t.Fatalf("OnRevoke was told %v, want [%s]", told, c2.ID)
 	}
 
 	// Another replica's lost message: the TTL still ends it.

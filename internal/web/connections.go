@@ -209,14 +209,14 @@ func ago(now, t time.Time) string {
 	return "on " + t.UTC().Format("2006-01-02")
 }
 
-// revokeConnection revokes connection id here and tells the other replicas to forget what they
-// cached of its token (Peers, revokedConnectionTopic): its next request is 401 on every replica.
+// revokeConnection revokes connection id; the service tells the other replicas to forget what
+// they cached of its token (New wires connections.Service.OnRevoke to the Peers,
+// revokedConnectionTopic): its next request is 401 on every replica.
 func (s *Server) revokeConnection(ctx context.Context, id string) (connections.Connection, error) {
 	c, err := s.cfg.Connections.Revoke(ctx, id)
 	if err != nil {
 		return c, err
 	}
-	s.cfg.Peers.Send(revokedConnectionTopic, c.ID)
 	s.log.Info("connection revoked", "connection", c.ID, "kind", c.Kind)
 	return c, nil
 }

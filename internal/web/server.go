@@ -204,6 +204,9 @@ func New(cfg Config) *Server {
 	// A link revoked or a login ended on another replica closes its sockets here too.
 	cfg.Peers.Subscribe(closeSocketsTopic, s.closeSocketsFromPeer)
 	if cfg.Connections != nil {
+		// A revocation here (the Agents page, the API, an AAP instance's deletion) is told to
+		// the other replicas, and theirs forget here what was cached of the token.
+		cfg.Connections.OnRevoke(func(id string) { cfg.Peers.Send(revokedConnectionTopic, id) })
 		cfg.Peers.Subscribe(revokedConnectionTopic, cfg.Connections.Forget)
 	}
 	return s

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"countersign/internal/apperr"
@@ -67,15 +68,19 @@ func (r *Runner) RecordAgentCall(ctx context.Context, sess Session, m Message, d
 }
 
 // RecordAgentOutcome stores res, the outcome the agent reported of the call approval a decided,
-// as the call's result, and shows it (tool_execution_end, with the call's arguments and
-// decision, as the card draws them). Errors as RecordAgentMessage's.
-func (r *Runner) RecordAgentOutcome(ctx context.Context, a gate.Approval, res tool.Result) (err error) {
+// as the call's result, with outcome — the report as the agent sent it — on the call's outside
+// call, in one transaction (store AppendOutsideOutcome, not synced), and shows it
+// (tool_execution_end, with the call's arguments and decision, as the card draws them). Errors as
+// RecordAgentMessage's; apperr.Invalid for an outcome that is not JSON; apperr.NotFound for a
+// call with no outside call.
+func (r *Runner) RecordAgentOutcome(ctx context.Context, a gate.Approval, res tool.Result, outcome json.RawMessage) (err error) {
 	defer apperr.Wrap(&err, "RecordAgentOutcome(%s, %s)", a.SessionID, a.ToolCallID)
 	if err := r.agentSession(ctx, a.SessionID); err != nil {
 		return err
 	}
-	m := Message{ID: newID(), Role: ToolResult, ToolCallID: a.ToolCallID, ToolName: a.ToolName, Result: &res, Timestamp: time.Now().UTC()}
-	if _, err := r.cfg.Store.AppendEntry(ctx, a.SessionID, m); err != nil {
+	now := time.Now().UTC()
+	m := Message{ID: newID(), Role: ToolResult, ToolCallID: a.ToolCallID, ToolName: a.ToolName, Result: &res, Timestamp: now}
+	if _, err := r.cfg.Store.AppendOutsideOutcome(ctx, a.SessionID, m, a.ID, outcome, now); err != nil {
 		return err
 	}
 	r.publish(Event{Type: ToolExecutionEnd, SessionID: a.SessionID, MessageID: a.MessageID, ToolCallID: a.ToolCallID,

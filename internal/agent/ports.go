@@ -113,6 +113,9 @@ type Store interface {
 	// AppendOutsideCall stores m with a, an outside call's automatic approval, and c, its
 	// outside call, in one transaction (SPEC §18; gate.OutsideDecided).
 	AppendOutsideCall(ctx context.Context, sessionID string, m Message, a gate.Approval, c gate.OutsideCall) (Entry, error)
+	// AppendOutsideOutcome stores m, an outside call's result, with the outcome the agent
+	// reported on the call's outside call (approvalID), in one transaction.
+	AppendOutsideOutcome(ctx context.Context, sessionID string, m Message, approvalID string, outcome json.RawMessage, at time.Time) (Entry, error)
 	// Entries returns the session's transcript in order.
 	Entries(ctx context.Context, sessionID string) ([]Entry, error)
 

@@ -100,6 +100,7 @@ type Backend interface {
 	WaitAgain(ctx context.Context, approvalID string, deadline time.Time) error
 	SetOutsideEditedKey(ctx context.Context, approvalID, key string) error
 	SetOutsideOutcome(ctx context.Context, approvalID string, outcome json.RawMessage, at time.Time) error
+	AppendOutsideOutcome(ctx context.Context, sessionID string, m agent.Message, approvalID string, outcome json.RawMessage, at time.Time) (agent.Entry, error)
 
 	// Door 3's approval requests (aap.go, SPEC §18: the Agent Approval Protocol v1).
 	CreateAAPRequest(ctx context.Context, r aap.Request) error

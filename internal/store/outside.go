@@ -233,6 +233,27 @@ func (db *SQL) SetOutsideOutcome(ctx context.Context, approvalID string, outcome
 	return err
 }
 
+// AppendOutsideOutcome stores, in one transaction, m — the call's result as the session shows
+// it, its next entry (AppendEntry) — and outcome, what the agent or the upstream reported, on
+// approval approvalID's outside call (SetOutsideOutcome's row), at at. Not synced, like any
+// transcript entry (SPEC §8): a power loss keeps or drops both. Errors: apperr.Invalid for an
+// outcome that is not JSON; apperr.NotFound for an approval with no outside call or an unknown
+// session; then nothing is stored.
+func (db *SQL) AppendOutsideOutcome(ctx context.Context, sessionID string, m agent.Message, approvalID string, outcome json.RawMessage, at time.Time) (e agent.Entry, err error) {
+	defer apperr.Wrap(&err, "store.AppendOutsideOutcome(%s)", approvalID)
+	if !json.Valid(outcome) {
+		return agent.Entry{}, apperr.Errorf(apperr.Invalid, "an outside call's outcome must be JSON")
+	}
+	return db.appendEntry(ctx, sessionID, m, nil, func(tx Querier) error {
+		n, err := db.exec(ctx, tx, `UPDATE outside_calls SET outcome = ?, outcome_at = ? WHERE approval_id = ? AND session_id = ?`,
+			string(outcome), formatTime(at), approvalID, sessionID)
+		if err == nil && n == 0 {
+			return apperr.Errorf(apperr.NotFound, "outside call %s not found in session %s", approvalID, sessionID)
+		}
+		return err
+	})
+}
+
 func scanOutsideCall(r Row) (gate.OutsideCall, error) {
 	var (
 		c                  gate.OutsideCall

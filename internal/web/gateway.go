@@ -400,10 +400,7 @@ func (g *gateway) consumed(ctx context.Context, sessionID string, ref callRef, a
 	bg := context.WithoutCancel(ctx)
 	outcome, _ := json.Marshal(map[string]any{"content": res.Content, "structuredContent": res.StructuredContent,
 		"isError": res.IsError, "neverRan": neverRan})
-	if err := g.s.agents.SetOutsideOutcome(bg, a.ID, outcome, time.Now().UTC()); err != nil {
-		g.s.log.Error("MCP gateway: record an outcome", "approval", a.ID, "err", err)
-	}
-	if err := g.s.cfg.Runner.RecordAgentOutcome(bg, a, res); err != nil {
+	if err := g.s.cfg.Runner.RecordAgentOutcome(bg, a, res, outcome); err != nil {
 		g.s.log.Error("MCP gateway: record a result", "approval", a.ID, "err", err)
 	}
 }

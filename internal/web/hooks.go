@@ -34,7 +34,6 @@ type AgentStore interface {
 	OutsideCallByToolUse(ctx context.Context, sessionID, toolUseID string) (gate.OutsideCall, error)
 	// OutsideCallByKey is the session's latest call with the match key; apperr.NotFound (Door 2).
 	OutsideCallByKey(ctx context.Context, sessionID, key string) (gate.OutsideCall, error)
-	SetOutsideOutcome(ctx context.Context, approvalID string, outcome json.RawMessage, at time.Time) error
 }
 
 // AgentAuthenticator checks an outside agent's bearer token for a hook kind (SPEC §18
@@ -315,14 +314,11 @@ func (s *Server) recordOutcome(ctx context.Context, sess agent.Session, ev hooks
 	if err != nil {
 		return err
 	}
-	if err := s.agents.SetOutsideOutcome(ctx, c.ApprovalID, ev.ToolResponse, time.Now().UTC()); err != nil {
-		return err
-	}
 	a, err := s.cfg.Store.Approval(ctx, c.ApprovalID)
 	if err != nil {
 		return err
 	}
-	return s.cfg.Runner.RecordAgentOutcome(ctx, a, outcomeResult(ev.ToolResponse))
+	return s.cfg.Runner.RecordAgentOutcome(ctx, a, outcomeResult(ev.ToolResponse), ev.ToolResponse)
 }
 
 // recordNeverRan stores, for a PermissionDenied, that the call never ran (SPEC §18 "ran …,
@@ -340,15 +336,12 @@ func (s *Server) recordNeverRan(ctx context.Context, sess agent.Session, ev hook
 		reason = "no reason given"
 	}
 	outcome, _ := json.Marshal(map[string]any{"neverRan": true, "reason": reason})
-	if err := s.agents.SetOutsideOutcome(ctx, c.ApprovalID, outcome, time.Now().UTC()); err != nil {
-		return err
-	}
 	a, err := s.cfg.Store.Approval(ctx, c.ApprovalID)
 	if err != nil {
 		return err
 	}
 	res := tool.Result{Content: []tool.Content{{Type: "text", Text: "Never ran: the agent's own permission check denied it (" + reason + ")."}}, IsError: true}
-	return s.cfg.Runner.RecordAgentOutcome(ctx, a, res)
+	return s.cfg.Runner.RecordAgentOutcome(ctx, a, res, outcome)
 }
 
 // outcomeResult is an agent's tool_response as a call's result: the output (stdout and stderr of

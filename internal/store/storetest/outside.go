@@ -247,6 +247,22 @@ func testDecidedOutsideCallsInOneTransaction(t *testing.T, h Harness) {
 	_, err = db.Approval(ctx, "a5")
 	assertEqual(t, "the approval of a failed CreateDecidedOutsideCall", apperr.CodeOf(err), apperr.NotFound)
 
+	// The outcome the agent reported, with the call's result entry, in one transaction.
+	res := agent.Message{ID: "r-a1", Role: agent.ToolResult, ToolCallID: "toolu_a1"}
+	if _, err := db.AppendOutsideOutcome(ctx, "as1", res, "a1", json.RawMessage(`{"stdout":"ok"}`), t0.Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c, _ = db.OutsideCall(ctx, "a1")
+	assertEqual(t, "the outcome", string(c.Outcome), `{"stdout":"ok"}`)
+	entries, _ = db.Entries(ctx, "as1")
+	assertEqual(t, "entries with the result", len(entries), 2)
+	_, err = db.AppendOutsideOutcome(ctx, "as1", agent.Message{ID: "r-x", Role: agent.ToolResult}, "nope", json.RawMessage(`{}`), t0)
+	assertEqual(t, "an outcome for no outside call", apperr.CodeOf(err), apperr.NotFound)
+	_, err = db.AppendOutsideOutcome(ctx, "as1", agent.Message{ID: "r-y", Role: agent.ToolResult}, "a1", json.RawMessage(`{`), t0)
+	assertEqual(t, "an outcome that is not JSON", apperr.CodeOf(err), apperr.Invalid)
+	entries, _ = db.Entries(ctx, "as1")
+	assertEqual(t, "entries after the refused outcomes", len(entries), 2)
+
 	pending := decided("a6")
 	pending.Status, pending.DecidedAt, pending.Automatic = gate.Pending, nil, false
 	_, err = db.AppendOutsideCall(ctx, "as1", msg("a6"), pending, call("a6"))

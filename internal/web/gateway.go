@@ -272,7 +272,8 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 	deadline := hookDeadline(time.Now(), info.timeout)
 	stopProgress := progress("waiting for approval: " + url)
 	defer stopProgress()
-	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args,
+	gs := g.s.cfg.Runner.GateSession(sess)
+	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args, Session: &gs,
 		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true}
 	oreq.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
 		m, err := g.s.cfg.Runner.RecordAgentCall(ctx, sess, agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,

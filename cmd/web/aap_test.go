@@ -493,3 +493,40 @@ func TestAAPAcrossReplicas(t *testing.T) {
 		t.Fatal("the other replica's long poll did not wake")
 	}
 }
+
+// TestAnAAPRequestsCardCountsDownToItsOwnDeadline: a request's prompt counts down to the request's
+// deadline (its timeout, here 2 h), never to the server's approval timeout (15 min): nothing in
+// the gate waits on the request, and it expires at its own deadline.
+func TestAnAAPRequestsCardCountsDownToItsOwnDeadline(t *testing.T) {
+	f := newServerFiles(t)
+	p := startServing(t, f.args("127.0.0.1:0")...)
+	c := newAAPClient(t, p, "api")
+	r := c.request(c.create(newKey(), `{"tool":"issue_refund","arguments":{"payment_id":"pay_countdown"},"timeout":"2h"}`), 201, "ApprovalRequest")
+	pendingApprovalFor(t, p, "pay_countdown")
+	deadline, err := time.Parse(time.RFC3339, r.Deadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, page := p.api(t, "GET", "/inbox", nil)
+	if st != 200 {
+		t.Fatalf("GET /inbox: %d", st)
+	}
+	want := `datetime="` + deadline.UTC().Format("2006-01-02T15:04:05.000Z07:00") + `"`
+	words := strings.Contains(string(page), "times out in 1:59:") || strings.Contains(string(page), "times out in 2:00:00")
+	if !strings.Contains(string(page), want) || !words {
+		t.Errorf("the inbox's countdown is not the request's deadline (%s, want %s and about 2 h left)", countdownOf(string(page)), want)
+	}
+}
+
+// countdownOf is the first countdown element of page, for a failure's message.
+func countdownOf(page string) string {
+	i := strings.Index(page, `<time class="countdown"`)
+	if i < 0 {
+		return "no countdown"
+	}
+	j := strings.Index(page[i:], "</time>")
+	if j < 0 {
+		return page[i:]
+	}
+	return page[i : i+j]
+}

@@ -423,7 +423,12 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 		av.AgentNote = "The agent stopped waiting for this decision: it went on its own way. A decision now is recorded as too late and not applied."
 	}
 	av.Deadline = b.s.cfg.Gate.Deadline(a)
-	if oc != nil && oc.StoppedWaitingAt == nil && oc.Deadline != nil && (av.Deadline.IsZero() || oc.Deadline.Before(av.Deadline)) {
+	switch {
+	case oc != nil && oc.Event == gate.EventAAP && oc.Deadline != nil:
+		// Door 3: the request expires at its own deadline (its timeout, up to 24 h); nothing
+		// in the gate waits on it, so the approval's own timeout does not apply.
+		av.Deadline = *oc.Deadline
+	case oc != nil && oc.StoppedWaitingAt == nil && oc.Deadline != nil && (av.Deadline.IsZero() || oc.Deadline.Before(av.Deadline)):
 		// SPEC §18: while the agent waits, what counts is when it stops waiting (its hook's
 		// timeout), not the approval's own timeout.
 		av.Deadline, av.AgentDeadline = *oc.Deadline, true

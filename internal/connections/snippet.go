@@ -155,8 +155,8 @@ func MakeSnippet(c Connection, token, baseURL string) (Snippet, error) {
 			"  --data @request.json\n" +
 			"curl -sS -H \"Authorization: Bearer $" + TokenEnv + "\" '" + base + "/aap/v1/requests/<id>?wait=30s'\n"
 		s.Unreachable = "If Countersign cannot be reached, your agent's request fails (a connection error or a 5xx): your code decides, and the safe reading is a deny."
-		s.Notes = []string{"The API is the Agent Approval Protocol v1 (request bodies as its specification says).",
-			"Not served yet: this build of Countersign has no /aap API (SPEC §18, Door 3); the connection and its snippet are ready for it."}
+		s.Notes = []string{"The API is the Agent Approval Protocol v1 (request bodies as its specification says): POST /aap/v1/requests, GET /aap/v1/requests/<id>?wait=30s, DELETE to cancel.",
+			"The README's \"Your own agent, on the approval API\" has recipes for the Vercel AI SDK, the OpenAI Agents SDK, LangGraph and Pydantic AI."}
 	default:
 		_, err := CheckKind(string(c.Kind))
 		return Snippet{}, err

@@ -19,10 +19,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -280,14 +282,55 @@ func ParseCreate(body []byte) (CreateApprovalRequest, time.Duration, string, *Er
 // Digest is the hex SHA-256 of c's parsed values (objects by member, not by spelling or order;
 // AAP v1 §5 "Idempotency and Retries": whitespace and key order do not change the request).
 func Digest(c CreateApprovalRequest) string {
+	// Parsed values (AAP v1 §5 "Idempotency and Retries"): objects compare by member, not by
+	// order, and numbers by their exact value — 1 and 1.0 are one value, 9007199254740993 and
+	// 9007199254740992 two (a float64 would make them one).
 	var args, ctx any
-	_ = json.Unmarshal(c.Arguments, &args)
+	_ = decodeNumbers(c.Arguments, &args)
 	if c.Context != nil {
-		_ = json.Unmarshal(c.Context, &ctx)
+		_ = decodeNumbers(c.Context, &ctx)
 	}
+	args, ctx = exactNumbers(args), exactNumbers(ctx)
 	b, _ := json.Marshal([]any{c.Tool, args, c.Timeout, c.AgentReasoning, ctx, c.Context != nil})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// decodeNumbers decodes b into v with its numbers as json.Number.
+func decodeNumbers(b json.RawMessage, v *any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d.Decode(v)
+}
+
+// maxExactNumber bounds the numbers exactNumbers reads as exact values (their text's length): a
+// longer one (or one with a larger exponent) is compared as written, never expanded.
+const maxExactNumber = 400
+
+// exactNumbers is v with each json.Number replaced by its exact value as a string ("n:" and
+// big.Rat's form: "1", "1.0" and "1e0" are all "n:1"), for comparing parsed values.
+func exactNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		str := string(x)
+		if len(str) <= maxExactNumber {
+			if i := strings.IndexAny(str, "eE"); i < 0 || len(str)-i <= 4 {
+				if r, ok := new(big.Rat).SetString(str); ok {
+					return "n:" + r.RatString()
+				}
+			}
+		}
+		return "n:" + str
+	case map[string]any:
+		for k, e := range x {
+			x[k] = exactNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = exactNumbers(e)
+		}
+	}
+	return v
 }
 
 func isObject(b json.RawMessage) bool {

@@ -47,10 +47,37 @@ func TestDigestComparesParsedValues(t *testing.T) {
 		`{"tool":"t","arguments":{"a":1,"b":[1,2]},"timeout":"30m"}`,
 		`{"tool":"t","arguments":{"a":1,"b":[1,2]},"timeout":"30m","context":{"x":"y"},"agent_reasoning":""}`,
 		`{"tool":"u","arguments":{"a":1,"b":[1,2]},"timeout":"30m","context":{"x":"y"}}`,
+		`{"tool":"t","arguments":{"a":1,"b":[1,2]},"timeout":"30m","context":{"x":"y","n":1}}`,
 	} {
 		if parse(other) == a {
 			t.Errorf("%s has the same digest", other)
 		}
+	}
+}
+
+// Numbers compare by their exact value: two integers a float64 cannot tell apart are two
+// requests (a replay with the other is idempotency_conflict), 1, 1.0 and 1e0 one.
+func TestDigestComparesNumbersExactly(t *testing.T) {
+	digest := func(args string) string {
+		t.Helper()
+		_, _, d, e := ParseCreate([]byte(`{"tool":"t","arguments":` + args + `,"timeout":"30m"}`))
+		if e != nil {
+			t.Fatalf("%s: %v", args, e)
+		}
+		return d
+	}
+	if digest(`{"n":9007199254740993}`) == digest(`{"n":9007199254740992}`) {
+		t.Error("9007199254740993 and 9007199254740992 have one digest")
+	}
+	if digest(`{"n":0.1}`) == digest(`{"n":0.10000000000000001}`) {
+		t.Error("0.1 and 0.10000000000000001 have one digest")
+	}
+	if a, b, c := digest(`{"n":1}`), digest(`{"n":1.0}`), digest(`{"n":1e0}`); a != b || a != c {
+		t.Error("1, 1.0 and 1e0 have different digests")
+	}
+	// A huge exponent is compared as written, never expanded.
+	if digest(`{"n":1e999999999}`) == digest(`{"n":2e999999999}`) {
+		t.Error("1e999999999 and 2e999999999 have one digest")
 	}
 }
 

@@ -530,3 +530,18 @@ func countdownOf(page string) string {
 	}
 	return page[i : i+j]
 }
+
+// TestAnAAPToolNamedLikeAnAgentsReadOnlyToolStillAsks (attacker's review): an approval-API
+// request's tool is the developer's own, so a name that is a hook agent's read-only tool
+// ("Read", "TodoWrite", "WebSearch") is no reason to allow it: it waits for a person.
+func TestAnAAPToolNamedLikeAnAgentsReadOnlyToolStillAsks(t *testing.T) {
+	f := newServerFiles(t)
+	p := startServing(t, f.args("127.0.0.1:0")...)
+	c := newAAPClient(t, p, "api")
+	for _, name := range []string{"Read", "TodoWrite", "WebSearch", "BashOutput"} {
+		r := c.request(c.create(newKey(), `{"tool":"`+name+`","arguments":{"anything":"DROP TABLE users"},"timeout":"30m"}`), 201, "ApprovalRequest")
+		if r.Status != "pending" {
+			t.Errorf("a request of %q: %s, want pending (a person decides)", name, r.Status)
+		}
+	}
+}

@@ -88,12 +88,14 @@ var outsideReadOnly = map[string]bool{
 	"ListMcpResourcesTool": true, "ReadMcpResourceTool": true,
 }
 
-// OutsideTool is the tool the gate judges an outside agent's call of name as: the agent's
-// read-only tools are readOnlyHint (allowed by default, and in plan mode), every other tool has
-// no annotation (it asks, SPEC §3's default). Its inputSchema is any JSON object: the agent
-// checks its own input; an edit must stay one object.
-func OutsideTool(name string) *tool.Tool {
-	t := outsideTool(name)
+// OutsideTool is the tool the gate judges a call of name by an outside agent of kind agent
+// (SessionInfo.Agent) as: a hook agent's own read-only tools are readOnlyHint (allowed by
+// default, and in plan mode); every other tool — and every tool of an approval-API agent
+// (APIAgent), whose tools are the developer's own, whatever their names — has no annotation
+// (it asks, SPEC §3's default). Its inputSchema is any JSON object: the agent checks its own
+// input; an edit must stay one object.
+func OutsideTool(agent, name string) *tool.Tool {
+	t := outsideTool(agent, name)
 	// Registered in a registry of its own: that compiles its inputSchema, which an edit is
 	// validated against (Service.validateEdit).
 	_ = tool.NewRegistry().Register(t)
@@ -102,17 +104,22 @@ func OutsideTool(name string) *tool.Tool {
 
 // outsideTool is OutsideTool without its schema compiled: what the gate's check reads (its
 // annotations), on every outside call's path.
-func outsideTool(name string) *tool.Tool {
+func outsideTool(agent, name string) *tool.Tool {
 	t := &tool.Tool{Name: name, InputSchema: json.RawMessage(`{"type":"object"}`),
 		Execute: func(context.Context, json.RawMessage, func(tool.Update), tool.Context) (tool.Result, error) {
 			return tool.Result{}, apperr.Errorf(apperr.Invalid, "%s is an outside agent's tool: Countersign does not run it", name)
 		}}
-	if outsideReadOnly[name] {
+	if agent != APIAgent && outsideReadOnly[name] {
 		yes := true
 		t.Annotations.ReadOnlyHint = &yes
 	}
 	return t
 }
+
+// APIAgent is the agent kind (SessionInfo.Agent, connections.API) of the agent sessions of Door
+// 3, the approval API (SPEC §18): a request's tool is the developer's own, so no tool name is
+// read-only by default there ("Read" may do anything).
+const APIAgent = "api"
 
 // GatewayAgent is the agent kind (SessionInfo.Agent, connections.MCP) of the agent sessions of
 // Door 2, the MCP gateway (SPEC §18): their calls are of the registry's tools (the upstream MCP
@@ -128,10 +135,14 @@ var ErrClientCancelled = errors.New("the client cancelled the call")
 // for a gateway session's call (GatewayAgent), else the registry's.
 func (s *Service) lookup(ctx context.Context, a Approval) (*tool.Tool, bool) {
 	if a.RequestedBy == RequestedByAgent {
-		if sess, err := s.sessions.Session(ctx, a.SessionID); err == nil && sess.Agent == GatewayAgent {
+		sess, err := s.sessions.Session(ctx, a.SessionID)
+		if err == nil && sess.Agent == GatewayAgent {
 			return s.tools.Lookup(a.ToolName)
 		}
-		return OutsideTool(a.ToolName), true
+		if err != nil {
+			sess.Agent = APIAgent // unknown: no read-only default
+		}
+		return OutsideTool(sess.Agent, a.ToolName), true
 	}
 	return s.tools.Lookup(a.ToolName)
 }
@@ -168,7 +179,7 @@ type OutsideRequest struct {
 	EditedKey func(edited json.RawMessage) (string, error)
 	// Tool, when set, is the tool the call is of, as Countersign knows it (Door 2: the upstream
 	// MCP server's, with its schemas, annotations and AlwaysAsk for an untrusted server, SPEC
-	// §13); nil: OutsideTool(ToolName), an agent's own tool.
+	// §13); nil: OutsideTool(the session's agent kind, ToolName), an agent's own tool.
 	Tool *tool.Tool
 	// CancelOnHangUp, when set, cancels the call's approval when ctx ends before the deadline
 	// (the client cancelled the call: MCP notifications/cancelled); unset, the approval is
@@ -401,7 +412,7 @@ func (s *Service) judgeOutside(ctx context.Context, req OutsideRequest, callID s
 	}
 	t := req.Tool
 	if t == nil {
-		t = outsideTool(req.ToolName)
+		t = outsideTool(sess.Agent, req.ToolName)
 	}
 	d := Checker{Rules: s.rules}.Check(ctx, CheckCall{SessionID: req.SessionID, ToolCallID: callID, Tool: t,
 		Arguments: req.Input, Workspace: sess.Workspace, Mode: s.mode(sess), Outside: true, Agent: sess.Agent, Connection: sess.Connection})

@@ -545,3 +545,40 @@ func TestAnAAPToolNamedLikeAnAgentsReadOnlyToolStillAsks(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokingAnAPIConnectionCancelsItsPendingRequests (attacker's review): a revoked api
+// connection's pending requests are cancelled, as an instance's deletion cancels them — they
+// leave the inbox and nobody can approve them for a credential that can no longer read the
+// answer.
+func TestRevokingAnAPIConnectionCancelsItsPendingRequests(t *testing.T) {
+	f := newServerFiles(t)
+	p := startServing(t, f.args("127.0.0.1:0")...)
+	c := newAAPClient(t, p, "api")
+	c.request(c.create(newKey(), `{"tool":"issue_refund","arguments":{"payment_id":"pay_revoked"},"timeout":"30m"}`), 201, "ApprovalRequest")
+	id := pendingApprovalFor(t, p, "pay_revoked")
+	var list struct{ Connections []struct{ ID, Kind string } }
+	p.mustAPI(t, 200, "GET", "/api/connections", nil, &list)
+	for _, conn := range list.Connections {
+		if conn.Kind == "api" {
+			p.mustAPI(t, 200, "DELETE", "/api/connections/"+conn.ID, nil, nil)
+		}
+	}
+	var sessions struct{ Sessions []struct{ ID string } }
+	p.mustAPI(t, 200, "GET", "/api/sessions", nil, &sessions)
+	status := ""
+	for _, sess := range sessions.Sessions {
+		var as struct{ Approvals []struct{ ID, Status string } }
+		p.mustAPI(t, 200, "GET", "/api/sessions/"+sess.ID+"/approvals", nil, &as)
+		for _, a := range as.Approvals {
+			if a.ID == id {
+				status = a.Status
+			}
+		}
+	}
+	if status != "cancelled" {
+		t.Errorf("the revoked connection's pending request: %q, want cancelled", status)
+	}
+	if st, b := p.api(t, "POST", "/api/approvals/"+id+"/decision", map[string]string{"decision": "approve"}); st != 409 {
+		t.Errorf("approving it after the revocation: %d %s, want 409", st, b)
+	}
+}

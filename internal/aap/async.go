@@ -173,16 +173,27 @@ func (p *Provisioner) Delete(ctx context.Context, id string) error {
 	if err := p.store.DeleteAAPInstance(ctx, id, time.Now().UTC()); err != nil {
 		return err
 	}
-	pending, err := p.pending.AAPPendingRequests(ctx, in.ConnectionID)
+	if err := p.CancelPending(ctx, in.ConnectionID, "the AAP instance was deleted"); err != nil {
+		return err
+	}
+	return p.conns.Revoke(ctx, in.ConnectionID)
+}
+
+// CancelPending cancels connection connectionID's pending requests, with reason (their approvals
+// leave the inbox; their long polls answer cancelled): its instance was deleted, or the
+// connection revoked on the Agents page or through /api/connections, whose credential can no
+// longer read an answer. Errors: the store's and the gate's.
+func (p *Provisioner) CancelPending(ctx context.Context, connectionID, reason string) error {
+	pending, err := p.pending.AAPPendingRequests(ctx, connectionID)
 	if err != nil {
 		return err
 	}
 	for _, r := range pending {
-		if _, err := p.gate.EndOutside(ctx, r.ApprovalID, gate.Cancelled, "the AAP instance was deleted"); err != nil {
+		if _, err := p.gate.EndOutside(ctx, r.ApprovalID, gate.Cancelled, reason); err != nil {
 			return err
 		}
 	}
-	return p.conns.Revoke(ctx, in.ConnectionID)
+	return nil
 }
 
 // MakeEvents records a request.resolved event for each request that became terminal while its

@@ -218,5 +218,12 @@ func (s *Server) revokeConnection(ctx context.Context, id string) (connections.C
 		return c, err
 	}
 	s.log.Info("connection revoked", "connection", c.ID, "kind", c.Kind)
+	if c.Kind == connections.API && s.cfg.AAPInstances != nil {
+		// Its credential can read no answer now: its pending requests are cancelled, as an
+		// instance's deletion cancels them (AAP v1 §5).
+		if err := s.cfg.AAPInstances.CancelPending(ctx, c.ID, "the connection was revoked"); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -580,5 +581,26 @@ func TestRevokingAnAPIConnectionCancelsItsPendingRequests(t *testing.T) {
 	}
 	if st, b := p.api(t, "POST", "/api/approvals/"+id+"/decision", map[string]string{"decision": "approve"}); st != 409 {
 		t.Errorf("approving it after the revocation: %d %s, want 409", st, b)
+	}
+}
+
+// TestAnAAPRequestNeverExpiresBeforeItsTimeout (attacker's review): deadline_at is whole seconds
+// on the wire, rounded up: a request never expires before its timeout has passed since it was
+// sent (rounded down, a "1s" request could expire at once).
+func TestAnAAPRequestNeverExpiresBeforeItsTimeout(t *testing.T) {
+	f := newServerFiles(t)
+	p := startServing(t, f.args("127.0.0.1:0")...)
+	c := newAAPClient(t, p, "api")
+	for i := range 3 {
+		sent := time.Now()
+		r := c.request(c.create(newKey(), `{"tool":"wire_money","arguments":{"n":`+strconv.Itoa(i)+`},"timeout":"1s"}`), 201, "ApprovalRequest")
+		deadline, err := time.Parse(time.RFC3339, r.Deadline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if deadline.Before(sent.Add(time.Second)) {
+			t.Errorf("sent at %s with timeout 1s, deadline_at %s is earlier than a second later", sent.UTC().Format(time.RFC3339Nano), r.Deadline)
+		}
+		time.Sleep(time.Duration(300*i) * time.Millisecond)
 	}
 }

@@ -141,7 +141,12 @@ func (s *Service) Create(ctx context.Context, c Create) (ApprovalRequest, bool, 
 	if err != nil {
 		return ApprovalRequest{}, false, err
 	}
-	now := s.now().UTC().Truncate(time.Second)
+	// Whole seconds on the wire (RFC 3339): rounded up, so deadline_at = created_at + timeout
+	// is never before the timeout has passed (rounded down, a 1 s request could expire at once).
+	now := s.now().UTC()
+	if t := now.Truncate(time.Second); !t.Equal(now) {
+		now = t.Add(time.Second)
+	}
 	r := Request{ID: NewUUID(), ConnectionID: c.ConnectionID, IdempotencyKey: c.Key, Digest: c.Digest, SessionID: sessionID,
 		Tool: c.Body.Tool, Arguments: c.Body.Arguments, Timeout: c.Body.Timeout, AgentReasoning: c.Body.AgentReasoning,
 		Context: c.Body.Context, CreatedAt: now, DeadlineAt: now.Add(min(c.Timeout, MaxTimeout))}

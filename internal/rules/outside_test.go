@@ -116,3 +116,47 @@ func TestARuleIsLimitedToAnAgentKindOrAConnectionByItsWhen(t *testing.T) {
 		}
 	}
 }
+
+// TestAnAPIToolsCommandOrPathRuleJudgesOnlyACallWithNothingElse (attacker's review of Door 3): an
+// approval-API request's tool is the developer's own and may act on any argument it takes, so a
+// command or path specifier allows it only when the judged argument is its one argument; a
+// deny still matches; a hook agent's own tools keep their extra fields (Claude Code's Bash has a
+// description).
+func TestAnAPIToolsCommandOrPathRuleJudgesOnlyACallWithNothingElse(t *testing.T) {
+	set, err := Compile([]gate.Rule{
+		{Effect: gate.Allow, Tool: "Bash(git status)", Scope: gate.ScopeServer},
+		{Effect: gate.Allow, Tool: "Write(src/**)", Scope: gate.ScopeServer},
+		{Effect: gate.Deny, Tool: "Bash(rm:*)", Scope: gate.ScopeServer},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := func(toolName string, args any) gate.RuleCall {
+		c := outsideCall(toolName, args)
+		c.Agent = gate.APIAgent
+		return c
+	}
+	claude := func(toolName string, args any) gate.RuleCall {
+		c := outsideCall(toolName, args)
+		c.Agent = "claude-code"
+		return c
+	}
+	for _, c := range []struct {
+		name string
+		call gate.RuleCall
+		want gate.Effect
+	}{
+		{"api: the command alone", api("Bash", map[string]any{"command": "git status"}), gate.Allow},
+		{"api: the command and another argument", api("Bash", map[string]any{"command": "git status", "then": "rm -rf ~"}), ""},
+		{"api: the command and a flag", api("Bash", map[string]any{"command": "git status", "dangerouslyDisableSandbox": true}), ""},
+		{"api: a deny still matches beside others", api("Bash", map[string]any{"command": "rm -rf build", "x": 1}), gate.Deny},
+		{"api: the path alone", api("Write", map[string]any{"file_path": "src/a.go"}), gate.Allow},
+		{"api: the path and its content", api("Write", map[string]any{"file_path": "src/a.go", "content": "x"}), ""},
+		{"claude code: Bash with its description", claude("Bash", map[string]any{"command": "git status", "description": "d"}), gate.Allow},
+		{"claude code: Write with its content", claude("Write", map[string]any{"file_path": "src/a.go", "content": "x"}), gate.Allow},
+	} {
+		if got := set.Evaluate(c.call).Effect; got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -478,6 +478,19 @@ func (ev *evaluation) safePlace() bool {
 	return ev.placeSafe
 }
 
+// judgedWhole reports whether a command or path specifier that judges argument key judges the
+// whole call: always, but for an approval-API agent's call (gate.APIAgent), whose tool is the
+// developer's own and may act on any other argument it takes, only when key is its one argument
+// (an allow rule never passes arguments it did not read: `{"command":"git status","then":"rm -rf
+// ~"}` asks).
+func (ev *evaluation) judgedWhole(key string) bool {
+	if ev.call.Agent != gate.APIAgent {
+		return true
+	}
+	fs := ev.args()
+	return len(fs) == 1 && fs[0].key == key
+}
+
 func (ev *evaluation) views() []*shellView {
 	if !ev.shellDone {
 		ev.shellDone = true
@@ -533,7 +546,7 @@ func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int
 		if ev.call.Outside {
 			vals, unamb := ev.stringArgs(key)
 			if allow {
-				if !unamb {
+				if !unamb || !ev.judgedWhole(key) {
 					return false, "", nil, nil
 				}
 				rel, ok := lexicalAllowed(vals[0], ev.call.Workspace, ev.protected)
@@ -583,7 +596,7 @@ func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int
 	case kindCmd:
 		vs := ev.views()
 		if allow {
-			if ev.covered == nil {
+			if ev.covered == nil || !ev.judgedWhole("command") {
 				return false, "", nil, nil
 			}
 			for i := range vs[0].cmds {

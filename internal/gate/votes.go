@@ -80,7 +80,8 @@ func (a Approval) VotesText() string {
 // names no Reviewers and needs one person; otherwise only people whose name is fixed — the
 // owner, a link created for a person, a decision link's recipient, never a name a reviewer chose
 // on an unnamed link (they could choose "alice", or a new name per vote) — and, when Reviewers
-// are named, only those ("owner" is the owner). Errors: apperr.Forbidden with the reason.
+// are named, only those ("owner" is the owner), matched as people (PersonKey: a reviewer "alice"
+// is the person a link for "аlice", Cyrillic а, names). Errors: apperr.Forbidden with the reason.
 func (a Approval) MayDecide(d Decider) error {
 	if len(a.Reviewers) == 0 && !a.Quorum() {
 		return nil
@@ -89,7 +90,7 @@ func (a Approval) MayDecide(d Decider) error {
 		return apperr.Errorf(apperr.Forbidden,
 			"This call needs named people (%s): a name chosen on a shared link does not count. Ask the owner for a link made for you.", a.whoText())
 	}
-	if len(a.Reviewers) > 0 && !slices.Contains(a.Reviewers, d.Name) {
+	if len(a.Reviewers) > 0 && !slices.ContainsFunc(a.Reviewers, func(n string) bool { return SamePerson(n, d.Name) }) {
 		return apperr.Errorf(apperr.Forbidden, "%s is not a listed reviewer of this call (reviewers: %s).", d.Name, strings.Join(a.Reviewers, ", "))
 	}
 	return nil

@@ -104,6 +104,7 @@ var tests = []struct {
 	{"InboxListsPendingApprovalsAcrossSessionsOldestFirst", testInboxListsPendingApprovalsAcrossSessionsOldestFirst},
 	{"VotesRoundTrip", testVotesRoundTrip},
 	{"OneVotePerPerson", testOneVotePerPerson},
+	{"LookAlikeNamesVoteOnce", testLookAlikeNamesVoteOnce},
 	{"VotesRacingMakeTheQuorumOnce", testVotesRacingMakeTheQuorumOnce},
 	{"RuleAndShareKeepTheirPeople", testRuleAndShareKeepTheirPeople},
 	{"ConnectionsAreStoredListedRevokedAndTouched", testConnectionsAreStoredListedRevokedAndTouched},

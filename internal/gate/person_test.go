@@ -18,3 +18,15 @@ func TestPersonKeyMakesLookAlikeNamesOnePerson(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckQuorumRefusesLookAlikeReviewersAsOnePersonListedTwice(t *testing.T) {
+	r := gate.Rule{Effect: gate.Ask, Approvers: 2, Reviewers: []string{"alice", "\u0430lice"}}
+	err := r.CheckQuorum()
+	if err == nil || err.Error() != `reviewers "alice" and "аlice" are one person (the names look alike)` {
+		t.Fatalf("CheckQuorum = %v, want the look-alike names refused", err)
+	}
+	r.Reviewers = []string{"alice", "bob"}
+	if err := r.CheckQuorum(); err != nil {
+		t.Fatalf("alice, bob: %v", err)
+	}
+}

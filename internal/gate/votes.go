@@ -148,7 +148,7 @@ func (g *Gate) castPerson(ctx context.Context, a Approval, by Decider, r Resolut
 const MaxReviewers = 50
 
 // CheckQuorum checks a rule's people (SPEC §15): Approvers is 0 or from MinApprovers to
-// MaxApprovers, Reviewers are distinct, non-empty, at most MaxReviewers and hold no comma; both
+// MaxApprovers, Reviewers are distinct people (PersonKey: "alice" and "аlice" are one), non-empty, at most MaxReviewers and hold no comma; both
 // only on an ask rule (an allow or deny rule decides without anyone). A rule asking for more
 // approvers than it names reviewers could never pass and is refused too. The error says what
 // is wrong, in words for the person who wrote the rule.
@@ -165,17 +165,20 @@ func (r Rule) CheckQuorum() error {
 	if len(r.Reviewers) > MaxReviewers {
 		return fmt.Errorf("at most %d reviewers", MaxReviewers)
 	}
-	seen := map[string]bool{}
+	seen := map[string]string{} // PersonKey → the name as listed
 	for _, n := range r.Reviewers {
+		first, twice := seen[PersonKey(n)]
 		switch {
 		case strings.TrimSpace(n) == "":
 			return fmt.Errorf("a reviewer's name is empty")
 		case strings.ContainsRune(n, ','):
 			return fmt.Errorf("reviewer %q: a name holds no comma", n)
-		case seen[n]:
+		case twice && first == n:
 			return fmt.Errorf("reviewer %q is listed twice", n)
+		case twice:
+			return fmt.Errorf("reviewers %q and %q are one person (the names look alike)", first, n)
 		}
-		seen[n] = true
+		seen[PersonKey(n)] = n
 	}
 	if len(r.Reviewers) > 0 && r.Approvers > len(r.Reviewers) {
 		return fmt.Errorf("approvers=%d needs at least %d reviewers, not %d", r.Approvers, r.Approvers, len(r.Reviewers))

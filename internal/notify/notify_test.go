@@ -746,3 +746,78 @@ func TestEventArgumentsAreTextAsTyped(t *testing.T) {
 		t.Fatalf("arguments %q, command %q; want them as typed", s.Arguments, s.Command)
 	}
 }
+
+// A call that needs two approvers, approved and denied, sends approval.resolved with every vote
+// (who, what, when), signed as every event is (issue 33).
+func TestTwoApproverCallsSendApprovalResolvedWithEveryVote(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	r := e.receiver(t, "pager="+e.srv.URL+"/hook")
+	e.start(t, time.Second, r)
+	for _, id := range []string{"A1", "A2"} {
+		a := pending(id, e.sess, "run_command", `{"command":"make deploy"}`)
+		a.Approvers = 2
+		if err := e.db.CreateApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t1 := time.Now().UTC().Add(-time.Minute).Truncate(time.Millisecond)
+	t2 := t1.Add(5 * time.Second)
+	for _, v := range []struct {
+		id string
+		v  gate.Vote
+	}{
+		{"A1", gate.Vote{By: "alice", Decision: gate.Approved, At: t1}},
+		{"A1", gate.Vote{By: "bob", Decision: gate.Approved, At: t2}},
+		{"A2", gate.Vote{By: "alice", Decision: gate.Approved, At: t1}},
+		{"A2", gate.Vote{By: "bob", Decision: gate.Denied, Reason: "not on a Friday", At: t2}},
+	} {
+		if _, _, err := e.db.CastVote(ctx, v.id, v.v, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wh, err := standardwebhooks.NewWebhook(e.key.Secret())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved := map[string]notify.ApprovalData{}
+	for range 4 {
+		h := wait(t, e.hits, "request")
+		if err := wh.Verify(h.body, h.header); err != nil {
+			t.Fatalf("Verify: %v (headers %v)", err, h.header)
+		}
+		var p notify.Payload
+		if err := json.Unmarshal(h.body, &p); err != nil {
+			t.Fatal(err)
+		}
+		switch p.Type {
+		case notify.Resolved:
+			resolved[p.Data.Approval.ID] = p.Data.Approval
+		case notify.Requested:
+			if p.Data.Approval.Approvers != 2 || len(p.Data.Approval.Votes) != 0 {
+				t.Errorf("request %s: approvers %d, votes %v", p.Data.Approval.ID, p.Data.Approval.Approvers, p.Data.Approval.Votes)
+			}
+		default:
+			t.Errorf("unexpected %s", p.Type)
+		}
+	}
+	want := map[string]struct {
+		status, decidedBy string
+		votes             []notify.VoteData
+	}{
+		"A1": {"approved", "bob", []notify.VoteData{{By: "alice", Decision: "approved", At: t1}, {By: "bob", Decision: "approved", At: t2}}},
+		"A2": {"denied", "bob", []notify.VoteData{{By: "alice", Decision: "approved", At: t1}, {By: "bob", Decision: "denied", Reason: "not on a Friday", At: t2}}},
+	}
+	for id, w := range want {
+		got, ok := resolved[id]
+		if !ok {
+			t.Errorf("no approval.resolved for %s", id)
+			continue
+		}
+		gotVotes, _ := json.Marshal(got.Votes)
+		wantVotes, _ := json.Marshal(w.votes)
+		if got.Status != w.status || got.DecidedBy != w.decidedBy || got.Approvers != 2 || string(gotVotes) != string(wantVotes) {
+			t.Errorf("%s resolved: %s by %s, approvers %d, votes %s; want %s by %s, votes %s", id, got.Status, got.DecidedBy, got.Approvers, gotVotes, w.status, w.decidedBy, wantVotes)
+		}
+	}
+}

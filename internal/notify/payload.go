@@ -51,6 +51,22 @@ type ApprovalData struct {
 	Reason           string     `json:"reason,omitempty"`
 	CreatedAt        time.Time  `json:"createdAt"`
 	DecidedAt        *time.Time `json:"decidedAt,omitempty"`
+	// Approvers is how many distinct people must approve (SPEC §15: a rule's approvers, ≥ 2);
+	// absent when one person decides.
+	Approvers int `json:"approvers,omitempty"`
+	// Votes are the people's answers to a call that needs several approvers, in the order they
+	// came: every vote on approval.resolved and approval.timed_out, none on approval.requested
+	// (nobody has voted yet when it is written); absent when one person decides.
+	Votes []VoteData `json:"votes,omitempty"`
+}
+
+// VoteData is one person's vote (gate.Vote): who, approved or denied, their reason, and when
+// (RFC 3339, UTC).
+type VoteData struct {
+	By       string    `json:"by"`
+	Decision string    `json:"decision"` // approved | denied
+	Reason   string    `json:"reason,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // Summary is what the prompt shows of the call: the command of run_command (or of any tool
@@ -91,8 +107,14 @@ func BuildPayload(d Delivery, r Receiver, publicURL, decisionURL string, now tim
 	ad := ApprovalData{ID: a.ID, ToolCallID: a.ToolCallID, ToolName: a.ToolName, ToolTitle: a.ToolTitle,
 		RequestedBy: a.RequestedBy, ParentToolCallID: a.ParentToolCallID, AskReason: a.AskReason,
 		Status: status, CreatedAt: a.CreatedAt}
+	if a.Quorum() {
+		ad.Approvers = a.Approvers
+	}
 	if d.Event != Requested {
 		ad.DecidedBy, ad.Reason, ad.DecidedAt = a.DecidedBy, a.Reason, a.DecidedAt
+		for _, v := range a.Votes {
+			ad.Votes = append(ad.Votes, VoteData{By: v.By, Decision: string(v.Decision), Reason: v.Reason, At: v.At.UTC()})
+		}
 	}
 	base := strings.TrimRight(publicURL, "/")
 	return Payload{Type: d.Event, Timestamp: now.UTC(), Data: Data{

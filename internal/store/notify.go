@@ -150,7 +150,7 @@ const claimable = `o.next_at IS NOT NULL AND o.next_at <= ?2
 
 // ClaimDeliveries claims for c.By, until c.Until, up to limit outbox rows claimable at c.Now
 // (due, and neither they nor their receiver's rows under another worker's live claim), the
-// earliest due first, and returns them with their approvals and sessions' titles
+// earliest due first, and returns them with their approvals (with their votes) and sessions' titles
 // (notify.Outbox). One write transaction: two claims never return the same row to two workers.
 //
 // Where several processes share the database (PostgreSQL, at READ COMMITTED), the dialect's
@@ -186,7 +186,27 @@ func (db *SQL) ClaimDeliveries(ctx context.Context, c notify.Claim, limit int) (
 			WHERE o.id IN (`+placeholders(1, len(ids))+`) ORDER BY o.next_at, o.{ord}`, ids...)
 		return err
 	})
-	return ds, err
+	if err != nil || len(ds) == 0 {
+		return ds, err
+	}
+	// The votes of approvals that need several approvers (approval.resolved carries them),
+	// read after the claim's commit: a resolved approval's votes no longer change.
+	// One approval may be in several rows (its request and its resolution): each read once.
+	var as []gate.Approval
+	at := map[string]int{}
+	for _, d := range ds {
+		if _, ok := at[d.Approval.ID]; !ok {
+			at[d.Approval.ID] = len(as)
+			as = append(as, d.Approval)
+		}
+	}
+	if err := db.withVotes(ctx, as); err != nil {
+		return nil, err
+	}
+	for i, d := range ds {
+		ds[i].Approval.Votes = as[at[d.Approval.ID]].Votes
+	}
+	return ds, nil
 }
 
 // placeholders is n numbered placeholders from ?first on: "?5, ?6, ?7".

@@ -161,8 +161,8 @@ func ParseReceiver(entry string) (Receiver, error) {
 }
 
 // Link is a decision link (SPEC §15): one per receiver and pending approval, bound to the
-// approval and to the SHA-256 of its canonical arguments, single use. Its token is derived from
-// the ID with the server's key (Key.LinkToken) and only its hash is stored.
+// approval and to the SHA-256 of its canonical arguments, single use. Its token is random
+// (LinkTokens.New) and only its hash is stored with it.
 type Link struct {
 	ID         string
 	ApprovalID string
@@ -221,8 +221,12 @@ type Delivery struct {
 	Event      Event
 	ReceiverID string
 	// LinkID is the decision link an approval.requested row carries; "" for other events.
-	LinkID    string
-	CreatedAt time.Time
+	LinkID string
+	// SealedToken is that link's token sealed (LinkTokens.New, Open), while the row is pending;
+	// "" once it is delivered or given up, for other events, and for rows written before
+	// tokens were random (sent without a decision link).
+	SealedToken string
+	CreatedAt   time.Time
 	// Tries is how many attempts were made so far.
 	Tries int
 	// NextAt is when the next attempt is due; nil once delivered or given up.

@@ -23,6 +23,19 @@ import (
 
 var decisionKey, _ = notify.NewKey("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
 
+// decisionLinks seals decision-link tokens as the server does with its share key.
+var decisionLinks, _ = notify.NewLinkTokens([]byte("the server's own key, 32 bytes!!"))
+
+// linkToken is the token of d's decision link, opened from its outbox row.
+func linkToken(t *testing.T, d notify.Delivery) string {
+	t.Helper()
+	token, err := decisionLinks.TokenOf(d)
+	if err != nil {
+		t.Fatalf("delivery %s: %v", d.ID, err)
+	}
+	return token
+}
+
 var aliceHook = notify.Receiver{ID: "wh-alice", Name: "alice", URL: "http://127.0.0.1:1/never", Format: notify.FormatJSON}
 
 // linkEnv is a test server whose store makes decision links for alice, a session parked on an
@@ -40,7 +53,7 @@ func newLinkEnv(t *testing.T, command string, agentCfg func(*agent.Config)) *lin
 	  {"content":[{"type":"toolCall","id":"c1","name":"shell","arguments":` + string(args) + `}],"stopReason":"toolUse"},
 	  {"content":[{"type":"text","text":"Done."}],"stopReason":"stop"}]}`
 	ts := newTestServerAgent(t, map[string]string{"one": script}, func(c *web.Config, _ *http.Server) {
-		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
+		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionLinks, nil)
 		c.Receivers = []notify.Receiver{aliceHook}
 	}, agentCfg)
 	e := &linkEnv{testServer: ts}
@@ -55,7 +68,7 @@ func newLinkEnv(t *testing.T, command string, agentCfg func(*agent.Config)) *lin
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("deliveries %+v, %v", ds, err)
 	}
-	e.token = decisionKey.LinkToken(ds[0].LinkID)
+	e.token = linkToken(t, ds[0])
 	return e
 }
 
@@ -257,8 +270,8 @@ func TestTheGateNeverWaitsForAWebhookReceiver(t *testing.T) {
 	var worker *notify.Worker
 	ts := newTestServerAgent(t, map[string]string{"one": oneCall}, func(c *web.Config, _ *http.Server) {
 		db := c.Store.(*sqlite.DB)
-		worker = notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: []notify.Receiver{hook}, Key: decisionKey, PublicURL: "http://cs.test", Diff: render.UnifiedDiff})
-		db.SetNotify([]notify.Receiver{hook}, decisionKey.LinkHash, worker.Wake)
+		worker = notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: []notify.Receiver{hook}, Key: decisionKey, Links: decisionLinks, PublicURL: "http://cs.test", Diff: render.UnifiedDiff})
+		db.SetNotify([]notify.Receiver{hook}, decisionLinks, worker.Wake)
 	}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

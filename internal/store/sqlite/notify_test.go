@@ -14,15 +14,15 @@ import (
 )
 
 // notifyDB is a store with session s1 and the given receivers, counting wake-ups.
-func notifyDB(t testing.TB, receivers ...notify.Receiver) (*DB, notify.Key, *atomic.Int32) {
+func notifyDB(t testing.TB, receivers ...notify.Receiver) (*DB, notify.LinkTokens, *atomic.Int32) {
 	t.Helper()
 	db := MustOpenDB(t)
-	key, err := notify.NewKey("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	key, err := notify.NewLinkTokens([]byte("a test server key of 32 bytes!!!"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wakes atomic.Int32
-	db.SetNotify(receivers, key.LinkHash, func() { wakes.Add(1) })
+	db.SetNotify(receivers, key, func() { wakes.Add(1) })
 	if err := db.CreateSession(context.Background(), agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"}); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,11 @@ func TestAPendingApprovalIsStoredWithItsEventsAndLinksOrNotAtAll(t *testing.T) {
 			d.Approval.ID != "A1" || d.SessionTitle != "one" {
 			t.Errorf("delivery %d: %+v", i, d)
 		}
-		l, err := db.DecisionLink(ctx, key.LinkHash(d.LinkID))
+		tok, err := key.TokenOf(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := db.DecisionLink(ctx, notify.HashToken(tok))
 		if err != nil || l.ApprovalID != "A1" || l.Recipient != r.Name || l.UsedAt != nil {
 			t.Errorf("link of %s: %+v, %v", r.Name, l, err)
 		}
@@ -97,10 +101,13 @@ func TestTheDatabaseNeverHoldsADecisionLinksToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	ds, _ := db.Deliveries(ctx, "s1")
-	tok := key.LinkToken(ds[0].LinkID)
+	tok, err := key.TokenOf(ds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
 	var n int
 	for _, q := range []string{`SELECT COUNT(*) FROM decision_links WHERE instr(id || token_hash || approval_id || receiver_id || recipient, ?) > 0`,
-		`SELECT COUNT(*) FROM notify_outbox WHERE instr(id || approval_id || receiver_id || link_id, ?) > 0`} {
+		`SELECT COUNT(*) FROM notify_outbox WHERE instr(id || approval_id || receiver_id || link_id || link_token, ?) > 0`} {
 		if err := db.read.QueryRow(q, tok).Scan(&n); err != nil || n != 0 {
 			t.Errorf("%s: %d rows hold the token (%v)", q, n, err)
 		}

@@ -98,6 +98,8 @@ var tests = []struct {
 	{"PendingApprovalsQueueEventsAndLinks", testPendingApprovalsQueueEventsAndLinks},
 	{"WithoutReceiversNothingIsQueued", testWithoutReceiversNothingIsQueued},
 	{"ADecisionLinkIsUsedOnceEvenWhenRacing", testADecisionLinkIsUsedOnceEvenWhenRacing},
+	{"ARemovedReceiversLinksDie", testARemovedReceiversLinksDie},
+	{"ACallIsAnnouncedOnlyToItsReviewers", testACallIsAnnouncedOnlyToItsReviewers},
 	{"TheOutboxIsWorkedThrough", testTheOutboxIsWorkedThrough},
 	{"OutboxRowsAreClaimedByOneWorkerAtATime", testOutboxRowsAreClaimedByOneWorkerAtATime},
 	{"AnExpiredClaimIsClaimableAgain", testAnExpiredClaimIsClaimableAgain},

@@ -48,13 +48,20 @@ type linkEnv struct {
 
 func newLinkEnv(t *testing.T, command string, agentCfg func(*agent.Config)) *linkEnv {
 	t.Helper()
+	return newLinkEnvServing(t, command, agentCfg, []notify.Receiver{aliceHook})
+}
+
+// newLinkEnvServing is newLinkEnv with the web server's Config.Receivers set to served (the
+// store still makes alice's links).
+func newLinkEnvServing(t *testing.T, command string, agentCfg func(*agent.Config), served []notify.Receiver) *linkEnv {
+	t.Helper()
 	args, _ := json.Marshal(map[string]string{"command": command})
 	script := `{"steps":[
 	  {"content":[{"type":"toolCall","id":"c1","name":"shell","arguments":` + string(args) + `}],"stopReason":"toolUse"},
 	  {"content":[{"type":"text","text":"Done."}],"stopReason":"stop"}]}`
 	ts := newTestServerAgent(t, map[string]string{"one": script}, func(c *web.Config, _ *http.Server) {
 		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionLinks, nil)
-		c.Receivers = []notify.Receiver{aliceHook}
+		c.Receivers = served
 	}, agentCfg)
 	e := &linkEnv{testServer: ts}
 	var sess agent.Session
@@ -272,6 +279,7 @@ func TestTheGateNeverWaitsForAWebhookReceiver(t *testing.T) {
 		db := c.Store.(*sqlite.DB)
 		worker = notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: []notify.Receiver{hook}, Key: decisionKey, Links: decisionLinks, PublicURL: "http://cs.test", Diff: render.UnifiedDiff})
 		db.SetNotify([]notify.Receiver{hook}, decisionLinks, worker.Wake)
+		c.Receivers = []notify.Receiver{hook}
 	}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -344,5 +352,20 @@ func TestADecisionLinkOnACallThatNeedsTwoSaysTheVoteCounted(t *testing.T) {
 	}
 	if a := e.approval(t); a.Status != gate.Pending || e.runs.Load() != 0 {
 		t.Fatalf("after one of two approvals: %s, %d runs; want pending, none", a.Status, e.runs.Load())
+	}
+}
+
+// TestADecisionLinkOfARemovedReceiverIsNotFound (issue 33): a server started without a
+// receiver (another replica may still make its links) answers its links 404 and decides nothing.
+func TestADecisionLinkOfARemovedReceiverIsNotFound(t *testing.T) {
+	e := newLinkEnvServing(t, "ls", nil, nil)
+	if st, _ := e.do(t, "GET", "/d/"+e.token, nil, nil); st != http.StatusNotFound {
+		t.Errorf("GET = %d, want 404", st)
+	}
+	if st, _ := e.do(t, "POST", "/d/"+e.token, url.Values{"decision": {"approve"}}, nil); st != http.StatusNotFound {
+		t.Errorf("POST approve = %d, want 404", st)
+	}
+	if a := e.approval(t); a.Status != gate.Pending {
+		t.Errorf("the approval is %s, want pending", a.Status)
 	}
 }

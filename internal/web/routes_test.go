@@ -58,6 +58,7 @@ func TestRouteTableHasNoDuplicatesAndFewPublicRoutes(t *testing.T) {
 func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 	ts, sid := shareServerConfig(t, func(c *web.Config, _ *http.Server) {
 		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionLinks, nil)
+		c.Receivers = []notify.Receiver{aliceHook}
 	})
 	ctx := context.Background()
 	approver := createLink(t, ts, sid, map[string]any{"role": "approver", "label": "a", "canEdit": true, "canRemember": true})

@@ -5,8 +5,11 @@
 //
 // What happens where: the store writes one outbox row per receiver and event in the same
 // transaction as the approval (or its resolution), and a decision link per receiver with the
-// pending approval; the Worker, on its own goroutine, builds each payload when it sends it,
-// so the gate never waits for a receiver and nothing but the outbox row waits across a restart.
+// pending approval — only for the receivers that may decide it: a call whose rule names
+// reviewers is not announced at all to a receiver whose recipient is not among them (by
+// gate.PersonKey), so no arguments or diff reach it; the Worker, on its own goroutine, builds
+// each payload when it sends it, so the gate never waits for a receiver and nothing but the
+// outbox row waits across a restart. Decision links' tokens are random (LinkTokens).
 package notify
 
 import (

@@ -953,3 +953,33 @@ func TestAReceiverNotAmongACallsReviewersIsToldNothingOfIt(t *testing.T) {
 		t.Errorf("%d deliveries, want 4", len(ds))
 	}
 }
+
+// TestSlackResolutionsOfSeveralApproversListTheVotes: a Slack receiver's approval.resolved of a
+// call that needed two approvers shows who voted what, and when, escaped for Slack.
+func TestSlackResolutionsOfSeveralApproversListTheVotes(t *testing.T) {
+	at := time.Date(2026, 12, 6, 1, 0, 5, 0, time.UTC)
+	body, err := notify.SlackBody(notify.Payload{Type: notify.Resolved, Data: notify.Data{
+		Approval: notify.ApprovalData{ToolName: "run_command", Status: "denied", DecidedBy: "bob", Approvers: 2, Votes: []notify.VoteData{
+			{By: "alice", Decision: "approved", At: at.Add(-5 * time.Second)},
+			{By: "bob", Decision: "denied", Reason: "not <today>", At: at}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Blocks []struct {
+			Type     string
+			Elements []map[string]any
+		}
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	want := "1 of 2 approvals — alice approved at 01:00:00 UTC; bob denied at 01:00:05 UTC: not &lt;today&gt;"
+	found := false
+	for _, b := range m.Blocks {
+		found = found || b.Type == "context" && len(b.Elements) == 1 && b.Elements[0]["text"] == want
+	}
+	if !found {
+		t.Errorf("slack body %s, want a context block %q", body, want)
+	}
+}

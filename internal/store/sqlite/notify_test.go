@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
@@ -154,5 +155,55 @@ func BenchmarkCreatePendingApproval(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestTheRandomLinksMigrationDeletesTheUnusedLinksOfOlderVersions (issue 33): links made by a
+// version whose tokens were derived from the webhook secret stop working: the migration deletes
+// the unused ones (their tokens find nothing), keeps the used ones for the record, and the
+// pending request rows carry no sealed token (they are sent without a decision link).
+func TestTheRandomLinksMigrationDeletesTheUnusedLinksOfOlderVersions(t *testing.T) {
+	ctx := context.Background()
+	db, links, _ := notifyDB(t, alice, bob)
+	if err := db.CreateApproval(ctx, pendingApproval("A1")); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := db.Deliveries(ctx, "s1")
+	hash := map[string]string{}
+	for _, d := range ds {
+		tok, err := links.TokenOf(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hash[d.ReceiverID] = notify.HashToken(tok)
+	}
+	used, err := db.DecisionLink(ctx, hash[bob.ID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.UseDecisionLink(ctx, used.ID, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	// The database as the older version left it: no sealed tokens, 0025 not applied.
+	for _, q := range []string{`ALTER TABLE notify_outbox DROP COLUMN link_token`,
+		`DELETE FROM migrations WHERE name = '0025_random_decision_links.sql'`} {
+		if _, err := db.write.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.DecisionLink(ctx, hash[alice.ID]); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("alice's unused link after the migration: %v, want not found", err)
+	}
+	if l, err := db.DecisionLink(ctx, hash[bob.ID]); err != nil || l.UsedAt == nil {
+		t.Errorf("bob's used link after the migration: %+v, %v; want it kept", l, err)
+	}
+	ds, _ = db.Deliveries(ctx, "s1")
+	for _, d := range ds {
+		if d.SealedToken != "" || d.NextAt == nil {
+			t.Errorf("delivery %s after the migration: sealed %q, next %v; want pending without a token", d.ID, d.SealedToken, d.NextAt)
+		}
 	}
 }

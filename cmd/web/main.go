@@ -571,15 +571,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// path, from the first start's leftovers on, and stops before the database closes.
 	newSecret := "" // printed once, after the login line
 	// A receiver no longer given (or all of them, when none is) loses its unused decision links
-	// and its pending events now: removing a receiver kills its links (issue 33).
-	keep := make([]string, len(cfg.receivers))
-	for i, r := range cfg.receivers {
-		keep[i] = r.ID
-	}
-	if n, err := db.ForgetReceivers(ctx, keep, time.Now()); err != nil {
+	// and its pending events: removing a receiver kills its links (issue 33). Done once the keys
+	// are checked (a refused start changes nothing) and before the worker runs.
+	forgetRemoved := func() error {
+		keep := make([]string, len(cfg.receivers))
+		for i, r := range cfg.receivers {
+			keep[i] = r.ID
+		}
+		n, err := db.ForgetReceivers(ctx, keep, time.Now())
+		if n > 0 {
+			log.Info("decision links of removed webhook receivers deleted", "links", n)
+		}
 		return err
-	} else if n > 0 {
-		log.Info("decision links of removed webhook receivers deleted", "links", n)
 	}
 	if len(cfg.receivers) > 0 {
 		nkey, created, err := notify.LoadKey(cfg.notifyKeyFile())
@@ -587,6 +590,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		if err := link.CheckKey(ctx, "notify", nkey.Fingerprint(), cfg.notifyKeyFile()); err != nil {
+			return err
+		}
+		if err := forgetRemoved(); err != nil {
 			return err
 		}
 		if created {
@@ -609,6 +615,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		for _, r := range cfg.receivers {
 			log.Info("webhook receiver", "recipient", r.Name, "id", r.ID, "format", r.Format, "key", cfg.notifyKeyFile(), "publicURL", public)
 		}
+	} else if err := forgetRemoved(); err != nil {
+		return err
 	}
 	broker := agent.NewBroker()
 	acfg := agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker, Observer: met,

@@ -118,7 +118,7 @@ func TestTheWebhookKeyIsMadeBesideTheDatabaseAndShownOnce(t *testing.T) {
 
 // TestARemovedReceiversDecisionLinksDie (issue 33): a receiver's decision link works while the
 // receiver is configured; after a restart without its -notify-webhook entry the link answers
-// 404, while the receiver kept keeps its link.
+// 404, while the receiver kept keeps its link; after one with no receiver at all, every link does.
 func TestARemovedReceiversDecisionLinksDie(t *testing.T) {
 	links := make(chan string, 10) // "<name> <decision link path>"
 	receiver := func(name string) *httptest.Server {
@@ -172,5 +172,14 @@ func TestARemovedReceiversDecisionLinksDie(t *testing.T) {
 	}
 	if st := get(p, got["alice"]); st != http.StatusOK {
 		t.Errorf("alice's link: %d, want 200", st)
+	}
+	// Without any receiver, alice's link dies too.
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.waitExit(t); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, p.stderr.String())
+	}
+	p = startServing(t, f.args("127.0.0.1:0")...)
+	if st := get(p, got["alice"]); st != http.StatusNotFound {
+		t.Errorf("alice's link with no receivers: %d, want 404", st)
 	}
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/notify"
+	"countersign/internal/share"
 	"countersign/internal/store"
 )
 
@@ -461,5 +463,36 @@ func testACallIsAnnouncedOnlyToItsReviewers(t *testing.T, h Harness) {
 	}
 	if wakes.Load() != 2 {
 		t.Errorf("woke the worker %d times, want 2 (A2 wrote nothing)", wakes.Load())
+	}
+}
+
+// testALinksTokenIsNotDerivedFromTheWebhookSecret (issue 33): with the webhook secret every
+// receiver holds and the stored rows, neither the derivation older versions used (HMAC of the
+// link id under the secret) nor opening the row's sealed token with the secret gives a token
+// that finds the link; the token the row was made with does.
+func testALinksTokenIsNotDerivedFromTheWebhookSecret(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db, links, _ := notifyStore(t, h, alice)
+	if err := db.CreateApproval(ctx, pendingApproval("A1")); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := db.Deliveries(ctx, "s1")
+	if len(ds) != 1 || ds[0].SealedToken == "" {
+		t.Fatalf("deliveries %+v", ds)
+	}
+	d := ds[0]
+	secret, _ := base64.StdEncoding.DecodeString("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") // whsec_MfKQ…: a receiver's secret
+	if _, err := db.DecisionLink(ctx, notify.HashToken(share.DeriveToken(secret, "countersign decision link v1", d.LinkID))); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("the token derived from the webhook secret finds a link: %v", err)
+	}
+	for _, k := range [][]byte{secret, []byte("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")} {
+		if lt, err := notify.NewLinkTokens(k); err == nil {
+			if _, err := lt.TokenOf(d); err == nil {
+				t.Errorf("the webhook secret opens the row's sealed token")
+			}
+		}
+	}
+	if _, err := db.DecisionLink(ctx, linkHash(t, links, d)); err != nil {
+		t.Errorf("the link's own token: %v", err)
 	}
 }

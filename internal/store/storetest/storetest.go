@@ -99,6 +99,7 @@ var tests = []struct {
 	{"WithoutReceiversNothingIsQueued", testWithoutReceiversNothingIsQueued},
 	{"ADecisionLinkIsUsedOnceEvenWhenRacing", testADecisionLinkIsUsedOnceEvenWhenRacing},
 	{"ARemovedReceiversLinksDie", testARemovedReceiversLinksDie},
+	{"ALinksTokenIsNotDerivedFromTheWebhookSecret", testALinksTokenIsNotDerivedFromTheWebhookSecret},
 	{"ACallIsAnnouncedOnlyToItsReviewers", testACallIsAnnouncedOnlyToItsReviewers},
 	{"TheOutboxIsWorkedThrough", testTheOutboxIsWorkedThrough},
 	{"OutboxRowsAreClaimedByOneWorkerAtATime", testOutboxRowsAreClaimedByOneWorkerAtATime},

@@ -227,8 +227,8 @@ type Delivery struct {
 	LinkID string
 	// SealedToken is that link's token sealed (LinkTokens.New, Open), while the row is pending;
 	// "" once it is delivered or given up, for other events, and for rows written before
-	// tokens were random (sent without a decision link).
-	SealedToken string
+	// tokens were random (sent without a decision link). Never marshalled.
+	SealedToken string `json:"-"`
 	CreatedAt   time.Time
 	// Tries is how many attempts were made so far.
 	Tries int

@@ -983,3 +983,35 @@ func TestSlackResolutionsOfSeveralApproversListTheVotes(t *testing.T) {
 		t.Errorf("slack body %s, want a context block %q", body, want)
 	}
 }
+
+// TestARequestWithoutASealedTokenIsSentWithoutADecisionLink: a request row left by an older
+// version (no sealed token: its derived link was deleted by the migration) still tells the
+// receiver a call waits, with no decision link.
+func TestARequestWithoutASealedTokenIsSentWithoutADecisionLink(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := e.receiver(t, "alice="+e.srv.URL)
+	e.db.SetNotify([]notify.Receiver{alice}, e.links, nil)
+	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sql.Open("sqlite", e.path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(`UPDATE notify_outbox SET link_token = ''`); err != nil {
+		t.Fatal(err)
+	}
+	attempts, _ := e.start(t, time.Second, alice)
+	var p notify.Payload
+	if err := json.Unmarshal(wait(t, e.hits, "request").body, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Type != notify.Requested || p.Data.Approval.ID != "A1" || p.Data.Links.Decision != "" {
+		t.Errorf("payload %+v, want approval.requested for A1 without a decision link", p)
+	}
+	if a := wait(t, attempts, "attempt"); !a.OK() {
+		t.Errorf("attempt %+v", a)
+	}
+}

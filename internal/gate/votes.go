@@ -169,7 +169,7 @@ func (r Rule) CheckQuorum() error {
 	for _, n := range r.Reviewers {
 		first, twice := seen[PersonKey(n)]
 		switch {
-		case strings.TrimSpace(n) == "":
+		case PersonKey(n) == "": // blank, or nothing visible ("\u200b")
 			return fmt.Errorf("a reviewer's name is empty")
 		case strings.ContainsRune(n, ','):
 			return fmt.Errorf("reviewer %q: a name holds no comma", n)

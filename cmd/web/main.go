@@ -570,12 +570,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// store writes the outbox rows with the approvals, the worker delivers them off the gate's
 	// path, from the first start's leftovers on, and stops before the database closes.
 	newSecret := "" // printed once, after the login line
+	// A receiver no longer given (or all of them, when none is) loses its unused decision links
+	// and its pending events: removing a receiver kills its links (issue 33). Done once the keys
+	// are checked (a refused start changes nothing) and before the worker runs.
+	forgetRemoved := func() error {
+		keep := make([]string, len(cfg.receivers))
+		for i, r := range cfg.receivers {
+			keep[i] = r.ID
+		}
+		n, err := db.ForgetReceivers(ctx, keep, time.Now())
+		if n > 0 {
+			log.Info("decision links of removed webhook receivers deleted", "links", n)
+		}
+		return err
+	}
 	if len(cfg.receivers) > 0 {
 		nkey, created, err := notify.LoadKey(cfg.notifyKeyFile())
 		if err != nil {
 			return err
 		}
 		if err := link.CheckKey(ctx, "notify", nkey.Fingerprint(), cfg.notifyKeyFile()); err != nil {
+			return err
+		}
+		if err := forgetRemoved(); err != nil {
 			return err
 		}
 		if created {
@@ -585,13 +602,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if public == "" {
 			public = "http://" + ln.Addr().String()
 		}
-		worker := notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: cfg.receivers, Key: nkey, PublicURL: public,
+		// Decision links' tokens are random, sealed for the worker under the share key, which no
+		// receiver holds (the webhook secret every receiver holds derives nothing; issue 33).
+		links, err := notify.NewLinkTokens(key)
+		if err != nil {
+			return err
+		}
+		worker := notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: cfg.receivers, Key: nkey, Links: links, PublicURL: public,
 			RetryBase: cfg.retryBase, Diff: render.UnifiedDiff, Logger: log.With("component", "webhooks")})
-		db.SetNotify(cfg.receivers, nkey.LinkHash, worker.Wake)
+		db.SetNotify(cfg.receivers, links, worker.Wake)
 		defer background(ctx, worker.Run)()
 		for _, r := range cfg.receivers {
 			log.Info("webhook receiver", "recipient", r.Name, "id", r.ID, "format", r.Format, "key", cfg.notifyKeyFile(), "publicURL", public)
 		}
+	} else if err := forgetRemoved(); err != nil {
+		return err
 	}
 	broker := agent.NewBroker()
 	acfg := agent.Config{Store: db, Models: mods, Tools: reg, Broker: broker, Observer: met,

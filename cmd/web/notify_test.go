@@ -3,13 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -110,5 +113,73 @@ func TestTheWebhookKeyIsMadeBesideTheDatabaseAndShownOnce(t *testing.T) {
 	}
 	if !slices.Contains(ownFiles(config{db: db}), db+".notify-key") {
 		t.Error("the file tools are not kept from the key")
+	}
+}
+
+// TestARemovedReceiversDecisionLinksDie (issue 33): a receiver's decision link works while the
+// receiver is configured; after a restart without its -notify-webhook entry the link answers
+// 404, while the receiver kept keeps its link; after one with no receiver at all, every link does.
+func TestARemovedReceiversDecisionLinksDie(t *testing.T) {
+	links := make(chan string, 10) // "<name> <decision link path>"
+	receiver := func(name string) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var p struct {
+				Type string
+				Data struct{ Links struct{ Decision string } }
+			}
+			if err := json.NewDecoder(r.Body).Decode(&p); err == nil && p.Type == "approval.requested" {
+				u, _ := url.Parse(p.Data.Links.Decision)
+				links <- name + " " + u.Path
+			}
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	alice, bob := receiver("alice"), receiver("bob")
+	f := newServerFiles(t)
+	p := startServing(t, append(f.args("127.0.0.1:0"), "-notify-webhook", "alice="+alice.URL, "-notify-webhook", "bob="+bob.URL)...)
+	var sess struct{ ID string }
+	p.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "held", "model": "faux:blocking"}, &sess)
+	p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
+	got := map[string]string{}
+	for len(got) < 2 {
+		select {
+		case l := <-links:
+			name, path, _ := strings.Cut(l, " ")
+			got[name] = path
+		case <-time.After(30 * time.Second):
+			t.Fatalf("decision links received: %v; stderr:\n%s", got, p.stderr.String())
+		}
+	}
+	get := func(p *proc, path string) int {
+		res, err := http.Get(p.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if st := get(p, got["bob"]); st != http.StatusOK {
+		t.Fatalf("bob's link while he is a receiver: %d, want 200", st)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.waitExit(t); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, p.stderr.String())
+	}
+	p = startServing(t, append(f.args("127.0.0.1:0"), "-notify-webhook", "alice="+alice.URL)...)
+	if st := get(p, got["bob"]); st != http.StatusNotFound {
+		t.Errorf("bob's link after he was removed: %d, want 404", st)
+	}
+	if st := get(p, got["alice"]); st != http.StatusOK {
+		t.Errorf("alice's link: %d, want 200", st)
+	}
+	// Without any receiver, alice's link dies too.
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.waitExit(t); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, p.stderr.String())
+	}
+	p = startServing(t, f.args("127.0.0.1:0")...)
+	if st := get(p, got["alice"]); st != http.StatusNotFound {
+		t.Errorf("alice's link with no receivers: %d, want 404", st)
 	}
 }

@@ -80,7 +80,8 @@ func (a Approval) VotesText() string {
 // names no Reviewers and needs one person; otherwise only people whose name is fixed — the
 // owner, a link created for a person, a decision link's recipient, never a name a reviewer chose
 // on an unnamed link (they could choose "alice", or a new name per vote) — and, when Reviewers
-// are named, only those ("owner" is the owner). Errors: apperr.Forbidden with the reason.
+// are named, only those ("owner" is the owner), matched as people (PersonKey: a reviewer "alice"
+// is the person a link for "аlice", Cyrillic а, names). Errors: apperr.Forbidden with the reason.
 func (a Approval) MayDecide(d Decider) error {
 	if len(a.Reviewers) == 0 && !a.Quorum() {
 		return nil
@@ -89,7 +90,7 @@ func (a Approval) MayDecide(d Decider) error {
 		return apperr.Errorf(apperr.Forbidden,
 			"This call needs named people (%s): a name chosen on a shared link does not count. Ask the owner for a link made for you.", a.whoText())
 	}
-	if len(a.Reviewers) > 0 && !slices.Contains(a.Reviewers, d.Name) {
+	if len(a.Reviewers) > 0 && !slices.ContainsFunc(a.Reviewers, func(n string) bool { return SamePerson(n, d.Name) }) {
 		return apperr.Errorf(apperr.Forbidden, "%s is not a listed reviewer of this call (reviewers: %s).", d.Name, strings.Join(a.Reviewers, ", "))
 	}
 	return nil
@@ -147,7 +148,7 @@ func (g *Gate) castPerson(ctx context.Context, a Approval, by Decider, r Resolut
 const MaxReviewers = 50
 
 // CheckQuorum checks a rule's people (SPEC §15): Approvers is 0 or from MinApprovers to
-// MaxApprovers, Reviewers are distinct, non-empty, at most MaxReviewers and hold no comma; both
+// MaxApprovers, Reviewers are distinct people (PersonKey: "alice" and "аlice" are one), non-empty, at most MaxReviewers and hold no comma; both
 // only on an ask rule (an allow or deny rule decides without anyone). A rule asking for more
 // approvers than it names reviewers could never pass and is refused too. The error says what
 // is wrong, in words for the person who wrote the rule.
@@ -164,17 +165,20 @@ func (r Rule) CheckQuorum() error {
 	if len(r.Reviewers) > MaxReviewers {
 		return fmt.Errorf("at most %d reviewers", MaxReviewers)
 	}
-	seen := map[string]bool{}
+	seen := map[string]string{} // PersonKey → the name as listed
 	for _, n := range r.Reviewers {
+		first, twice := seen[PersonKey(n)]
 		switch {
-		case strings.TrimSpace(n) == "":
+		case PersonKey(n) == "": // blank, or nothing visible ("\u200b")
 			return fmt.Errorf("a reviewer's name is empty")
 		case strings.ContainsRune(n, ','):
 			return fmt.Errorf("reviewer %q: a name holds no comma", n)
-		case seen[n]:
+		case twice && first == n:
 			return fmt.Errorf("reviewer %q is listed twice", n)
+		case twice:
+			return fmt.Errorf("reviewers %q and %q are one person (the names look alike)", first, n)
 		}
-		seen[n] = true
+		seen[PersonKey(n)] = n
 	}
 	if len(r.Reviewers) > 0 && r.Approvers > len(r.Reviewers) {
 		return fmt.Errorf("approvers=%d needs at least %d reviewers, not %d", r.Approvers, r.Approvers, len(r.Reviewers))

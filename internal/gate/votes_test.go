@@ -112,6 +112,15 @@ func TestSeveralApprovers(t *testing.T) {
 			{by: named("alice"), status: gate.Approved, wantState: gate.Pending, wantVotes: "1 of 2 approvals — approved by alice"},
 			{by: named("alice"), status: gate.Approved, wantState: gate.Pending, wantVotes: "1 of 2 approvals — approved by alice"},
 		}, "", ""},
+		{"look-alike names are one person: alice and аlice (Cyrillic а) do not make two approvals", 2, nil, []step{
+			{by: named("alice"), status: gate.Approved, wantState: gate.Pending, wantVotes: "1 of 2 approvals — approved by alice"},
+			{by: named("\u0430lice"), status: gate.Approved, wantState: gate.Pending, wantVotes: "1 of 2 approvals — approved by alice"},
+			{by: named("ALICE"), status: gate.Denied, code: apperr.Conflict, msg: "one vote per person", wantState: gate.Pending},
+			{by: named("bob"), status: gate.Approved, wantState: gate.Approved},
+		}, "bob", ""},
+		{"a listed reviewer is matched as a person: a link for аlice is reviewer alice", 0, []string{"alice"}, []step{
+			{by: named("\u0430lice"), status: gate.Approved, wantState: gate.Approved},
+		}, "\u0430lice", ""},
 		{"a deny after one approve denies it, with the denier's reason", 2, []string{"alice", "bob"}, []step{
 			{by: named("alice"), status: gate.Approved, wantState: gate.Pending},
 			{by: named("bob"), status: gate.Denied, reason: "not on a Friday", wantState: gate.Denied, wantVotes: "1 of 2 approvals — approved by alice — denied by bob"},

@@ -1,7 +1,12 @@
 package notify
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -12,8 +17,9 @@ import (
 )
 
 // Key is the webhook signing secret (Standard Webhooks v1: "whsec_" and the base64 of 32 random
-// bytes), kept in a file beside the database. It also derives the decision links' tokens, so
-// the database never holds a token, only its hash.
+// bytes), kept in a file beside the database. It signs the events and nothing else: every
+// receiver holds it, so nothing secret is derived from it (decision links' tokens are random,
+// LinkTokens).
 type Key struct {
 	secret string
 	raw    []byte
@@ -66,17 +72,91 @@ func (k Key) Fingerprint() string {
 	return share.DeriveToken(k.raw, "countersign key fingerprint v1", "notify")
 }
 
-// LinkToken is the token of decision link id: 160 bits of HMAC-SHA256(key, id), base32, lower
-// case (32 characters). The link id itself is 128 random bits, so the token cannot be guessed
-// without the key, and the worker can put it in a payload again on every retry without the
-// database holding it.
-func (k Key) LinkToken(linkID string) string {
-	return share.DeriveToken(k.raw, "countersign decision link v1", linkID)
-}
-
 // HashToken is what the store keeps of a decision link's token: its hex SHA-256 (share.Hash, as
 // for share links).
 func HashToken(token string) string { return share.Hash(token) }
 
-// LinkHash is HashToken(k.LinkToken(linkID)): the stored hash of a new link's token.
-func (k Key) LinkHash(linkID string) string { return HashToken(k.LinkToken(linkID)) }
+// LinkTokens makes decision links' tokens (SPEC §15: at least 128 random bits, stored hashed) and
+// keeps each for the worker, which puts it in its approval.requested payload on every attempt.
+//
+// A token is random: nothing derives it, neither the webhook secret (which every receiver holds)
+// nor anything in the database. The database keeps its SHA-256 (decision_links.token_hash) and,
+// until the row that carries it is delivered or given up, the token sealed (AES-256-GCM, bound to
+// the link's id) under a key derived from the server's share key (share.LoadKey: a file beside
+// the database that only the replicas hold, never a receiver). So the secret plus the database
+// gives no token, and once its event is delivered the database holds nothing but the hash.
+//
+// Before issue 33 a token was HMAC(webhook secret, link id), which any receiver could compute
+// from a copy of the database; the migration that added the sealed column deleted the unused
+// links made that way (their pending approvals are decided on the session page or the inbox).
+type LinkTokens struct {
+	aead cipher.AEAD
+}
+
+// NewLinkTokens returns the decision-link tokens sealed under serverKey (the share key, at least
+// 32 bytes). Errors: a shorter key.
+func NewLinkTokens(serverKey []byte) (LinkTokens, error) {
+	if len(serverKey) < 32 {
+		return LinkTokens{}, errors.New("decision links: the server key must be at least 32 bytes")
+	}
+	m := hmac.New(sha256.New, serverKey)
+	m.Write([]byte("countersign decision link seal v1"))
+	block, err := aes.NewCipher(m.Sum(nil))
+	if err != nil {
+		return LinkTokens{}, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return LinkTokens{}, err
+	}
+	return LinkTokens{aead: aead}, nil
+}
+
+// NewLink is a new decision link's secret: Token goes in the payload, Hash (HashToken(Token))
+// and Sealed in the database.
+type NewLink struct {
+	// Token is 160 random bits, base32, lower case (32 characters).
+	Token string
+	Hash  string
+	// Sealed is Token sealed for link id (nonce and AES-GCM ciphertext, base64url): only
+	// LinkTokens.Open with the same server key and link id gives it back.
+	Sealed string
+}
+
+// New makes the secret of decision link linkID. Errors: from the system's random source, or a
+// zero LinkTokens.
+func (t LinkTokens) New(linkID string) (NewLink, error) {
+	if t.aead == nil {
+		return NewLink{}, errors.New("decision links: no server key (NewLinkTokens)")
+	}
+	raw := make([]byte, 20)
+	if _, err := rand.Read(raw); err != nil {
+		return NewLink{}, err
+	}
+	token := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(raw))
+	nonce := make([]byte, t.aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return NewLink{}, err
+	}
+	sealed := t.aead.Seal(nonce, nonce, []byte(token), []byte(linkID))
+	return NewLink{Token: token, Hash: HashToken(token), Sealed: base64.RawURLEncoding.EncodeToString(sealed)}, nil
+}
+
+// Open returns the token sealed for link linkID. Errors: a value that was not sealed by New
+// under this server key for this link id (another key, another link's row, tampered or empty).
+func (t LinkTokens) Open(linkID, sealed string) (string, error) {
+	bad := errors.New("decision link " + linkID + ": its token cannot be opened with this server's key")
+	b, err := base64.RawURLEncoding.DecodeString(sealed)
+	if t.aead == nil || err != nil || len(b) < t.aead.NonceSize() {
+		return "", bad
+	}
+	n := t.aead.NonceSize()
+	token, err := t.aead.Open(nil, b[:n], b[n:], []byte(linkID))
+	if err != nil {
+		return "", bad
+	}
+	return string(token), nil
+}
+
+// TokenOf is the token of delivery d's decision link: Open(d.LinkID, d.SealedToken).
+func (t LinkTokens) TokenOf(d Delivery) (string, error) { return t.Open(d.LinkID, d.SealedToken) }

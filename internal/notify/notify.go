@@ -5,8 +5,11 @@
 //
 // What happens where: the store writes one outbox row per receiver and event in the same
 // transaction as the approval (or its resolution), and a decision link per receiver with the
-// pending approval; the Worker, on its own goroutine, builds each payload when it sends it,
-// so the gate never waits for a receiver and nothing but the outbox row waits across a restart.
+// pending approval — only for the receivers that may decide it: a call whose rule names
+// reviewers is not announced at all to a receiver whose recipient is not among them (by
+// gate.PersonKey), so no arguments or diff reach it; the Worker, on its own goroutine, builds
+// each payload when it sends it, so the gate never waits for a receiver and nothing but the
+// outbox row waits across a restart. Decision links' tokens are random (LinkTokens).
 package notify
 
 import (
@@ -161,8 +164,8 @@ func ParseReceiver(entry string) (Receiver, error) {
 }
 
 // Link is a decision link (SPEC §15): one per receiver and pending approval, bound to the
-// approval and to the SHA-256 of its canonical arguments, single use. Its token is derived from
-// the ID with the server's key (Key.LinkToken) and only its hash is stored.
+// approval and to the SHA-256 of its canonical arguments, single use. Its token is random
+// (LinkTokens.New) and only its hash is stored with it.
 type Link struct {
 	ID         string
 	ApprovalID string
@@ -221,8 +224,12 @@ type Delivery struct {
 	Event      Event
 	ReceiverID string
 	// LinkID is the decision link an approval.requested row carries; "" for other events.
-	LinkID    string
-	CreatedAt time.Time
+	LinkID string
+	// SealedToken is that link's token sealed (LinkTokens.New, Open), while the row is pending;
+	// "" once it is delivered or given up, for other events, and for rows written before
+	// tokens were random (sent without a decision link). Never marshalled.
+	SealedToken string `json:"-"`
+	CreatedAt   time.Time
 	// Tries is how many attempts were made so far.
 	Tries int
 	// NextAt is when the next attempt is due; nil once delivered or given up.

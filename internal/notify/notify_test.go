@@ -2,6 +2,8 @@ package notify_test
 
 import (
 	"context"
+	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,6 +23,7 @@ import (
 	"countersign/internal/gate"
 	"countersign/internal/notify"
 	"countersign/internal/render"
+	"countersign/internal/share"
 	"countersign/internal/store/sqlite"
 	"countersign/internal/tool"
 )
@@ -90,16 +93,13 @@ func TestLoadKeyCreatesAPrivateSecretOnceAndRefusesAForeignFile(t *testing.T) {
 		t.Errorf("key file mode %v, want 0600", fi.Mode().Perm())
 	}
 	k2, created, err := notify.LoadKey(path)
-	if err != nil || created || k2.Secret() != k1.Secret() || k2.LinkToken("x") != k1.LinkToken("x") {
+	if err != nil || created || k2.Secret() != k1.Secret() || k2.Fingerprint() != k1.Fingerprint() {
 		t.Errorf("second LoadKey = %q, %v, %v; want the same key, not created", k2.Secret(), created, err)
 	}
 	bad := filepath.Join(dir, "bad")
 	os.WriteFile(bad, []byte("hunter2"), 0o600)
 	if _, _, err := notify.LoadKey(bad); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Errorf("LoadKey(bad) = %v, want an error naming the file", err)
-	}
-	if len(k1.LinkToken("dl-1")) != 32 || k1.LinkToken("dl-1") == k1.LinkToken("dl-2") {
-		t.Errorf("link tokens %q %q: want 32 characters (160 bits), one per link", k1.LinkToken("dl-1"), k1.LinkToken("dl-2"))
 	}
 }
 
@@ -128,11 +128,15 @@ func TestArgumentsDigestIgnoresKeyOrderAndSpacing(t *testing.T) {
 	}
 }
 
+// serverKey stands for the server's share key (share.LoadKey), which seals decision-link tokens.
+var serverKey = []byte("the server's own key, 32 bytes!!")
+
 // env is a store with one session, a receiver server and a worker over them.
 type env struct {
 	db      *sqlite.DB
 	path    string
 	key     notify.Key
+	links   notify.LinkTokens // sealed under serverKey
 	sess    string
 	hits    chan hit
 	answers chan int // the status each request gets; 200 when none is queued
@@ -151,6 +155,9 @@ func newEnv(t *testing.T) *env {
 	e := &env{path: filepath.Join(t.TempDir(), "cs.db"), hits: make(chan hit, 100), answers: make(chan int, 100)}
 	var err error
 	if e.key, _, err = notify.LoadKey(e.path + ".notify-key"); err != nil {
+		t.Fatal(err)
+	}
+	if e.links, err = notify.NewLinkTokens(serverKey); err != nil {
 		t.Fatal(err)
 	}
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -205,11 +212,11 @@ func (e *env) start(t *testing.T, base time.Duration, receivers ...notify.Receiv
 func (e *env) startWith(t *testing.T, cfg notify.WorkerConfig, stored, known []notify.Receiver) (attempts chan notify.Attempt, stop func()) {
 	t.Helper()
 	attempts = make(chan notify.Attempt, 100)
-	w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: known, Key: e.key,
+	w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: known, Key: e.key, Links: e.links,
 		PublicURL: "https://cs.example.com/", RetryBase: cfg.RetryBase, MaxAttempts: cfg.MaxAttempts, Now: cfg.Now,
 		Diff: render.UnifiedDiff})
 	receivers := stored
-	e.db.SetNotify(receivers, e.key.LinkHash, w.Wake)
+	e.db.SetNotify(receivers, e.links, w.Wake)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
@@ -659,11 +666,11 @@ func TestAWorkerNeverSendsARowWhoseClaimItLost(t *testing.T) {
 	ctx := context.Background()
 	alice := e.receiver(t, "alice="+e.srv.URL)
 	th := thief{DB: e.db, renewed: make(chan bool, 10), reclaimed: make(chan struct{}, 10), claims: new(atomic.Int32)}
-	w := notify.NewWorker(notify.WorkerConfig{Outbox: th, Receivers: []notify.Receiver{alice}, Key: e.key,
+	w := notify.NewWorker(notify.WorkerConfig{Outbox: th, Receivers: []notify.Receiver{alice}, Key: e.key, Links: e.links,
 		PublicURL: "https://cs.example.com/", ID: "mine"})
 	// Not woken by the store: the row is claimed by Run's first read, and Run reads again only
 	// when the lane is done with it.
-	e.db.SetNotify([]notify.Receiver{alice}, e.key.LinkHash, nil)
+	e.db.SetNotify([]notify.Receiver{alice}, e.links, nil)
 	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -708,9 +715,9 @@ func TestAWorkerStoppedMidAttemptLeavesItsRowToTheNextAtOnce(t *testing.T) {
 	r := e.receiver(t, "bob="+slow.URL)
 	run := func(id string) (attempts chan notify.Attempt, stop func()) {
 		attempts = make(chan notify.Attempt, 10)
-		w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: []notify.Receiver{r}, Key: e.key,
+		w := notify.NewWorker(notify.WorkerConfig{Outbox: recorder{e.db, attempts}, Receivers: []notify.Receiver{r}, Key: e.key, Links: e.links,
 			PublicURL: "https://cs.example.com/", ID: id, Timeout: time.Hour, ClaimFor: time.Hour})
-		e.db.SetNotify([]notify.Receiver{r}, e.key.LinkHash, w.Wake)
+		e.db.SetNotify([]notify.Receiver{r}, e.links, w.Wake)
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); w.Run(runCtx) }()
@@ -744,5 +751,267 @@ func TestEventArgumentsAreTextAsTyped(t *testing.T) {
 	}
 	if s := p.Data.Summary; !strings.Contains(s.Arguments, `"command": "sort <in.txt >out.txt && echo ok"`) || s.Command != "sort <in.txt >out.txt && echo ok" {
 		t.Fatalf("arguments %q, command %q; want them as typed", s.Arguments, s.Command)
+	}
+}
+
+// A call that needs two approvers, approved and denied, sends approval.resolved with every vote
+// (who, what, when), signed as every event is (issue 33).
+func TestTwoApproverCallsSendApprovalResolvedWithEveryVote(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	r := e.receiver(t, "pager="+e.srv.URL+"/hook")
+	e.start(t, time.Second, r)
+	for _, id := range []string{"A1", "A2"} {
+		a := pending(id, e.sess, "run_command", `{"command":"make deploy"}`)
+		a.Approvers = 2
+		if err := e.db.CreateApproval(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t1 := time.Now().UTC().Add(-time.Minute).Truncate(time.Millisecond)
+	t2 := t1.Add(5 * time.Second)
+	for _, v := range []struct {
+		id string
+		v  gate.Vote
+	}{
+		{"A1", gate.Vote{By: "alice", Decision: gate.Approved, At: t1}},
+		{"A1", gate.Vote{By: "bob", Decision: gate.Approved, At: t2}},
+		{"A2", gate.Vote{By: "alice", Decision: gate.Approved, At: t1}},
+		{"A2", gate.Vote{By: "bob", Decision: gate.Denied, Reason: "not on a Friday", At: t2}},
+	} {
+		if _, _, err := e.db.CastVote(ctx, v.id, v.v, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wh, err := standardwebhooks.NewWebhook(e.key.Secret())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved := map[string]notify.ApprovalData{}
+	for range 4 {
+		h := wait(t, e.hits, "request")
+		if err := wh.Verify(h.body, h.header); err != nil {
+			t.Fatalf("Verify: %v (headers %v)", err, h.header)
+		}
+		var p notify.Payload
+		if err := json.Unmarshal(h.body, &p); err != nil {
+			t.Fatal(err)
+		}
+		switch p.Type {
+		case notify.Resolved:
+			resolved[p.Data.Approval.ID] = p.Data.Approval
+		case notify.Requested:
+			if p.Data.Approval.Approvers != 2 || len(p.Data.Approval.Votes) != 0 {
+				t.Errorf("request %s: approvers %d, votes %v", p.Data.Approval.ID, p.Data.Approval.Approvers, p.Data.Approval.Votes)
+			}
+		default:
+			t.Errorf("unexpected %s", p.Type)
+		}
+	}
+	want := map[string]struct {
+		status, decidedBy string
+		votes             []notify.VoteData
+	}{
+		"A1": {"approved", "bob", []notify.VoteData{{By: "alice", Decision: "approved", At: t1}, {By: "bob", Decision: "approved", At: t2}}},
+		"A2": {"denied", "bob", []notify.VoteData{{By: "alice", Decision: "approved", At: t1}, {By: "bob", Decision: "denied", Reason: "not on a Friday", At: t2}}},
+	}
+	for id, w := range want {
+		got, ok := resolved[id]
+		if !ok {
+			t.Errorf("no approval.resolved for %s", id)
+			continue
+		}
+		gotVotes, _ := json.Marshal(got.Votes)
+		wantVotes, _ := json.Marshal(w.votes)
+		if got.Status != w.status || got.DecidedBy != w.decidedBy || got.Approvers != 2 || string(gotVotes) != string(wantVotes) {
+			t.Errorf("%s resolved: %s by %s, approvers %d, votes %s; want %s by %s, votes %s", id, got.Status, got.DecidedBy, got.Approvers, gotVotes, w.status, w.decidedBy, wantVotes)
+		}
+	}
+}
+
+// TestADecisionLinksTokenCannotBeDerivedFromTheWebhookSecretAndTheDatabase (issue 33): every
+// receiver holds the signing secret; with it and a copy of the database, an attacker tries what
+// used to work (HMAC of the link id under the secret), opening the sealed token with the secret,
+// and finding the token in any stored value. Each fails: the token is random, and sealed under
+// the server's own key until its event is delivered, then gone from the database.
+func TestADecisionLinksTokenCannotBeDerivedFromTheWebhookSecretAndTheDatabase(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := e.receiver(t, "alice="+e.srv.URL)
+	e.db.SetNotify([]notify.Receiver{alice}, e.links, nil) // no worker yet: the row waits
+	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// The database before the event is sent: the row still holds the sealed token.
+	raw, err := sql.Open("sqlite", e.path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var linkID, tokenHash, sealed string
+	if err := raw.QueryRow(`SELECT l.id, l.token_hash, o.link_token FROM decision_links l JOIN notify_outbox o ON o.link_id = l.id`).
+		Scan(&linkID, &tokenHash, &sealed); err != nil || sealed == "" {
+		t.Fatalf("stored link: sealed %q, %v", sealed, err)
+	}
+	attempts, _ := e.start(t, time.Second, alice)
+	var p notify.Payload
+	if err := json.Unmarshal(wait(t, e.hits, "request").body, &p); err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimPrefix(p.Data.Links.Decision, "https://cs.example.com/d/")
+	if len(token) != 32 || notify.HashToken(token) != tokenHash {
+		t.Fatalf("token %q does not name the stored link (hash %s)", token, tokenHash)
+	}
+	secret, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(e.key.Secret(), "whsec_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1. The old derivation: HMAC(secret, link id).
+	for _, purpose := range []string{"countersign decision link v1", "countersign decision link seal v1"} {
+		if guess := share.DeriveToken(secret, purpose, linkID); guess == token || notify.HashToken(guess) == tokenHash {
+			t.Errorf("the token is derived from the webhook secret (%s)", purpose)
+		}
+	}
+	// 2. Opening the sealed token with the secret, as raw bytes or as the "whsec_" text.
+	for _, k := range [][]byte{secret, []byte(e.key.Secret())} {
+		lt, err := notify.NewLinkTokens(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := lt.Open(linkID, sealed); err == nil {
+			t.Errorf("the webhook secret opens the sealed token: %q", got)
+		}
+	}
+	// 3. The token in any stored value, after the event is delivered: the sealed copy is gone too.
+	if a := wait(t, attempts, "attempt"); !a.OK() {
+		t.Fatalf("attempt %+v", a)
+	}
+	for _, q := range []string{`SELECT id || token_hash || approval_id || receiver_id || recipient || arguments_sha256 FROM decision_links`,
+		`SELECT id || approval_id || receiver_id || link_id || link_token FROM notify_outbox`} {
+		rows, err := raw.Query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var v string
+			rows.Scan(&v)
+			if strings.Contains(v, token) {
+				t.Errorf("%s: a stored value holds the token", q)
+			}
+		}
+		rows.Close()
+	}
+	var left string
+	if err := raw.QueryRow(`SELECT link_token FROM notify_outbox WHERE link_id = ?`, linkID).Scan(&left); err != nil || left != "" {
+		t.Errorf("after delivery the row keeps %q (%v), want no sealed token", left, err)
+	}
+}
+
+// TestAReceiverNotAmongACallsReviewersIsToldNothingOfIt (issue 33): a call whose rule names
+// reviewers is announced only to the receivers whose recipient is one of them (matched as people:
+// "аlice" with a Cyrillic а is alice); any other receiver gets no event for it — neither its
+// arguments nor its diff, nor a link that could not decide it — and no resolution either.
+func TestAReceiverNotAmongACallsReviewersIsToldNothingOfIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	alice, bob := e.receiver(t, "\u0430lice="+e.srv.URL+"/a"), e.receiver(t, "bob="+e.srv.URL+"/b")
+	e.start(t, time.Second, alice, bob)
+	a := pending("A1", e.sess, "write_file", `{"path":".env","content":"DB_PASSWORD=hunter2\n"}`)
+	a.Reviewers = []string{"alice", "carol"}
+	if err := e.db.CreateApproval(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.ResolveApproval(ctx, "A1", gate.Resolution{Status: gate.Denied, DecidedBy: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	// Another call, with no reviewers, goes to both: bob's lane works.
+	if err := e.db.CreateApproval(ctx, pending("A2", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for range 4 {
+		h := wait(t, e.hits, "request")
+		var p notify.Payload
+		json.Unmarshal(h.body, &p)
+		got[p.Data.Approval.ID+" "+string(p.Type)+" "+h.url] = true
+		if h.url == "/b" && strings.Contains(string(h.body), "hunter2") {
+			t.Errorf("bob got the arguments of a call he may not decide: %s", h.body)
+		}
+	}
+	for _, want := range []string{"A1 approval.requested /a", "A1 approval.resolved /a", "A2 approval.requested /a", "A2 approval.requested /b"} {
+		if !got[want] {
+			t.Errorf("no %q among %v", want, got)
+		}
+	}
+	ds, _ := e.db.Deliveries(ctx, e.sess)
+	for _, d := range ds {
+		if d.Approval.ID == "A1" && d.ReceiverID == bob.ID {
+			t.Errorf("a delivery of A1 to bob: %s", d.ID)
+		}
+	}
+	if len(ds) != 4 {
+		t.Errorf("%d deliveries, want 4", len(ds))
+	}
+}
+
+// TestSlackResolutionsOfSeveralApproversListTheVotes: a Slack receiver's approval.resolved of a
+// call that needed two approvers shows who voted what, and when, escaped for Slack.
+func TestSlackResolutionsOfSeveralApproversListTheVotes(t *testing.T) {
+	at := time.Date(2026, 12, 6, 1, 0, 5, 0, time.UTC)
+	body, err := notify.SlackBody(notify.Payload{Type: notify.Resolved, Data: notify.Data{
+		Approval: notify.ApprovalData{ToolName: "run_command", Status: "denied", DecidedBy: "bob", Approvers: 2, Votes: []notify.VoteData{
+			{By: "alice", Decision: "approved", At: at.Add(-5 * time.Second)},
+			{By: "bob", Decision: "denied", Reason: "not <today>", At: at}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Blocks []struct {
+			Type     string
+			Elements []map[string]any
+		}
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	want := "1 of 2 approvals — alice approved at 01:00:00 UTC; bob denied at 01:00:05 UTC: not &lt;today&gt;"
+	found := false
+	for _, b := range m.Blocks {
+		found = found || b.Type == "context" && len(b.Elements) == 1 && b.Elements[0]["text"] == want
+	}
+	if !found {
+		t.Errorf("slack body %s, want a context block %q", body, want)
+	}
+}
+
+// TestARequestWithoutASealedTokenIsSentWithoutADecisionLink: a request row left by an older
+// version (no sealed token: its derived link was deleted by the migration) still tells the
+// receiver a call waits, with no decision link.
+func TestARequestWithoutASealedTokenIsSentWithoutADecisionLink(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	alice := e.receiver(t, "alice="+e.srv.URL)
+	e.db.SetNotify([]notify.Receiver{alice}, e.links, nil)
+	if err := e.db.CreateApproval(ctx, pending("A1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := sql.Open("sqlite", e.path+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Exec(`UPDATE notify_outbox SET link_token = ''`); err != nil {
+		t.Fatal(err)
+	}
+	attempts, _ := e.start(t, time.Second, alice)
+	var p notify.Payload
+	if err := json.Unmarshal(wait(t, e.hits, "request").body, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Type != notify.Requested || p.Data.Approval.ID != "A1" || p.Data.Links.Decision != "" {
+		t.Errorf("payload %+v, want approval.requested for A1 without a decision link", p)
+	}
+	if a := wait(t, attempts, "attempt"); !a.OK() {
+		t.Errorf("attempt %+v", a)
 	}
 }

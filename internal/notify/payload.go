@@ -51,6 +51,22 @@ type ApprovalData struct {
 	Reason           string     `json:"reason,omitempty"`
 	CreatedAt        time.Time  `json:"createdAt"`
 	DecidedAt        *time.Time `json:"decidedAt,omitempty"`
+	// Approvers is how many distinct people must approve (SPEC §15: a rule's approvers, ≥ 2);
+	// absent when one person decides.
+	Approvers int `json:"approvers,omitempty"`
+	// Votes are the people's answers to a call that needs several approvers, in the order they
+	// came: every vote on approval.resolved and approval.timed_out, none on approval.requested
+	// (nobody has voted yet when it is written); absent when one person decides.
+	Votes []VoteData `json:"votes,omitempty"`
+}
+
+// VoteData is one person's vote (gate.Vote): who, approved or denied, their reason, and when
+// (RFC 3339, UTC).
+type VoteData struct {
+	By       string    `json:"by"`
+	Decision string    `json:"decision"` // approved | denied
+	Reason   string    `json:"reason,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // Summary is what the prompt shows of the call: the command of run_command (or of any tool
@@ -91,8 +107,14 @@ func BuildPayload(d Delivery, r Receiver, publicURL, decisionURL string, now tim
 	ad := ApprovalData{ID: a.ID, ToolCallID: a.ToolCallID, ToolName: a.ToolName, ToolTitle: a.ToolTitle,
 		RequestedBy: a.RequestedBy, ParentToolCallID: a.ParentToolCallID, AskReason: a.AskReason,
 		Status: status, CreatedAt: a.CreatedAt}
+	if a.Quorum() {
+		ad.Approvers = a.Approvers
+	}
 	if d.Event != Requested {
 		ad.DecidedBy, ad.Reason, ad.DecidedAt = a.DecidedBy, a.Reason, a.DecidedAt
+		for _, v := range a.Votes {
+			ad.Votes = append(ad.Votes, VoteData{By: v.By, Decision: string(v.Decision), Reason: v.Reason, At: v.At.UTC()})
+		}
 	}
 	base := strings.TrimRight(publicURL, "/")
 	return Payload{Type: d.Event, Timestamp: now.UTC(), Data: Data{
@@ -151,8 +173,9 @@ type slackMessage struct {
 }
 
 // SlackBody is p as a Slack incoming-webhook message: a text line (tool, session, status) and
-// blocks with the command or diff (cut to fit Slack's 3,000-character text blocks) and buttons
-// linking to the decision page and the session. Every text is escaped for Slack's mrkdwn.
+// blocks with the command or diff (cut to fit Slack's 3,000-character text blocks), the votes of
+// a call that needed several approvers (votesLine, when there are any) and buttons linking to
+// the decision page and the session. Every text is escaped for Slack's mrkdwn.
 func SlackBody(p Payload) ([]byte, error) {
 	d := p.Data
 	var head string
@@ -181,6 +204,10 @@ func SlackBody(p Payload) ([]byte, error) {
 		map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": "*" + slackEscape(head) + "*"}},
 		map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": "```" + slackEscape(strings.ReplaceAll(body, "```", "'''")) + "```"}},
 	}
+	if votes := votesLine(d.Approval); votes != "" {
+		blocks = append(blocks, map[string]any{"type": "context", "elements": []any{
+			map[string]any{"type": "mrkdwn", "text": slackEscape(votes)}}})
+	}
 	buttons := []any{}
 	if d.Links.Decision != "" {
 		buttons = append(buttons, map[string]any{"type": "button", "style": "primary", "url": d.Links.Decision,
@@ -194,6 +221,27 @@ func SlackBody(p Payload) ([]byte, error) {
 		text += " — decide: " + d.Links.Decision
 	}
 	return json.Marshal(slackMessage{Text: slackEscape(text), Blocks: blocks})
+}
+
+// votesLine is the votes of a call that needs several approvers, as a line: "2 of 2 approvals —
+// alice approved at 01:00:00 UTC; bob approved at 01:00:05 UTC"; a denial with its reason
+// ("bob denied at … UTC: not on a Friday"). "" when there are no votes.
+func votesLine(a ApprovalData) string {
+	if len(a.Votes) == 0 {
+		return ""
+	}
+	n := 0
+	parts := make([]string, len(a.Votes))
+	for i, v := range a.Votes {
+		if v.Decision == string(gate.Approved) {
+			n++
+		}
+		parts[i] = fmt.Sprintf("%s %s at %s UTC", v.By, v.Decision, v.At.UTC().Format("15:04:05"))
+		if v.Reason != "" {
+			parts[i] += ": " + v.Reason
+		}
+	}
+	return fmt.Sprintf("%d of %d approvals — %s", n, a.Approvers, strings.Join(parts, "; "))
 }
 
 // slackEscape escapes &, < and > as Slack's message formatting asks.

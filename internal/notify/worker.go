@@ -76,6 +76,9 @@ type WorkerConfig struct {
 	Outbox    Outbox
 	Receivers []Receiver
 	Key       Key
+	// Links opens the sealed tokens of decision links (NewLinkTokens with the server's share
+	// key); a zero value sends approval.requested without a decision link.
+	Links LinkTokens
 	// PublicURL is the server's base URL as receivers reach it ("https://cs.example.com"): the
 	// links in payloads are built on it.
 	PublicURL string
@@ -351,8 +354,14 @@ func (w *Worker) RetryDelay(n int) time.Duration {
 func (w *Worker) post(ctx context.Context, d Delivery, r Receiver) (status int, errText string) {
 	now := w.cfg.Now()
 	decision := ""
-	if d.Event == Requested && d.LinkID != "" {
-		decision = strings.TrimRight(w.cfg.PublicURL, "/") + "/d/" + w.cfg.Key.LinkToken(d.LinkID)
+	if d.Event == Requested && d.SealedToken != "" {
+		// A token this server cannot open (another share key; never expected) is left out: the
+		// event still says a call waits, and it is decided on the session page.
+		if token, err := w.cfg.Links.TokenOf(d); err == nil {
+			decision = strings.TrimRight(w.cfg.PublicURL, "/") + "/d/" + token
+		} else {
+			w.cfg.Logger.Error("webhook delivery: no decision link", "delivery", d.ID, "err", err)
+		}
 	}
 	p := BuildPayload(d, r, w.cfg.PublicURL, decision, now, w.cfg.Diff)
 	var body []byte

@@ -20,7 +20,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/mtibben/confusables"
 	"golang.org/x/text/unicode/norm"
 
 	"countersign/internal/apperr"
@@ -324,24 +323,7 @@ func NormalizeName(raw string) (string, error) {
 	return s, nil
 }
 
-// lookAlike is what a name looks like, for comparing names people could mistake for each other:
-// accents removed (NFD without combining marks), small capitals as plain letters, then the
-// Unicode TR39 confusables skeleton ("оwner" with a Cyrillic о, "0wner" and "owner" share one),
-// in lower case.
-func lookAlike(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if unicode.Is(unicode.Mn, r) {
-			return -1
-		}
-		if plain, ok := smallCapitals[r]; ok {
-			return plain
-		}
-		return unicode.ToLower(r)
-	}, norm.NFD.String(s))
-	return strings.ToLower(confusables.Skeleton(s))
-}
-
-// reservedKey is what a name is compared by against the reserved names: its lookAlike with only
+// reservedKey is what a name is compared by against the reserved names: its gate.PersonKey with only
 // letters and digits kept ("owner.", "o w n e r" and "owner_" are "owner") and l taken for i
 // ("pol1cy" and "policy" meet: the skeleton already takes 1 and I for l).
 func reservedKey(s string) string {
@@ -353,15 +335,7 @@ func reservedKey(s string) string {
 			return r
 		}
 		return -1
-	}, lookAlike(s))
-}
-
-// smallCapitals maps the Latin small capital letters (IPA and Phonetic Extensions, Latin
-// Extended-D), which the TR39 confusables data leaves alone, to the plain letters they look like.
-var smallCapitals = map[rune]rune{
-	'ᴀ': 'a', 'ʙ': 'b', 'ᴄ': 'c', 'ᴅ': 'd', 'ᴇ': 'e', 'ꜰ': 'f', 'ɢ': 'g', 'ʜ': 'h', 'ɪ': 'i',
-	'ᴊ': 'j', 'ᴋ': 'k', 'ʟ': 'l', 'ᴍ': 'm', 'ɴ': 'n', 'ᴏ': 'o', 'ᴘ': 'p', 'ꞯ': 'q', 'ʀ': 'r',
-	'ꜱ': 's', 'ᴛ': 't', 'ᴜ': 'u', 'ᴠ': 'v', 'ᴡ': 'w', 'ʏ': 'y', 'ᴢ': 'z',
+	}, gate.PersonKey(s))
 }
 
 // stripInvisible removes the code points a name must not hold because they show nothing (or

@@ -55,7 +55,7 @@ type Backend interface {
 	// (ClaimDeliveries, RenewClaim, ReleaseClaims), wait for NextDeliveryAt and write
 	// RecordAttempt (notify.Outbox); the audit page lists Deliveries; a decision link is read by
 	// its token's hash and used once (DecisionLink, UseDecisionLink).
-	SetNotify(receivers []notify.Receiver, linkHash func(linkID string) string, wake func())
+	SetNotify(receivers []notify.Receiver, links notify.LinkTokens, wake func())
 	ClaimDeliveries(ctx context.Context, c notify.Claim, limit int) ([]notify.Delivery, error)
 	RenewClaim(ctx context.Context, id string, c notify.Claim) (bool, error)
 	ReleaseClaims(ctx context.Context, by string) error
@@ -64,6 +64,9 @@ type Backend interface {
 	Deliveries(ctx context.Context, sessionID string) ([]notify.Delivery, error)
 	DecisionLink(ctx context.Context, tokenHash string) (notify.Link, error)
 	UseDecisionLink(ctx context.Context, id string, at time.Time) error
+	// ForgetReceivers deletes the unused decision links of receivers not in keep and gives up
+	// their pending events (a receiver removed from -notify-webhook; issue 33).
+	ForgetReceivers(ctx context.Context, keep []string, now time.Time) (int64, error)
 	// CastVote stores a person's vote on an approval that needs need approvals (SPEC §15): a
 	// deny resolves it at once, the need-th approve resolves it approved (gate.Store.CastVote).
 	CastVote(ctx context.Context, id string, v gate.Vote, need int) (gate.Approval, bool, error)

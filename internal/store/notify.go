@@ -28,25 +28,29 @@ import (
 // notifySetup is what SetNotify configures.
 type notifySetup struct {
 	receivers []notify.Receiver
-	linkHash  func(linkID string) string
+	links     notify.LinkTokens
 	wake      func()
 }
 
 // SetNotify makes every pending approval stored from now on write, in its own transaction, an
-// approval.requested outbox row and a decision link for each receiver, and every resolution of
-// such an approval an approval.resolved or approval.timed_out row for the receivers that were
-// told of it. linkHash is the hash of a new link's token (notify.Key.LinkHash); wake is called,
-// without blocking, after each commit that wrote rows (notify.Worker.Wake). Call it once, before
-// the store is used concurrently; no receivers turns notifications off.
-func (db *SQL) SetNotify(receivers []notify.Receiver, linkHash func(linkID string) string, wake func()) {
+// approval.requested outbox row and a decision link for each receiver that may decide it (SPEC
+// §15: a call whose rule names reviewers is announced only to receivers whose name is one of
+// them, gate.Approval.MayDecide; the others get no event about it at all, so neither its
+// arguments nor its diff), and every resolution of such an approval an approval.resolved or
+// approval.timed_out row for the receivers that were told of it. links makes each link's random
+// token, of which the link keeps the hash and the outbox row the sealed token until it is sent
+// (notify.LinkTokens); wake is called, without blocking, after each commit that wrote rows
+// (notify.Worker.Wake). Call it once, before the store is used concurrently; no receivers turns
+// notifications off.
+func (db *SQL) SetNotify(receivers []notify.Receiver, links notify.LinkTokens, wake func()) {
 	if wake == nil {
 		wake = func() {}
 	}
-	db.notify = notifySetup{receivers: receivers, linkHash: linkHash, wake: wake}
+	db.notify = notifySetup{receivers: receivers, links: links, wake: wake}
 }
 
-const insertOutbox = `INSERT INTO notify_outbox (id, approval_id, receiver_id, event, link_id, created_at, next_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?)`
+const insertOutbox = `INSERT INTO notify_outbox (id, approval_id, receiver_id, event, link_id, link_token, created_at, next_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 
 const insertDecisionLink = `INSERT INTO decision_links (id, token_hash, approval_id, receiver_id, recipient, arguments_sha256, created_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?)`
@@ -70,19 +74,27 @@ func (db *SQL) outboxResolved(ctx context.Context, tx Querier, a gate.Approval, 
 }
 
 // createNotifiedApproval is CreateApproval for a pending approval while receivers are set: the
-// approval, a decision link per receiver and an approval.requested outbox row per receiver, in
-// one transaction.
+// approval, and a decision link and an approval.requested outbox row for each receiver that may
+// decide it (SetNotify), in one transaction.
 func (db *SQL) createNotifiedApproval(ctx context.Context, a gate.Approval, args []any) error {
 	now := formatTime(db.Now())
 	digest := notify.ArgumentsDigest(a.Arguments)
 	type row struct{ link, outbox []any }
-	rows := make([]row, len(db.notify.receivers))
-	for i, r := range db.notify.receivers {
+	var rows []row
+	for _, r := range db.notify.receivers {
 		linkID := "dl-" + rand.Text() // 130 random bits
-		rows[i] = row{
-			link:   []any{linkID, db.notify.linkHash(linkID), a.ID, r.ID, r.Name, digest, now},
-			outbox: []any{a.ID + "/" + r.ID + "/" + string(notify.Requested), a.ID, r.ID, string(notify.Requested), linkID, now, now},
+		l := notify.Link{ID: linkID, ReceiverID: r.ID, Recipient: r.Name}
+		if a.MayDecide(l.Decider()) != nil {
+			continue // not among the call's reviewers: told nothing of it
 		}
+		secret, err := db.notify.links.New(linkID)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{
+			link:   []any{linkID, secret.Hash, a.ID, r.ID, r.Name, digest, now},
+			outbox: []any{a.ID + "/" + r.ID + "/" + string(notify.Requested), a.ID, r.ID, string(notify.Requested), linkID, secret.Sealed, now, now},
+		})
 	}
 	err := db.write(ctx, Atomic, func(tx Querier) error {
 		if _, err := db.exec(ctx, tx, insertApproval, args...); err != nil {
@@ -98,14 +110,14 @@ func (db *SQL) createNotifiedApproval(ctx context.Context, a gate.Approval, args
 		}
 		return nil
 	})
-	if err == nil {
+	if err == nil && len(rows) > 0 {
 		db.notify.wake()
 	}
 	return err
 }
 
 // outboxColumns are a delivery's columns, then its approval's (prefixed a.) and session title.
-var outboxColumns = `o.id, o.event, o.receiver_id, o.link_id, o.created_at, o.attempts, o.next_at, o.delivered_at, o.failed, s.title, ` +
+var outboxColumns = `o.id, o.event, o.receiver_id, o.link_id, o.link_token, o.created_at, o.attempts, o.next_at, o.delivered_at, o.failed, s.title, ` +
 	func() string {
 		cols := strings.Split(approvalColumns, ",")
 		for i, c := range cols {
@@ -124,7 +136,7 @@ func scanDelivery(r Row) (notify.Delivery, error) {
 	)
 	// The approval's columns follow; scanApproval reads them through a scanner that first
 	// hands the delivery's columns here.
-	a, err := scanApproval(prefixRow{r: r, first: []any{&d.ID, &event, &d.ReceiverID, &d.LinkID, &createdAt,
+	a, err := scanApproval(prefixRow{r: r, first: []any{&d.ID, &event, &d.ReceiverID, &d.LinkID, &d.SealedToken, &createdAt,
 		&d.Tries, &nextAt, &delivered, &d.Failed, &d.SessionTitle}})
 	if err != nil {
 		return d, err
@@ -150,7 +162,7 @@ const claimable = `o.next_at IS NOT NULL AND o.next_at <= ?2
 
 // ClaimDeliveries claims for c.By, until c.Until, up to limit outbox rows claimable at c.Now
 // (due, and neither they nor their receiver's rows under another worker's live claim), the
-// earliest due first, and returns them with their approvals and sessions' titles
+// earliest due first, and returns them with their approvals (with their votes) and sessions' titles
 // (notify.Outbox). One write transaction: two claims never return the same row to two workers.
 //
 // Where several processes share the database (PostgreSQL, at READ COMMITTED), the dialect's
@@ -186,7 +198,27 @@ func (db *SQL) ClaimDeliveries(ctx context.Context, c notify.Claim, limit int) (
 			WHERE o.id IN (`+placeholders(1, len(ids))+`) ORDER BY o.next_at, o.{ord}`, ids...)
 		return err
 	})
-	return ds, err
+	if err != nil || len(ds) == 0 {
+		return ds, err
+	}
+	// The votes of approvals that need several approvers (approval.resolved carries them),
+	// read after the claim's commit: a resolved approval's votes no longer change.
+	// One approval may be in several rows (its request and its resolution): each read once.
+	var as []gate.Approval
+	at := map[string]int{}
+	for _, d := range ds {
+		if _, ok := at[d.Approval.ID]; !ok {
+			at[d.Approval.ID] = len(as)
+			as = append(as, d.Approval)
+		}
+	}
+	if err := db.withVotes(ctx, as); err != nil {
+		return nil, err
+	}
+	for i, d := range ds {
+		ds[i].Approval.Votes = as[at[d.Approval.ID]].Votes
+	}
+	return ds, nil
 }
 
 // placeholders is n numbered placeholders from ?first on: "?5, ?6, ?7".
@@ -272,8 +304,11 @@ func (db *SQL) RecordAttempt(ctx context.Context, id string, a notify.Attempt, n
 	}
 	failed := !a.OK() && next == nil
 	return db.write(ctx, Atomic, func(tx Querier) error {
+		// A row that is done forgets its link's sealed token: from then on the database holds
+		// only the token's hash.
 		n, err := db.exec(ctx, tx, `UPDATE notify_outbox SET attempts = attempts + 1, next_at = ?, delivered_at = ?, failed = ?,
-			claimed_by = NULL, claimed_until = NULL WHERE id = ?`, nullTime(next), delivered, failed, id)
+			claimed_by = NULL, claimed_until = NULL, link_token = CASE WHEN ? THEN link_token ELSE '' END WHERE id = ?`,
+			nullTime(next), delivered, failed, next != nil, id)
 		if err != nil {
 			return err
 		}
@@ -370,4 +405,43 @@ func (db *SQL) UseDecisionLink(ctx context.Context, id string, at time.Time) (er
 		}
 		return apperr.Errorf(apperr.Conflict, "This link was already used.")
 	})
+}
+
+// ForgetReceivers ends what the store keeps for webhook receivers that are no longer configured
+// (SPEC §15; issue 33: removing a receiver kills its links): every unused decision link of a
+// receiver whose id is not in keep is deleted (its token answers 404 from now on), and each of
+// their outbox rows still pending is given up — recorded as one failed attempt at now ("receiver
+// … is no longer configured"), its sealed token forgotten — so no worker sends it later. keep
+// empty forgets every receiver (notifications turned off). The server calls it at start with its
+// -notify-webhook receivers; replicas of one database are expected to have the same entries. It
+// returns how many links it deleted.
+func (db *SQL) ForgetReceivers(ctx context.Context, keep []string, now time.Time) (links int64, err error) {
+	defer apperr.Wrap(&err, "store.ForgetReceivers")
+	// gone(first) is the condition "the receiver is not kept", its placeholders numbered from
+	// first; ids are keep's as arguments.
+	var ids []any
+	for _, id := range keep {
+		ids = append(ids, id)
+	}
+	gone := func(first int) string {
+		if len(keep) == 0 {
+			return ""
+		}
+		return ` AND receiver_id NOT IN (` + placeholders(first, len(keep)) + `)`
+	}
+	err = db.write(ctx, Atomic|Durable, func(tx Querier) error {
+		var err error
+		if links, err = db.exec(ctx, tx, `DELETE FROM decision_links WHERE used_at IS NULL`+gone(1), ids...); err != nil {
+			return err
+		}
+		if _, err := db.exec(ctx, tx, `INSERT INTO notify_attempts (outbox_id, n, at, status, error, duration_ns)
+			SELECT id, attempts + 1, CAST(?1 AS TEXT), 0, 'receiver ' || receiver_id || ' is no longer configured (-notify-webhook)', 0
+			FROM notify_outbox WHERE next_at IS NOT NULL`+gone(2), append([]any{formatTime(now)}, ids...)...); err != nil {
+			return err
+		}
+		_, err = db.exec(ctx, tx, `UPDATE notify_outbox SET attempts = attempts + 1, next_at = NULL, failed = TRUE, link_token = '',
+			claimed_by = NULL, claimed_until = NULL WHERE next_at IS NOT NULL`+gone(1), ids...)
+		return err
+	})
+	return links, err
 }

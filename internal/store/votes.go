@@ -38,9 +38,11 @@ func namesOf(s sql.NullString) ([]string, error) {
 // both stored and exactly one of them can resolve the approval: a deny resolves it denied at
 // once (decided by v.By, with v's reason); the need-th approve resolves it approved (decided by
 // v.By); otherwise it stays pending. It returns the approval as now stored with its Votes, and
-// counted false when v.By had already approved (then nothing changed). Errors: apperr.NotFound
+// counted false when v.By (or a name that is the same person) had already approved (then nothing
+// changed). Errors: apperr.NotFound
 // for an unknown id; apperr.Conflict for an approval no longer pending ("approval already
-// resolved") or a person who voted otherwise before (one vote per name).
+// resolved") or a person who voted otherwise before (one vote per person: names are compared by
+// gate.PersonKey, so "alice" and "аlice" with a Cyrillic а are one person).
 func (db *SQL) CastVote(ctx context.Context, id string, v gate.Vote, need int) (a gate.Approval, counted bool, err error) {
 	defer apperr.Wrap(&err, "store.CastVote(%s, %s)", id, v.By)
 	if v.Decision != gate.Approved && v.Decision != gate.Denied {
@@ -63,17 +65,26 @@ func (db *SQL) CastVote(ctx context.Context, id string, v gate.Vote, need int) (
 		if gate.Status(status) != gate.Pending {
 			return apperr.Errorf(apperr.Conflict, "approval already resolved")
 		}
-		var prev string
-		err = db.queryRow(ctx, tx, `SELECT decision FROM approval_votes WHERE approval_id = ? AND name = ?`, id, v.By).Scan(&prev)
-		switch {
-		case err == nil && prev == string(gate.Approved) && v.Decision == gate.Approved:
-			// The same person approving again counts once: nothing changes.
-			a, err = db.approvalIn(ctx, tx, id)
+		// People are compared by gate.PersonKey, not by the name as given: links for "alice" and
+		// "аlice" (Cyrillic а) are one person, who votes once. The approval's row is locked (or
+		// the write is the only one), so no vote lands between this read and the insert.
+		votes, err := db.votesIn(ctx, tx, id)
+		if err != nil {
 			return err
-		case err == nil:
-			return apperr.Errorf(apperr.Conflict, "%s already %s this call: one vote per person.", v.By, prev)
-		case !isNoRows(err):
-			return err
+		}
+		approvals := map[string]bool{gate.PersonKey(v.By): v.Decision == gate.Approved}
+		for _, prev := range votes {
+			if gate.SamePerson(prev.By, v.By) {
+				if prev.Decision == gate.Approved && v.Decision == gate.Approved {
+					// The same person approving again counts once: nothing changes.
+					a, err = db.approvalIn(ctx, tx, id)
+					return err
+				}
+				return apperr.Errorf(apperr.Conflict, "%s already %s this call: one vote per person.", v.By, prev.Decision)
+			}
+			if prev.Decision == gate.Approved {
+				approvals[gate.PersonKey(prev.By)] = true
+			}
 		}
 		viaID, viaLabel := linkColumns(v.Via)
 		if _, err := db.exec(ctx, tx, `INSERT INTO approval_votes (approval_id, name, link_id, link_label, decision, reason, at)
@@ -84,15 +95,13 @@ func (db *SQL) CastVote(ctx context.Context, id string, v gate.Vote, need int) (
 			return err
 		}
 		counted = true
-		resolve := v.Decision == gate.Denied
-		if !resolve {
-			var n int
-			if err := db.queryRow(ctx, tx, `SELECT COUNT(*) FROM approval_votes WHERE approval_id = ? AND decision = 'approved'`,
-				id).Scan(&n); err != nil {
-				return err
+		n := 0 // distinct people who approved, this vote included
+		for _, ok := range approvals {
+			if ok {
+				n++
 			}
-			resolve = n >= need
 		}
+		resolve := v.Decision == gate.Denied || n >= need
 		if resolve {
 			a, err = db.resolveIn(ctx, tx, id, gate.Resolution{Status: v.Decision, DecidedBy: v.By, DecidedVia: v.Via, Reason: v.Reason,
 				Scope: gate.Once, At: v.At, Source: gate.FromPerson})

@@ -240,3 +240,30 @@ func TestRulesPageSetsApproversAndReviewers(t *testing.T) {
 		})
 	}
 }
+
+// TestLinksForLookAlikeNamesAreOnePerson (issue 33): links made for "alice" and for "аlice"
+// (Cyrillic а) are one person: both approving a call that needs two approvals leave it pending
+// with one approval, and nothing runs.
+func TestLinksForLookAlikeNamesAreOnePerson(t *testing.T) {
+	ts, sid := shareServer(t)
+	if st := ts.call(t, "POST", "/api/rules", map[string]any{"text": "shell approvers=2", "effect": "ask", "scope": "server"}, nil); st != 201 {
+		t.Fatalf("the rule = %d", st)
+	}
+	alice := createLink(t, ts, sid, map[string]any{"role": "approver", "label": "A", "for": "alice"})
+	fake := createLink(t, ts, sid, map[string]any{"role": "approver", "label": "A2", "for": "\u0430lice"})
+	ca, cf := namedReviewer(t, alice.URL, "alice"), namedReviewer(t, fake.URL, "\u0430lice")
+	events := ts.events(t, sid)
+	next(t, events, "snapshot")
+	ts.call(t, "POST", "/api/sessions/"+sid+"/messages", map[string]string{"text": "go"}, nil)
+	id := next(t, events, "approval_requested")["approval"].(map[string]any)["id"].(string)
+	if st, body := reviewerDecision(t, ts, ca, alice.URL, id, url.Values{"decision": {"approve"}}); st != 200 {
+		t.Fatalf("alice's approval = %d: %.300s", st, body)
+	}
+	st, body := reviewerDecision(t, ts, cf, fake.URL, id, url.Values{"decision": {"approve"}})
+	if body = html.UnescapeString(body); st != 200 || !strings.Contains(body, "1 of 2 approvals — approved by alice") {
+		t.Errorf("аlice's approval = %d, want 200 and still one approval: %.500s", st, body)
+	}
+	if a, _ := ts.db.Approval(context.Background(), id); a.Status != gate.Pending || a.Approvals() != 1 || ts.runs.Load() != 0 {
+		t.Fatalf("after alice and аlice: %s with %d approvals, %d runs; want pending with one, nothing run", a.Status, a.Approvals(), ts.runs.Load())
+	}
+}

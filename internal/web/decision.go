@@ -30,7 +30,8 @@ type NotifyStore interface {
 }
 
 // decisionLink resolves the request's decision token to its link and approval. Errors:
-// apperr.NotFound, with no detail, for a token that names no link (or when notifications are off).
+// apperr.NotFound, with no detail, for a token that names no link, a link whose receiver is not
+// among Config.Receivers, or when notifications are off.
 func (s *Server) decisionLink(r *http.Request) (notify.Link, gate.Approval, error) {
 	notFound := apperr.Errorf(apperr.NotFound, "Not found")
 	if s.cfg.Notify == nil {
@@ -43,6 +44,12 @@ func (s *Server) decisionLink(r *http.Request) (notify.Link, gate.Approval, erro
 	}
 	if err != nil {
 		return notify.Link{}, gate.Approval{}, err
+	}
+	if _, ok := s.receivers[l.ReceiverID]; !ok {
+		// Its receiver was removed from -notify-webhook: the link died with it (issue 33; the
+		// start deletes such links, store ForgetReceivers; this covers a replica started
+		// without the receiver while another still makes links for it).
+		return notify.Link{}, gate.Approval{}, notFound
 	}
 	a, err := s.cfg.Store.Approval(r.Context(), l.ApprovalID)
 	if apperr.CodeOf(err) == apperr.NotFound {

@@ -23,6 +23,19 @@ import (
 
 var decisionKey, _ = notify.NewKey("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
 
+// decisionLinks seals decision-link tokens as the server does with its share key.
+var decisionLinks, _ = notify.NewLinkTokens([]byte("the server's own key, 32 bytes!!"))
+
+// linkToken is the token of d's decision link, opened from its outbox row.
+func linkToken(t *testing.T, d notify.Delivery) string {
+	t.Helper()
+	token, err := decisionLinks.TokenOf(d)
+	if err != nil {
+		t.Fatalf("delivery %s: %v", d.ID, err)
+	}
+	return token
+}
+
 var aliceHook = notify.Receiver{ID: "wh-alice", Name: "alice", URL: "http://127.0.0.1:1/never", Format: notify.FormatJSON}
 
 // linkEnv is a test server whose store makes decision links for alice, a session parked on an
@@ -35,13 +48,20 @@ type linkEnv struct {
 
 func newLinkEnv(t *testing.T, command string, agentCfg func(*agent.Config)) *linkEnv {
 	t.Helper()
+	return newLinkEnvServing(t, command, agentCfg, []notify.Receiver{aliceHook})
+}
+
+// newLinkEnvServing is newLinkEnv with the web server's Config.Receivers set to served (the
+// store still makes alice's links).
+func newLinkEnvServing(t *testing.T, command string, agentCfg func(*agent.Config), served []notify.Receiver) *linkEnv {
+	t.Helper()
 	args, _ := json.Marshal(map[string]string{"command": command})
 	script := `{"steps":[
 	  {"content":[{"type":"toolCall","id":"c1","name":"shell","arguments":` + string(args) + `}],"stopReason":"toolUse"},
 	  {"content":[{"type":"text","text":"Done."}],"stopReason":"stop"}]}`
 	ts := newTestServerAgent(t, map[string]string{"one": script}, func(c *web.Config, _ *http.Server) {
-		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
-		c.Receivers = []notify.Receiver{aliceHook}
+		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionLinks, nil)
+		c.Receivers = served
 	}, agentCfg)
 	e := &linkEnv{testServer: ts}
 	var sess agent.Session
@@ -55,7 +75,7 @@ func newLinkEnv(t *testing.T, command string, agentCfg func(*agent.Config)) *lin
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("deliveries %+v, %v", ds, err)
 	}
-	e.token = decisionKey.LinkToken(ds[0].LinkID)
+	e.token = linkToken(t, ds[0])
 	return e
 }
 
@@ -257,8 +277,9 @@ func TestTheGateNeverWaitsForAWebhookReceiver(t *testing.T) {
 	var worker *notify.Worker
 	ts := newTestServerAgent(t, map[string]string{"one": oneCall}, func(c *web.Config, _ *http.Server) {
 		db := c.Store.(*sqlite.DB)
-		worker = notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: []notify.Receiver{hook}, Key: decisionKey, PublicURL: "http://cs.test", Diff: render.UnifiedDiff})
-		db.SetNotify([]notify.Receiver{hook}, decisionKey.LinkHash, worker.Wake)
+		worker = notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: []notify.Receiver{hook}, Key: decisionKey, Links: decisionLinks, PublicURL: "http://cs.test", Diff: render.UnifiedDiff})
+		db.SetNotify([]notify.Receiver{hook}, decisionLinks, worker.Wake)
+		c.Receivers = []notify.Receiver{hook}
 	}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -331,5 +352,20 @@ func TestADecisionLinkOnACallThatNeedsTwoSaysTheVoteCounted(t *testing.T) {
 	}
 	if a := e.approval(t); a.Status != gate.Pending || e.runs.Load() != 0 {
 		t.Fatalf("after one of two approvals: %s, %d runs; want pending, none", a.Status, e.runs.Load())
+	}
+}
+
+// TestADecisionLinkOfARemovedReceiverIsNotFound (issue 33): a server started without a
+// receiver (another replica may still make its links) answers its links 404 and decides nothing.
+func TestADecisionLinkOfARemovedReceiverIsNotFound(t *testing.T) {
+	e := newLinkEnvServing(t, "ls", nil, nil)
+	if st, _ := e.do(t, "GET", "/d/"+e.token, nil, nil); st != http.StatusNotFound {
+		t.Errorf("GET = %d, want 404", st)
+	}
+	if st, _ := e.do(t, "POST", "/d/"+e.token, url.Values{"decision": {"approve"}}, nil); st != http.StatusNotFound {
+		t.Errorf("POST approve = %d, want 404", st)
+	}
+	if a := e.approval(t); a.Status != gate.Pending {
+		t.Errorf("the approval is %s, want pending", a.Status)
 	}
 }

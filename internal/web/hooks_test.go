@@ -643,7 +643,7 @@ func TestAHookTokenReachesNoLogPageOrStoredRow(t *testing.T) {
 	hs := newHookServerConfig(t, func(c *web.Config, _ *http.Server) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.AccessLog = slog.New(slog.NewJSONHandler(logs, nil))
-		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
+		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionLinks, nil)
 		c.Receivers = []notify.Receiver{aliceHook}
 	}, "allow mcp__proofsrv__proof")
 	kind := hooks.ClaudeCode

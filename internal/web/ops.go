@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -91,18 +92,13 @@ func (ps Proxies) client(r *http.Request) (ip string, tls bool) {
 }
 
 // redactedPath is r's path and query as the access log writes them: the secret part of a share
-// link (/r/<token>…) and of a decision link (/d/<token>…) replaced, and any query parameter
-// named token (GET /login?token=…) too.
+// link (/r/<token>…) and of a decision link (/d/<token>…) replaced — found on the cleaned,
+// decoded path (tokenPath), so "//r/<token>", "/./r/<token>" and "/%72/<token>" are hidden too —
+// and any query parameter named token (GET /login?token=…) too.
 func redactedPath(u *url.URL) string {
 	p := u.EscapedPath()
-	for _, prefix := range []string{"/r/", "/d/"} {
-		if rest, ok := strings.CutPrefix(p, prefix); ok {
-			tail := ""
-			if i := strings.IndexByte(rest, '/'); i >= 0 {
-				tail = rest[i:]
-			}
-			p = prefix + "[redacted]" + tail
-		}
+	if prefix, tail, ok := tokenPath(u); ok {
+		p = prefix + "[redacted]" + tail
 	}
 	if u.RawQuery == "" {
 		return p
@@ -114,6 +110,24 @@ func redactedPath(u *url.URL) string {
 		}
 	}
 	return p + "?" + q.Encode()
+}
+
+// tokenPath finds a share or decision link's token in u's path as the router sees it: the
+// decoded path (u.Path: "/%72/x" is "/r/x"), cleaned ("//r/x" and "/./r/x" are "/r/x", as
+// ServeMux redirects them or routes them). ok when it is /r/<token>… or /d/<token>…; prefix is
+// "/r/" or "/d/", and tail is what follows the token ("/live", or ""), escaped again. Every log
+// that names a request's path (redactedPath, loggable) asks it, so none shows a token.
+func tokenPath(u *url.URL) (prefix, tail string, ok bool) {
+	clean := path.Clean("/" + u.Path)
+	for _, prefix := range []string{"/r/", "/d/"} {
+		if rest, found := strings.CutPrefix(clean, prefix); found {
+			if _, after, slash := strings.Cut(rest, "/"); slash {
+				tail = (&url.URL{Path: "/" + after}).EscapedPath()
+			}
+			return prefix, tail, true
+		}
+	}
+	return "", "", false
 }
 
 // statusWriter records the status and size of an answer for the access log; Unwrap lets

@@ -1,8 +1,13 @@
 package web
 
 import (
+	"bufio"
+	"bytes"
+	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -91,6 +96,37 @@ func TestCookiesAreSecureBehindATLSProxy(t *testing.T) {
 		}
 		if cs[0].Secure != tt.want {
 			t.Errorf("from %s with X-Forwarded-Proto https: Secure = %v, want %v", tt.remote, cs[0].Secure, tt.want)
+		}
+	}
+}
+
+// TestAccessLogHidesTokensInPathsTheRouterCleansOrDecodes (issue 33): a token reaches a link's
+// handler (or its redirect) also as "//r/<token>", "/./r/<token>" and "/%72/<token>" (the last
+// one works as a link); the access log and the error logs find it on the cleaned, decoded path,
+// as the router does. Requests are read as the server reads them.
+func TestAccessLogHidesTokensInPathsTheRouterCleansOrDecodes(t *testing.T) {
+	for _, tc := range []struct{ target, want string }{
+		{"//r/SECRET", "/r/[redacted]"},
+		{"/./r/SECRET", "/r/[redacted]"},
+		{"/%72/SECRET", "/r/[redacted]"},
+		{"/%64/SECRET/approve", "/d/[redacted]/approve"},
+		{"/x/../d/SECRET", "/d/[redacted]"},
+		{"//r//SECRET", "/r/[redacted]"},
+		{"/r/SECRET/a%20b", "/r/[redacted]/a%20b"},
+		{"/sessions/s1", "/sessions/s1"},
+	} {
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + tc.target + " HTTP/1.1\r\nHost: cs.test\r\n\r\n")))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.target, err)
+		}
+		var buf bytes.Buffer
+		h := accessLog(slog.New(slog.NewTextHandler(&buf, nil)), Proxies{}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if strings.Contains(buf.String(), "SECRET") || !strings.Contains(buf.String(), "path="+tc.want+" ") {
+			t.Errorf("%s: access log %q, want path=%s", tc.target, buf.String(), tc.want)
+		}
+		if got, want := loggable(req.URL), strings.ReplaceAll(tc.want, "[redacted]", "<redacted>"); got != want {
+			t.Errorf("%s: loggable = %s, want %s", tc.target, got, want)
 		}
 	}
 }

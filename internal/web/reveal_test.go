@@ -34,7 +34,7 @@ func TestWriteFilePromptRevealsHiddenCharactersEverywhere(t *testing.T) {
 	script := `{"steps":[{"content":[{"type":"toolCall","id":"w","name":"write_file","arguments":` + string(args) + `}],"stopReason":"toolUse"},
 	  {"content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}`
 	ts := newTestServerAgent(t, map[string]string{"trojan": script}, func(c *web.Config, _ *http.Server) {
-		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
+		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionLinks, nil)
 		c.Receivers = []notify.Receiver{aliceHook}
 	}, nil, builtinTool(t, "write_file"))
 	var sess agent.Session
@@ -48,7 +48,7 @@ func TestWriteFilePromptRevealsHiddenCharactersEverywhere(t *testing.T) {
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("deliveries %+v, %v", ds, err)
 	}
-	link := "/d/" + decisionKey.LinkToken(ds[0].LinkID)
+	link := "/d/" + linkToken(t, ds[0])
 
 	wantRevealed := func(t *testing.T, where, page string) {
 		t.Helper()

@@ -57,7 +57,8 @@ func TestRouteTableHasNoDuplicatesAndFewPublicRoutes(t *testing.T) {
 // runs a tool.
 func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 	ts, sid := shareServerConfig(t, func(c *web.Config, _ *http.Server) {
-		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionKey.LinkHash, nil)
+		c.Store.(*sqlite.DB).SetNotify([]notify.Receiver{aliceHook}, decisionLinks, nil)
+		c.Receivers = []notify.Receiver{aliceHook}
 	})
 	ctx := context.Background()
 	approver := createLink(t, ts, sid, map[string]any{"role": "approver", "label": "a", "canEdit": true, "canRemember": true})
@@ -89,7 +90,7 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("deliveries %+v, %v", ds, err)
 	}
-	live := decisionKey.LinkToken(ds[0].LinkID)
+	live := linkToken(t, ds[0])
 	tampered := live[:len(live)-1] + map[bool]string{true: "b", false: "a"}[strings.HasSuffix(live, "a")]
 
 	// state is what an attack must not change, read through the owner's API and the store.

@@ -532,21 +532,15 @@ func putRenderBuffer(b *bytes.Buffer) {
 }
 
 // loggable is a request's path, and its query if any, as a log may show them: the secret of a
-// share link or a decision link (/r/<token>…, /d/<token>…) becomes "<redacted>" and every
+// share link or a decision link (/r/<token>…, /d/<token>…, found by tokenPath on the cleaned,
+// decoded path) becomes "<redacted>" and every
 // token= query value (the owner token at /login) "redacted" (SPEC §16: tokens never appear in
 // logs). Every log
 // line that names a request's path takes it from here.
 func loggable(u *url.URL) string {
 	p := u.EscapedPath()
-	for _, prefix := range []string{"/r/", "/d/"} {
-		if rest, ok := strings.CutPrefix(p, prefix); ok {
-			_, after, slash := strings.Cut(rest, "/")
-			p = prefix + "<redacted>"
-			if slash {
-				p += "/" + after
-			}
-			break
-		}
+	if prefix, tail, ok := tokenPath(u); ok {
+		p = prefix + "<redacted>" + tail
 	}
 	if u.RawQuery == "" {
 		return p

@@ -148,10 +148,14 @@ func startWorker(t *testing.T, db *pg.DB, name string, receivers []notify.Receiv
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: receivers, Key: key, PublicURL: "https://cs.example.com",
+	links, err := notify.NewLinkTokens([]byte("a test server key of 32 bytes!!!"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: receivers, Key: key, Links: links, PublicURL: "https://cs.example.com",
 		ID: name, ClaimFor: claimFor, Timeout: timeout, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Client: &http.Client{Transport: tagged(name)}})
-	db.SetNotify(receivers, key.LinkHash, w.Wake)
+	db.SetNotify(receivers, links, w.Wake)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
@@ -14,15 +15,15 @@ import (
 )
 
 // notifyDB is a store with session s1 and the given receivers, counting wake-ups.
-func notifyDB(t testing.TB, receivers ...notify.Receiver) (*DB, notify.Key, *atomic.Int32) {
+func notifyDB(t testing.TB, receivers ...notify.Receiver) (*DB, notify.LinkTokens, *atomic.Int32) {
 	t.Helper()
 	db := MustOpenDB(t)
-	key, err := notify.NewKey("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	key, err := notify.NewLinkTokens([]byte("a test server key of 32 bytes!!!"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wakes atomic.Int32
-	db.SetNotify(receivers, key.LinkHash, func() { wakes.Add(1) })
+	db.SetNotify(receivers, key, func() { wakes.Add(1) })
 	if err := db.CreateSession(context.Background(), agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"}); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,11 @@ func TestAPendingApprovalIsStoredWithItsEventsAndLinksOrNotAtAll(t *testing.T) {
 			d.Approval.ID != "A1" || d.SessionTitle != "one" {
 			t.Errorf("delivery %d: %+v", i, d)
 		}
-		l, err := db.DecisionLink(ctx, key.LinkHash(d.LinkID))
+		tok, err := key.TokenOf(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := db.DecisionLink(ctx, notify.HashToken(tok))
 		if err != nil || l.ApprovalID != "A1" || l.Recipient != r.Name || l.UsedAt != nil {
 			t.Errorf("link of %s: %+v, %v", r.Name, l, err)
 		}
@@ -97,10 +102,13 @@ func TestTheDatabaseNeverHoldsADecisionLinksToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	ds, _ := db.Deliveries(ctx, "s1")
-	tok := key.LinkToken(ds[0].LinkID)
+	tok, err := key.TokenOf(ds[0])
+	if err != nil {
+		t.Fatal(err)
+	}
 	var n int
 	for _, q := range []string{`SELECT COUNT(*) FROM decision_links WHERE instr(id || token_hash || approval_id || receiver_id || recipient, ?) > 0`,
-		`SELECT COUNT(*) FROM notify_outbox WHERE instr(id || approval_id || receiver_id || link_id, ?) > 0`} {
+		`SELECT COUNT(*) FROM notify_outbox WHERE instr(id || approval_id || receiver_id || link_id || link_token, ?) > 0`} {
 		if err := db.read.QueryRow(q, tok).Scan(&n); err != nil || n != 0 {
 			t.Errorf("%s: %d rows hold the token (%v)", q, n, err)
 		}
@@ -147,5 +155,55 @@ func BenchmarkCreatePendingApproval(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestTheRandomLinksMigrationDeletesTheUnusedLinksOfOlderVersions (issue 33): links made by a
+// version whose tokens were derived from the webhook secret stop working: the migration deletes
+// the unused ones (their tokens find nothing), keeps the used ones for the record, and the
+// pending request rows carry no sealed token (they are sent without a decision link).
+func TestTheRandomLinksMigrationDeletesTheUnusedLinksOfOlderVersions(t *testing.T) {
+	ctx := context.Background()
+	db, links, _ := notifyDB(t, alice, bob)
+	if err := db.CreateApproval(ctx, pendingApproval("A1")); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := db.Deliveries(ctx, "s1")
+	hash := map[string]string{}
+	for _, d := range ds {
+		tok, err := links.TokenOf(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hash[d.ReceiverID] = notify.HashToken(tok)
+	}
+	used, err := db.DecisionLink(ctx, hash[bob.ID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.UseDecisionLink(ctx, used.ID, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	// The database as the older version left it: no sealed tokens, 0025 not applied.
+	for _, q := range []string{`ALTER TABLE notify_outbox DROP COLUMN link_token`,
+		`DELETE FROM migrations WHERE name = '0025_random_decision_links.sql'`} {
+		if _, err := db.write.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.DecisionLink(ctx, hash[alice.ID]); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("alice's unused link after the migration: %v, want not found", err)
+	}
+	if l, err := db.DecisionLink(ctx, hash[bob.ID]); err != nil || l.UsedAt == nil {
+		t.Errorf("bob's used link after the migration: %+v, %v; want it kept", l, err)
+	}
+	ds, _ = db.Deliveries(ctx, "s1")
+	for _, d := range ds {
+		if d.SealedToken != "" || d.NextAt == nil {
+			t.Errorf("delivery %s after the migration: sealed %q, next %v; want pending without a token", d.ID, d.SealedToken, d.NextAt)
+		}
 	}
 }

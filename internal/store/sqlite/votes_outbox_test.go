@@ -17,11 +17,11 @@ import (
 func TestAVoteThatResolvesAnApprovalQueuesItsResolvedEvent(t *testing.T) {
 	db := MustOpenDB(t)
 	ctx := context.Background()
-	key, err := notify.NewKey("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	key, err := notify.NewLinkTokens([]byte("a test server key of 32 bytes!!!"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.SetNotify([]notify.Receiver{{ID: "wh-a", Name: "alice", URL: "http://a.example/h", Format: notify.FormatJSON}}, key.LinkHash, func() {})
+	db.SetNotify([]notify.Receiver{{ID: "wh-a", Name: "alice", URL: "http://a.example/h", Format: notify.FormatJSON}}, key, func() {})
 	mustCreateSession(t, db, session("s1", t0))
 	for _, tc := range []struct {
 		id    string

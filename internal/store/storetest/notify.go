@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
 	"countersign/internal/notify"
+	"countersign/internal/share"
 	"countersign/internal/store"
 )
 
@@ -32,12 +34,12 @@ func testWithoutReceiversNothingIsQueued(t *testing.T, h Harness) {
 
 func testADecisionLinkIsUsedOnceEvenWhenRacing(t *testing.T, h Harness) {
 	ctx := context.Background()
-	db, key, _ := notifyStore(t, h, alice)
+	db, links, _ := notifyStore(t, h, alice)
 	if err := db.CreateApproval(ctx, pendingApproval("A1")); err != nil {
 		t.Fatal(err)
 	}
 	ds, _ := db.Deliveries(ctx, "s1")
-	l, err := db.DecisionLink(ctx, key.LinkHash(ds[0].LinkID))
+	l, err := db.DecisionLink(ctx, linkHash(t, links, ds[0]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func testADecisionLinkIsUsedOnceEvenWhenRacing(t *testing.T, h Harness) {
 	if wins.Load() != 1 {
 		t.Errorf("%d uses won, want exactly one", wins.Load())
 	}
-	if l, _ := db.DecisionLink(ctx, key.LinkHash(ds[0].LinkID)); l.UsedAt == nil {
+	if l, _ := db.DecisionLink(ctx, linkHash(t, links, ds[0])); l.UsedAt == nil {
 		t.Error("used_at not stored")
 	}
 	for name, hash := range map[string]string{"unknown hash": notify.HashToken("guess"), "the raw link id": l.ID, "empty": ""} {
@@ -78,17 +80,27 @@ func testADecisionLinkIsUsedOnceEvenWhenRacing(t *testing.T, h Harness) {
 
 // notifyStore is a fresh store with session s1 and the given webhook receivers, counting the
 // worker's wake-ups.
-func notifyStore(t *testing.T, h Harness, receivers ...notify.Receiver) (store.Backend, notify.Key, *atomic.Int32) {
+func notifyStore(t *testing.T, h Harness, receivers ...notify.Receiver) (store.Backend, notify.LinkTokens, *atomic.Int32) {
 	t.Helper()
 	db := h.open(t)
-	key, err := notify.NewKey("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	links, err := notify.NewLinkTokens([]byte("a test server key of 32 bytes!!!"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wakes atomic.Int32
-	db.SetNotify(receivers, key.LinkHash, func() { wakes.Add(1) })
+	db.SetNotify(receivers, links, func() { wakes.Add(1) })
 	mustCreateSession(t, db, agent.Session{ID: "s1", Title: "one", Model: "faux:demo", Workspace: "/w"})
-	return db, key, &wakes
+	return db, links, &wakes
+}
+
+// linkHash is the stored hash of the token of d's decision link, opened from the row.
+func linkHash(t *testing.T, links notify.LinkTokens, d notify.Delivery) string {
+	t.Helper()
+	token, err := links.TokenOf(d)
+	if err != nil {
+		t.Fatalf("delivery %s: %v", d.ID, err)
+	}
+	return notify.HashToken(token)
 }
 
 var (
@@ -106,7 +118,7 @@ func pendingApproval(id string) gate.Approval {
 // resolution event per receiver; a refused approval queues nothing.
 func testPendingApprovalsQueueEventsAndLinks(t *testing.T, h Harness) {
 	ctx := context.Background()
-	db, key, wakes := notifyStore(t, h, alice, bob)
+	db, links, wakes := notifyStore(t, h, alice, bob)
 	if err := db.CreateApproval(ctx, pendingApproval("A1")); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +132,7 @@ func testPendingApprovalsQueueEventsAndLinks(t *testing.T, h Harness) {
 			d.Approval.ID != "A1" || d.SessionTitle != "one" {
 			t.Errorf("delivery %d: %+v", i, d)
 		}
-		l, err := db.DecisionLink(ctx, key.LinkHash(d.LinkID))
+		l, err := db.DecisionLink(ctx, linkHash(t, links, d))
 		if err != nil || l.ApprovalID != "A1" || l.Recipient != r.Name || l.UsedAt != nil {
 			t.Errorf("link of %s: %+v, %v", r.Name, l, err)
 		}
@@ -370,5 +382,117 @@ func testAnExpiredClaimIsClaimableAgain(t *testing.T, h Harness) {
 	}
 	if ok, _ := db.RenewClaim(ctx, heir[1].ID, claim("heir", end)); ok {
 		t.Error("heir renewed a claim it released")
+	}
+}
+
+// testARemovedReceiversLinksDie: ForgetReceivers deletes the unused decision links of receivers
+// not kept (their tokens find nothing), gives up their pending events with one attempt saying
+// why and no sealed token left, and touches the kept receivers' links and events not at all;
+// with nothing kept, every receiver's go.
+func testARemovedReceiversLinksDie(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db, links, _ := notifyStore(t, h, alice, bob)
+	if err := db.CreateApproval(ctx, pendingApproval("A1")); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := db.Deliveries(ctx, "s1")
+	if len(ds) != 2 {
+		t.Fatalf("deliveries %+v", ds)
+	}
+	aliceHash, bobHash := linkHash(t, links, ds[0]), linkHash(t, links, ds[1])
+	n, err := db.ForgetReceivers(ctx, []string{alice.ID}, t0)
+	if err != nil || n != 1 {
+		t.Fatalf("ForgetReceivers(keep alice) = %d, %v; want bob's one link", n, err)
+	}
+	if _, err := db.DecisionLink(ctx, bobHash); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("bob's link after he was removed: %v, want not found", err)
+	}
+	if l, err := db.DecisionLink(ctx, aliceHash); err != nil || l.UsedAt != nil {
+		t.Errorf("alice's link: %+v, %v; want it kept, unused", l, err)
+	}
+	ds, _ = db.Deliveries(ctx, "s1")
+	for _, d := range ds {
+		switch d.ReceiverID {
+		case bob.ID:
+			if d.NextAt != nil || !d.Failed || d.SealedToken != "" || len(d.Attempts) != 1 ||
+				d.Attempts[0].Error != "receiver wh-b is no longer configured (-notify-webhook)" {
+				t.Errorf("bob's event: %+v; want given up, sealed token gone", d)
+			}
+		case alice.ID:
+			if d.NextAt == nil || d.Failed || d.SealedToken == "" || len(d.Attempts) != 0 {
+				t.Errorf("alice's event: %+v; want it pending, untouched", d)
+			}
+		}
+	}
+	if n, err := db.ForgetReceivers(ctx, nil, t0); err != nil || n != 1 {
+		t.Fatalf("ForgetReceivers(none) = %d, %v; want alice's link", n, err)
+	}
+	if _, err := db.DecisionLink(ctx, aliceHash); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("alice's link with no receivers: %v, want not found", err)
+	}
+}
+
+// testACallIsAnnouncedOnlyToItsReviewers: a pending approval whose rule names reviewers gets a
+// decision link and an approval.requested row only for the receivers whose recipient is one of
+// them, matched as people ("аlice" with a Cyrillic а is alice); its resolution goes to them only.
+func testACallIsAnnouncedOnlyToItsReviewers(t *testing.T, h Harness) {
+	ctx := context.Background()
+	lookAlike := notify.Receiver{ID: "wh-c", Name: "\u0430lice", URL: "http://c.example/h", Format: notify.FormatJSON}
+	db, _, wakes := notifyStore(t, h, lookAlike, bob)
+	a := pendingApproval("A1")
+	a.Reviewers = []string{"alice"}
+	if err := db.CreateApproval(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	a = pendingApproval("A2")
+	a.Reviewers = []string{"carol"}
+	if err := db.CreateApproval(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ResolveApproval(ctx, "A1", gate.Resolution{Status: gate.Approved, DecidedBy: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := db.Deliveries(ctx, "s1")
+	var got []string
+	for _, d := range ds {
+		got = append(got, d.ID)
+	}
+	want := []string{"A1/wh-c/approval.requested", "A1/wh-c/approval.resolved"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("deliveries %v, want %v", got, want)
+	}
+	if wakes.Load() != 2 {
+		t.Errorf("woke the worker %d times, want 2 (A2 wrote nothing)", wakes.Load())
+	}
+}
+
+// testALinksTokenIsNotDerivedFromTheWebhookSecret (issue 33): with the webhook secret every
+// receiver holds and the stored rows, neither the derivation older versions used (HMAC of the
+// link id under the secret) nor opening the row's sealed token with the secret gives a token
+// that finds the link; the token the row was made with does.
+func testALinksTokenIsNotDerivedFromTheWebhookSecret(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db, links, _ := notifyStore(t, h, alice)
+	if err := db.CreateApproval(ctx, pendingApproval("A1")); err != nil {
+		t.Fatal(err)
+	}
+	ds, _ := db.Deliveries(ctx, "s1")
+	if len(ds) != 1 || ds[0].SealedToken == "" {
+		t.Fatalf("deliveries %+v", ds)
+	}
+	d := ds[0]
+	secret, _ := base64.StdEncoding.DecodeString("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") // whsec_MfKQ…: a receiver's secret
+	if _, err := db.DecisionLink(ctx, notify.HashToken(share.DeriveToken(secret, "countersign decision link v1", d.LinkID))); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("the token derived from the webhook secret finds a link: %v", err)
+	}
+	for _, k := range [][]byte{secret, []byte("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")} {
+		if lt, err := notify.NewLinkTokens(k); err == nil {
+			if _, err := lt.TokenOf(d); err == nil {
+				t.Errorf("the webhook secret opens the row's sealed token")
+			}
+		}
+	}
+	if _, err := db.DecisionLink(ctx, linkHash(t, links, d)); err != nil {
+		t.Errorf("the link's own token: %v", err)
 	}
 }

@@ -104,6 +104,33 @@ func testOneVotePerPerson(t *testing.T, h Harness) {
 	assertErr(t, err, apperr.NotFound, "approval nope not found")
 }
 
+// testLookAlikeNamesVoteOnce: names with one gate.PersonKey are one person ("alice" and "аlice"
+// with a Cyrillic а): the second approve is not counted and a two-approver call stays pending.
+func testLookAlikeNamesVoteOnce(t *testing.T, h Harness) {
+	db := h.open(t)
+	ctx := context.Background()
+	if err := db.CreateSession(ctx, session("s1", t0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateApproval(ctx, gate.Approval{ID: "a1", SessionID: "s1", ToolCallID: "c1", ToolName: "deploy",
+		Status: gate.Pending, Approvers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.CastVote(ctx, "a1", gate.Vote{By: "alice", Decision: gate.Approved}, 2); err != nil {
+		t.Fatal(err)
+	}
+	a, counted, err := db.CastVote(ctx, "a1", gate.Vote{By: "\u0430lice", Decision: gate.Approved}, 2)
+	if err != nil || counted || a.Status != gate.Pending || a.Approvals() != 1 {
+		t.Fatalf("аlice after alice: %s with %d approvals, counted %v, %v; want pending, 1, not counted", a.Status, a.Approvals(), counted, err)
+	}
+	_, _, err = db.CastVote(ctx, "a1", gate.Vote{By: "ALICE", Decision: gate.Denied}, 2)
+	assertErr(t, err, apperr.Conflict, "ALICE already approved this call: one vote per person.")
+	a, counted, err = db.CastVote(ctx, "a1", gate.Vote{By: "bob", Decision: gate.Approved}, 2)
+	if err != nil || !counted || a.Status != gate.Approved {
+		t.Fatalf("bob: %s, counted %v, %v; want approved", a.Status, counted, err)
+	}
+}
+
 // testRuleAndShareKeepTheirPeople: a rule's approvers and reviewers, and the person a link was
 // made for, survive the store.
 func testRuleAndShareKeepTheirPeople(t *testing.T, h Harness) {

@@ -3,6 +3,7 @@
 # graph with Command(resume=decision). A checkpointer keeps the pause across restarts; the
 # Idempotency-Key kept beside it finds the same request again. Not run by a test here.
 import json, os, urllib.request, uuid
+from datetime import datetime, timezone
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import StateGraph, START, END
 from langgraph.types import Command, interrupt
@@ -17,12 +18,18 @@ def countersign(tool, args, key, timeout="30m"):
     r = call("POST", "/v1/requests", {"tool": tool, "arguments": args, "timeout": timeout}, {"Idempotency-Key": key})
     while r["status"] == "pending":
         r = call("GET", f"/v1/requests/{r['id']}?wait=30s")
-    return {"approved": r["status"] == "approved", "note": (r.get("decision") or {}).get("note", r["status"])}
+    d = r.get("decision") or {}
+    return {"approved": r["status"] == "approved", "expires_at": d.get("expires_at"), "note": d.get("note", r["status"])}
+
+def usable(decision):  # AAP: an approved call must start before decision.expires_at
+    exp = decision.get("expires_at")
+    return decision["approved"] and exp is not None and \
+        datetime.now(timezone.utc) < datetime.fromisoformat(exp.replace("Z", "+00:00"))
 
 def refund(state):
     decision = interrupt({"tool": "issue_refund", "arguments": state["call"]})
-    if not decision["approved"]:
-        return {"result": "denied: " + decision["note"]}
+    if not usable(decision):
+        return {"result": "not run: " + decision["note"]}
     return {"result": f"refunded {state['call']['amount']} on {state['call']['payment_id']}"}
 
 g = StateGraph(dict)

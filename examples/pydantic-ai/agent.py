@@ -3,6 +3,7 @@
 # Countersign (POST + long poll) and the run goes on with DeferredToolResults: True runs the
 # call, ToolDenied(note) tells the model why not. Not run by a test here (needs a model).
 import json, os, urllib.request, uuid
+from datetime import datetime, timezone
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
 
 def countersign(tool, args, timeout="30m"):
@@ -15,7 +16,11 @@ def countersign(tool, args, timeout="30m"):
     r = call("POST", "/v1/requests", {"tool": tool, "arguments": args, "timeout": timeout}, {"Idempotency-Key": str(uuid.uuid4())})
     while r["status"] == "pending":
         r = call("GET", f"/v1/requests/{r['id']}?wait=30s")
-    return r["status"] == "approved", (r.get("decision") or {}).get("note") or r["status"]
+    d = r.get("decision") or {}
+    # AAP: an approved call must start before decision.expires_at; past it, ask again.
+    fresh = d.get("expires_at") is not None and \
+        datetime.now(timezone.utc) < datetime.fromisoformat(d["expires_at"].replace("Z", "+00:00"))
+    return r["status"] == "approved" and fresh, d.get("note") or r["status"]
 
 agent = Agent("openai:gpt-5-mini", output_type=[str, DeferredToolRequests])
 

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	csmcp "countersign/internal/mcp"
 )
 
 // Config is one proxy's settings.
@@ -229,32 +231,9 @@ func (p *proxy) call(name string, raw json.RawMessage) sdk.ToolHandler {
 }
 
 // progress sends notifications/progress every ProgressEvery while a call waits for
-// Countersign, when the client gave a progressToken; stop ends it.
+// Countersign, when the client gave a progressToken (mcp.HoldProgress); stop ends it.
 func (p *proxy) progress(ctx context.Context, req *sdk.CallToolRequest) (stop func()) {
-	token := req.Params.GetProgressToken()
-	if token == nil || req.Session == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(p.cfg.ProgressEvery)
-		defer tick.Stop()
-		for n := 1; ; n++ {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(n),
-				Message: "waiting for approval in Countersign"})
-		}
-	}()
-	return sync.OnceFunc(func() { close(done); wg.Wait() })
+	return csmcp.HoldProgress(ctx, req, p.cfg.ProgressEvery, "waiting for approval in Countersign")
 }
 
 // post sends body to Countersign's path and decodes a 200 answer into out; any other status is

@@ -21,6 +21,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	csmcp "countersign/internal/mcp"
 	"countersign/internal/tool"
 )
 
@@ -285,31 +286,9 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 }
 
 // progress sends notifications/progress every g.every while a call is held, when the client gave
-// a progressToken (MCP 2025-11-25 §utilities "progress"); the returned func stops it and waits.
+// a progressToken (mcp.HoldProgress); the returned func stops it and waits.
 func (g *gateway) progress(ctx context.Context, req *sdk.CallToolRequest, message string) (stop func()) {
-	token := req.Params.GetProgressToken()
-	if token == nil || req.Session == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(g.every)
-		defer tick.Stop()
-		for n := 1; ; n++ {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: message})
-		}
-	}()
-	return sync.OnceFunc(func() { close(done); wg.Wait() })
+	return csmcp.HoldProgress(ctx, req, g.every, message)
 }
 
 // forwardProgress passes the upstream's progress on to the client, when it gave a progressToken.

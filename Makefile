@@ -124,6 +124,7 @@ FUZZ_TARGETS := \
 	./internal/tool:FuzzCompileSchema \
 	./internal/tool:FuzzAmbiguousKey \
 	./internal/hooks:FuzzParse \
+	./internal/aap:FuzzParseCreate \
 	./internal/rules:FuzzShellAllow \
 	./internal/rules:FuzzShellDifferential \
 	./internal/web:FuzzAPIBody \

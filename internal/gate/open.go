@@ -108,12 +108,13 @@ func (s *Service) OpenOutside(ctx context.Context, req OutsideRequest) (a Approv
 		}
 	}
 	id := NewID()
-	s.heldEditable.Store(id, req.Editable)
-	defer s.heldEditable.Delete(id)
+	oc.ApprovalID = id
+	s.held.Store(id, oc)
+	defer s.held.Delete(id)
 	if a, err = s.gate.Park(ctx, id, rec); err != nil {
 		return Approval{}, err
 	}
-	oc.ApprovalID, oc.CreatedAt = a.ID, a.CreatedAt
+	oc.CreatedAt = a.CreatedAt
 	if err := os.CreateOutsideCall(ctx, oc); err != nil {
 		_, _ = s.EndOutside(context.WithoutCancel(ctx), a.ID, Cancelled, "the outside call could not be recorded")
 		return Approval{}, err

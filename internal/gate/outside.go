@@ -364,19 +364,21 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 			return OutsideVerdict{}, err
 		}
 	}
-	// Whether the agent honours an edit is known here before the approval is visible: a person
-	// (or an API client) deciding in the moment before its outside_calls row is stored must not
-	// be refused an edit the agent would apply (outsideEditable reads this first).
+	// The outside call is known here before the approval is visible: a person (or an API
+	// client) deciding in the moment before its outside_calls row is stored must not be refused
+	// an edit the agent would apply (outsideEditable reads this first), and a page drawn then
+	// counts down to the agent's deadline (HeldOutsideCall).
 	id := NewID()
-	s.heldEditable.Store(id, req.Editable)
+	oc.ApprovalID = id
+	s.held.Store(id, oc)
 	tk, err := s.gate.OpenID(ctx, id, rec)
 	if err != nil {
-		s.heldEditable.Delete(id)
+		s.held.Delete(id)
 		return OutsideVerdict{}, err
 	}
-	oc.ApprovalID, oc.CreatedAt = tk.Approval.ID, tk.Approval.CreatedAt
+	oc.CreatedAt = tk.Approval.CreatedAt
 	err = os.CreateOutsideCall(ctx, oc)
-	s.heldEditable.Delete(id)
+	s.held.Delete(id)
 	if err != nil {
 		tk.Cancel("the outside call could not be recorded")
 		return OutsideVerdict{}, err
@@ -568,12 +570,23 @@ func (s *Service) RecoverOutside(ctx context.Context) (err error) {
 	return nil
 }
 
+// HeldOutsideCall is approval id's outside call while its row is being stored, after the
+// approval became visible (a page drawn in that moment learns the agent's deadline from it); false
+// otherwise (read the store).
+func (s *Service) HeldOutsideCall(id string) (OutsideCall, bool) {
+	v, ok := s.held.Load(id)
+	if !ok {
+		return OutsideCall{}, false
+	}
+	return v.(OutsideCall), true
+}
+
 // outsideEditable reports whether approval a, an outside call's, may be approved with an edited
 // input: the agent honours an edit on the event that asked (hooks.CanEdit). False for an
 // unknown call.
 func (s *Service) outsideEditable(ctx context.Context, a Approval) bool {
-	if v, ok := s.heldEditable.Load(a.ID); ok {
-		return v.(bool) // its outside_calls row is being stored
+	if c, ok := s.HeldOutsideCall(a.ID); ok {
+		return c.Editable // its outside_calls row is being stored
 	}
 	os, ok := s.store.(OutsideStore)
 	if !ok {

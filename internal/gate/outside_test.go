@@ -168,3 +168,44 @@ func sameJSONText(raw json.RawMessage, want string) bool {
 	var a, b any
 	return json.Unmarshal(raw, &a) == nil && json.Unmarshal([]byte(want), &b) == nil && fmt.Sprint(a) == fmt.Sprint(b)
 }
+
+// TestTheHeldCallIsKnownInTheMomentBeforeItsRowIsStored: a page drawn right after a held call's
+// approval appears, before its outside_calls row is stored, learns the call — its agent's
+// deadline, whether it takes an edit — from HeldOutsideCall (a clean-clone CI run drew "times out
+// in 1:00", the gate's timeout, instead of "the agent stops waiting in 0:55"); once stored, the
+// store has it and HeldOutsideCall says nothing.
+func TestTheHeldCallIsKnownInTheMomentBeforeItsRowIsStored(t *testing.T) {
+	ctx := context.Background()
+	k := newServiceKit(t)
+	slow := slowOutside{DB: k.db, stored: make(chan struct{}), release: make(chan struct{})}
+	g := gate.New(slow, time.Hour, nil)
+	svc := gate.NewService(gate.ServiceConfig{Gate: g, Store: slow, Sessions: k, Tools: tool.NewRegistry()})
+	deadline := time.Now().Add(55 * time.Second).UTC()
+	done := make(chan gate.OutsideVerdict, 1)
+	go func() {
+		v, _ := svc.DecideOutside(ctx, gate.OutsideRequest{SessionID: "s1", Event: "PreToolUse", ToolName: "Bash",
+			Input: json.RawMessage(`{"command":"make"}`), ToolUseID: "toolu_d", MatchKey: "sha256:d",
+			Deadline: deadline, Editable: true})
+		done <- v
+	}()
+	<-slow.stored
+	a := pendingOf(t, k)
+	c, ok := svc.HeldOutsideCall(a.ID)
+	if !ok || c.Deadline == nil || !c.Deadline.Equal(deadline) || !c.Editable || c.ApprovalID != a.ID {
+		t.Errorf("HeldOutsideCall in that moment: %+v, %v; want the call with its deadline %v", c, ok, deadline)
+	}
+	close(slow.release)
+	for range 200 {
+		if _, err := k.db.OutsideCall(ctx, a.ID); err == nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, ok := svc.HeldOutsideCall(a.ID); ok {
+		t.Error("HeldOutsideCall still answers once the row is stored")
+	}
+	if _, err := svc.Decide(ctx, "s1", a.ID, gate.Answer{Decision: "deny", By: gate.Owner()}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+}

@@ -40,9 +40,10 @@ type Service struct {
 	loadErr      error
 
 	outside outsideWaits // outside calls held in this process (DecideOutside)
-	// heldEditable is, for an outside call whose approval is stored but whose outside_calls row
-	// is not yet, whether the agent honours an edit (approval id → bool; DecideOutside).
-	heldEditable sync.Map
+	// held is, for an outside call whose approval is stored but whose outside_calls row is not
+	// yet, that row (approval id → OutsideCall; DecideOutside, OpenOutside): whether the agent
+	// honours an edit, its deadline (HeldOutsideCall).
+	held sync.Map
 }
 
 // ServiceStore is what the Service reads and writes: approvals (Store: the atomic first-wins

@@ -404,6 +404,8 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	if a.RequestedBy == gate.RequestedByAgent && b.s.agents != nil {
 		if c, err := b.s.agents.OutsideCall(context.Background(), a.ID); err == nil {
 			oc = &c
+		} else if c, ok := b.s.cfg.Gate.HeldOutsideCall(a.ID); ok {
+			oc = &c // its row is being stored: drawn in that moment
 		}
 	}
 	if a.Status != gate.Pending {

@@ -87,21 +87,7 @@ func (g *gateway) proxyTool(server string, raw json.RawMessage) (*tool.Tool, err
 // mcpConnection is the mcp connection r's bearer token names; apperr.Unauthorized otherwise
 // (the reason, never the token).
 func (s *Server) mcpConnection(r *http.Request) (string, error) {
-	token := bearer(r)
-	if token == "" {
-		return "", apperr.Errorf(apperr.Unauthorized, "Unauthorized: send Authorization: Bearer <the connection's token>")
-	}
-	if s.cfg.AgentAuth == nil || s.agents == nil {
-		return "", apperr.Errorf(apperr.Unauthorized, "Unauthorized: this server has no agent connections")
-	}
-	connID, err := s.cfg.AgentAuth(r.Context(), token, gate.GatewayAgent)
-	switch code := apperr.CodeOf(err); {
-	case err == nil:
-		return connID, nil
-	case code == apperr.Unauthorized, code == apperr.Internal:
-		return "", err
-	}
-	return "", apperr.Errorf(apperr.Unauthorized, "Unauthorized: the token names no live mcp connection")
+	return s.agentConnection(r, gate.GatewayAgent)
 }
 
 // gatewayTimeout is the request's client timeout: ?timeout= or the Countersign-Hook-Timeout

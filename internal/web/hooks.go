@@ -80,6 +80,27 @@ func hookDeadline(now time.Time, d time.Duration) time.Time {
 	return now.Add(d - margin)
 }
 
+// agentConnection is the id of the live connection of kind (a hook kind, mcp) that r's bearer
+// token names (SPEC §18 connections), for the doors whose errors are Countersign's own (hooks,
+// /mcp); apperr.Unauthorized otherwise, saying why and never holding the token.
+func (s *Server) agentConnection(r *http.Request, kind string) (string, error) {
+	token := bearer(r)
+	if token == "" {
+		return "", apperr.Errorf(apperr.Unauthorized, "Unauthorized: send Authorization: Bearer <the connection's token>")
+	}
+	if s.cfg.AgentAuth == nil || s.agents == nil {
+		return "", apperr.Errorf(apperr.Unauthorized, "Unauthorized: this server has no agent connections")
+	}
+	connID, err := s.cfg.AgentAuth(r.Context(), token, kind)
+	switch code := apperr.CodeOf(err); {
+	case err == nil:
+		return connID, nil
+	case code == apperr.Unauthorized, code == apperr.Internal:
+		return "", err // its message says why, and never holds the token
+	}
+	return "", apperr.Errorf(apperr.Unauthorized, "Unauthorized: the token names no live %s connection", kind)
+}
+
 // bearer is the request's bearer token ("" when there is none).
 func bearer(r *http.Request) string {
 	h := r.Header.Get("Authorization")
@@ -110,22 +131,9 @@ func (s *Server) hook(w http.ResponseWriter, r *http.Request) error {
 	if _, err := hooks.Parse(kind, nil); apperr.CodeOf(err) == apperr.NotFound {
 		return err
 	}
-	token := bearer(r)
-	if token == "" {
-		return apperr.Errorf(apperr.Unauthorized, "Unauthorized: send Authorization: Bearer <the connection's token>")
-	}
-	if s.cfg.AgentAuth == nil || s.agents == nil {
-		return apperr.Errorf(apperr.Unauthorized, "Unauthorized: this server has no agent connections")
-	}
-	connID, err := s.cfg.AgentAuth(ctx, token, string(kind))
-	switch code := apperr.CodeOf(err); {
-	case err == nil:
-	case code == apperr.Unauthorized:
-		return err // its message says why, and never holds the token
-	case code == apperr.Internal:
+	connID, err := s.agentConnection(r, string(kind))
+	if err != nil {
 		return err
-	default:
-		return apperr.Errorf(apperr.Unauthorized, "Unauthorized: the token names no live %s connection", kind)
 	}
 	timeout, err := hookTimeout(r)
 	if err != nil {

@@ -78,13 +78,46 @@ type entry struct {
 }
 
 // definition is a tool definition as the server sent it (MCP 2025-11-25 §tools, Tool).
-type definition struct {
+type definition Definition
+
+// Definition is an MCP tool definition as a server sent it (MCP 2025-11-25 §tools, Tool): its
+// annotations as sent, an absent hint kept apart from a false one.
+type Definition struct {
 	Name         string
 	Title        string
 	Description  string
 	InputSchema  json.RawMessage
 	OutputSchema json.RawMessage
 	Annotations  tool.Annotations
+}
+
+// DecodeDefinition reads a tool definition from its JSON as the server sent it (name, title —
+// else annotations.title —, description, inputSchema, outputSchema, annotations); the manager's
+// tools/list and the gateway's mcp-proxy (a wrapped server's tools) read it the same way. Errors:
+// raw is not a JSON object of that shape (json's error).
+func DecodeDefinition(raw json.RawMessage) (Definition, error) {
+	var w struct {
+		Name         string          `json:"name"`
+		Title        string          `json:"title"`
+		Description  string          `json:"description"`
+		InputSchema  json.RawMessage `json:"inputSchema"`
+		OutputSchema json.RawMessage `json:"outputSchema"`
+		Annotations  *struct {
+			Title string `json:"title"`
+			tool.Annotations
+		} `json:"annotations"`
+	}
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return Definition{}, err
+	}
+	d := Definition{Name: w.Name, Title: w.Title, Description: w.Description, InputSchema: w.InputSchema, OutputSchema: w.OutputSchema}
+	if a := w.Annotations; a != nil {
+		d.Annotations = a.Annotations
+		if d.Title == "" {
+			d.Title = a.Title
+		}
+	}
+	return d, nil
 }
 
 func newServer(m *Manager, cfg ServerConfig) *server {
@@ -380,27 +413,9 @@ func (s *server) list(ctx context.Context, sess *sdk.ClientSession) error {
 // toDefinition reads a tool's definition from the raw JSON the server sent, which keeps absent
 // annotations apart from false ones, falling back to the SDK's decoding without it.
 func toDefinition(t *sdk.Tool, raw json.RawMessage) definition {
-	var w struct {
-		Name         string          `json:"name"`
-		Title        string          `json:"title"`
-		Description  string          `json:"description"`
-		InputSchema  json.RawMessage `json:"inputSchema"`
-		OutputSchema json.RawMessage `json:"outputSchema"`
-		Annotations  *struct {
-			Title string `json:"title"`
-			tool.Annotations
-		} `json:"annotations"`
-	}
 	d := definition{Name: t.Name}
-	if raw != nil && json.Unmarshal(raw, &w) == nil && w.Name == t.Name {
-		d.Title, d.Description = w.Title, w.Description
-		d.InputSchema, d.OutputSchema = w.InputSchema, w.OutputSchema
-		if a := w.Annotations; a != nil {
-			d.Annotations = a.Annotations
-			if d.Title == "" {
-				d.Title = a.Title
-			}
-		}
+	if w, err := DecodeDefinition(raw); raw != nil && err == nil && w.Name == t.Name {
+		d = definition(w)
 	} else {
 		d.Title, d.Description = t.Title, t.Description
 		d.InputSchema, _ = json.Marshal(t.InputSchema)

@@ -15,6 +15,7 @@ import (
 
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	csmcp "countersign/internal/mcp"
 	"countersign/internal/mcpproxy"
 	"countersign/internal/tool"
 )
@@ -43,15 +44,8 @@ func (g *gateway) proxyTool(server string, raw json.RawMessage) (*tool.Tool, err
 	if ok {
 		return t, nil
 	}
-	var d struct {
-		Name         string           `json:"name"`
-		Title        string           `json:"title"`
-		Description  string           `json:"description"`
-		InputSchema  json.RawMessage  `json:"inputSchema"`
-		OutputSchema json.RawMessage  `json:"outputSchema"`
-		Annotations  tool.Annotations `json:"annotations"`
-	}
-	if err := json.Unmarshal(raw, &d); err != nil {
+	d, err := csmcp.DecodeDefinition(raw)
+	if err != nil {
 		return nil, apperr.Errorf(apperr.Invalid, "tool: not an MCP tool definition: %v", err)
 	}
 	if !proxyNameRule.MatchString(server) || strings.Contains(server, "__") || len(server) > 60 {

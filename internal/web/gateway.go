@@ -394,11 +394,15 @@ func callDigest(name string, args json.RawMessage) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// compactJSON is raw re-encoded (objects' members sorted, no HTML escaping), so the same
-// arguments spelled otherwise make the same digest; raw when it is not JSON.
+// compactJSON is raw re-encoded (objects' members sorted, no HTML escaping, numbers as written),
+// so the same arguments spelled otherwise make the same digest; raw when it is not one JSON
+// value. It is also what the upstream is called with: a number is never rounded to a float64
+// (9007199254740993 stays itself).
 func compactJSON(raw json.RawMessage) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var v any
-	if json.Unmarshal(raw, &v) != nil {
+	if dec.Decode(&v) != nil || dec.More() {
 		return raw
 	}
 	var buf bytes.Buffer

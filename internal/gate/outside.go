@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -599,8 +600,21 @@ func (s *Service) outsideEditable(ctx context.Context, a Approval) bool {
 // sameJSON reports whether a and b are the same JSON value (objects compared by member, not by
 // spelling); false when either is not JSON.
 func sameJSON(a, b json.RawMessage) bool {
+	// Numbers as written (json.Number): two integers a float64 cannot tell apart are two inputs,
+	// never one call's decision given to the other.
+	decode := func(raw json.RawMessage, v *any) error {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(v); err != nil {
+			return err
+		}
+		if dec.More() {
+			return errors.New("more than one JSON value")
+		}
+		return nil
+	}
 	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+	if decode(a, &x) != nil || decode(b, &y) != nil {
 		return false
 	}
 	xa, _ := json.Marshal(x)

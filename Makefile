@@ -145,7 +145,8 @@ fuzz:
 # HTML fragments (fanout_html), and issue 21's two replicas on one PostgreSQL database (replicas:
 # the approval round trip across them and one session's fan-out over both), and issue 30's
 # agents' hooks (hooks: POST /hooks/{kind} decided by a rule, one at a time and from 50 agents,
-# and countersign-hook against curl), and issue 32's approval API (aap: create + long poll + decide round
+# and countersign-hook against curl), issue 31's MCP gateway (gateway: a rule-allowed tools/call
+# through /mcp against the same call made straight to the upstream, and 100 clients), and issue 32's approval API (aap: create + long poll + decide round
 # trip, 200 held long polls and their RSS). BENCH_RUNS=3 for medians; BENCH_CASES=rules for one case;
 # BENCH_FLAGS='-cpuprofile cpu.out' (or '-sessions-inprocess -memprofile heap.out') for profiles;
 # BENCH_CASES=hooks BENCH_FLAGS='-hooks-seconds 5' for a short hooks run (the goal is 30 s).
@@ -155,7 +156,7 @@ fuzz:
 # starts a throwaway cluster (Debian's postgresql; fsync=off, see bench/RESULTS.md) for the run;
 # with neither, the case prints a line saying it was skipped. The other cases never need it.
 BENCH_RUNS  ?= 1
-BENCH_CASES ?= nested,rules,direct,rss,approval,fanout,sessions,fanout_html,hooks,aap,replicas
+BENCH_CASES ?= nested,rules,direct,rss,approval,fanout,sessions,fanout_html,hooks,gateway,aap,replicas
 BENCH_FLAGS ?=
 comma := ,
 BENCH_PG = $(if $(filter replicas,$(subst $(comma), ,$(BENCH_CASES))),scripts/with-postgres.sh)

@@ -70,14 +70,12 @@ func (r *Runner) RecordAgentCall(ctx context.Context, sess Session, m Message, d
 // RecordAgentOutcome stores res, the outcome the agent reported of the call approval a decided,
 // as the call's result, with outcome — the report as the agent sent it — on the call's outside
 // call, in one transaction (store AppendOutsideOutcome, not synced), and shows it
-// (tool_execution_end, with the call's arguments and decision, as the card draws them). Errors as
-// RecordAgentMessage's; apperr.Invalid for an outcome that is not JSON; apperr.NotFound for a
-// call with no outside call.
+// (tool_execution_end, with the call's arguments and decision, as the card draws them). Errors:
+// apperr.Invalid for an outcome that is not JSON; apperr.NotFound for a call with no outside call
+// in a.SessionID (only agent sessions have outside calls, so the session is not read first: one
+// query less on every gateway and PostToolUse call); the store's.
 func (r *Runner) RecordAgentOutcome(ctx context.Context, a gate.Approval, res tool.Result, outcome json.RawMessage) (err error) {
 	defer apperr.Wrap(&err, "RecordAgentOutcome(%s, %s)", a.SessionID, a.ToolCallID)
-	if err := r.agentSession(ctx, a.SessionID); err != nil {
-		return err
-	}
 	now := time.Now().UTC()
 	m := Message{ID: newID(), Role: ToolResult, ToolCallID: a.ToolCallID, ToolName: a.ToolName, Result: &res, Timestamp: now}
 	if _, err := r.cfg.Store.AppendOutsideOutcome(ctx, a.SessionID, m, a.ID, outcome, now); err != nil {

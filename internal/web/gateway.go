@@ -71,7 +71,18 @@ type gateway struct {
 
 	genMu sync.Mutex
 	gens  map[string]int // session + call digest → the generation of its match key (callRef)
+
+	// sessions are the agent sessions calls were made in, by connection and MCP session id
+	// (gatewaySession): read once, not on every call. A session deleted (here or on another
+	// replica) fails the next call's record (apperr.NotFound) before anything runs; the call is
+	// then made again in a new session. Its mode is never taken from here: Runner.GateSession
+	// reads the mode switches of every replica.
+	sessMu   sync.Mutex
+	sessions map[string]agent.Session
 }
+
+// maxGatewaySessions bounds gateway.sessions; past it they are forgotten and read again.
+const maxGatewaySessions = 10_000
 
 // gatewayInfo is what the HTTP edge passes, through the go-sdk's TokenInfo, to a call's handler.
 type gatewayInfo struct {
@@ -83,7 +94,7 @@ type gatewayInfo struct {
 const gatewayInfoKey = "countersign"
 
 func newGateway(s *Server) *gateway {
-	g := &gateway{s: s, offered: map[string]*tool.Tool{}, proxied: map[string]*tool.Tool{}, proxiedName: map[string]*tool.Tool{}, gens: map[string]int{}, every: s.cfg.GatewayProgressEvery}
+	g := &gateway{s: s, offered: map[string]*tool.Tool{}, proxied: map[string]*tool.Tool{}, proxiedName: map[string]*tool.Tool{}, gens: map[string]int{}, sessions: map[string]agent.Session{}, every: s.cfg.GatewayProgressEvery}
 	if g.every <= 0 {
 		g.every = defaultGatewayProgress
 	}
@@ -225,12 +236,23 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 		if req.Session != nil {
 			sid = req.Session.ID()
 		}
-		sess, err := g.s.gatewaySession(ctx, info.connectionID, sid, name, version)
+		progress := func(message string) (stop func()) { return g.progress(ctx, req, message) }
+		sess, cached, err := g.session(ctx, info.connectionID, sid, name, version)
 		if err != nil {
 			return nil, err
 		}
-		progress := func(message string) (stop func()) { return g.progress(ctx, req, message) }
 		v, url, ref, err := g.decide(ctx, sess, t, args, info, progress)
+		if err != nil {
+			g.forgetSession(info.connectionID, sid, name)
+		}
+		if apperr.CodeOf(err) == apperr.NotFound && cached {
+			// The session was deleted since it was read (nothing was recorded or run): the
+			// call goes into a new one.
+			if sess, _, err = g.session(ctx, info.connectionID, sid, name, version); err != nil {
+				return nil, err
+			}
+			v, url, ref, err = g.decide(ctx, sess, t, args, info, progress)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -414,16 +436,62 @@ func compactJSON(raw json.RawMessage) json.RawMessage {
 	return json.RawMessage(bytes.TrimSpace(buf.Bytes()))
 }
 
-// gatewaySession finds connection connID's agent session sid (the call's MCP session id; for a
-// stateless client, "" and its clientInfo name), or creates it: titled with the client's
-// clientInfo name and version (SPEC §18: "the client's clientInfo is shown as provenance").
-func (s *Server) gatewaySession(ctx context.Context, connID, sid, name, version string) (agent.Session, error) {
+// gatewaySessionKey is connection connID's MCP session sid's key in gateway.sessions: its agent
+// session id as gatewaySession names it.
+func gatewaySessionKey(connID, sid, name string) string {
+	_, sid, _ = agentSessionName(sid, name, "")
+	return connID + "\x00" + sid
+}
+
+// agentSessionName is the client's name and version as a session's title shows them ("MCP
+// client" when it gave no name) and its agent session id: the MCP session id, or for a stateless
+// client (sid "") "client:" and its name.
+func agentSessionName(sid, name, version string) (string, string, string) {
 	if strings.TrimSpace(name) == "" {
 		name, version = "MCP client", ""
 	}
 	if sid == "" {
 		sid = "client:" + name
 	}
+	return name, sid, version
+}
+
+// session is gatewaySession, read once per connection and MCP session (gateway.sessions);
+// cached says it was not read now.
+func (g *gateway) session(ctx context.Context, connID, sid, name, version string) (_ agent.Session, cached bool, _ error) {
+	key := gatewaySessionKey(connID, sid, name)
+	g.sessMu.Lock()
+	sess, ok := g.sessions[key]
+	g.sessMu.Unlock()
+	if ok {
+		return sess, true, nil
+	}
+	sess, err := g.s.gatewaySession(ctx, connID, sid, name, version)
+	if err != nil {
+		return sess, false, err
+	}
+	g.sessMu.Lock()
+	if len(g.sessions) >= maxGatewaySessions {
+		clear(g.sessions)
+	}
+	g.sessions[key] = sess
+	g.sessMu.Unlock()
+	return sess, false, nil
+}
+
+// forgetSession drops connection connID's MCP session sid from gateway.sessions (after a call in
+// it failed: the session may be gone).
+func (g *gateway) forgetSession(connID, sid, name string) {
+	g.sessMu.Lock()
+	delete(g.sessions, gatewaySessionKey(connID, sid, name))
+	g.sessMu.Unlock()
+}
+
+// gatewaySession finds connection connID's agent session sid (the call's MCP session id; for a
+// stateless client, "" and its clientInfo name), or creates it: titled with the client's
+// clientInfo name and version (SPEC §18: "the client's clientInfo is shown as provenance").
+func (s *Server) gatewaySession(ctx context.Context, connID, sid, name, version string) (agent.Session, error) {
+	name, sid, version = agentSessionName(sid, name, version)
 	sess, err := s.agents.AgentSession(ctx, connID, sid)
 	if apperr.CodeOf(err) != apperr.NotFound {
 		return sess, err

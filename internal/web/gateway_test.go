@@ -28,11 +28,11 @@ import (
 // Streamable HTTP) reached through the real mcp.Manager.
 
 // upstream is an MCP server with a read-only tool, a destructive one and one whose result breaks
-// its outputSchema; deletes counts the runs of delete.
+// its outputSchema; reads and deletes count the runs of read and delete.
 type upstream struct {
 	*httptest.Server
-	srv     *sdk.Server
-	deletes atomic.Int64
+	srv            *sdk.Server
+	reads, deletes atomic.Int64
 }
 
 func newUpstream(t *testing.T) *upstream {
@@ -47,6 +47,7 @@ func newUpstream(t *testing.T) *upstream {
 	}, func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		var in struct{ Name string }
 		_ = json.Unmarshal(req.Params.Arguments, &in)
+		up.reads.Add(1)
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "note " + in.Name}},
 			StructuredContent: map[string]any{"text": "note " + in.Name}}, nil
 	})
@@ -719,5 +720,42 @@ func TestGatewayAnswersAnUpstreamFailureAsAnErrorResultWithTheReason(t *testing.
 	// The gateway itself still serves.
 	if _, err := cs.ListTools(context.Background(), nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The gateway reads a client's agent session once (not on every call); the call after the session
+// is deleted from the page is recorded in a new session and runs once.
+func TestGatewayCallsAfterTheirSessionIsDeletedMakeANewOne(t *testing.T) {
+	gs := newGatewayServer(t)
+	cs := gs.client(t, "deleted-test", nil)
+	call := func() (*sdk.CallToolResult, error) {
+		return cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": "a"}})
+	}
+	if res, err := call(); err != nil || res.IsError {
+		t.Fatalf("first call: %v %+v", err, res)
+	}
+	first, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gs.runner.DeleteSession(context.Background(), first.ID); err != nil {
+		t.Fatal(err)
+	}
+	reads := gs.up.reads.Load()
+	if res, err := call(); err != nil || res.IsError || textOf(res) != "note a" {
+		t.Fatalf("the call after: %v %+v", err, res)
+	}
+	if n := gs.up.reads.Load() - reads; n != 1 {
+		t.Fatalf("the upstream ran the call after the deletion %d times, want 1", n)
+	}
+	second, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.ID == first.ID {
+		t.Fatal("the call after the deletion was recorded in the deleted session")
+	}
+	if es, _ := gs.db.Entries(context.Background(), second.ID); len(es) < 2 {
+		t.Errorf("new session holds %d entries, want the call and its result", len(es))
 	}
 }

@@ -153,7 +153,8 @@ fuzz:
 # Profiling: go test -run '^$$' -bench . -cpuprofile cpu.out ./internal/agent (see bench/RESULTS.md).
 # replicas needs a PostgreSQL server: when BENCH_CASES names it, the load program runs under
 # scripts/with-postgres.sh, which uses COUNTERSIGN_TEST_POSTGRES when it is set and otherwise
-# starts a throwaway cluster (Debian's postgresql; fsync=off, see bench/RESULTS.md) for the run;
+# starts a throwaway cluster (Debian's postgresql; fsync=off, PG_FSYNC=on for the other setting:
+# each replicas line names it as pg_fsync) for the run;
 # with neither, the case prints a line saying it was skipped. The other cases never need it.
 BENCH_RUNS  ?= 1
 BENCH_CASES ?= nested,rules,direct,rss,approval,fanout,sessions,fanout_html,hooks,gateway,aap,replicas

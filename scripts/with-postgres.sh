@@ -7,7 +7,8 @@
 #   PATH): initdb into a temporary folder (as the postgres user via runuser when run as root,
 #   since PostgreSQL refuses to run as root; as yourself otherwise), pg_ctl start on a free port
 #   with its log in that folder (-l: a server holding our stdout would keep a caller waiting on
-#   its pipes forever), CMD, then pg_ctl -m immediate stop and the folder removed, whatever CMD did.
+#   its pipes forever; fsync off unless PG_FSYNC=on, as the replicas benchmark's second setting),
+#   CMD, then pg_ctl -m immediate stop and the folder removed, whatever CMD did.
 # - Else: CI=true fails (CI must never skip the PostgreSQL cases; .ci/run installs postgresql),
 #   and elsewhere CMD runs without the variable and the PostgreSQL cases say they were skipped.
 set -euo pipefail
@@ -49,7 +50,7 @@ trap stop EXIT
 "${as[@]}" "$bindir/initdb" -D "$dir/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1 ||
   { cat "$dir/initdb.log" >&2; exit 1; }
 "${as[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
-  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null ||
+  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=${PG_FSYNC:-off} -c max_connections=200" start >/dev/null ||
   { cat "$dir/log" >&2; exit 1; }
 
 export COUNTERSIGN_TEST_POSTGRES="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"

@@ -206,6 +206,21 @@ func (p *replicaPair) runs(toolCallID string) []gatedRun {
 	return append([]gatedRun(nil), p.gated[toolCallID]...)
 }
 
+// pgFsync is the server's fsync setting ("on" or "off"; scripts/with-postgres.sh starts its
+// throwaway cluster with PG_FSYNC, off unless set), or "unknown".
+func pgFsync(ctx context.Context, server string) string {
+	c, err := pgx.Connect(ctx, server)
+	if err != nil {
+		return "unknown"
+	}
+	defer c.Close(context.Background())
+	var v string
+	if c.QueryRow(ctx, "SHOW fsync").Scan(&v) != nil {
+		return "unknown"
+	}
+	return v
+}
+
 // createBenchDatabase creates an empty database on server and returns its URL and a function
 // that drops it (terminating what is still connected).
 func createBenchDatabase(ctx context.Context, server string) (string, func(), error) {
@@ -307,7 +322,7 @@ func replicasRoundTrip(ctx context.Context, server string, n, warm int) (line, e
 	}
 	elapsed := time.Since(t0)
 	const goalUs = 20_000
-	return line{}.add("peer", "countersign").add("case", "replicas").add("mode", "round_trip").add("n", n).
+	return line{}.add("peer", "countersign").add("case", "replicas").add("mode", "round_trip").add("n", n).add("pg_fsync", pgFsync(ctx, server)).
 		add("p50_us", percentile(total, 50)).add("p99_us", percentile(total, 99)).add("max_us", percentile(total, 100)).
 		add("decide_p50_us", percentile(decide, 50)).add("decide_p99_us", percentile(decide, 99)).
 		add("relay_p50_us", percentile(relay, 50)).add("relay_p99_us", percentile(relay, 99)).
@@ -573,7 +588,7 @@ func replicasFanout(ctx context.Context, server string, viewers int, chunkDelay 
 	}
 	const goalMs = 100
 	p99 := round2(percentile(all, 99))
-	return line{}.add("peer", "countersign").add("case", "replicas").add("mode", mode).add("n", viewers).
+	return line{}.add("peer", "countersign").add("case", "replicas").add("mode", mode).add("n", viewers).add("pg_fsync", pgFsync(ctx, server)).
 		add("chunk_delay_ms", ms(chunkDelay)).add("viewers_a", viewers-viewers/2).add("viewers_b", viewers/2).
 		add("events_published", seqA).add("stored_events", sequenced).
 		add("received_a", framesA).add("received_b", framesB).

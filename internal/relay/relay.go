@@ -135,6 +135,10 @@ type Relay struct {
 	// connection was made (by the database's clock). Only the listener's goroutine uses them.
 	last        map[string]int64
 	connectedAt time.Time
+	// streams are the messages being streamed by other replicas, by id: their last update
+	// delivered, from which the next one sent as a patch is rebuilt (stream.go).
+	streams     map[string]streamed
+	streamBytes int
 
 	// subscribers are told the keys of other replicas' messages on their topics (Subscribe).
 	subMu       sync.Mutex
@@ -164,6 +168,7 @@ type message struct {
 	By      string          `json:"by,omitempty"` // who stops (its stored row says it); a topic's key
 	Signed  int64           `json:"w"`            // when the sender signed it (Unix ms): auth.go
 	Stop    string          `json:"i,omitempty"`  // a Stop's request id (table relay_stops)
+	Patch   *patch          `json:"p,omitempty"`  // Event's message is sent as a patch (stream.go)
 }
 
 // The relay's own kinds of control message; any other kind is a topic (Send, Subscribe).
@@ -474,7 +479,7 @@ func (r *Relay) drain(ctx context.Context) {
 
 // signed returns m's notification, signed now and sealed under the relay keys; when it would
 // exceed maxPayload with its event, a stored event is left out (the receiver reads its row) and
-// a delta is not sent (false: the message's end carries it whole).
+// an event that is not stored is not sent (false; send then tries a message_update as a patch).
 func (r *Relay) signed(m message) (string, bool) {
 	m.Signed = time.Now().UnixMilli()
 	b, err := json.Marshal(m)
@@ -568,6 +573,13 @@ func (r *Relay) send(ctx context.Context, batch []outgoing) {
 					b.Queue(`SELECT pg_notify($1, $2)`, Channel, p)
 				default:
 					p, ok := r.signed(message{Origin: r.id, Session: o.ev.SessionID, At: o.at.UnixNano(), Event: bodies[i]})
+					if !ok {
+						// Too large whole: a message_update's streamed text goes as a delta
+						// (stream.go); anything else too large is not sent.
+						if body, pt, isUpdate := asPatch(o); isUpdate {
+							p, ok = r.signed(message{Origin: r.id, Session: o.ev.SessionID, At: o.at.UnixNano(), Event: body, Patch: pt})
+						}
+					}
 					if !ok {
 						continue
 					}
@@ -711,7 +723,7 @@ func (r *Relay) HandleNotification(ctx context.Context, n *pgconn.Notification, 
 	case m.Seq == 0: // a delta, progress, a deletion: notifications only
 		if !own {
 			r.lag(m)
-			r.deliver(m.Event)
+			r.deliverUnstored(m)
 		}
 		var head struct {
 			Type agent.EventType `json:"type"`
@@ -812,6 +824,9 @@ func (r *Relay) deliver(body json.RawMessage) {
 	if err := json.Unmarshal(body, &ev); err != nil {
 		r.log.Error("replica events: decode", "err", err)
 		return
+	}
+	if ev.Type == agent.MessageEnd {
+		r.forgetStream(ev.MessageID)
 	}
 	r.target.Deliver(ev)
 }

@@ -403,3 +403,94 @@ func adminConn(t *testing.T, url string) *pgx.Conn {
 
 // testKey is the key the tests' replicas share (a server's is its share-link key file's).
 var testKey = []byte("the replicas' shared key, 32 by!")
+
+// streamUpdates is a stream as a runner publishes it: n message_updates of one message (a
+// thinking block, then a text block growing by about 700 bytes a step, past any notification),
+// each with the whole message so far and, as Delta and Thinking, what is new since the previous.
+func streamUpdates(sessionID, id string, n int) []agent.Event {
+	var evs []agent.Event
+	text, thinking := "", ""
+	for i := range n {
+		dt := ""
+		if i < 3 {
+			dt = fmt.Sprintf("thought %d é; ", i)
+		}
+		d := fmt.Sprintf("step %d «%s» ", i, strings.Repeat("ü", 340))
+		thinking, text = thinking+dt, text+d
+		m := agent.Message{ID: id, Role: agent.Assistant, Content: []agent.Block{{Type: "thinking", Thinking: thinking}, {Type: "text", Text: text}}}
+		evs = append(evs, agent.Event{Type: agent.MessageUpdate, SessionID: sessionID, MessageID: id, Message: &m, Delta: d, Thinking: dt})
+	}
+	return evs
+}
+
+// TestStreamedTextCrossesReplicasPastANotificationsSize (issue 33): a message streamed past
+// 8 KB reaches the other replica update by update, each with the whole message as sent — the
+// updates too large whole go as deltas and are rebuilt; an update that does not follow from
+// the previous one (a lost notification) is dropped with the rest of its stream, never shown
+// wrong.
+func TestStreamedTextCrossesReplicasPastANotificationsSize(t *testing.T) {
+	dbs := replicas(t, 2)
+	s := mkSession(t, dbs[0], "stream")
+	reps, tgts := startReplicas(t, dbs)
+	evs := streamUpdates(s.ID, "m1", 40)
+	if n := len(evs[len(evs)-1].Message.Text()); n < 20_000 {
+		t.Fatalf("the stream ends at %d bytes; the test needs it far past a notification", n)
+	}
+	// A second stream with a gap: its 15th update is never published, as if its notification
+	// were lost; the 16th cannot follow from the 14th.
+	gappy := streamUpdates(s.ID, "m2", 30)
+	for i := range evs {
+		reps[0].Publish(evs[i])
+		if i < len(gappy) && i != 14 {
+			reps[0].Publish(gappy[i])
+		}
+	}
+	end := agent.Event{Type: agent.MessageEnd, SessionID: s.ID, MessageID: "m1", Message: evs[len(evs)-1].Message}
+	reps[0].Publish(end)
+	tgts[1].await(t, "the stream's end", func(tg *target) bool {
+		for _, ev := range tg.events {
+			if ev.Type == agent.MessageEnd && ev.MessageID == "m1" {
+				return true
+			}
+		}
+		return false
+	})
+	tgts[1].mu.Lock()
+	got := append([]agent.Event(nil), tgts[1].events...)
+	tgts[1].mu.Unlock()
+	want := map[string][]agent.Event{"m1": evs, "m2": gappy}
+	seen := map[string]int{}
+	for _, ev := range got {
+		if ev.Type != agent.MessageUpdate {
+			continue
+		}
+		k := seen[ev.MessageID]
+		for k < len(want[ev.MessageID]) && want[ev.MessageID][k].Delta != ev.Delta {
+			k++ // an update left out (m2's gap and what follows it)
+		}
+		if k == len(want[ev.MessageID]) {
+			t.Fatalf("%s: an update that was never published arrived (delta %.40q…)", ev.MessageID, ev.Delta)
+		}
+		w := want[ev.MessageID][k]
+		if ev.Message == nil || ev.Message.Text() != w.Message.Text() || ev.Message.Thinking() != w.Message.Thinking() ||
+			len(ev.Message.Content) != 2 || ev.Message.Content[0].Type != "thinking" {
+			t.Fatalf("%s update %d arrived otherwise than sent", ev.MessageID, k)
+		}
+		seen[ev.MessageID] = k + 1
+	}
+	count := func(id string) int {
+		n := 0
+		for _, ev := range got {
+			if ev.Type == agent.MessageUpdate && ev.MessageID == id {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count("m1"); n != len(evs) {
+		t.Errorf("%d of m1's %d updates arrived; the ones past 8 KB were not relayed", n, len(evs))
+	}
+	if n := count("m2"); n >= len(gappy)-1 || n < 10 {
+		t.Errorf("%d of m2's %d updates arrived: want the ones before the gap that fit or follow, none past it that cannot", n, len(gappy)-1)
+	}
+}

@@ -48,10 +48,14 @@ import (
 type auditLog struct {
 	store Store
 	log   *slog.Logger
+	// hold, when set (replicas), says whether a run still holds its session's lease
+	// (Replicas.Hold): a batch's records of a run that lost it are not written (fence).
+	hold func(ctx context.Context, sessionID, lease string) (bool, error)
 
 	mu      sync.Mutex
 	cond    *sync.Cond        // broadcast when records are written or the queue has room
 	queue   [][]gate.Approval // batches of at most auditBatchMax records, oldest first
+	leases  [][]string        // queue's records' runs' lease tokens, batch by batch ("" unfenced)
 	waiting int               // records in queue
 	queued  uint64            // calls ever queued (a grouped record counts each call it stands for)
 	written uint64            // calls ever taken by the writer and written (or logged as failed)
@@ -139,7 +143,11 @@ func newAuditLog(store Store, log *slog.Logger) *auditLog {
 // record (Count 1, LastAt its time). Either way the record returned has the group's id and this
 // call's own times, and Count 0 (the group may count further calls); it goes on the call's
 // tool_execution events. It blocks only while the queue is full.
-func (l *auditLog) add(a gate.Approval) gate.Approval {
+func (l *auditLog) add(a gate.Approval) gate.Approval { return l.addFor(a, "") }
+
+// addFor is add for a call of the run holding lease (its session's lease token: the record is
+// written only while the run holds it, as its transcript entries are; "" for no check).
+func (l *auditLog) addFor(a gate.Approval, lease string) gate.Approval {
 	now := time.Now().UTC()
 	a.CreatedAt, a.DecidedAt, a.Automatic = now, &now, true
 	grouped := a.Status == gate.Approved && a.ParentToolCallID != ""
@@ -165,8 +173,10 @@ func (l *auditLog) add(a gate.Approval) gate.Approval {
 	}
 	if n := len(l.queue); n == 0 || len(l.queue[n-1]) == auditBatchMax {
 		l.queue = append(l.queue, l.newBatch())
+		l.leases = append(l.leases, make([]string, 0, auditBatchMax))
 	}
 	last := &l.queue[len(l.queue)-1]
+	l.leases[len(l.leases)-1] = append(l.leases[len(l.leases)-1], lease)
 	rec := a
 	if grouped {
 		if g := l.groups[k]; g != nil { // made while this call waited for room
@@ -204,9 +214,9 @@ func (l *auditLog) write() {
 			l.mu.Unlock()
 			return
 		}
-		batch := l.queue[0]
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
+		batch, leases := l.queue[0], l.leases[0]
+		l.queue[0], l.leases[0] = nil, nil
+		l.queue, l.leases = l.queue[1:], l.leases[1:]
 		l.waiting -= len(batch)
 		// Taken: its groups count no further calls (a further call starts a new record of the
 		// group, merged into the same row when stored).
@@ -223,6 +233,9 @@ func (l *auditLog) write() {
 		l.cond.Broadcast() // room in the queue
 		l.mu.Unlock()
 
+		if l.hold != nil {
+			batch = l.fence(batch, leases)
+		}
 		l.store1(batch)
 
 		l.mu.Lock()
@@ -234,6 +247,36 @@ func (l *auditLog) write() {
 		l.cond.Broadcast()
 		l.mu.Unlock()
 	}
+}
+
+// fence returns batch without the records of runs that no longer hold their session's lease
+// (issue 33, SPEC §16): a replica that stalled past its lease and was taken over writes no
+// audit rows for its nested calls when it wakes, as it writes no transcript entries (run.append).
+// A lease that cannot be checked (the database away) keeps its records: the write is tried.
+// One check per run in the batch.
+func (l *auditLog) fence(batch []gate.Approval, leases []string) []gate.Approval {
+	type run struct{ session, lease string }
+	held := map[run]bool{}
+	out := batch[:0]
+	for i, a := range batch {
+		k := run{a.SessionID, leases[i]}
+		ok, checked := held[k]
+		if k.lease == "" {
+			ok, checked = true, true
+		}
+		if !checked {
+			h, err := l.hold(context.Background(), k.session, k.lease)
+			ok = h || err != nil
+			held[k] = ok
+			if !ok {
+				l.log.Warn("audit records of a run whose session another server took over were not written", "session", k.session)
+			}
+		}
+		if ok {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // store1 writes one batch in one transaction; if the batch fails, each record is tried alone so

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,5 +284,46 @@ func TestAuditLogCountsEveryCallUnderConcurrency(t *testing.T) {
 	}
 	if len(l.groups) != 0 {
 		t.Errorf("%d groups still open after every batch was written", len(l.groups))
+	}
+}
+
+// TestAuditLogWritesNothingForARunThatLostItsLease (issue 33, SPEC §16): the records of a run
+// whose session another replica took over are not written when the writer gets to them; the
+// records of a run that holds its lease, and of one whose lease cannot be checked (the
+// database away), are.
+func TestAuditLogWritesNothingForARunThatLostItsLease(t *testing.T) {
+	st := &auditStore{}
+	l := newAuditLog(st, quietLog())
+	var checks sync.Map
+	l.hold = func(_ context.Context, sessionID, lease string) (bool, error) {
+		n, _ := checks.LoadOrStore(sessionID+"/"+lease, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		switch lease {
+		case "lost":
+			return false, nil
+		case "unknown":
+			return false, errors.New("database away")
+		}
+		return true, nil
+	}
+	for i := range 300 {
+		for _, lease := range []string{"held", "lost", "unknown"} {
+			a := gate.Approval{SessionID: "s-" + lease, ToolCallID: fmt.Sprintf("c%d", i), Status: gate.Denied, ParentToolCallID: "p"}
+			l.addFor(a, lease)
+		}
+	}
+	l.flush()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	by := map[string]int{}
+	for _, a := range st.rows {
+		by[a.SessionID]++
+	}
+	if by["s-held"] != 300 || by["s-unknown"] != 300 || by["s-lost"] != 0 {
+		t.Fatalf("records written by session: %v; want 300 of the held run's and of the unchecked one's, none of the run that lost its lease", by)
+	}
+	n, _ := checks.Load("s-held/held")
+	if c := n.(*atomic.Int32).Load(); c > int32(900/auditBatchMax+2) {
+		t.Errorf("the lease was checked %d times for 300 records: want once per batch", c)
 	}
 }

@@ -158,7 +158,7 @@ func (rn *run) ask(ctx context.Context, inv *invocation) {
 func (rn *run) recordRule(ctx context.Context, a gate.Approval, nested bool, records *[]gate.Approval) *gate.Approval {
 	switch {
 	case nested:
-		a = rn.r.audit.add(a)
+		a = rn.r.audit.addFor(a, rn.lease)
 		return &a
 	case records != nil:
 		return rn.defer1(a, records)

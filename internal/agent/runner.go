@@ -113,6 +113,9 @@ func New(cfg Config) *Runner {
 	}
 	r := &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*run{}, deleting: map[string]bool{}, audit: newAuditLog(cfg.Store, cfg.Logger)}
 	r.replica = newReplica(r, cfg.Replicas)
+	if _, alone := cfg.Replicas.(*SingleServer); !alone {
+		r.audit.hold = cfg.Replicas.Hold // nested calls' audit rows are fenced as entries are
+	}
 	r.sessions = gateSessions{r}
 	r.gate = gate.New(cfg.Store, cfg.ApprovalTimeout, r.sessions.approvalChanged)
 	r.gs = gate.NewService(gate.ServiceConfig{Gate: r.gate, Store: cfg.Store, Sessions: r.sessions, Tools: cfg.Tools,

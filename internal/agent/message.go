@@ -50,6 +50,10 @@ type Block struct {
 	ID        string          `json:"id,omitempty"`
 	Name      string          `json:"name,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// ArgumentsError, on a toolCall block, says why the arguments the model streamed could not
+	// be read ("arguments are not valid JSON: …"); Arguments is then {}. The call does not run:
+	// the model gets an error result with this text and the run goes on (SPEC §9).
+	ArgumentsError string `json:"argumentsError,omitempty"`
 	Thinking  string          `json:"thinking,omitempty"`
 	Signature string          `json:"thinkingSignature,omitempty"`
 	Redacted  bool            `json:"redacted,omitempty"`

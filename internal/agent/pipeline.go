@@ -52,6 +52,9 @@ type invocation struct {
 	inside bool
 	// uncovered is CheckCall.Uncovered for such an action: why no rule may allow it.
 	uncovered string
+	// argumentsError is Block.ArgumentsError of a model-issued call: the arguments the model
+	// streamed could not be read, so the call stops with an error result (SPEC §9).
+	argumentsError string
 }
 
 // prepare runs steps 1–4 of the pipeline: find the tool (by exposure), validate its arguments
@@ -84,6 +87,12 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		return false
 	}
 	inv.tool = t
+	if inv.argumentsError != "" {
+		// The model gets the reason and may send the call again; the run goes on (SPEC §9).
+		inv.stop(tool.ErrorResult("Invalid arguments for tool %q: %s\nSend the call again with its arguments as one JSON object.",
+			t.Name, inv.argumentsError), tool.NestedError)
+		return false
+	}
 	vs := t.ValidateInput(inv.args)
 	if len(vs) == 0 {
 		vs = t.CheckInput(inv.args, rn.session.Workspace)
@@ -355,7 +364,7 @@ func (rn *run) decideBatch(msg Message) ([]*invocation, []gate.Approval) {
 	for i, c := range calls {
 		invs[i] = &invocation{
 			call:      tool.Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments},
-			messageID: msg.ID, requestedBy: gate.RequestedByModel,
+			messageID: msg.ID, requestedBy: gate.RequestedByModel, argumentsError: c.ArgumentsError,
 		}
 		invs[i].needsPerson = rn.decide(rn.ctx, invs[i], false, &records)
 	}

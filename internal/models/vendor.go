@@ -163,17 +163,39 @@ func inputSchema(raw json.RawMessage) (map[string]any, error) {
 }
 
 // callArguments checks the arguments a model streamed for a tool call: none become {}, anything
-// else must be a JSON object (returned compacted).
+// else must be a JSON object (returned compacted). The error says what is wrong ("arguments are not
+// valid JSON: …", "arguments are not a JSON object: …"), with the start of what was streamed.
 func callArguments(raw string) (json.RawMessage, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
 		return json.RawMessage("{}"), nil
 	}
 	var buf bytes.Buffer
-	if err := json.Compact(&buf, []byte(raw)); err != nil || raw[0] != '{' {
+	if err := json.Compact(&buf, []byte(raw)); err != nil {
+		if strings.Contains(err.Error(), "unexpected end of JSON input") {
+			return nil, fmt.Errorf("arguments are not valid JSON: they end before the JSON value does: %s", short(raw))
+		}
+		return nil, fmt.Errorf("arguments are not valid JSON: %v: %s", err, short(raw))
+	}
+	if raw[0] != '{' {
 		return nil, fmt.Errorf("arguments are not a JSON object: %s", short(raw))
 	}
 	return buf.Bytes(), nil
+}
+
+// callBlock is a streamed tool call as a toolCall block. Arguments that are not a JSON object do
+// not end the model's answer (SPEC §9): the call keeps {} as its arguments and carries the
+// reason in ArgumentsError, which the call pipeline answers with an error result, and the run
+// goes on to the model's next answer.
+func callBlock(id, name, raw string) agent.Block {
+	b := agent.Block{Type: "toolCall", ID: id, Name: name}
+	args, err := callArguments(raw)
+	if err != nil {
+		b.Arguments, b.ArgumentsError = json.RawMessage("{}"), err.Error()
+		return b
+	}
+	b.Arguments = args
+	return b
 }
 
 // replayArguments is a stored call's arguments as sent back to a vendor: always a JSON object.

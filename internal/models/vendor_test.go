@@ -129,6 +129,7 @@ func TestCallArguments(t *testing.T) {
 		{"  ", "{}", true},
 		{`{ "path": "a" }`, `{"path":"a"}`, true},
 		{`{"path":`, "", false},
+		{`{"path": "a"} x`, "", false},
 		{`["a"]`, "", false},
 		{`"a"`, "", false},
 	}
@@ -137,5 +138,78 @@ func TestCallArguments(t *testing.T) {
 		if (err == nil) != tt.ok || string(got) != tt.want {
 			t.Errorf("callArguments(%q): got %s, %v; want %s, ok %v", tt.in, got, err, tt.want, tt.ok)
 		}
+	}
+}
+
+// TestArgumentsThatDoNotParseAreACallWithItsReasonNotAFailedStream (issue 34, SPEC §9): a tool
+// call whose streamed arguments do not parse (an unclosed JSON object, as small local models
+// send) ends no vendor's stream: the message keeps the call, with {} as its arguments and the
+// reason, for the call pipeline to answer with an error result.
+func TestArgumentsThatDoNotParseAreACallWithItsReasonNotAFailedStream(t *testing.T) {
+	tests := []struct {
+		name   string
+		stream func(f *fakeVendor) func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error)
+		body   string
+		id     string
+	}{{
+		name: "OpenAI Chat Completions",
+		stream: func(f *fakeVendor) func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
+			return newTestOpenAI(f, 0).Stream
+		},
+		body: strings.Replace(recorded(t, "openai", "tools_ollama.sse"),
+			`"arguments":"{\"path\":\"README.md\"}"`, `"arguments":"{\"path\":"`, 1),
+		id: "call_9x2mfl3q",
+	}, {
+		name: "OpenAI Responses",
+		stream: func(f *fakeVendor) func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
+			return newTestResponses(f, "gpt-4.1-mini", 0).Stream
+		},
+		body: strings.ReplaceAll(recorded(t, "responses", "tools.sse"),
+			`"arguments":"{\"path\":\"README.md\"}"`, `"arguments":"{\"path\":"`),
+		id: "call_Qx1vR8pT2mLk",
+	}, {
+		name: "Anthropic Messages",
+		stream: func(f *fakeVendor) func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
+			return newTestAnthropic(f, 0).Stream
+		},
+		body: strings.Replace(recorded(t, "anthropic", "tools.sse"),
+			`"partial_json":"ME.md\"}"`, `"partial_json":"ME.md\""`, 1),
+		id: "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeVendor(t, serveSSE(tt.body))
+			var announced []agent.Block
+			msg, err := tt.stream(f)(context.Background(), userSays("Hi"), func(d agent.Delta) {
+				if d.ToolCall != nil {
+					announced = append(announced, *d.ToolCall)
+				}
+			})
+			if err != nil {
+				t.Fatalf("Stream: %v; want the message with the call", err)
+			}
+			var bad *agent.Block
+			for _, c := range msg.ToolCalls() {
+				if c.ID == tt.id {
+					bad = &c
+				}
+			}
+			if bad == nil {
+				t.Fatalf("the message lacks the call %s: %+v", tt.id, msg.Content)
+			}
+			if !strings.HasPrefix(bad.ArgumentsError, "arguments are not valid JSON") || string(bad.Arguments) != "{}" {
+				t.Errorf("the call: arguments %s, error %q; want {} and \"arguments are not valid JSON…\"", bad.Arguments, bad.ArgumentsError)
+			}
+			if msg.StopReason != agent.ToolUse {
+				t.Errorf("stop reason %q, want toolUse", msg.StopReason)
+			}
+			found := false
+			for _, a := range announced {
+				found = found || a.ID == tt.id && a.ArgumentsError != ""
+			}
+			if !found {
+				t.Errorf("the call was not announced with its reason: %+v", announced)
+			}
+		})
 	}
 }

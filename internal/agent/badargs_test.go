@@ -78,3 +78,42 @@ func TestAnUnclosedToolCallJSONBecomesAnErrorResultAndTheRunGoesOn(t *testing.T)
 		t.Errorf("the last entry: %+v, want the model's next answer", last)
 	}
 }
+
+// TestTypedInstructionsKeepTheWorkspaceInTheSystemPrompt (issue 34, acceptance 3; SPEC §17): the
+// person's own instructions, which do not name the workspace, are sent with the environment
+// block Countersign always adds: the system prompt an OpenAI-compatible server receives holds
+// both the typed text and the workspace path; so does a session with no instructions at all.
+func TestTypedInstructionsKeepTheWorkspaceInTheSystemPrompt(t *testing.T) {
+	for _, typed := range []string{"Answer like a pirate. Marker 5c1d.", ""} {
+		t.Run(fmt.Sprintf("instructions %q", typed), func(t *testing.T) {
+			vendor := newFakeVendorAPI(t, chatCompletions, 1<<20, 0)
+			h := newModelHarness(t, models.NewOpenAI(models.OpenAIConfig{APIKey: "test", BaseURL: vendor.URL + "/v1", Model: "fake-gpt"}),
+				agent.Config{})
+			if _, err := h.runner.SetInstructions(t.Context(), h.sess.ID, typed); err != nil {
+				t.Fatal(err)
+			}
+			if end := h.run("ahoy"); end.Error != "" {
+				t.Fatal(end.Error)
+			}
+			bodies, _ := vendor.received()
+			var body struct {
+				Messages []struct {
+					Role    string `json:"role"`
+					Content any    `json:"content"`
+				} `json:"messages"`
+			}
+			if err := json.Unmarshal([]byte(bodies[0]), &body); err != nil {
+				t.Fatal(err)
+			}
+			system := ""
+			for _, m := range body.Messages {
+				if m.Role == "system" || m.Role == "developer" {
+					system += fmt.Sprint(m.Content)
+				}
+			}
+			if !strings.Contains(system, typed) || !strings.Contains(system, "Workspace: "+h.sess.Workspace) {
+				t.Errorf("the system prompt the server got:\n%s\nwant the typed %q and the workspace %s", system, typed, h.sess.Workspace)
+			}
+		})
+	}
+}

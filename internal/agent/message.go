@@ -54,9 +54,9 @@ type Block struct {
 	// be read ("arguments are not valid JSON: …"); Arguments is then {}. The call does not run:
 	// the model gets an error result with this text and the run goes on (SPEC §9).
 	ArgumentsError string `json:"argumentsError,omitempty"`
-	Thinking  string          `json:"thinking,omitempty"`
-	Signature string          `json:"thinkingSignature,omitempty"`
-	Redacted  bool            `json:"redacted,omitempty"`
+	Thinking       string `json:"thinking,omitempty"`
+	Signature      string `json:"thinkingSignature,omitempty"`
+	Redacted       bool   `json:"redacted,omitempty"`
 }
 
 // Usage is the provider's token count for one assistant message, as its stream reported it

@@ -286,8 +286,9 @@ func (s *Service) Decide(ctx context.Context, sessionID, id string, ans Answer) 
 		}
 		remember = rls
 	case "approve_session":
-		if rl, ok := s.sessionRule(a, ans.By); ok {
-			remember = []Rule{rl}
+		remember = s.sessionRules(a, ans.By)
+		if len(remember) == 0 {
+			remember = nil
 		}
 	}
 	if len(ans.Arguments) > 0 && a.RequestedBy == RequestedByAgent && !s.outsideEditable(ctx, a) {

@@ -498,7 +498,7 @@ func (tc *toolContext) Authorize(ctx context.Context, name string, arguments any
 		return tool.Authorization{Allowed: true}
 	case !denied && uncovered == "" && d.Outcome == gate.Allowed:
 		if d.Source == gate.FromRule && d.Rule != nil {
-			rn.r.rules.Hit(d.Rule)
+			d.CountHits(rn.r.rules)
 		}
 		return tool.Authorization{Allowed: true}
 	}

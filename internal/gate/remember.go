@@ -105,7 +105,7 @@ func (s *Service) Release(ctx context.Context, pending []Approval) {
 		_, err := s.gate.Decide(ctx, p.ID, res)
 		switch {
 		case err == nil && d.Rule != nil:
-			s.rules.Hit(d.Rule)
+			d.CountHits(s.rules)
 		case err != nil && apperr.CodeOf(err) != apperr.Conflict:
 			s.log.Error("release pending approval", "approval", p.ID, "err", err)
 		}

@@ -275,7 +275,7 @@ func markContextLength(err error, code, message string) error {
 type errIdle time.Duration
 
 func (e errIdle) Error() string {
-	return fmt.Sprintf("timeout: no data from the provider for %s", time.Duration(e))
+	return fmt.Sprintf("timeout: no data from the provider for %s (-model-idle-timeout)", time.Duration(e))
 }
 
 // watchdog cancels a stream that has been silent for longer than its idle timeout.

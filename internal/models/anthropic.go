@@ -448,8 +448,11 @@ func anthropicError(err error) error {
 			msg = api.RawJSON()
 		}
 		if msg == "" && api.Response != nil && api.Response.Body != nil {
-			body, _ := io.ReadAll(io.LimitReader(api.Response.Body, 1024))
+			body, _ := io.ReadAll(io.LimitReader(api.Response.Body, 64<<10))
 			msg = strings.TrimSpace(string(body))
+		}
+		if api.Message == "" && !json.Valid([]byte(msg)) {
+			msg = errorText(msg) // a proxy's HTML page: its title, never the page
 		}
 		if api.StatusCode < 400 { // an error event in a stream that had started well
 			if t := api.Type(); t != "" {

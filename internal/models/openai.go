@@ -364,8 +364,8 @@ func openaiError(prefix string, err error) error {
 	if errors.As(err, &api) {
 		msg := api.Message
 		if msg == "" && api.Response != nil && api.Response.Body != nil {
-			body, _ := io.ReadAll(io.LimitReader(api.Response.Body, 1024))
-			msg = strings.TrimSpace(string(body))
+			body, _ := io.ReadAll(io.LimitReader(api.Response.Body, 64<<10))
+			msg = errorText(string(body))
 		}
 		out := fmt.Errorf("%s: %s: %s", prefix, statusLine(api.StatusCode), msg)
 		if api.StatusCode == http.StatusBadRequest || api.StatusCode == http.StatusRequestEntityTooLarge {

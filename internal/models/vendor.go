@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"net/http"
 	"regexp"
 	"strings"
@@ -329,6 +330,35 @@ func short(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:max], "") + "…"
+}
+
+// htmlTitle and htmlTag find an HTML page's title and its tags (errorText).
+var (
+	htmlTitle = regexp.MustCompile(`(?is)<title[^>]*>(.*?)</title>`)
+	htmlTag   = regexp.MustCompile(`(?s)<[^>]*>`)
+	htmlDrop  = regexp.MustCompile(`(?is)<(script|style|head)[^>]*>.*?</(script|style|head)>`)
+)
+
+// errorText is an error response's body as an error's text: a proxy's or gateway's HTML page
+// (Cloudflare's 502, nginx's 504) becomes its title, or else its first line of text, never the
+// page verbatim; other text keeps its first line. Bounded (short); "" for a body with no text.
+func errorText(body string) string {
+	body = strings.TrimSpace(body)
+	lower := strings.ToLower(body)
+	if strings.HasPrefix(lower, "<") || strings.Contains(lower, "<html") {
+		if m := htmlTitle.FindStringSubmatch(body); m != nil {
+			if t := strings.Join(strings.Fields(html.UnescapeString(htmlTag.ReplaceAllString(m[1], " "))), " "); t != "" {
+				return short(t)
+			}
+		}
+		body = html.UnescapeString(htmlTag.ReplaceAllString(htmlDrop.ReplaceAllString(body, " "), "\n"))
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if t := strings.Join(strings.Fields(line), " "); t != "" {
+			return short(t)
+		}
+	}
+	return ""
 }
 
 // statusLine is an HTTP status as "429 Too Many Requests", or "529" when Go has no text for it.

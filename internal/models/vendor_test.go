@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -209,6 +210,56 @@ func TestArgumentsThatDoNotParseAreACallWithItsReasonNotAFailedStream(t *testing
 			}
 			if !found {
 				t.Errorf("the call was not announced with its reason: %+v", announced)
+			}
+		})
+	}
+}
+
+// cloudflare502 is a gateway's HTML error page, as a proxy in front of a provider sends it.
+const cloudflare502 = `<!DOCTYPE html>
+<html lang="en-US">
+<head><title>api.example.com | 502: Bad gateway</title>
+<style>body{font-family:sans-serif}</style></head>
+<body><div id="cf-wrapper"><h1>Bad gateway</h1><p>The web server reported a bad gateway error.</p>
+<script>window.cf = {ray: "8f1e2d3c4b5a6978"}</script></div></body></html>`
+
+// TestAProvidersHTMLErrorPageIsSummarised (issue 34): a proxy's HTML error page is not the error
+// text verbatim: the status and the page's title, or its first line of text, bounded.
+func TestAProvidersHTMLErrorPageIsSummarised(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+	}{
+		{"a page with a title", cloudflare502, "api.example.com | 502: Bad gateway"},
+		{"a page without a title", "<html><body>\n<h1>504 Gateway Time-out</h1>\n<hr><center>nginx</center>\n</body></html>", "504 Gateway Time-out"},
+		{"plain text", "upstream connect error\nreset reason: overflow", "upstream connect error"},
+		{"a long line", strings.Repeat("x", 5000), strings.Repeat("x", 200) + "…"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := errorText(tt.body); got != tt.want {
+				t.Errorf("errorText: got %q, want %q", got, tt.want)
+			}
+		})
+	}
+	for _, v := range []struct {
+		name   string
+		stream func(f *fakeVendor) error
+	}{
+		{"openai", func(f *fakeVendor) error {
+			_, err := newTestOpenAI(f, 0).Stream(context.Background(), userSays("Hi"), func(agent.Delta) {})
+			return err
+		}},
+		{"anthropic", func(f *fakeVendor) error {
+			_, err := newTestAnthropic(f, 0).Stream(context.Background(), userSays("Hi"), func(agent.Delta) {})
+			return err
+		}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			f := newFakeVendor(t, serveError(http.StatusBadGateway, cloudflare502, map[string]string{"Content-Type": "text/html"}))
+			err := v.stream(f)
+			want := v.name + ": 502 Bad Gateway: api.example.com | 502: Bad gateway"
+			if err == nil || err.Error() != want {
+				t.Errorf("error: got %v, want %q", err, want)
 			}
 		})
 	}

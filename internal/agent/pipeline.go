@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -458,6 +459,20 @@ type toolContext struct {
 func (tc *toolContext) ToolCallID() string { return tc.inv.call.ID }
 func (tc *toolContext) SessionID() string  { return tc.rn.session.ID }
 func (tc *toolContext) Workspace() string  { return tc.rn.session.Workspace }
+
+var _ tool.NestedTools = (*toolContext)(nil)
+
+// NestedTools lists the tools the running call may call (tool.NestedTools), sorted by name.
+func (tc *toolContext) NestedTools() []string {
+	var out []string
+	for _, t := range tc.rn.r.cfg.Tools.All() {
+		if tool.CallableNested(t, tc.rn.isActive(t.Name)) {
+			out = append(out, t.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // Consent says how the running call came to run: a person approved it when its decision is a
 // person's approval, not an automatic record (a rule, grant, mode or annotation default), and

@@ -116,6 +116,13 @@ type Context interface {
 	Authorize(ctx context.Context, name string, arguments any, uncovered string) Authorization
 }
 
+// NestedTools is what a Context may also offer: the names of the tools the running call may call
+// through ExecuteTool (its session's active direct tools and the codemode and deferred ones,
+// CallableNested), sorted. Codemode lists them as the keys of its `tools` object.
+type NestedTools interface {
+	NestedTools() []string
+}
+
 // Consent is how a running call came to run (SPEC §14): ByPerson is true when a person approved
 // it as written in a prompt or through a decision link (not a rule, grant, mode or annotation
 // default); Preview is what that person's prompt showed of the call's effect (tool.Preview; nil

@@ -178,6 +178,17 @@ type Preview struct {
 	Error   string         `json:"error,omitempty"`
 	Digest  string         `json:"digest,omitempty"`
 	Scripts []ScriptDigest `json:"scripts,omitempty"`
+	// Commands are the shell commands a call will run that its arguments do not spell out
+	// (run_checks' configured checks, failing_tests' test command), as configured for the
+	// workspace when the approval opened: the prompt shows them, not `{}`.
+	Commands []PreviewCommand `json:"commands,omitempty"`
+}
+
+// PreviewCommand is one command a call will run (Preview.Commands): its name ("vet", "tests")
+// and its command line as `/bin/sh -c` gets it.
+type PreviewCommand struct {
+	Name    string `json:"name"`
+	Command string `json:"command"`
 }
 
 // ScriptDigest is one workspace script a command runs, as its prompt showed it (Preview.Scripts):

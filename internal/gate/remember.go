@@ -295,18 +295,20 @@ func (s *Service) rememberRule(a Approval, sess SessionInfo, ans Answer, text st
 // (SuggestRules), never every call of the tool: approving `touch a.txt` for the session lets
 // `touch b.txt` through, not `curl …`. For any other tool it is one allow rule for the tool
 // (a grant), as it is when the Service has no RuleSuggester (ServiceConfig.Suggest; cmd/web
-// always wires rules.Suggest): it cannot narrow a rule. Rules the session has already, and suggested rules the compiler refuses (they would
-// decide nothing), are left out: none may remain, and the decision then approves this call only.
-func (s *Service) sessionRules(a Approval, by Decider) []Rule {
+// always wires rules.Suggest): it cannot narrow a rule. Rules the session has already, and
+// suggested rules the compiler refuses (they would decide nothing), are left out. covered is
+// false when no rule, new or kept, stands for the call (every suggestion was refused): the
+// decision then approves this call only.
+func (s *Service) sessionRules(a Approval, by Decider) (rules []Rule, covered bool) {
 	base := Rule{Effect: Allow, Tool: a.ToolName, Scope: ScopeSession, SessionID: a.SessionID,
 		Source: SourcePrompt, CreatedBy: by.Name, CreatedVia: by.Via, FromApproval: a.ID}
 	if !argumentsCarryRisk(a) || s.suggest == nil {
 		for _, g := range s.grants(a.SessionID) {
 			if g.ToolName == a.ToolName {
-				return nil
+				return nil, true
 			}
 		}
-		return []Rule{base}
+		return []Rule{base}, true
 	}
 	existing := map[string]bool{}
 	for _, rl := range s.rules.Rules() {
@@ -321,13 +323,17 @@ func (s *Service) sessionRules(a Approval, by Decider) []Rule {
 		}
 		rl := base
 		rl.Tool, rl.Specifier = a.ToolName, sug.Specifier
-		if existing[rl.Tool+"\x00"+rl.Specifier] || s.rules.Check(rl) != nil {
+		if existing[rl.Tool+"\x00"+rl.Specifier] {
+			covered = true
+			continue
+		}
+		if s.rules.Check(rl) != nil {
 			continue
 		}
 		existing[rl.Tool+"\x00"+rl.Specifier] = true
 		out = append(out, rl)
 	}
-	return out
+	return out, covered || len(out) > 0
 }
 
 // riskyArguments are the argument names that choose what a call does or touches (SPEC §3): the

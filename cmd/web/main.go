@@ -101,6 +101,8 @@ type config struct {
 	systemPrompt, instructions string
 	// contextTokens is the context window requests are fitted into (SPEC §17); 0: each model's.
 	contextTokens int
+	// modelIdleTimeout ends a vendor model's turn after this long without data from it.
+	modelIdleTimeout time.Duration
 	// receivers are the -notify-webhook entries (SPEC §15); publicURL the base of the links
 	// their events carry ("" until run knows the listen address: http://<addr>); retryBase the
 	// delay after a failed delivery, doubled after each later one.
@@ -189,6 +191,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.systemPrompt, "system-prompt", env("COUNTERSIGN_SYSTEM_PROMPT", ""), "file with the default instructions (system prompt) of new sessions; {{workspace}} in it becomes the session's folder; built-in when unset (COUNTERSIGN_SYSTEM_PROMPT)")
 	contextTokens := env("COUNTERSIGN_CONTEXT_TOKENS", "0")
 	fs.StringVar(&contextTokens, "context-tokens", contextTokens, "context window, in tokens, that each model request is fitted into by shortening older tool results; 0 means each model's own (COUNTERSIGN_CONTEXT_TOKENS)")
+	modelIdle := env("COUNTERSIGN_MODEL_IDLE_TIMEOUT", models.DefaultIdleTimeout.String())
+	fs.StringVar(&modelIdle, "model-idle-timeout", modelIdle, "end a model turn whose provider sends nothing (no response, no streamed event) for this long, a Go duration (COUNTERSIGN_MODEL_IDLE_TIMEOUT)")
 	// -notify-webhook is repeatable; any use of it replaces the environment's list.
 	var webhooks stringList
 	fs.Var(&webhooks, "notify-webhook", "webhook receiver of approval events, [name=]URL, repeatable; ?format=slack sends Slack's message shape; name is who decisions through its links are recorded as (COUNTERSIGN_NOTIFY_WEBHOOK, comma-separated)")
@@ -229,6 +233,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.fauxDelay, err = time.ParseDuration(delay); err != nil || c.fauxDelay < 0 {
 		return c, fmt.Errorf("-faux-delay %q: want a Go duration such as 15ms", delay)
+	}
+	if c.modelIdleTimeout, err = time.ParseDuration(modelIdle); err != nil || c.modelIdleTimeout <= 0 {
+		return c, fmt.Errorf("-model-idle-timeout %q: want a positive Go duration such as 5m", modelIdle)
 	}
 	if c.contextTokens, err = strconv.Atoi(strings.TrimSpace(contextTokens)); err != nil || c.contextTokens < 0 {
 		return c, fmt.Errorf("-context-tokens %q: want a whole number of tokens, such as 32000 (0: each model's own window)", contextTokens)
@@ -427,7 +434,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	// Vendors' models are offered when their keys (or base URLs) are set (SPEC §11, §17); a
 	// setting they refuse (ANTHROPIC_THINKING) refuses to start, having changed nothing.
-	vendors, err := models.Vendors(getenv)
+	vendors, err := models.Vendors(getenv, models.VendorOptions{IdleTimeout: cfg.modelIdleTimeout})
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,10 @@ test('three parallel write_file calls pair with decisions made in any order', as
   await expect(cardById(page, 'w3')).toContainText('approved by owner');
 });
 
-test('"Approve for session" releases the pending calls of that tool and skips later prompts', async ({ page }) => {
+// "Approve for session" on run_command saves the narrowed rule "Always allow…" suggests, scoped to
+// the session (SPEC §3, issue 34): on `echo grant two` that is run_command(echo grant:*), which
+// releases the other `echo grant …` calls and lets the fourth through, never every command.
+test('"Approve for session" releases the pending calls its narrowed rule covers and skips later prompts', async ({ page }) => {
   await login(page);
   await newSession(page, 'grant', 'faux:grant');
   await send(page, 'Run the commands.');
@@ -47,7 +50,7 @@ test('"Approve for session" releases the pending calls of that tool and skips la
   await approvalGroup(cardById(page, 'g2'), 'run_command').getByRole('button', { name: 'Approve for session', exact: true }).click();
   await expectFinalText(page, 'All four commands ran.');
   for (const id of ['g1', 'g2', 'g3', 'g4']) {
-    await expect(cardById(page, id)).toContainText(`grant-${['one', 'two', 'three', 'four'][Number(id[1]) - 1]}`);
+    await expect(cardById(page, id)).toContainText(`grant ${['one', 'two', 'three', 'four'][Number(id[1]) - 1]}`);
   }
   await expect(groups).toHaveCount(0);
   // The audit: one human decision and three automatic ones.
@@ -56,7 +59,7 @@ test('"Approve for session" releases the pending calls of that tool and skips la
   await expect(rows).toHaveCount(5); // header + 4 gated calls
   await expect(page.getByRole('row').filter({ hasText: '(human)' })).toHaveCount(1);
   await expect(page.getByRole('row').filter({ hasText: '(automatic)' })).toHaveCount(3);
-  await expect(page.getByRole('row').filter({ hasText: 'session grant' })).toHaveCount(3);
+  await expect(page.getByRole('row').filter({ hasText: '(automatic)' }).filter({ hasText: 'run_command(echo grant:*)' })).toHaveCount(3);
 });
 
 test('a message sent while the run is busy is refused and stays in the box', async ({ page }) => {

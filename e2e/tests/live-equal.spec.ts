@@ -29,7 +29,9 @@ test('item 4, live equals reloaded: direct, grant-released, policy-allowed and n
 
   await send(page, 'Run everything.');
   // le1 read_file: the annotation policy lets it through. le2 run_command asks: approved for
-  // the session, which releases le3 (a later message) and codemode's nested run_command.
+  // the session, which saves run_command(echo live-equal:*) for the session (SPEC §3: the
+  // narrowed rule, never the whole tool) and so releases le3 (a later message) and codemode's
+  // nested run_command.
   const first = page.locator('[data-tool-call-id="le2"]');
   await approvalGroup(first, 'run_command').getByRole('button', { name: 'Approve for session', exact: true }).click();
   // codemode: a nested read_file (policy), run_command (grant), two write_file prompts.
@@ -51,9 +53,9 @@ test('item 4, live equals reloaded: direct, grant-released, policy-allowed and n
   // What the live pages show: the grant's decision line on the released calls, the nested
   // calls' results and decisions.
   const live = await capture(page);
-  expect(live.text).toContain('approved automatically (session grant) for this session');
-  await expect(page.locator('[data-tool-call-id="le3"]')).toContainText('approved automatically (session grant)');
-  await expect(page.locator('[data-tool-call-id="le4/2"]')).toContainText('approved automatically (session grant)');
+  expect(live.text).toContain('and always allowed run_command(echo live-equal:*) for this session');
+  await expect(page.locator('[data-tool-call-id="le3"]')).toContainText('approved automatically (rule)');
+  await expect(page.locator('[data-tool-call-id="le4/2"]')).toContainText('approved automatically (rule)');
   await expect(page.locator('[data-tool-call-id="le4/1"]')).toContainText('Countersign e2e workspace');
   await expect(page.locator('[data-tool-call-id="le4/3"]')).toContainText('approved by owner');
   await expect(page.locator('[data-tool-call-id="le4/3"]')).toContainText('Created live-equal/approved.txt');

@@ -97,13 +97,14 @@ test('a grant made through a canRemember link is listed for the owner, who revok
   await expect(grants).toContainText('No session grants');
 
   await send(page, 'First.');
-  const group = approvalGroup(toolCard(reviewer, 'run_command'), 'run_command');
+  // A tool whose arguments carry no risk: "Approve for session" grants the tool (SPEC §3).
+  const group = approvalGroup(toolCard(reviewer, 'fixture_counter'), 'fixture_counter');
   await expect(group.getByRole('button', { name: 'Edit', exact: true })).toHaveCount(0);
   await group.getByRole('button', { name: 'Approve for session', exact: true }).click();
   await expectFinalText(page, 'First turn done.');
 
   // Live on the owner's page: the tool, who granted it, through which link.
-  const item = grants.getByRole('listitem').filter({ hasText: 'run_command' });
+  const item = grants.getByRole('listitem').filter({ hasText: 'fixture_counter' });
   await expect(item).toContainText('granted by Gus');
   await expect(item).toContainText(/\(link: Ops · id [a-z0-9]+\)/);
   await expect(reviewer.getByRole('region', { name: 'Session grants' })).toHaveCount(0);
@@ -111,8 +112,8 @@ test('a grant made through a canRemember link is listed for the owner, who revok
   await expect(grants).toContainText('No session grants');
 
   await send(page, 'Second.');
-  const second = toolCard(page, 'run_command').filter({ hasText: 'regrant-two' });
-  await expect(approvalGroup(second, 'run_command')).toBeVisible();
-  await approvalGroup(second, 'run_command').getByRole('button', { name: 'Deny', exact: true }).click();
+  const second = page.locator('[data-tool-call-id="q2"]');
+  await expect(approvalGroup(second, 'fixture_counter')).toBeVisible();
+  await approvalGroup(second, 'fixture_counter').getByRole('button', { name: 'Deny', exact: true }).click();
   await expectFinalText(page, 'Second turn done.');
 });

@@ -15,9 +15,12 @@ type InboxItem struct {
 
 // InboxQuery selects a page of the inbox: the pending approvals of session SessionID ("" for
 // every session), oldest first, after approval After ("" from the oldest), at most Limit of them
-// (0: all).
+// (0: all). For, when set, is the person whose inbox it is ("owner"): an approval whose reviewers
+// do not name them is left out, since they may not decide it (SPEC §15: the inbox lists what the
+// viewer may decide).
 type InboxQuery struct {
 	SessionID string
 	After     string
 	Limit     int
+	For       string
 }

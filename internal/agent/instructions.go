@@ -29,6 +29,25 @@ func ExpandInstructions(text, workspace string) string {
 	return strings.ReplaceAll(text, WorkspaceVar, workspace)
 }
 
+// Environment is the block Countersign adds to every model request's system prompt, apart from
+// the person's instructions (SPEC §17: the system prompt always names the workspace, as Claude
+// Code's and Codex's environment blocks do): instructions the person typed, or none, never drop
+// it.
+func Environment(workspace string) string {
+	return "<environment>\nWorkspace: " + workspace +
+		"\nThe file tools read and write in the workspace, commands run there, and relative paths are relative to it.\n</environment>"
+}
+
+// SystemPrompt is the system prompt a model request of s sends: its Instructions, then the
+// Environment block of its workspace.
+func SystemPrompt(s Session) string {
+	env := Environment(s.Workspace)
+	if strings.TrimSpace(s.Instructions) == "" {
+		return env
+	}
+	return strings.TrimRight(s.Instructions, "\n") + "\n\n" + env
+}
+
 // checkInstructions refuses instructions longer than MaxInstructions (apperr.Invalid, saying
 // how long they are).
 func checkInstructions(text string) error {

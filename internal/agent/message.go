@@ -50,9 +50,13 @@ type Block struct {
 	ID        string          `json:"id,omitempty"`
 	Name      string          `json:"name,omitempty"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
-	Thinking  string          `json:"thinking,omitempty"`
-	Signature string          `json:"thinkingSignature,omitempty"`
-	Redacted  bool            `json:"redacted,omitempty"`
+	// ArgumentsError, on a toolCall block, says why the arguments the model streamed could not
+	// be read ("arguments are not valid JSON: …"); Arguments is then {}. The call does not run:
+	// the model gets an error result with this text and the run goes on (SPEC §9).
+	ArgumentsError string `json:"argumentsError,omitempty"`
+	Thinking       string `json:"thinking,omitempty"`
+	Signature      string `json:"thinkingSignature,omitempty"`
+	Redacted       bool   `json:"redacted,omitempty"`
 }
 
 // Usage is the provider's token count for one assistant message, as its stream reported it
@@ -174,9 +178,9 @@ type Session struct {
 	// Mode is the session's mode (SPEC §14): default, plan or accept-edits. A new session gets
 	// the server's default mode (Config.DefaultMode).
 	Mode gate.Mode `json:"mode"`
-	// Instructions is the session's system prompt (SPEC §17), sent as Request.System with every
-	// model request; "" sends none (also what sessions stored before instructions existed
-	// hold). It can change until the session's first message (Runner.SetInstructions).
+	// Instructions is the session's system prompt (SPEC §17) as the person set it, sent with
+	// every model request followed by the Environment block (SystemPrompt); "" sends that block
+	// alone (also what sessions stored before instructions existed hold). It can change until the session's first message (Runner.SetInstructions).
 	Instructions string `json:"instructions"`
 	// Usage is the sum of the usage of the session's assistant messages, in tokens (kept by the
 	// store as each message is stored, never written through Session).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,9 @@ type invocation struct {
 	inside bool
 	// uncovered is CheckCall.Uncovered for such an action: why no rule may allow it.
 	uncovered string
+	// argumentsError is Block.ArgumentsError of a model-issued call: the arguments the model
+	// streamed could not be read, so the call stops with an error result (SPEC §9).
+	argumentsError string
 }
 
 // prepare runs steps 1–4 of the pipeline: find the tool (by exposure), validate its arguments
@@ -84,6 +88,12 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		return false
 	}
 	inv.tool = t
+	if inv.argumentsError != "" {
+		// The model gets the reason and may send the call again; the run goes on (SPEC §9).
+		inv.stop(tool.ErrorResult("Invalid arguments for tool %q: %s\nSend the call again with its arguments as one JSON object.",
+			t.Name, inv.argumentsError), tool.NestedError)
+		return false
+	}
 	vs := t.ValidateInput(inv.args)
 	if len(vs) == 0 {
 		vs = t.CheckInput(inv.args, rn.session.Workspace)
@@ -355,7 +365,7 @@ func (rn *run) decideBatch(msg Message) ([]*invocation, []gate.Approval) {
 	for i, c := range calls {
 		invs[i] = &invocation{
 			call:      tool.Call{ID: c.ID, Name: c.Name, Arguments: c.Arguments},
-			messageID: msg.ID, requestedBy: gate.RequestedByModel,
+			messageID: msg.ID, requestedBy: gate.RequestedByModel, argumentsError: c.ArgumentsError,
 		}
 		invs[i].needsPerson = rn.decide(rn.ctx, invs[i], false, &records)
 	}
@@ -450,6 +460,20 @@ func (tc *toolContext) ToolCallID() string { return tc.inv.call.ID }
 func (tc *toolContext) SessionID() string  { return tc.rn.session.ID }
 func (tc *toolContext) Workspace() string  { return tc.rn.session.Workspace }
 
+var _ tool.NestedTools = (*toolContext)(nil)
+
+// NestedTools lists the tools the running call may call (tool.NestedTools), sorted by name.
+func (tc *toolContext) NestedTools() []string {
+	var out []string
+	for _, t := range tc.rn.r.cfg.Tools.All() {
+		if tool.CallableNested(t, tc.rn.isActive(t.Name)) {
+			out = append(out, t.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Consent says how the running call came to run: a person approved it when its decision is a
 // person's approval, not an automatic record (a rule, grant, mode or annotation default), and
 // Preview is what their prompt showed. A call without a decision (a restart's recovery that
@@ -489,7 +513,7 @@ func (tc *toolContext) Authorize(ctx context.Context, name string, arguments any
 		return tool.Authorization{Allowed: true}
 	case !denied && uncovered == "" && d.Outcome == gate.Allowed:
 		if d.Source == gate.FromRule && d.Rule != nil {
-			rn.r.rules.Hit(d.Rule)
+			d.CountHits(rn.r.rules)
 		}
 		return tool.Authorization{Allowed: true}
 	}

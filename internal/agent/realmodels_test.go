@@ -132,7 +132,7 @@ func TestInstructionsAreTheSystemPromptOfEveryRequest(t *testing.T) {
 		t.Fatalf("%d requests, want 2", len(reqs))
 	}
 	for i, r := range reqs {
-		if want := "Work in " + h.sess.Workspace + ". Marker 7f3a."; r.System != want {
+		if want := "Work in " + h.sess.Workspace + ". Marker 7f3a.\n\n" + agent.Environment(h.sess.Workspace); r.System != want {
 			t.Errorf("request %d: System %q, want %q", i+1, r.System, want)
 		}
 	}
@@ -156,7 +156,7 @@ func TestInstructionsChangeUntilTheFirstMessageOnly(t *testing.T) {
 	if end := h.run("ahoy"); end.Error != "" {
 		t.Fatal(end.Error)
 	}
-	if got := m.Requests()[0].System; got != want {
+	if got := m.Requests()[0].System; got != want+"\n\n"+agent.Environment(h.sess.Workspace) {
 		t.Errorf("the request's System %q, want the edited %q", got, want)
 	}
 	_, err = h.runner.SetInstructions(ctx, h.sess.ID, "changed")

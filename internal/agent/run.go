@@ -185,20 +185,21 @@ func (rn *run) streamMessage(store context.Context) (Message, []*invocation, err
 
 	live := Message{ID: newID(), Role: Assistant, Model: sess.Model, Timestamp: time.Now().UTC()}
 	// Clipped: a provider that appends to the list cannot write into the run's transcript.
-	fit, err := rn.contextIndex.fit(sess.Instructions, tools, slices.Clip(rn.transcript), budget, 0)
+	system := SystemPrompt(sess)
+	fit, err := rn.contextIndex.fit(system, tools, slices.Clip(rn.transcript), budget, 0)
 	live.ShortenedResults = fit.Shortened
 	start := live // events carry copies: live keeps changing as the stream arrives
 	rn.publish(Event{Type: MessageStart, SessionID: sid, MessageID: live.ID, Message: &start})
 	var msg Message
 	if err == nil {
-		req := Request{SessionID: sid, System: sess.Instructions, Tools: tools, Messages: fit.Messages}
+		req := Request{SessionID: sid, System: system, Tools: tools, Messages: fit.Messages}
 		msg, err = rn.attempt(req, &live)
 		if err != nil && isContextLength(err) && rn.ctx.Err() == nil {
 			// The provider counts otherwise than the estimate: shorten harder, once (SPEC §17).
 			refused := err
 			target := int(float64(fit.Estimate) * harderFactor)
 			rn.ceiling = target
-			harder, herr := rn.contextIndex.fit(sess.Instructions, tools, slices.Clip(rn.transcript), target, fit.Shortened+1)
+			harder, herr := rn.contextIndex.fit(system, tools, slices.Clip(rn.transcript), target, fit.Shortened+1)
 			if herr != nil && harder.Shortened <= fit.Shortened {
 				err = &ContextError{Estimate: fit.Estimate, Budget: budget, Shortened: fit.Shortened, Refused: refused}
 			} else {

@@ -90,6 +90,8 @@ type Decision struct {
 	Source  DecisionSource
 	// Rule is the rule that decided (Source FromRule); nil otherwise.
 	Rule *Rule
+	// Also are the other rules that allowed the call with Rule (RuleDecision.Also).
+	Also []*Rule
 	Mode Mode
 	// Reason is, for Blocked, the model's error text (a handler's reason, a deny rule's reason,
 	// PlanReason); for Asked, why the call waits (AskReason's text or the ask rule's reason);
@@ -104,7 +106,8 @@ type RuleCounter interface {
 }
 
 // Checker decides calls: Handlers run first, then Rules (nil: no rules), then the mode and the
-// annotation default. When Rules is also a RuleCounter, the rule that decided a call gets a hit. It holds no state of its own; Rules is read on every call (a Rulebook
+// annotation default. When Rules is also a RuleCounter, every rule that decided a call gets a
+// hit (Decision.Rule and Decision.Also: each rule that allowed a part of a chained command). It holds no state of its own; Rules is read on every call (a Rulebook
 // swaps its rules atomically, so a change applies to the next call).
 type Checker struct {
 	Handlers Handlers
@@ -133,10 +136,18 @@ func (ck Checker) Check(ctx context.Context, c CheckCall) Decision {
 	d := ck.check(ctx, c)
 	if d.Source == FromRule && d.Rule != nil {
 		if h, ok := ck.Rules.(RuleCounter); ok {
-			h.Hit(d.Rule)
+			d.CountHits(h)
 		}
 	}
 	return d
+}
+
+// CountHits counts a hit, on h, for each rule that decided d (Rule and Also).
+func (d Decision) CountHits(h RuleCounter) {
+	h.Hit(d.Rule)
+	for _, r := range d.Also {
+		h.Hit(r)
+	}
 }
 
 func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
@@ -175,7 +186,7 @@ func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 		guard = unguardedWrite(c.Arguments, c.Workspace)
 	}
 	if rd.Effect == Allow && guard == "" {
-		return Decision{Outcome: Allowed, Source: FromRule, Rule: rd.Rule, Mode: mode, Reason: ruleReason(rd, "allows the call")}
+		return Decision{Outcome: Allowed, Source: FromRule, Rule: rd.Rule, Also: rd.Also, Mode: mode, Reason: ruleReason(rd, "allows the call")}
 	}
 	if mode == ModeAcceptEdits && t.WritesFiles && !t.AlwaysAsk {
 		why := guard

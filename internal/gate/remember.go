@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"path"
 	"strings"
 	"time"
@@ -104,7 +105,7 @@ func (s *Service) Release(ctx context.Context, pending []Approval) {
 		_, err := s.gate.Decide(ctx, p.ID, res)
 		switch {
 		case err == nil && d.Rule != nil:
-			s.rules.Hit(d.Rule)
+			d.CountHits(s.rules)
 		case err != nil && apperr.CodeOf(err) != apperr.Conflict:
 			s.log.Error("release pending approval", "approval", p.ID, "err", err)
 		}
@@ -287,16 +288,77 @@ func (s *Service) rememberRule(a Approval, sess SessionInfo, ans Answer, text st
 	return rl, nil
 }
 
-// sessionRule is the rule "Approve for session" on a makes (SPEC §14): a session allow rule for
-// its tool, made from the prompt by the decider; ok is false when the session has one already.
-func (s *Service) sessionRule(a Approval, by Decider) (rl Rule, ok bool) {
-	for _, g := range s.grants(a.SessionID) {
-		if g.ToolName == a.ToolName {
-			return Rule{}, false
+// sessionRules are the rules "Approve for session" on a makes (SPEC §3, §14), made from the
+// prompt by the decider, scoped to a's session. For a tool whose arguments carry the risk
+// (argumentsCarryRisk: run_command, write_file, an MCP tool that dispatches by a name or
+// command argument) they are the narrowed rules "Always allow…" suggests for the call
+// (SuggestRules), never every call of the tool: approving `touch a.txt` for the session lets
+// `touch b.txt` through, not `curl …`. For any other tool it is one allow rule for the tool
+// (a grant), as it is when the Service has no RuleSuggester (ServiceConfig.Suggest; cmd/web
+// always wires rules.Suggest): it cannot narrow a rule. Rules the session has already, and
+// suggested rules the compiler refuses (they would decide nothing), are left out. covered is
+// false when no rule, new or kept, stands for the call (every suggestion was refused): the
+// decision then approves this call only.
+func (s *Service) sessionRules(a Approval, by Decider) (rules []Rule, covered bool) {
+	base := Rule{Effect: Allow, Tool: a.ToolName, Scope: ScopeSession, SessionID: a.SessionID,
+		Source: SourcePrompt, CreatedBy: by.Name, CreatedVia: by.Via, FromApproval: a.ID}
+	if !argumentsCarryRisk(a) || s.suggest == nil {
+		for _, g := range s.grants(a.SessionID) {
+			if g.ToolName == a.ToolName {
+				return nil, true
+			}
+		}
+		return []Rule{base}, true
+	}
+	existing := map[string]bool{}
+	for _, rl := range s.rules.Rules() {
+		if rl.Scope == ScopeSession && rl.SessionID == a.SessionID && rl.Effect == Allow && rl.When == "" && rl.ExpiresAt == nil {
+			existing[rl.Tool+"\x00"+rl.Specifier] = true
 		}
 	}
-	return Rule{Effect: Allow, Tool: a.ToolName, Scope: ScopeSession, SessionID: a.SessionID,
-		Source: SourcePrompt, CreatedBy: by.Name, CreatedVia: by.Via, FromApproval: a.ID}, true
+	var out []Rule
+	for _, sug := range s.SuggestRules(a) {
+		if sug.Specifier == "" {
+			continue // never the whole tool from here (SPEC §3)
+		}
+		rl := base
+		rl.Tool, rl.Specifier = a.ToolName, sug.Specifier
+		if existing[rl.Tool+"\x00"+rl.Specifier] {
+			covered = true
+			continue
+		}
+		if s.rules.Check(rl) != nil {
+			continue
+		}
+		existing[rl.Tool+"\x00"+rl.Specifier] = true
+		out = append(out, rl)
+	}
+	return out, covered || len(out) > 0
+}
+
+// riskyArguments are the argument names that choose what a call does or touches (SPEC §3): the
+// command a tool runs, the file it writes, or the tool an MCP meta-tool dispatches to.
+var riskyArguments = []string{"command", "cmd", "path", "file_path", "notebook_path", "name", "tool", "tool_name", "toolName"}
+
+// argumentsCarryRisk reports whether a's arguments, not its tool alone, say what the call does
+// (SPEC §3): a command tool, or a call with a string argument of riskyArguments (write_file's
+// path, an MCP tool that dispatches by name). "Approve for session" then saves the narrowed rule.
+func argumentsCarryRisk(a Approval) bool {
+	switch a.ToolName {
+	case "run_command", "write_file", "Bash":
+		return true
+	}
+	var args map[string]json.RawMessage
+	if json.Unmarshal(a.Arguments, &args) != nil {
+		return false
+	}
+	for _, k := range riskyArguments {
+		var v string
+		if raw, ok := args[k]; ok && json.Unmarshal(raw, &v) == nil && v != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // grants are the session's grant-shaped rules as grants, oldest first.

@@ -120,7 +120,11 @@ type RuleCall struct {
 type RuleDecision struct {
 	Effect Effect
 	// Rule is the deciding rule; it may point at the evaluator's own copy, so it is read only.
-	Rule   *Rule
+	Rule *Rule
+	// Also are, for an allow, the other rules that allowed the call with Rule (a command line
+	// whose simple commands are covered by different rules: `git status && git log`), in rule
+	// order; each gets a hit too. Read only, as Rule.
+	Also   []*Rule
 	Reason string
 	// Note, when no rule decided (Effect ""), says why the rules did not allow the call although
 	// they looked at it, for the prompt instead of the annotation default's reason: the part of

@@ -286,8 +286,12 @@ func (s *Service) Decide(ctx context.Context, sessionID, id string, ans Answer) 
 		}
 		remember = rls
 	case "approve_session":
-		if rl, ok := s.sessionRule(a, ans.By); ok {
-			remember = []Rule{rl}
+		rls, covered := s.sessionRules(a, ans.By)
+		if len(rls) > 0 {
+			remember = rls
+		}
+		if !covered {
+			res.Scope = Once // no rule can stand for this call: it alone is approved
 		}
 	}
 	if len(ans.Arguments) > 0 && a.RequestedBy == RequestedByAgent && !s.outsideEditable(ctx, a) {

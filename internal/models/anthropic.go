@@ -143,7 +143,6 @@ type anthropicBlock struct {
 	start    json.RawMessage // the input in content_block_start, used when no fragment came
 	call     *agent.Block    // tool_use: the call, with its arguments set at content_block_stop
 	position int             // tool_use: among the message's calls, from 0
-	err      error           // tool_use: arguments that are not a JSON object
 	thinking agent.Block     // thinking and redacted_thinking: the block as kept
 }
 
@@ -242,10 +241,9 @@ func (a *Anthropic) Stream(ctx context.Context, req agent.Request, onDelta func(
 				if strings.TrimSpace(raw) == "" && len(b.start) > 0 && string(b.start) != "null" {
 					raw = string(b.start)
 				}
-				if b.call.Arguments, b.err = callArguments(raw); b.err == nil {
-					announced := *b.call
-					onDelta(agent.Delta{ToolCall: &announced})
-				}
+				*b.call = callBlock(b.call.ID, b.call.Name, raw)
+				announced := *b.call
+				onDelta(agent.Delta{ToolCall: &announced})
 			}
 		case "message_delta":
 			if r := ev.Delta.StopReason; r != "" {
@@ -302,12 +300,10 @@ func (a *Anthropic) Stream(ctx context.Context, req agent.Request, onDelta func(
 			t := b.thinking
 			t.Thinking = b.text.String()
 			msg.Content = append(msg.Content, t)
+		case b.kind == "tool_use" && msg.StopReason == agent.Length && (b.call.Arguments == nil || b.call.ArgumentsError != ""):
+			// Cut off by the token limit; a length message's calls never run.
 		case b.kind == "tool_use" && b.call.Arguments != nil:
 			msg.Content = append(msg.Content, *b.call)
-		case b.kind == "tool_use" && msg.StopReason == agent.Length:
-			// Cut off by the token limit; a length message's calls never run.
-		case b.kind == "tool_use" && b.err != nil:
-			return agent.Message{}, fmt.Errorf("anthropic: tool call %s (%s): %w", b.call.ID, b.call.Name, b.err)
 		case b.kind == "tool_use":
 			return agent.Message{}, fmt.Errorf("anthropic: tool call %s (%s) did not finish (no content_block_stop)", b.call.ID, b.call.Name)
 		}
@@ -452,8 +448,11 @@ func anthropicError(err error) error {
 			msg = api.RawJSON()
 		}
 		if msg == "" && api.Response != nil && api.Response.Body != nil {
-			body, _ := io.ReadAll(io.LimitReader(api.Response.Body, 1024))
+			body, _ := io.ReadAll(io.LimitReader(api.Response.Body, 64<<10))
 			msg = strings.TrimSpace(string(body))
+		}
+		if api.Message == "" && !json.Valid([]byte(msg)) {
+			msg = errorText(msg) // a proxy's HTML page: its title, never the page
 		}
 		if api.StatusCode < 400 { // an error event in a stream that had started well
 			if t := api.Type(); t != "" {

@@ -175,12 +175,9 @@ func (o *OpenAI) Stream(ctx context.Context, req agent.Request, onDelta func(age
 		msg.StopReason, msg.ErrorMessage = agent.Error, fmt.Sprintf("openai: the model stopped with finish_reason %q", finish)
 	}
 	for _, c := range calls.list {
-		b, err := calls.finish(c)
-		if err != nil {
-			if finish == "length" {
-				continue // cut off by the token limit; a length message's calls never run
-			}
-			return agent.Message{}, fmt.Errorf("openai: tool call %s (%s): %w", c.id, c.name, err)
+		b := calls.finish(c)
+		if b.ArgumentsError != "" && finish == "length" {
+			continue // cut off by the token limit; a length message's calls never run
 		}
 		msg.Content = append(msg.Content, b)
 	}
@@ -260,27 +257,28 @@ func (cs *openaiCalls) add(f openai.ChatCompletionChunkChoiceDeltaToolCall) {
 	cs.partials.update(c.position, c.id, cs.names.local(c.name), c.arguments.String())
 }
 
-// finish returns c as a toolCall block, its arguments checked; a call that came without an id
-// gets one (kept for its announcement and the message).
-func (cs *openaiCalls) finish(c *openaiCall) (agent.Block, error) {
-	args, err := callArguments(c.arguments.String())
-	if err != nil {
-		return agent.Block{}, err
-	}
+// finish returns c as a toolCall block, its arguments checked (callBlock); a call that came
+// without an id gets one (kept for its announcement and the message).
+func (cs *openaiCalls) finish(c *openaiCall) agent.Block {
 	if c.id == "" {
 		c.id = newCallID()
 	}
-	b := agent.Block{Type: "toolCall", ID: c.id, Name: cs.names.local(c.name), Arguments: args}
+	b := callBlock(c.id, cs.names.local(c.name), c.arguments.String())
 	if !c.announced {
 		c.announced = true
 		announced := b
 		cs.onDelta(agent.Delta{ToolCall: &announced})
 	}
-	return b, nil
+	return b
 }
 
-// announce reports c complete if its arguments are a JSON object by now.
-func (cs *openaiCalls) announce(c *openaiCall) { _, _ = cs.finish(c) }
+// announce reports c complete if its arguments are a JSON object by now (fragments of parallel
+// calls may interleave: a call whose arguments do not parse yet may still be streaming).
+func (cs *openaiCalls) announce(c *openaiCall) {
+	if _, err := callArguments(c.arguments.String()); err == nil {
+		cs.finish(c)
+	}
+}
 
 // params maps a request to Chat Completions parameters (see replayable for what is dropped).
 func (o *OpenAI) params(req agent.Request) (openai.ChatCompletionNewParams, toolNames, error) {
@@ -366,8 +364,8 @@ func openaiError(prefix string, err error) error {
 	if errors.As(err, &api) {
 		msg := api.Message
 		if msg == "" && api.Response != nil && api.Response.Body != nil {
-			body, _ := io.ReadAll(io.LimitReader(api.Response.Body, 1024))
-			msg = strings.TrimSpace(string(body))
+			body, _ := io.ReadAll(io.LimitReader(api.Response.Body, 64<<10))
+			msg = errorText(string(body))
 		}
 		out := fmt.Errorf("%s: %s: %s", prefix, statusLine(api.StatusCode), msg)
 		if api.StatusCode == http.StatusBadRequest || api.StatusCode == http.StatusRequestEntityTooLarge {

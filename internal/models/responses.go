@@ -121,7 +121,6 @@ type responsesItem struct {
 	position int // function_call: among the message's calls, from 0
 	done     bool
 	block    *agent.Block // set when the item is done: the block as kept
-	err      error        // function_call: arguments that are not a JSON object
 	summary  int64        // reasoning: the summary part being streamed (-1: none yet)
 }
 
@@ -241,12 +240,10 @@ func (r *Responses) Stream(ctx context.Context, req agent.Request, onDelta func(
 	}
 	for _, it := range items {
 		switch {
+		case it.kind == "function_call" && msg.StopReason == agent.Length && (it.block == nil || it.block.ArgumentsError != ""):
+			// Cut off by the token limit; a length message's calls never run.
 		case it.block != nil:
 			msg.Content = append(msg.Content, *it.block)
-		case it.kind == "function_call" && msg.StopReason == agent.Length:
-			// Cut off by the token limit; a length message's calls never run.
-		case it.kind == "function_call" && it.err != nil:
-			return agent.Message{}, fmt.Errorf("openai-responses: tool call %s (%s): %w", it.callID, it.name, it.err)
 		case it.kind == "function_call":
 			return agent.Message{}, fmt.Errorf("openai-responses: tool call %s (%s) did not finish (no response.output_item.done)", it.callID, it.name)
 		case it.kind == "message" && it.text.Len() > 0:
@@ -283,12 +280,7 @@ func (it *responsesItem) finish(done responses.ResponseOutputItemUnion, names to
 		if done.CallID != "" {
 			it.callID = done.CallID
 		}
-		args, err := callArguments(raw)
-		if err != nil {
-			it.err = err
-			return
-		}
-		b := agent.Block{Type: "toolCall", ID: it.callID, Name: it.name, Arguments: args}
+		b := callBlock(it.callID, it.name, raw)
 		it.block = &b
 		announced := b
 		onDelta(agent.Delta{ToolCall: &announced})

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"net/http"
 	"regexp"
 	"strings"
@@ -163,17 +164,39 @@ func inputSchema(raw json.RawMessage) (map[string]any, error) {
 }
 
 // callArguments checks the arguments a model streamed for a tool call: none become {}, anything
-// else must be a JSON object (returned compacted).
+// else must be a JSON object (returned compacted). The error says what is wrong ("arguments are not
+// valid JSON: …", "arguments are not a JSON object: …"), with the start of what was streamed.
 func callArguments(raw string) (json.RawMessage, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
 		return json.RawMessage("{}"), nil
 	}
 	var buf bytes.Buffer
-	if err := json.Compact(&buf, []byte(raw)); err != nil || raw[0] != '{' {
+	if err := json.Compact(&buf, []byte(raw)); err != nil {
+		if strings.Contains(err.Error(), "unexpected end of JSON input") {
+			return nil, fmt.Errorf("arguments are not valid JSON: they end before the JSON value does: %s", short(raw))
+		}
+		return nil, fmt.Errorf("arguments are not valid JSON: %v: %s", err, short(raw))
+	}
+	if raw[0] != '{' {
 		return nil, fmt.Errorf("arguments are not a JSON object: %s", short(raw))
 	}
 	return buf.Bytes(), nil
+}
+
+// callBlock is a streamed tool call as a toolCall block. Arguments that are not a JSON object do
+// not end the model's answer (SPEC §9): the call keeps {} as its arguments and carries the
+// reason in ArgumentsError, which the call pipeline answers with an error result, and the run
+// goes on to the model's next answer.
+func callBlock(id, name, raw string) agent.Block {
+	b := agent.Block{Type: "toolCall", ID: id, Name: name}
+	args, err := callArguments(raw)
+	if err != nil {
+		b.Arguments, b.ArgumentsError = json.RawMessage("{}"), err.Error()
+		return b
+	}
+	b.Arguments = args
+	return b
 }
 
 // replayArguments is a stored call's arguments as sent back to a vendor: always a JSON object.
@@ -253,7 +276,7 @@ func markContextLength(err error, code, message string) error {
 type errIdle time.Duration
 
 func (e errIdle) Error() string {
-	return fmt.Sprintf("timeout: no data from the provider for %s", time.Duration(e))
+	return fmt.Sprintf("timeout: no data from the provider for %s (-model-idle-timeout)", time.Duration(e))
 }
 
 // watchdog cancels a stream that has been silent for longer than its idle timeout.
@@ -307,6 +330,35 @@ func short(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:max], "") + "…"
+}
+
+// htmlTitle and htmlTag find an HTML page's title and its tags (errorText).
+var (
+	htmlTitle = regexp.MustCompile(`(?is)<title[^>]*>(.*?)</title>`)
+	htmlTag   = regexp.MustCompile(`(?s)<[^>]*>`)
+	htmlDrop  = regexp.MustCompile(`(?is)<(script|style|head)[^>]*>.*?</(script|style|head)>`)
+)
+
+// errorText is an error response's body as an error's text: a proxy's or gateway's HTML page
+// (Cloudflare's 502, nginx's 504) becomes its title, or else its first line of text, never the
+// page verbatim; other text keeps its first line. Bounded (short); "" for a body with no text.
+func errorText(body string) string {
+	body = strings.TrimSpace(body)
+	lower := strings.ToLower(body)
+	if strings.HasPrefix(lower, "<") || strings.Contains(lower, "<html") {
+		if m := htmlTitle.FindStringSubmatch(body); m != nil {
+			if t := strings.Join(strings.Fields(html.UnescapeString(htmlTag.ReplaceAllString(m[1], " "))), " "); t != "" {
+				return short(t)
+			}
+		}
+		body = html.UnescapeString(htmlTag.ReplaceAllString(htmlDrop.ReplaceAllString(body, " "), "\n"))
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if t := strings.Join(strings.Fields(line), " "); t != "" {
+			return short(t)
+		}
+	}
+	return ""
 }
 
 // statusLine is an HTTP status as "429 Too Many Requests", or "529" when Go has no text for it.

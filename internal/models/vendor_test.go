@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -129,6 +130,7 @@ func TestCallArguments(t *testing.T) {
 		{"  ", "{}", true},
 		{`{ "path": "a" }`, `{"path":"a"}`, true},
 		{`{"path":`, "", false},
+		{`{"path": "a"} x`, "", false},
 		{`["a"]`, "", false},
 		{`"a"`, "", false},
 	}
@@ -137,5 +139,128 @@ func TestCallArguments(t *testing.T) {
 		if (err == nil) != tt.ok || string(got) != tt.want {
 			t.Errorf("callArguments(%q): got %s, %v; want %s, ok %v", tt.in, got, err, tt.want, tt.ok)
 		}
+	}
+}
+
+// TestArgumentsThatDoNotParseAreACallWithItsReasonNotAFailedStream (issue 34, SPEC §9): a tool
+// call whose streamed arguments do not parse (an unclosed JSON object, as small local models
+// send) ends no vendor's stream: the message keeps the call, with {} as its arguments and the
+// reason, for the call pipeline to answer with an error result.
+func TestArgumentsThatDoNotParseAreACallWithItsReasonNotAFailedStream(t *testing.T) {
+	tests := []struct {
+		name   string
+		stream func(f *fakeVendor) func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error)
+		body   string
+		id     string
+	}{{
+		name: "OpenAI Chat Completions",
+		stream: func(f *fakeVendor) func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
+			return newTestOpenAI(f, 0).Stream
+		},
+		body: strings.Replace(recorded(t, "openai", "tools_ollama.sse"),
+			`"arguments":"{\"path\":\"README.md\"}"`, `"arguments":"{\"path\":"`, 1),
+		id: "call_9x2mfl3q",
+	}, {
+		name: "OpenAI Responses",
+		stream: func(f *fakeVendor) func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
+			return newTestResponses(f, "gpt-4.1-mini", 0).Stream
+		},
+		body: strings.ReplaceAll(recorded(t, "responses", "tools.sse"),
+			`"arguments":"{\"path\":\"README.md\"}"`, `"arguments":"{\"path\":"`),
+		id: "call_Qx1vR8pT2mLk",
+	}, {
+		name: "Anthropic Messages",
+		stream: func(f *fakeVendor) func(context.Context, agent.Request, func(agent.Delta)) (agent.Message, error) {
+			return newTestAnthropic(f, 0).Stream
+		},
+		body: strings.Replace(recorded(t, "anthropic", "tools.sse"),
+			`"partial_json":"ME.md\"}"`, `"partial_json":"ME.md\""`, 1),
+		id: "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeVendor(t, serveSSE(tt.body))
+			var announced []agent.Block
+			msg, err := tt.stream(f)(context.Background(), userSays("Hi"), func(d agent.Delta) {
+				if d.ToolCall != nil {
+					announced = append(announced, *d.ToolCall)
+				}
+			})
+			if err != nil {
+				t.Fatalf("Stream: %v; want the message with the call", err)
+			}
+			var bad *agent.Block
+			for _, c := range msg.ToolCalls() {
+				if c.ID == tt.id {
+					bad = &c
+				}
+			}
+			if bad == nil {
+				t.Fatalf("the message lacks the call %s: %+v", tt.id, msg.Content)
+			}
+			if !strings.HasPrefix(bad.ArgumentsError, "arguments are not valid JSON") || string(bad.Arguments) != "{}" {
+				t.Errorf("the call: arguments %s, error %q; want {} and \"arguments are not valid JSON…\"", bad.Arguments, bad.ArgumentsError)
+			}
+			if msg.StopReason != agent.ToolUse {
+				t.Errorf("stop reason %q, want toolUse", msg.StopReason)
+			}
+			found := false
+			for _, a := range announced {
+				found = found || a.ID == tt.id && a.ArgumentsError != ""
+			}
+			if !found {
+				t.Errorf("the call was not announced with its reason: %+v", announced)
+			}
+		})
+	}
+}
+
+// cloudflare502 is a gateway's HTML error page, as a proxy in front of a provider sends it.
+const cloudflare502 = `<!DOCTYPE html>
+<html lang="en-US">
+<head><title>api.example.com | 502: Bad gateway</title>
+<style>body{font-family:sans-serif}</style></head>
+<body><div id="cf-wrapper"><h1>Bad gateway</h1><p>The web server reported a bad gateway error.</p>
+<script>window.cf = {ray: "8f1e2d3c4b5a6978"}</script></div></body></html>`
+
+// TestAProvidersHTMLErrorPageIsSummarised (issue 34): a proxy's HTML error page is not the error
+// text verbatim: the status and the page's title, or its first line of text, bounded.
+func TestAProvidersHTMLErrorPageIsSummarised(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+	}{
+		{"a page with a title", cloudflare502, "api.example.com | 502: Bad gateway"},
+		{"a page without a title", "<html><body>\n<h1>504 Gateway Time-out</h1>\n<hr><center>nginx</center>\n</body></html>", "504 Gateway Time-out"},
+		{"plain text", "upstream connect error\nreset reason: overflow", "upstream connect error"},
+		{"a long line", strings.Repeat("x", 5000), strings.Repeat("x", 200) + "…"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := errorText(tt.body); got != tt.want {
+				t.Errorf("errorText: got %q, want %q", got, tt.want)
+			}
+		})
+	}
+	for _, v := range []struct {
+		name   string
+		stream func(f *fakeVendor) error
+	}{
+		{"openai", func(f *fakeVendor) error {
+			_, err := newTestOpenAI(f, 0).Stream(context.Background(), userSays("Hi"), func(agent.Delta) {})
+			return err
+		}},
+		{"anthropic", func(f *fakeVendor) error {
+			_, err := newTestAnthropic(f, 0).Stream(context.Background(), userSays("Hi"), func(agent.Delta) {})
+			return err
+		}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			f := newFakeVendor(t, serveError(http.StatusBadGateway, cloudflare502, map[string]string{"Content-Type": "text/html"}))
+			err := v.stream(f)
+			want := v.name + ": 502 Bad Gateway: api.example.com | 502: Bad gateway"
+			if err == nil || err.Error() != want {
+				t.Errorf("error: got %v, want %q", err, want)
+			}
+		})
 	}
 }

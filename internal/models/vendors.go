@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
@@ -28,6 +29,14 @@ type VendorModel struct {
 	Model agent.Model
 }
 
+// VendorOptions are the server's settings for every vendor model (cmd/web's flags).
+type VendorOptions struct {
+	// IdleTimeout ends a model turn whose provider sends nothing (no response headers, no
+	// event) for this long, with "timeout: no data from the provider for …"
+	// (-model-idle-timeout); 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+}
+
 // Vendors returns the vendor models configured by environment variables (SPEC §11, §17), read
 // with getenv (os.Getenv in production), in this order:
 //
@@ -42,21 +51,22 @@ type VendorModel struct {
 //     thinking as ANTHROPIC_THINKING says: unset or "off" none, "adaptive", or a budget in
 //     tokens (at least 1024).
 //
-// Each model retries a failed request twice (vendorRetries). Nothing is requested from the
-// vendors here. The error names a variable whose value is refused (ANTHROPIC_THINKING).
-func Vendors(getenv func(string) string) ([]VendorModel, error) {
+// Each model retries a failed request twice (vendorRetries) and ends a stream silent for
+// opts.IdleTimeout. Nothing is requested from the vendors here. The error names a variable whose
+// value is refused (ANTHROPIC_THINKING).
+func Vendors(getenv func(string) string, opts VendorOptions) ([]VendorModel, error) {
 	var out []VendorModel
 	env := func(k string) string { return strings.TrimSpace(getenv(k)) }
 	if key, base := env("OPENAI_API_KEY"), env("OPENAI_BASE_URL"); key != "" || base != "" {
 		for _, m := range modelList(env("OPENAI_MODEL"), DefaultOpenAIModel) {
 			out = append(out, VendorModel{Name: "openai:" + m, Model: NewOpenAI(OpenAIConfig{
-				APIKey: key, BaseURL: base, Model: m, MaxRetries: vendorRetries,
+				APIKey: key, BaseURL: base, Model: m, MaxRetries: vendorRetries, IdleTimeout: opts.IdleTimeout,
 			})})
 		}
 		if resp := env("OPENAI_RESPONSES_MODEL"); resp != "" {
 			for _, m := range modelList(resp, "") {
 				out = append(out, VendorModel{Name: "openai-responses:" + m, Model: NewResponses(ResponsesConfig{
-					APIKey: key, BaseURL: base, Model: m, MaxRetries: vendorRetries,
+					APIKey: key, BaseURL: base, Model: m, MaxRetries: vendorRetries, IdleTimeout: opts.IdleTimeout,
 				})})
 			}
 		}
@@ -69,6 +79,7 @@ func Vendors(getenv func(string) string) ([]VendorModel, error) {
 		for _, m := range modelList(env("ANTHROPIC_MODEL"), DefaultAnthropicModel) {
 			out = append(out, VendorModel{Name: "anthropic:" + m, Model: NewAnthropic(AnthropicConfig{
 				APIKey: key, BaseURL: base, Model: m, MaxRetries: vendorRetries, Thinking: thinking,
+				IdleTimeout: opts.IdleTimeout,
 			})})
 		}
 	}

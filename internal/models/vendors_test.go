@@ -31,7 +31,7 @@ func TestVendors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			vendors, err := Vendors(func(k string) string { return tt.env[k] })
+			vendors, err := Vendors(func(k string) string { return tt.env[k] }, VendorOptions{})
 			if err != nil {
 				t.Fatalf("Vendors: %v", err)
 			}
@@ -56,7 +56,7 @@ func TestVendorsRefuseABadThinkingSetting(t *testing.T) {
 	for _, v := range []string{"lots", "512", "-1", "1024.5"} {
 		t.Run(v, func(t *testing.T) {
 			env := map[string]string{"ANTHROPIC_API_KEY": "sk-ant-1", "ANTHROPIC_THINKING": v}
-			got, err := Vendors(func(k string) string { return env[k] })
+			got, err := Vendors(func(k string) string { return env[k] }, VendorOptions{})
 			want := fmt.Sprintf(`ANTHROPIC_THINKING: thinking %q: want off, adaptive, or a budget of at least 1024 tokens`, v)
 			if err == nil || err.Error() != want {
 				t.Fatalf("error: got %v, want %q", err, want)

@@ -133,6 +133,13 @@ func summarize(a gate.Approval, diff DiffFunc) Summary {
 	// diff (any tool with a stored preview of the file it writes).
 	if c, ok := args["command"].(string); ok {
 		s.Command, s.CommandCut = cut(c)
+	} else if a.Preview != nil && len(a.Preview.Commands) > 0 {
+		// The commands the call runs that its arguments do not say (run_checks, failing_tests).
+		lines := make([]string, len(a.Preview.Commands))
+		for i, c := range a.Preview.Commands {
+			lines[i] = c.Command
+		}
+		s.Command, s.CommandCut = cut(strings.Join(lines, "\n"))
 	}
 	if content, ok := args["content"].(string); ok && a.Preview != nil && a.Preview.Error == "" && diff != nil {
 		path, _ := args["path"].(string)

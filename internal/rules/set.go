@@ -761,7 +761,11 @@ func (ev *evaluation) decide() gate.RuleDecision {
 	if len(texts) > 1 {
 		label = "rules " + strings.Join(texts, ", ") + " allow"
 	}
-	return gate.RuleDecision{Effect: gate.Allow, Rule: &used[0].rule, Reason: label + " " + cmd}
+	also := make([]*gate.Rule, 0, len(used)-1)
+	for _, r := range used[1:] {
+		also = append(also, &r.rule)
+	}
+	return gate.RuleDecision{Effect: gate.Allow, Rule: &used[0].rule, Also: also, Reason: label + " " + cmd}
 }
 
 // note says why the rules did not allow a run_command call they looked at (gate.RuleDecision's

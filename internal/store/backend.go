@@ -50,6 +50,7 @@ type Backend interface {
 	// session; SPEC §15).
 	Inbox(ctx context.Context, q agent.InboxQuery) ([]agent.InboxItem, error)
 	PendingCount(ctx context.Context, sessionID string) (int, error)
+	PendingCountFor(ctx context.Context, sessionID, person string) (int, error)
 	// Webhook notifications (SPEC §15): SetNotify turns the outbox on (call it before the store
 	// is used concurrently); the delivery workers (one per replica) claim due rows
 	// (ClaimDeliveries, RenewClaim, ReleaseClaims), wait for NextDeliveryAt and write

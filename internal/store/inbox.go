@@ -24,11 +24,19 @@ var inboxColumns = func() string {
 // 'pending' lets SQLite use it (a bound parameter would not), and the index's order is the
 // ORDER BY's (rowid, the {ord} of SQLite, is its last column), so nothing is sorted. An empty ?1 reads every session,
 // else only session ?1 (an approver link's inbox); an empty ?2 starts at the oldest, else after
-// approval ?2 (the next page); ?3 is the most rows read (Dialect.NoLimit: no limit).
+// approval ?2 (the next page); ?3 is the most rows read (Dialect.NoLimit: no limit); an empty ?4
+// reads every approval, else only those whose reviewers are none or name person ?4 (forPerson).
 const inboxQuery = `FROM approvals a {pendingIndex} JOIN sessions s ON s.id = a.session_id
 	WHERE a.status = 'pending' AND (?1 = '' OR a.session_id = ?1)
 		AND (?2 = '' OR (a.created_at, a.{ord}) > (SELECT created_at, {ord} FROM approvals WHERE id = ?2))
+		AND ` + forPerson + `
 	ORDER BY a.created_at, a.{ord} LIMIT ?3`
+
+// forPerson keeps an approval that person ?4 may decide as far as its reviewers go (gate.Approval
+// MayDecide): no reviewers, or reviewers (a JSON array of names) that name ?4, compared without
+// case; an empty ?4 keeps every approval.
+const forPerson = `(?4 = '' OR a.reviewers IS NULL OR a.reviewers IN ('', '[]')
+		OR LOWER(a.reviewers) LIKE '%"' || LOWER(?4) || '"%')`
 
 // Inbox lists the pending approvals of every session (q.SessionID "") or of one, oldest first
 // (CreatedAt, then insertion order), each with its session's title and workspace, in one query
@@ -46,7 +54,7 @@ func (db *SQL) Inbox(ctx context.Context, q agent.InboxQuery) (_ []agent.InboxIt
 		a, err := scanApproval(extraRow{r, []any{&it.SessionTitle, &it.Workspace}})
 		it.Approval = a
 		return it, err
-	}, `SELECT `+inboxColumns+` `+inboxQuery, q.SessionID, q.After, limit)
+	}, `SELECT `+inboxColumns+` `+inboxQuery, q.SessionID, q.After, limit, q.For)
 	if err != nil {
 		return nil, err
 	}
@@ -62,6 +70,20 @@ func (db *SQL) PendingCount(ctx context.Context, sessionID string) (n int, err e
 		return n, err
 	}
 	err = db.queryRow(ctx, db.reads(), `SELECT COUNT(*) FROM approvals WHERE session_id = ? AND status = 'pending'`, sessionID).Scan(&n)
+	return n, err
+}
+
+// PendingCountFor is PendingCount of the approvals person may decide as far as their reviewers
+// go (InboxQuery.For): the owner's inbox badge ("owner") leaves out the calls whose reviewers do
+// not name them (SPEC §15). An empty person counts every approval, as PendingCount.
+func (db *SQL) PendingCountFor(ctx context.Context, sessionID, person string) (n int, err error) {
+	defer apperr.Wrap(&err, "store.PendingCountFor(%q, %q)", sessionID, person)
+	if person == "" {
+		return db.PendingCount(ctx, sessionID)
+	}
+	err = db.queryRow(ctx, db.reads(), `SELECT COUNT(*) FROM approvals a {pendingIndex}
+		WHERE a.status = 'pending' AND (?1 = '' OR a.session_id = ?1) AND `+
+		strings.ReplaceAll(forPerson, "?4", "?2"), sessionID, person).Scan(&n)
 	return n, err
 }
 

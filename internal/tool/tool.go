@@ -116,6 +116,13 @@ type Context interface {
 	Authorize(ctx context.Context, name string, arguments any, uncovered string) Authorization
 }
 
+// NestedTools is what a Context may also offer: the names of the tools the running call may call
+// through ExecuteTool (its session's active direct tools and the codemode and deferred ones,
+// CallableNested), sorted. Codemode lists them as the keys of its `tools` object.
+type NestedTools interface {
+	NestedTools() []string
+}
+
 // Consent is how a running call came to run (SPEC §14): ByPerson is true when a person approved
 // it as written in a prompt or through a decision link (not a rule, grant, mode or annotation
 // default); Preview is what that person's prompt showed of the call's effect (tool.Preview; nil
@@ -171,6 +178,17 @@ type Preview struct {
 	Error   string         `json:"error,omitempty"`
 	Digest  string         `json:"digest,omitempty"`
 	Scripts []ScriptDigest `json:"scripts,omitempty"`
+	// Commands are the shell commands a call will run that its arguments do not spell out
+	// (run_checks' configured checks, failing_tests' test command), as configured for the
+	// workspace when the approval opened: the prompt shows them, not `{}`.
+	Commands []PreviewCommand `json:"commands,omitempty"`
+}
+
+// PreviewCommand is one command a call will run (Preview.Commands): its name ("vet", "tests")
+// and its command line as `/bin/sh -c` gets it.
+type PreviewCommand struct {
+	Name    string `json:"name"`
+	Command string `json:"command"`
 }
 
 // ScriptDigest is one workspace script a command runs, as its prompt showed it (Preview.Scripts):

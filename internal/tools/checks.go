@@ -113,6 +113,7 @@ func runChecksTool(cfg Config) *tool.Tool {
 		InputSchema:  json.RawMessage(runChecksInput),
 		OutputSchema: json.RawMessage(runChecksOutput),
 		Annotations:  runsWorkspaceCode(),
+		Preview:      checksPreview(cfg),
 		Execute: func(ctx context.Context, arguments json.RawMessage, onUpdate func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {
 				Checks []string `json:"checks"`
@@ -125,25 +126,73 @@ func runChecksTool(cfg Config) *tool.Tool {
 	}
 }
 
+// selectChecks are the checks of configured that names asks for, in that order (all of them when
+// names is empty); an unknown name is an error listing the configured ones.
+func selectChecks(configured []Check, names []string) ([]Check, error) {
+	if len(names) == 0 {
+		return configured, nil
+	}
+	byName := map[string]Check{}
+	var all []string
+	for _, c := range configured {
+		byName[c.Name] = c
+		all = append(all, c.Name)
+	}
+	var checks []Check
+	for _, n := range names {
+		c, ok := byName[n]
+		if !ok {
+			return nil, fmt.Errorf("unknown check %q; configured checks: %s", n, strings.Join(all, ", "))
+		}
+		checks = append(checks, c)
+	}
+	return checks, nil
+}
+
+// checksPreview is run_checks' Preview: the commands of the checks the call runs, as configured
+// for the workspace (issue 34: the prompt shows them, not `Arguments {}`).
+func checksPreview(cfg Config) tool.PreviewFunc {
+	return func(_ context.Context, arguments json.RawMessage, workspace string) (*tool.Preview, error) {
+		var in struct {
+			Checks []string `json:"checks"`
+		}
+		if err := decode(arguments, &in); err != nil {
+			return nil, err
+		}
+		checks, err := selectChecks(cfg.checksFor(workspace), in.Checks)
+		if err != nil {
+			return nil, err
+		}
+		p := &tool.Preview{}
+		for _, c := range checks {
+			p.Commands = append(p.Commands, tool.PreviewCommand{Name: c.Name, Command: c.Command})
+		}
+		return p, nil
+	}
+}
+
+// testsPreview is failing_tests' Preview: its test command line, as configured for the workspace.
+func testsPreview(cfg Config) tool.PreviewFunc {
+	return func(_ context.Context, arguments json.RawMessage, workspace string) (*tool.Preview, error) {
+		var in struct {
+			Packages []string `json:"packages"`
+		}
+		if err := decode(arguments, &in); err != nil {
+			return nil, err
+		}
+		command, err := testCommand(cfg, workspace, in.Packages)
+		if err != nil {
+			return nil, err
+		}
+		return &tool.Preview{Commands: []tool.PreviewCommand{{Name: "tests", Command: command}}}, nil
+	}
+}
+
 // runChecks implements run_checks.
 func runChecks(ctx context.Context, cfg Config, workspace string, names []string, onUpdate func(tool.Update)) (tool.Result, error) {
-	configured := cfg.checksFor(workspace)
-	checks := configured
-	if len(names) > 0 {
-		byName := map[string]Check{}
-		var all []string
-		for _, c := range configured {
-			byName[c.Name] = c
-			all = append(all, c.Name)
-		}
-		checks = nil
-		for _, n := range names {
-			c, ok := byName[n]
-			if !ok {
-				return tool.Result{}, fmt.Errorf("unknown check %q; configured checks: %s", n, strings.Join(all, ", "))
-			}
-			checks = append(checks, c)
-		}
+	checks, err := selectChecks(cfg.checksFor(workspace), names)
+	if err != nil {
+		return tool.Result{}, err
 	}
 	rep := newReporter(onUpdate)
 	defer rep.close()
@@ -348,6 +397,7 @@ func failingTestsTool(cfg Config) *tool.Tool {
 		InputSchema:  json.RawMessage(failingTestsInput),
 		OutputSchema: json.RawMessage(failingTestsOutput),
 		Annotations:  runsWorkspaceCode(),
+		Preview:      testsPreview(cfg),
 		Execute: func(ctx context.Context, arguments json.RawMessage, onUpdate func(tool.Update), tc tool.Context) (tool.Result, error) {
 			var in struct {
 				Packages []string `json:"packages"`
@@ -503,16 +553,25 @@ func (r *testRun) progress() tool.Update {
 }
 
 // failingTests implements failing_tests.
-func failingTests(ctx context.Context, cfg Config, workspace string, packages []string, onUpdate func(tool.Update)) (tool.Result, error) {
+// testCommand is failing_tests' command line for packages (default ./...) in workspace.
+func testCommand(cfg Config, workspace string, packages []string) (string, error) {
 	if len(packages) == 0 {
 		packages = []string{"./..."}
 	}
 	command := cfg.testCommandFor(workspace)
 	for _, p := range packages {
 		if strings.HasPrefix(p, "-") {
-			return tool.Result{}, fmt.Errorf("package pattern %q must not start with \"-\"", p)
+			return "", fmt.Errorf("package pattern %q must not start with \"-\"", p)
 		}
 		command += " " + shellQuote(p)
+	}
+	return command, nil
+}
+
+func failingTests(ctx context.Context, cfg Config, workspace string, packages []string, onUpdate func(tool.Update)) (tool.Result, error) {
+	command, err := testCommand(cfg, workspace, packages)
+	if err != nil {
+		return tool.Result{}, err
 	}
 	run := newTestRun(cfg.OutputCap)
 	rep := newReporter(onUpdate)

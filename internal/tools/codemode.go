@@ -275,8 +275,12 @@ func runCodemode(ctx context.Context, cfg Config, slots *codemodeSlots, code str
 // returns. It returns the script's return value as JSON (nil for undefined), or the start of a
 // longer one (resultHead), or why the script failed.
 func (r *codemodeRun) run(code string) (result json.RawMessage, resultHead string, failure error) {
+	var names []string
+	if l, ok := r.tc.(tool.NestedTools); ok {
+		names = l.NestedTools()
+	}
 	runLine, err := encodeMessage(codemodeMessage{Type: msgRun, Code: code, TimeoutNs: int64(r.cfg.CodemodeTimeout),
-		OutputCap: r.cfg.OutputCap, MemoryLimit: r.cfg.Codemode.MemoryLimit})
+		OutputCap: r.cfg.OutputCap, MemoryLimit: r.cfg.Codemode.MemoryLimit, Tools: names})
 	if err != nil {
 		return nil, "", fmt.Errorf("Script failed: %v", err)
 	}

@@ -536,3 +536,30 @@ func TestCodemodeErrorsNameNoGoInternals(t *testing.T) {
 		t.Errorf("the native frame is gone altogether, want it named without Go symbols:\n%.800s", text)
 	}
 }
+
+// listingFake is a nestedFake that says which tools the script may call (tool.NestedTools).
+type listingFake struct {
+	nestedFake
+	names []string
+}
+
+func (f *listingFake) NestedTools() []string { return f.names }
+
+// TestCodemodeToolsObjectListsTheCallableTools (issue 34): Object.keys(tools), for…in and `in`
+// see the tools the script may call, as the context lists them; calling one still works, and a
+// name outside the list is still tried (and answered "not found" by the pipeline).
+func TestCodemodeToolsObjectListsTheCallableTools(t *testing.T) {
+	tc := &listingFake{nestedFake: nestedFake{handle: cannedTools}, names: []string{"echo", "plain", "structured"}}
+	_, out := runJS(t, context.Background(), Config{}, tc, `
+const keys = Object.keys(tools);
+const seen = [];
+for (const k in tools) seen.push(k);
+return {keys, seen, has: "echo" in tools, typ: typeof tools.echo, plain: await tools[keys[1]]()}`, nil)
+	if out.Error != "" {
+		t.Fatalf("script failed: %s", out.Error)
+	}
+	want := `{"keys":["echo","plain","structured"],"seen":["echo","plain","structured"],"has":true,"typ":"function","plain":"hello\nworld"}`
+	if string(out.Result) != want {
+		t.Errorf("result %s, want %s", out.Result, want)
+	}
+}

@@ -45,6 +45,9 @@ type codemodeMessage struct {
 	TimeoutNs   int64  `json:"timeoutNs,omitempty"`
 	OutputCap   int    `json:"outputCap,omitempty"`
 	MemoryLimit int64  `json:"memoryLimit,omitempty"`
+	// Tools (run) are the names of the tools the script may call, sorted: the keys of its
+	// `tools` object (Object.keys(tools), for…in). Any other name is still tried when called.
+	Tools []string `json:"tools,omitempty"`
 
 	// call (worker): call ID (1, 2, … in the order the script starts them), the tool's name and
 	// its arguments. outcome (parent): the same ID, the nested call's toolCallId, whether it

@@ -81,6 +81,7 @@ func ServeCodemodeWorker(stdin io.Reader, stdout io.Writer) int {
 		timeUp:   &stopped{fmt.Sprintf("Script stopped: time limit of %s exceeded", limit)},
 		outcomes: make(chan codemodeMessage),
 		pending:  map[int]pendingCall{},
+		tools:    req.Tools,
 	}
 	go r.readOutcomes(in)
 	r.send(codemodeMessage{Type: msgReady})
@@ -197,6 +198,9 @@ type jsRun struct {
 
 	consoleBytes int
 	consoleCut   bool
+
+	// tools are the names the parent said the script may call: the keys of `tools`.
+	tools []string
 }
 
 // send writes msg to the parent (see sendLine). Its fields are all valid JSON: only a call's
@@ -544,7 +548,18 @@ func (t *toolsObject) Get(key string) goja.Value {
 func (t *toolsObject) Set(string, goja.Value) bool { return false }
 func (t *toolsObject) Has(key string) bool         { return t.Get(key) != nil }
 func (t *toolsObject) Delete(string) bool          { return false }
-func (t *toolsObject) Keys() []string              { return []string{} }
+
+// Keys are the tools the script may call (codemodeMessage.Tools), so Object.keys(tools) and
+// for…in list them; names a function could not be reached by are left out.
+func (t *toolsObject) Keys() []string {
+	keys := make([]string, 0, len(t.r.tools))
+	for _, name := range t.r.tools {
+		if t.Get(name) != nil {
+			keys = append(keys, name)
+		}
+	}
+	return keys
+}
 
 // toolFunc is tools.<name>(args): it sends the call to the parent and returns a Promise of its
 // result.

@@ -550,7 +550,7 @@ func diffText(out GitDiffOutput) string {
 		adds += f.Additions
 		dels += f.Deletions
 	}
-	fmt.Fprintf(&b, "%d files changed against %s, +%d -%d\n", len(out.Files), out.Base, adds, dels)
+	fmt.Fprintf(&b, "%s changed against %s, +%d -%d\n", plural(len(out.Files), "file"), out.Base, adds, dels)
 	for _, f := range out.Files {
 		name := f.Path
 		if f.OldPath != "" {

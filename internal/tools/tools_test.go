@@ -1094,3 +1094,19 @@ func TestCapture(t *testing.T) {
 		})
 	}
 }
+
+// TestDiffTextSaysOneFileInTheSingular (issue 34): one changed file is "1 file changed", not
+// "1 files changed".
+func TestDiffTextSaysOneFileInTheSingular(t *testing.T) {
+	for _, tt := range []struct {
+		files []DiffFile
+		want  string
+	}{
+		{[]DiffFile{{Path: "a.txt", Additions: 1}}, "1 file changed against HEAD, +1 -0\n"},
+		{[]DiffFile{{Path: "a.txt", Additions: 1}, {Path: "b.txt", Deletions: 2}}, "2 files changed against HEAD, +1 -2\n"},
+	} {
+		if got := diffText(GitDiffOutput{Base: "HEAD", Files: tt.files}); !strings.HasPrefix(got, tt.want) {
+			t.Errorf("diffText: got %q, want it to start %q", got, tt.want)
+		}
+	}
+}

@@ -32,6 +32,13 @@ type NotifyStore interface {
 // decisionLink resolves the request's decision token to its link and approval. Errors:
 // apperr.NotFound, with no detail, for a token that names no link, a link whose receiver is not
 // among Config.Receivers, or when notifications are off.
+// noLink answers a path under /d/ or /r/ that no link route takes: 404 with no detail, counted
+// as a failed guess like an unknown token.
+func (s *Server) noLink(w http.ResponseWriter, r *http.Request) error {
+	s.failures.fail(r)
+	return apperr.Errorf(apperr.NotFound, "Not found")
+}
+
 func (s *Server) decisionLink(r *http.Request) (notify.Link, gate.Approval, error) {
 	notFound := apperr.Errorf(apperr.NotFound, "Not found")
 	if s.cfg.Notify == nil {

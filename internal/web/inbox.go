@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/a-h/templ"
@@ -25,7 +26,7 @@ const badgeURL = "/inbox/badge"
 // carries the badge's updates; else the page gets the badge's small socket.
 func (s *Server) ownerPage(ctx context.Context, title string, ownSocket bool) templates.Page {
 	p := templates.Page{Title: title, Owner: true}
-	n, err := s.cfg.Store.PendingCount(ctx, "")
+	n, err := s.cfg.Store.PendingCountFor(ctx, "", ownerInbox.person)
 	if err != nil {
 		// The page is worth more than its count: shown without one, and the socket brings it.
 		s.log.Error("inbox count", "err", err)
@@ -54,7 +55,7 @@ func (s *Server) inboxPage(w http.ResponseWriter, r *http.Request) error {
 // inboxView is the first page of the inbox of session sessionID ("" every session) as iv sees
 // it, and how many approvals wait in all.
 func (s *Server) inboxView(ctx context.Context, sessionID string, iv inboxViewer) (templates.InboxView, int, error) {
-	n, err := s.cfg.Store.PendingCount(ctx, sessionID)
+	n, err := s.cfg.Store.PendingCountFor(ctx, sessionID, iv.person)
 	if err != nil {
 		return templates.InboxView{}, 0, err
 	}
@@ -64,6 +65,7 @@ func (s *Server) inboxView(ctx context.Context, sessionID string, iv inboxViewer
 // inboxChunk is the inbox page q selects as iv sees it; total is how many wait in all, of which
 // the ones after this page are offered as the next (iv.moreURL).
 func (s *Server) inboxChunk(ctx context.Context, q agent.InboxQuery, total int, iv inboxViewer) (templates.InboxView, int, error) {
+	q.For = iv.person
 	items, err := s.cfg.Store.Inbox(ctx, q)
 	if err != nil {
 		return templates.InboxView{}, 0, err
@@ -109,10 +111,20 @@ type inboxViewer struct {
 	who       func(sessionID string) viewer
 	sessionOf func(sessionID string) string // the session page's address
 	moreURL   string                        // the next page's address, without its ?after=
+	// person is whose inbox it is as reviewers name people ("owner"; "" lists every
+	// approval): calls whose reviewers leave them out are not theirs to decide, so not
+	// listed nor counted (SPEC §15; agent.InboxQuery.For).
+	person string
+}
+
+// mayDecide reports whether a is iv's to decide as far as its reviewers go (see person).
+func (iv inboxViewer) mayDecide(a gate.Approval) bool {
+	return iv.person == "" || len(a.Reviewers) == 0 || slices.ContainsFunc(a.Reviewers, func(n string) bool { return gate.SamePerson(n, iv.person) })
 }
 
 // ownerInbox is the owner's inbox.
-var ownerInbox = inboxViewer{who: ownerViewer, sessionOf: func(id string) string { return "/sessions/" + id }, moreURL: "/inbox/more"}
+var ownerInbox = inboxViewer{who: ownerViewer, sessionOf: func(id string) string { return "/sessions/" + id }, moreURL: "/inbox/more",
+	person: gate.ByOwner}
 
 // linkInbox is the inbox of a share link (token) whose reviewer is who.
 func linkInbox(token string, who viewer) inboxViewer {
@@ -248,7 +260,7 @@ type badgeKey struct{}
 // page has it — pending (an approval_updated: a vote counted) with its prompt, decided with its
 // outcome. Events that are not about an approval add nothing.
 func (s *Server) inboxFragment(ctx context.Context, msgs [][]byte, ev *agent.Event, iv inboxViewer, key inboxKey) [][]byte {
-	if !ev.Type.IsApproval() || ev.Approval == nil {
+	if !ev.Type.IsApproval() || ev.Approval == nil || !iv.mayDecide(*ev.Approval) {
 		return msgs
 	}
 	v := ev.Shared(key, func() any {
@@ -289,13 +301,14 @@ func (s *Server) badgeFragment(ctx context.Context, msgs [][]byte, ev *agent.Eve
 // badge is the owner's badge as a live update, counted now; for an approval_requested event ev,
 // it names the new approval.
 func (s *Server) badge(ctx context.Context, ev *agent.Event) templ.Component {
-	n, err := s.cfg.Store.PendingCount(ctx, "")
+	n, err := s.cfg.Store.PendingCountFor(ctx, "", ownerInbox.person)
 	if err != nil {
 		s.log.Error("inbox count", "err", err)
 		return nil
 	}
 	b := templates.BadgeView{Count: n, OOB: true}
-	if ev != nil && ev.Type == agent.ApprovalRequested && ev.Approval != nil && ev.Approval.Status == gate.Pending {
+	if ev != nil && ev.Type == agent.ApprovalRequested && ev.Approval != nil && ev.Approval.Status == gate.Pending &&
+		ownerInbox.mayDecide(*ev.Approval) {
 		title := ev.SessionID
 		if sess, err := s.eventSession(ctx, ev); err == nil {
 			title = sess.Title

@@ -327,3 +327,37 @@ func TestInboxShowsAPageAtATime(t *testing.T) {
 		t.Errorf("socket's first message: want the first page with its button: %.3000s", m)
 	}
 }
+
+// TestTheOwnersInboxLeavesOutCallsWhoseReviewersAreOthers (issue 34; SPEC §15: the inbox lists
+// what the viewer may decide): a call whose rule names reviewers alice and bob waits, yet the
+// owner's inbox neither lists nor counts it (page, badge, tab title); the store still counts it
+// among the pending ones.
+func TestTheOwnersInboxLeavesOutCallsWhoseReviewersAreOthers(t *testing.T) {
+	ts, sid := shareServer(t)
+	if st := ts.call(t, "POST", "/api/rules", map[string]any{"text": "shell approvers=2 reviewers=alice,bob", "effect": "ask", "scope": "server"}, nil); st != 201 {
+		t.Fatalf("the rule = %d", st)
+	}
+	events := ts.events(t, sid)
+	next(t, events, "snapshot")
+	ts.call(t, "POST", "/api/sessions/"+sid+"/messages", map[string]string{"text": "go"}, nil)
+	id := next(t, events, "approval_requested")["approval"].(map[string]any)["id"].(string)
+	if n, err := ts.db.PendingCount(context.Background(), ""); err != nil || n != 1 {
+		t.Fatalf("pending %d, %v; want the call waiting", n, err)
+	}
+	_, inbox := get(t, ts, nil, "/inbox")
+	if strings.Contains(inbox, id) {
+		t.Errorf("the owner's inbox lists %s, whose reviewers are alice and bob", id)
+	}
+	if strings.Contains(inbox, "<title>(1)") {
+		t.Errorf("the owner's inbox counts it in its title")
+	}
+	if _, home := get(t, ts, nil, "/"); strings.Contains(home, "<title>(1)") {
+		t.Errorf("the owner's pages count it in the badge")
+	}
+	if n, err := ts.db.PendingCountFor(context.Background(), "", "owner"); err != nil || n != 0 {
+		t.Errorf("PendingCountFor(owner) = %d, %v; want 0", n, err)
+	}
+	if n, err := ts.db.PendingCountFor(context.Background(), "", "Alice"); err != nil || n != 1 {
+		t.Errorf("PendingCountFor(Alice) = %d, %v; want 1", n, err)
+	}
+}

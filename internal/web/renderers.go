@@ -45,6 +45,20 @@ type CallInfo struct {
 	Preview *tool.Preview
 }
 
+// commandsCall draws a call whose commands its arguments do not spell out (run_checks,
+// failing_tests) as the commands its approval's preview lists (tool.Preview.Commands), where
+// they run, and its arguments when there are any; without a preview it is the generic view.
+func commandsCall(c CallInfo) (templ.Component, error) {
+	if c.Preview == nil || len(c.Preview.Commands) == 0 {
+		return nil, fmt.Errorf("no commands in the preview")
+	}
+	args := ""
+	if t := bytes.TrimSpace(c.Arguments); len(t) > 0 && !bytes.Equal(t, []byte("{}")) {
+		args = render.EscapeHiddenJSON(string(t))
+	}
+	return templates.CommandsCall(c.Preview.Commands, c.Workspace, args), nil
+}
+
 // BuiltinRenderers are the renderers of the built-in tools.
 func BuiltinRenderers() map[string]Renderer {
 	return map[string]Renderer{
@@ -75,7 +89,9 @@ func BuiltinRenderers() map[string]Renderer {
 				return templates.RunCommandResult(*out.ExitCode, out.Stdout, out.Stderr, out.Truncated), nil
 			},
 		},
-		"write_file": {Call: writeFileCall, FileEdit: true},
+		"write_file":    {Call: writeFileCall, FileEdit: true},
+		"run_checks":    {Call: commandsCall},
+		"failing_tests": {Call: commandsCall},
 		// An outside agent's tools (SPEC §18), as the agent's tool reads them: a Bash command as
 		// a command, an Edit as a diff of old_string and new_string, a Write as the file's
 		// content.

@@ -137,6 +137,10 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		// Decision links (SPEC §15): a webhook recipient decides one approval, once.
 		{"GET /d/{token}", decisionLink, s.decisionPage, nil},
 		{"POST /d/{token}", decisionLink, s.decisionLinkDecide, nil},
+		// Anything else under a link's prefix (`/d/<token>/`, a mistyped path) names no link:
+		// 404 with no detail, as an unknown token, never the owner's 401.
+		{"/d/", decisionLink, noRoute(mux, s.noLink), nil},
+		{"/r/", linkViewer, noRoute(mux, s.noLink), nil},
 
 		// Door 1 (SPEC §18): outside agents' hooks, by a connection's bearer token.
 		{"POST /hooks/{kind}", agentToken, s.hook, nil},

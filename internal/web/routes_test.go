@@ -258,3 +258,21 @@ func TestEveryRouteRefusesWhoItMust(t *testing.T) {
 		t.Errorf("the attacks changed something:\nbefore\n%s\nafter\n%s", before, after)
 	}
 }
+
+// TestAPathUnderALinkPrefixIsNotFoundNotUnauthorized (issue 34): `/d/<token>/` (a trailing
+// slash, a mistyped path) and any other path under /d/ or /r/ names no link: 404 with no detail,
+// as an unknown token, never the owner's 401.
+func TestAPathUnderALinkPrefixIsNotFoundNotUnauthorized(t *testing.T) {
+	ts := newTestServer(t, nil)
+	for _, p := range []string{"/d/unknown-token", "/d/unknown-token/", "/d/unknown-token/more", "/d/", "/r/unknown-token/", "/r/unknown-token/x/y"} {
+		req := httptest.NewRequest("GET", p, nil)
+		rec := httptest.NewRecorder()
+		ts.Config.Handler.ServeHTTP(rec, req)
+		if rec.Code != http.StatusNotFound {
+			t.Errorf("GET %s = %d, want 404", p, rec.Code)
+		}
+		if strings.Contains(rec.Body.String(), "token") && !strings.Contains(rec.Body.String(), "Not found") {
+			t.Errorf("GET %s says more than not found: %s", p, rec.Body)
+		}
+	}
+}

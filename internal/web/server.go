@@ -42,6 +42,8 @@ type Reader interface {
 	// their sessions' titles; PendingCount counts them (sessionID "": every session; SPEC §15).
 	Inbox(ctx context.Context, q agent.InboxQuery) ([]agent.InboxItem, error)
 	PendingCount(ctx context.Context, sessionID string) (int, error)
+	// PendingCountFor counts those a person may decide (agent.InboxQuery.For).
+	PendingCountFor(ctx context.Context, sessionID, person string) (int, error)
 }
 
 // Config wires a Server.

@@ -196,6 +196,12 @@ func (b *builder) message(m agent.Message, streaming bool) templates.MessageView
 			v.Retry = retryText(*b.live.Retry)
 		}
 	}
+	if streaming && len(m.Content) == 0 && len(v.Cards) == 0 && !m.Timestamp.IsZero() {
+		// Nothing of the answer yet: the page says how long the model turn has run (its
+		// message's Timestamp is when the request started), until the first delta or the
+		// idle timeout (-model-idle-timeout) ends the wait.
+		v.Waiting, v.WaitingMS = true, max(time.Since(m.Timestamp).Milliseconds(), 0)
+	}
 	return v
 }
 

@@ -37,6 +37,32 @@
     });
   }
 
+  // Elapsed times (issue 34): <time data-elapsed data-elapsed-ms> says how long the model turn
+  // has run ("12 s", "2 min 5 s", templates.ElapsedText), anchored like the countdowns.
+  function elapsed(ms) {
+    var secs = Math.max(Math.floor(ms / 1000), 0);
+    if (secs < 60) return secs + " s";
+    return Math.floor(secs / 60) + " min " + (secs % 60) + " s";
+  }
+
+  function tickElapsed() {
+    var now = performance.now();
+    document.querySelectorAll("time[data-elapsed]").forEach(function (el) {
+      if (el._start === undefined) {
+        var ran = Number(el.getAttribute("data-elapsed-ms"));
+        el._start = now - (isFinite(ran) ? ran : 0);
+      }
+      var t = elapsed(now - el._start);
+      if (el.textContent !== t) el.textContent = t;
+    });
+  }
+
+  var tickCountdowns = tick;
+  tick = function () {
+    tickCountdowns();
+    tickElapsed();
+  };
+
   document.addEventListener("DOMContentLoaded", tick);
   // Prompts arrive live and with responses: start them at once, not at the next second.
   document.addEventListener("htmx:wsAfterMessage", tick);

@@ -146,6 +146,11 @@ type MessageView struct {
 	// Retry is, while the message streams, the wait before its request is tried again
 	// ("retrying (429) in 2 s"); "" when none.
 	Retry string
+	// Waiting is set while the message streams and nothing of it has come yet: the page says
+	// "waiting for the model · 12 s", WaitingMS being how long the model turn has run so far
+	// (measured on the server's clock when the view was made; the page ticks it on).
+	Waiting   bool
+	WaitingMS int64
 }
 
 // DOMID is the element id of the message.

@@ -13,8 +13,9 @@ func TestInboxUsesItsIndex(t *testing.T) {
 	ctx := context.Background()
 	plans := db.PlannedQueries()
 	for _, q := range []string{
-		strings.NewReplacer("?1", "''", "?2", "''", "?3", "100").Replace(plans["inbox"]),
-		strings.NewReplacer("?1", "''", "?2", "'a1'", "?3", "100").Replace(plans["inbox"]),
+		strings.NewReplacer("?1", "''", "?2", "''", "?3", "100", "?4", "''").Replace(plans["inbox"]),
+		strings.NewReplacer("?1", "''", "?2", "'a1'", "?3", "100", "?4", "''").Replace(plans["inbox"]),
+		strings.NewReplacer("?1", "''", "?2", "''", "?3", "100", "?4", "'owner'").Replace(plans["inbox"]),
 		plans["pendingCount"],
 	} {
 		rows, err := db.read.QueryContext(ctx, `EXPLAIN QUERY PLAN `+q)

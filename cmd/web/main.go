@@ -192,7 +192,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	// -notify-webhook is repeatable; any use of it replaces the environment's list.
 	var webhooks stringList
 	fs.Var(&webhooks, "notify-webhook", "webhook receiver of approval events, [name=]URL, repeatable; ?format=slack sends Slack's message shape; name is who decisions through its links are recorded as (COUNTERSIGN_NOTIFY_WEBHOOK, comma-separated)")
-	fs.StringVar(&c.publicURL, "public-url", env("COUNTERSIGN_PUBLIC_URL", ""), "the server's address as webhook receivers, their people and connected agents reach it, for the links in events and the Agents page's snippets; default http://<addr> (the snippets: the address the owner's browser used) (COUNTERSIGN_PUBLIC_URL)")
+	fs.StringVar(&c.publicURL, "public-url", env("COUNTERSIGN_PUBLIC_URL", ""), "the server's address as webhook receivers, their people and connected agents reach it, for the links in events, share links and the Agents page's snippets; default http://<addr> (share links and snippets: the address the owner's browser used) (COUNTERSIGN_PUBLIC_URL)")
 	retryBase := env("COUNTERSIGN_NOTIFY_RETRY_BASE", notify.DefaultRetryBase.String())
 	fs.BoolVar(&c.aapInsecure, "aap-insecure-receivers", env("COUNTERSIGN_AAP_INSECURE_RECEIVERS", "") == "1", "let AAP instances' webhook receivers be http:// and loopback or private addresses: local development and tests only (COUNTERSIGN_AAP_INSECURE_RECEIVERS=1)")
 	fs.StringVar(&retryBase, "notify-retry-base", retryBase, "wait after a failed webhook delivery, doubled after each later failure (with jitter), 8 attempts in all (COUNTERSIGN_NOTIFY_RETRY_BASE)")

@@ -67,8 +67,8 @@ type Config struct {
 	// Connections makes, lists, revokes and authenticates the connections of the agents people
 	// already run (SPEC §18: /agents, /api/connections); nil: those routes answer 404.
 	Connections *connections.Service
-	// PublicURL is the server's address as agents reach it (-public-url), for the connection
-	// snippets; "" means the address the owner's browser used.
+	// PublicURL is the server's address as agents and people reach it (-public-url), for the
+	// connection snippets and share links; "" means the address the owner's browser used.
 	PublicURL string
 	// Sources lists the tool sources besides the built-ins (MCP servers) with their state, for
 	// the Tools panel; nil when there are none.

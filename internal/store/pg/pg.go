@@ -146,7 +146,7 @@ const ReadyTimeout = store.ReadyTimeout
 // driver's error (never the URL's password) behind it for the log.
 func (db *DB) Ready(ctx context.Context) (err error) {
 	defer apperr.Wrap(&err, "pg.Ready")
-	return db.CheckReady(ctx, migrationFS, `SELECT COUNT(*) FROM schema_migrations`)
+	return db.CheckReady(ctx, migrationFS, "schema_migrations")
 }
 
 // migrate applies, in name order, every embedded migration not yet recorded in the

@@ -323,5 +323,5 @@ const ReadyTimeout = store.ReadyTimeout
 // driver's error behind it for the log.
 func (db *DB) Ready(ctx context.Context) (err error) {
 	defer apperr.Wrap(&err, "store.Ready")
-	return db.CheckReady(ctx, migrationFS, `SELECT COUNT(*) FROM migrations`)
+	return db.CheckReady(ctx, migrationFS, "migrations")
 }

@@ -87,7 +87,9 @@ type config struct {
 	tokenFlag       bool // the token came from -token, which every user sees in ps
 	tokenGenerated  bool // the server made the token: only then does the login line print it (issue 33)
 	approvalTimeout time.Duration
-	mcpConfig       string
+	// drainTimeout bounds the wait, at SIGTERM, for the calls executing (Runner.Drain).
+	drainTimeout time.Duration
+	mcpConfig    string
 	// policy is the policy file (SPEC §14): read-only rules and the sessions' default mode.
 	policy       string
 	fauxDelay    time.Duration
@@ -178,6 +180,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.token, "token", env("COUNTERSIGN_TOKEN", ""), "owner token; random when empty (COUNTERSIGN_TOKEN)")
 	timeout := env("COUNTERSIGN_APPROVAL_TIMEOUT", "15m")
 	fs.StringVar(&timeout, "approval-timeout", timeout, "how long an approval may wait, a Go duration (COUNTERSIGN_APPROVAL_TIMEOUT)")
+	drain := env("COUNTERSIGN_DRAIN_TIMEOUT", "30s")
+	fs.StringVar(&drain, "drain-timeout", drain, "at SIGTERM or interrupt, how long the calls executing may go on to finish (their results stored) before they are stopped; no new run or call starts meanwhile; 0 stops them at once (COUNTERSIGN_DRAIN_TIMEOUT)")
 	fs.StringVar(&c.mcpConfig, "mcp-config", env("COUNTERSIGN_MCP_CONFIG", ""), "MCP servers config file (COUNTERSIGN_MCP_CONFIG)")
 	fs.StringVar(&c.policy, "policy", env("COUNTERSIGN_POLICY", ""), "policy file: read-only rules and the sessions' default mode, SPEC §14 (COUNTERSIGN_POLICY)")
 	delay := env("COUNTERSIGN_FAUX_DELAY", "15ms")
@@ -223,6 +227,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.approvalTimeout, err = time.ParseDuration(timeout); err != nil || c.approvalTimeout <= 0 {
 		return c, fmt.Errorf("-approval-timeout %q: want a positive Go duration such as 15m", timeout)
+	}
+	if c.drainTimeout, err = time.ParseDuration(drain); err != nil || c.drainTimeout < 0 {
+		return c, fmt.Errorf("-drain-timeout %q: want a Go duration such as 30s (0: no wait)", drain)
 	}
 	if c.sessionTTL, err = time.ParseDuration(ttl); err != nil || c.sessionTTL <= 0 {
 		return c, fmt.Errorf("-session-ttl %q: want a positive Go duration such as 720h", ttl)
@@ -682,10 +689,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Conns: aapConnections{conns}, Sealer: aap.NewSealer(cfg.token), Insecure: cfg.aapInsecure,
 		RetryBase: cfg.retryBase, Logger: log.With("component", "aap")})
 	defer background(ctx, func(ctx context.Context) { aapInstances.Run(ctx, aapExpireEvery) })()
+	// While draining at shutdown, /readyz answers 503: the replica takes no new work.
+	var draining atomic.Bool
+	ready := func(ctx context.Context) error {
+		if draining.Load() {
+			return apperr.Errorf(apperr.Internal, "the server is shutting down")
+		}
+		return db.Ready(ctx)
+	}
 	srv = web.New(web.Config{AAP: aapRequests, AAPInstances: aapInstances, Peers: link, Shares: share.NewService(db, key), Connections: conns, PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
-		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler(), GatewayTools: gatewayTools})
+		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: ready, Metrics: met.Handler(), GatewayTools: gatewayTools})
 	gatewaySrv.Store(srv)
 
 	// Requests (and the WebSockets they became) end when the server shuts down.
@@ -718,6 +733,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	case <-ctx.Done():
 	}
+	// A graceful drain (issue 33): no new run or call starts, /readyz says so (a load balancer
+	// sends the next requests elsewhere), and the calls executing may finish, their results
+	// stored, for up to -drain-timeout; pages, sockets and decisions keep being served.
+	draining.Store(true)
+	log.Info("shutting down: draining", "timeout", cfg.drainTimeout)
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), cfg.drainTimeout)
+	if err := runner.Drain(drainCtx); err != nil {
+		log.Warn("calls still executing after -drain-timeout are stopped", "timeout", cfg.drainTimeout)
+	}
+	cancelDrain()
 	log.Info("shutting down")
 	// Executing calls stop; runs waiting for a person's decision stay parked, their approvals
 	// pending for the next start (SPEC §8).

@@ -689,6 +689,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Conns: aapConnections{conns}, Sealer: aap.NewSealer(cfg.token), Insecure: cfg.aapInsecure,
 		RetryBase: cfg.retryBase, Logger: log.With("component", "aap")})
 	defer background(ctx, func(ctx context.Context) { aapInstances.Run(ctx, aapExpireEvery) })()
+	// Failed token attempts (SPEC §16): in the database when replicas share it, so that three
+	// replicas give a client one allowance, not three; one server per SQLite file counts them in
+	// memory, without a read per request.
+	var failedTokens web.FailedTokens
+	if isPostgres(cfg.db) {
+		failedTokens = db
+	}
 	// While draining at shutdown, /readyz answers 503: the replica takes no new work.
 	var draining atomic.Bool
 	ready := func(ctx context.Context) error {
@@ -700,7 +707,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv = web.New(web.Config{AAP: aapRequests, AAPInstances: aapInstances, Peers: link, Shares: share.NewService(db, key), Connections: conns, PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
-		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: ready, Metrics: met.Handler(), GatewayTools: gatewayTools})
+		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: ready, FailedTokens: failedTokens, Metrics: met.Handler(), GatewayTools: gatewayTools})
 	gatewaySrv.Store(srv)
 
 	// Requests (and the WebSockets they became) end when the server shuts down.

@@ -145,6 +145,10 @@ type Backend interface {
 	// (the store commit latency of SPEC §16's metrics); nil for none. Call it before the first
 	// write.
 	SetOnCommit(fn func(d time.Duration, writes int))
+	// Failed token attempts per client address, by the database's clock (SPEC §16; FailToken,
+	// TokenWait in tokenfailures.go).
+	FailToken(ctx context.Context, client string, every time.Duration, burst int) error
+	TokenWait(ctx context.Context, client string, every time.Duration, burst int) (time.Duration, error)
 	// Ready reports whether the database answers and has every migration applied (GET /readyz):
 	// nil, or an error saying which part failed.
 	Ready(ctx context.Context) error

@@ -86,7 +86,8 @@ type Dialect struct {
 	// order), "greatest" (the larger of two values), "forUpdate" (a row lock on a SELECT inside
 	// a write), "skipLocked" (the same, skipping rows another transaction holds), "noEntries" (a
 	// session row without transcript entries, as seen by an UPDATE of it), "pendingIndex" (an
-	// index hint for the pending approvals of every session).
+	// index hint for the pending approvals of every session), "nowMicros" (the database's clock
+	// in microseconds since the Unix epoch, an integer).
 	Forms map[string]string
 	// Kind says what a driver error means.
 	Kind func(err error) ErrKind

@@ -20,8 +20,10 @@ import (
 var dialect = store.Dialect{
 	Numbered: true,
 	Forms: map[string]string{
-		"ord":          "ord",
-		"greatest":     "greatest",
+		"ord":      "ord",
+		"greatest": "greatest",
+		// The database's clock in microseconds since the Unix epoch (store.SQL.FailToken).
+		"nowMicros":    "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS bigint)",
 		"forUpdate":    " FOR UPDATE",
 		"skipLocked":   " FOR UPDATE SKIP LOCKED",
 		"noEntries":    "last_entry_seq = 0",

@@ -476,18 +476,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer closeDB()
 	// Operators' series (SPEC §16); the live sockets are the web server's, made below.
 	var srv *web.Server
-	met := metrics.New(metrics.Sources{
-		PendingApprovals: func(ctx context.Context) (int, error) {
-			as, err := db.PendingApprovals(ctx)
-			return len(as), err
-		},
+	var leasesHeld func(context.Context) (int, error) // set once the replicas' link is made
+	src := metrics.Sources{
+		PendingApprovals: func(ctx context.Context) (int, error) { return db.PendingCount(ctx, "") },
+		OutboxPending:    db.OutboxPending,
 		LiveSockets: func() int {
 			if srv == nil {
 				return 0
 			}
 			return srv.LiveSockets()
 		},
-	})
+	}
+	if isPostgres(cfg.db) {
+		src.LeasesHeld = func(ctx context.Context) (int, error) {
+			if leasesHeld == nil {
+				return 0, nil
+			}
+			return leasesHeld(ctx)
+		}
+	}
+	met := metrics.New(src)
 	db.SetOnCommit(met.Commit)
 	// The other servers sharing the database (SPEC §16), if any: one link, the relay that does
 	// nothing for a SQLite file.
@@ -499,6 +507,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	link := replicaLinkOf(db, key, log, met)
+	leasesHeld = leasesOf(db, link)
 	if err := link.CheckKey(ctx, "share", share.Fingerprint(key), cfg.shareKeyFile()); err != nil {
 		return err
 	}

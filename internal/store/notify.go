@@ -445,3 +445,11 @@ func (db *SQL) ForgetReceivers(ctx context.Context, keep []string, now time.Time
 	})
 	return links, err
 }
+
+// OutboxPending counts the webhook deliveries neither delivered nor given up, of every receiver
+// (the webhook_outbox_pending_shared metric, SPEC §16).
+func (db *SQL) OutboxPending(ctx context.Context) (n int, err error) {
+	defer apperr.Wrap(&err, "OutboxPending")
+	err = db.queryRow(ctx, db.reads(), `SELECT COUNT(*) FROM notify_outbox WHERE next_at IS NOT NULL`).Scan(&n)
+	return n, err
+}

@@ -149,6 +149,14 @@ func (db *DB) Ready(ctx context.Context) (err error) {
 	return db.CheckReady(ctx, migrationFS, "schema_migrations")
 }
 
+// LeasesHeld counts the sessions whose lease replica (relay.Relay.ID) holds and has not let
+// expire, by the database's clock (the session_leases_held metric, SPEC §16).
+func (db *DB) LeasesHeld(ctx context.Context, replica string) (n int, err error) {
+	defer apperr.Wrap(&err, "pg.LeasesHeld")
+	err = db.pool.QueryRow(ctx, `SELECT count(*) FROM session_leases WHERE replica = $1 AND expires_at > now()`, replica).Scan(&n)
+	return n, err
+}
+
 // migrate applies, in name order, every embedded migration not yet recorded in the
 // schema_migrations table, each in its own transaction together with its record
 // (store.SQL.Migrate), under an advisory lock so that replicas starting together apply each

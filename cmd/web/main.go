@@ -624,7 +624,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		worker := notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: cfg.receivers, Key: nkey, Links: links, PublicURL: public,
+		worker := notify.NewWorker(notify.WorkerConfig{Outbox: db, Clock: db.Clock, Receivers: cfg.receivers, Key: nkey, Links: links, PublicURL: public,
 			RetryBase: cfg.retryBase, Diff: render.UnifiedDiff, Logger: log.With("component", "webhooks")})
 		db.SetNotify(cfg.receivers, links, worker.Wake)
 		defer background(ctx, worker.Run)()

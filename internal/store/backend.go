@@ -145,6 +145,8 @@ type Backend interface {
 	// (the store commit latency of SPEC §16's metrics); nil for none. Call it before the first
 	// write.
 	SetOnCommit(fn func(d time.Duration, writes int))
+	// Clock reads the database's clock (the webhook workers' claims compare it, SPEC §16).
+	Clock(ctx context.Context) (time.Time, error)
 	// OutboxPending counts the webhook deliveries neither delivered nor given up (a metric).
 	OutboxPending(ctx context.Context) (int, error)
 	// Failed token attempts per client address, by the database's clock (SPEC §16; FailToken,

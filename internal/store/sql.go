@@ -105,6 +105,9 @@ type Dialect struct {
 	// the transaction's end); only their rows are claimed. RenewLock, when set, is run first in
 	// RenewClaim with ?1 the row's id: it waits for that row's receiver's lock.
 	ClaimLock, RenewLock string
+	// Clock, when set, is a query of the database's clock as a timestamp (SQL.Clock); without it
+	// the store's Now is the database's clock (SQLite: one process).
+	Clock string
 }
 
 // SQL is the store (Backend, less the operations a backend adds: SetOnCommit, Ready, Close)

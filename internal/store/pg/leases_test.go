@@ -31,3 +31,18 @@ func TestLeasesHeldCountsAReplicasLiveLeases(t *testing.T) {
 		}
 	}
 }
+
+// TestClockIsTheDatabases (issue 33): the webhook workers' claims read the database's clock
+// (store.SQL.Clock), not the store's Now: here a store whose Now is a year off still reads the
+// server's time.
+func TestClockIsTheDatabases(t *testing.T) {
+	db := open(t, pgtest.Database(t), func() time.Time { return time.Now().AddDate(1, 0, 0) })
+	t.Cleanup(func() { db.Close() })
+	got, err := db.Clock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(got); d > time.Minute || d < -time.Minute {
+		t.Errorf("Clock = %v, %v from this machine's clock; want the database server's (this machine's)", got, d)
+	}
+}

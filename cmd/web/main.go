@@ -502,6 +502,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7);
 	// the replicas of one PostgreSQL database must all have the same file (SPEC §16), and their
 	// relay signs every notification under a key derived from it (issue 33).
+	freshShareKey := missing(cfg.shareKeyFile())
 	key, err := share.LoadKey(cfg.shareKeyFile())
 	if err != nil {
 		return err
@@ -509,7 +510,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	link := replicaLinkOf(db, key, log, met)
 	leasesHeld = leasesOf(db, link)
 	if err := link.CheckKey(ctx, "share", share.Fingerprint(key), cfg.shareKeyFile()); err != nil {
-		return err
+		return removeFresh(err, freshShareKey, cfg.shareKeyFile())
 	}
 
 	// The processes tool calls start are marked with the store, the session and the call, so
@@ -606,7 +607,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		if err := link.CheckKey(ctx, "notify", nkey.Fingerprint(), cfg.notifyKeyFile()); err != nil {
-			return err
+			return removeFresh(err, created, cfg.notifyKeyFile())
 		}
 		if err := forgetRemoved(); err != nil {
 			return err
@@ -774,6 +775,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case <-shutdownCtx.Done():
 	}
 	return nil
+}
+
+// missing reports whether file does not exist (a key file this start is about to create).
+func missing(file string) bool {
+	_, err := os.Stat(file)
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// removeFresh returns err, the refusal of a key this start made (fresh) because the database
+// knows another, after removing the key's file: a refused start leaves no wrong key behind for
+// the next start to trip on, or for an operator to copy to the other replicas (issue 33).
+func removeFresh(err error, fresh bool, file string) error {
+	if fresh {
+		if rmErr := os.Remove(file); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+			return fmt.Errorf("%w (and the new key file %s it made could not be removed: %v)", err, file, rmErr)
+		}
+	}
+	return err
 }
 
 // loginURL is the URL under base (http://host:port) that exchanges token for a login: /login

@@ -63,3 +63,14 @@ func replicaLinkOf(db store.Backend, key []byte, log *slog.Logger, met *metrics.
 	rel.OnLag, rel.OnReread, rel.OnCommit, rel.OnReject = met.ReplicaLag, met.Reread, met.Commit, met.RelayRejected
 	return rel
 }
+
+// leasesOf counts the session leases link holds (the session_leases_held metric): through the
+// PostgreSQL store, by the relay's replica id; nil for a SQLite file, which has no leases.
+func leasesOf(db store.Backend, link replicaLink) func(context.Context) (int, error) {
+	p, ok := db.(*pg.DB)
+	rel, isRelay := link.(*relay.Relay)
+	if !ok || !isRelay {
+		return nil
+	}
+	return func(ctx context.Context) (int, error) { return p.LeasesHeld(ctx, rel.ID()) }
+}

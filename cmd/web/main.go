@@ -87,7 +87,9 @@ type config struct {
 	tokenFlag       bool // the token came from -token, which every user sees in ps
 	tokenGenerated  bool // the server made the token: only then does the login line print it (issue 33)
 	approvalTimeout time.Duration
-	mcpConfig       string
+	// drainTimeout bounds the wait, at SIGTERM, for the calls executing (Runner.Drain).
+	drainTimeout time.Duration
+	mcpConfig    string
 	// policy is the policy file (SPEC §14): read-only rules and the sessions' default mode.
 	policy       string
 	fauxDelay    time.Duration
@@ -180,6 +182,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.token, "token", env("COUNTERSIGN_TOKEN", ""), "owner token; random when empty (COUNTERSIGN_TOKEN)")
 	timeout := env("COUNTERSIGN_APPROVAL_TIMEOUT", "15m")
 	fs.StringVar(&timeout, "approval-timeout", timeout, "how long an approval may wait, a Go duration (COUNTERSIGN_APPROVAL_TIMEOUT)")
+	drain := env("COUNTERSIGN_DRAIN_TIMEOUT", "30s")
+	fs.StringVar(&drain, "drain-timeout", drain, "at SIGTERM or interrupt, how long the calls executing may go on to finish (their results stored) before they are stopped; no new run or call starts meanwhile; 0 stops them at once (COUNTERSIGN_DRAIN_TIMEOUT)")
 	fs.StringVar(&c.mcpConfig, "mcp-config", env("COUNTERSIGN_MCP_CONFIG", ""), "MCP servers config file (COUNTERSIGN_MCP_CONFIG)")
 	fs.StringVar(&c.policy, "policy", env("COUNTERSIGN_POLICY", ""), "policy file: read-only rules and the sessions' default mode, SPEC §14 (COUNTERSIGN_POLICY)")
 	delay := env("COUNTERSIGN_FAUX_DELAY", "15ms")
@@ -196,7 +200,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	// -notify-webhook is repeatable; any use of it replaces the environment's list.
 	var webhooks stringList
 	fs.Var(&webhooks, "notify-webhook", "webhook receiver of approval events, [name=]URL, repeatable; ?format=slack sends Slack's message shape; name is who decisions through its links are recorded as (COUNTERSIGN_NOTIFY_WEBHOOK, comma-separated)")
-	fs.StringVar(&c.publicURL, "public-url", env("COUNTERSIGN_PUBLIC_URL", ""), "the server's address as webhook receivers, their people and connected agents reach it, for the links in events and the Agents page's snippets; default http://<addr> (the snippets: the address the owner's browser used) (COUNTERSIGN_PUBLIC_URL)")
+	fs.StringVar(&c.publicURL, "public-url", env("COUNTERSIGN_PUBLIC_URL", ""), "the server's address as webhook receivers, their people and connected agents reach it, for the links in events, share links and the Agents page's snippets; default http://<addr> (share links and snippets: the address the owner's browser used) (COUNTERSIGN_PUBLIC_URL)")
 	retryBase := env("COUNTERSIGN_NOTIFY_RETRY_BASE", notify.DefaultRetryBase.String())
 	fs.BoolVar(&c.aapInsecure, "aap-insecure-receivers", env("COUNTERSIGN_AAP_INSECURE_RECEIVERS", "") == "1", "let AAP instances' webhook receivers be http:// and loopback or private addresses: local development and tests only (COUNTERSIGN_AAP_INSECURE_RECEIVERS=1)")
 	fs.StringVar(&retryBase, "notify-retry-base", retryBase, "wait after a failed webhook delivery, doubled after each later failure (with jitter), 8 attempts in all (COUNTERSIGN_NOTIFY_RETRY_BASE)")
@@ -227,6 +231,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.approvalTimeout, err = time.ParseDuration(timeout); err != nil || c.approvalTimeout <= 0 {
 		return c, fmt.Errorf("-approval-timeout %q: want a positive Go duration such as 15m", timeout)
+	}
+	if c.drainTimeout, err = time.ParseDuration(drain); err != nil || c.drainTimeout < 0 {
+		return c, fmt.Errorf("-drain-timeout %q: want a Go duration such as 30s (0: no wait)", drain)
 	}
 	if c.sessionTTL, err = time.ParseDuration(ttl); err != nil || c.sessionTTL <= 0 {
 		return c, fmt.Errorf("-session-ttl %q: want a positive Go duration such as 720h", ttl)
@@ -476,31 +483,41 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer closeDB()
 	// Operators' series (SPEC §16); the live sockets are the web server's, made below.
 	var srv *web.Server
-	met := metrics.New(metrics.Sources{
-		PendingApprovals: func(ctx context.Context) (int, error) {
-			as, err := db.PendingApprovals(ctx)
-			return len(as), err
-		},
+	var leasesHeld func(context.Context) (int, error) // set once the replicas' link is made
+	src := metrics.Sources{
+		PendingApprovals: func(ctx context.Context) (int, error) { return db.PendingCount(ctx, "") },
+		OutboxPending:    db.OutboxPending,
 		LiveSockets: func() int {
 			if srv == nil {
 				return 0
 			}
 			return srv.LiveSockets()
 		},
-	})
+	}
+	if isPostgres(cfg.db) {
+		src.LeasesHeld = func(ctx context.Context) (int, error) {
+			if leasesHeld == nil {
+				return 0, nil
+			}
+			return leasesHeld(ctx)
+		}
+	}
+	met := metrics.New(src)
 	db.SetOnCommit(met.Commit)
 	// The other servers sharing the database (SPEC §16), if any: one link, the relay that does
 	// nothing for a SQLite file.
 	// The key that derives share-link tokens lives beside the database, never in it (SPEC §7);
 	// the replicas of one PostgreSQL database must all have the same file (SPEC §16), and their
 	// relay signs every notification under a key derived from it (issue 33).
+	freshShareKey := missing(cfg.shareKeyFile())
 	key, err := share.LoadKey(cfg.shareKeyFile())
 	if err != nil {
 		return err
 	}
 	link := replicaLinkOf(db, key, log, met)
+	leasesHeld = leasesOf(db, link)
 	if err := link.CheckKey(ctx, "share", share.Fingerprint(key), cfg.shareKeyFile()); err != nil {
-		return err
+		return removeFresh(err, freshShareKey, cfg.shareKeyFile())
 	}
 
 	// The processes tool calls start are marked with the store, the session and the call, so
@@ -597,7 +614,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		if err := link.CheckKey(ctx, "notify", nkey.Fingerprint(), cfg.notifyKeyFile()); err != nil {
-			return err
+			return removeFresh(err, created, cfg.notifyKeyFile())
 		}
 		if err := forgetRemoved(); err != nil {
 			return err
@@ -615,7 +632,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		worker := notify.NewWorker(notify.WorkerConfig{Outbox: db, Receivers: cfg.receivers, Key: nkey, Links: links, PublicURL: public,
+		worker := notify.NewWorker(notify.WorkerConfig{Outbox: db, Clock: db.Clock, Receivers: cfg.receivers, Key: nkey, Links: links, PublicURL: public,
 			RetryBase: cfg.retryBase, Diff: render.UnifiedDiff, Logger: log.With("component", "webhooks")})
 		db.SetNotify(cfg.receivers, links, worker.Wake)
 		defer background(ctx, worker.Run)()
@@ -689,10 +706,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Conns: aapConnections{conns}, Sealer: aap.NewSealer(cfg.token), Insecure: cfg.aapInsecure,
 		RetryBase: cfg.retryBase, Logger: log.With("component", "aap")})
 	defer background(ctx, func(ctx context.Context) { aapInstances.Run(ctx, aapExpireEvery) })()
+	// Failed token attempts (SPEC §16): in the database when replicas share it, so that three
+	// replicas give a client one allowance, not three; one server per SQLite file counts them in
+	// memory, without a read per request.
+	var failedTokens web.FailedTokens
+	if isPostgres(cfg.db) {
+		failedTokens = db
+	}
+	// While draining at shutdown, /readyz answers 503: the replica takes no new work.
+	var draining atomic.Bool
+	ready := func(ctx context.Context) error {
+		if draining.Load() {
+			return apperr.Errorf(apperr.Internal, "the server is shutting down")
+		}
+		return db.Ready(ctx)
+	}
 	srv = web.New(web.Config{AAP: aapRequests, AAPInstances: aapInstances, Peers: link, Shares: share.NewService(db, key), Connections: conns, PublicURL: cfg.publicURL, Runner: runner, Gate: runner.Gate(), Store: db, Broker: broker, Models: mods,
 		OwnerToken: cfg.token, Workspace: cfg.workspace, Logger: log, Sources: sources,
 		OwnerSessions: db, SessionTTL: cfg.sessionTTL, Notify: db, Receivers: cfg.receivers,
-		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: db.Ready, Metrics: met.Handler(), GatewayTools: gatewayTools})
+		TrustedProxies: cfg.trustedProxies, AccessLog: accessLog, Ready: ready, FailedTokens: failedTokens, Metrics: met.Handler(), GatewayTools: gatewayTools})
 	gatewaySrv.Store(srv)
 
 	// Requests (and the WebSockets they became) end when the server shuts down.
@@ -725,6 +757,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	case <-ctx.Done():
 	}
+	// A graceful drain (issue 33): no new run or call starts, /readyz says so (a load balancer
+	// sends the next requests elsewhere), and the calls executing may finish, their results
+	// stored, for up to -drain-timeout; pages, sockets and decisions keep being served.
+	draining.Store(true)
+	log.Info("shutting down: draining", "timeout", cfg.drainTimeout)
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), cfg.drainTimeout)
+	if err := runner.Drain(drainCtx); err != nil {
+		log.Warn("calls still executing after -drain-timeout are stopped", "timeout", cfg.drainTimeout)
+	}
+	cancelDrain()
 	log.Info("shutting down")
 	// Executing calls stop; runs waiting for a person's decision stay parked, their approvals
 	// pending for the next start (SPEC §8).
@@ -740,6 +782,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case <-shutdownCtx.Done():
 	}
 	return nil
+}
+
+// missing reports whether file does not exist (a key file this start is about to create).
+func missing(file string) bool {
+	_, err := os.Stat(file)
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// removeFresh returns err, the refusal of a key this start made (fresh) because the database
+// knows another, after removing the key's file: a refused start leaves no wrong key behind for
+// the next start to trip on, or for an operator to copy to the other replicas (issue 33).
+func removeFresh(err error, fresh bool, file string) error {
+	if fresh {
+		if rmErr := os.Remove(file); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+			return fmt.Errorf("%w (and the new key file %s it made could not be removed: %v)", err, file, rmErr)
+		}
+	}
+	return err
 }
 
 // loginURL is the URL under base (http://host:port) that exchanges token for a login: /login

@@ -106,7 +106,7 @@ func TestMetricsAreScrapedAndParsed(t *testing.T) {
 		return 0, false
 	}
 	_, fams := scrape(base+"/metrics", true)
-	if v, ok := value(fams, "countersign_pending_approvals", nil); !ok || v != 1 {
+	if v, ok := value(fams, "countersign_pending_approvals_shared", nil); !ok || v != 1 {
 		t.Errorf("pending_approvals = %v (%v), want 1 while the prompt waits", v, ok)
 	}
 	if v, ok := value(fams, "countersign_runs_active", nil); !ok || v != 1 {
@@ -129,13 +129,15 @@ func TestMetricsAreScrapedAndParsed(t *testing.T) {
 			want   func(float64) bool
 			says   string
 		}{
-			{"countersign_pending_approvals", nil, func(v float64) bool { return v == 0 }, "0 after the decision"},
+			{"countersign_pending_approvals_shared", nil, func(v float64) bool { return v == 0 }, "0 after the decision"},
 			{"countersign_tool_calls_total", map[string]string{"tool": "run_command", "outcome": "ok"}, func(v float64) bool { return v == 1 }, "1 ok run_command"},
 			{"countersign_decision_wait_seconds", nil, func(v float64) bool { return v == 1 }, "one decision observed"},
 			{"countersign_approval_round_trip_seconds", nil, func(v float64) bool { return v == 1 }, "one approved call started"},
 			{"countersign_runs_started_total", nil, func(v float64) bool { return v == 1 }, "one run"},
 			{"countersign_runs_active", nil, func(v float64) bool { return v == 0 }, "0 after the run"},
 			{"countersign_live_sockets", nil, func(v float64) bool { return v == 0 }, "0 (no page open)"},
+			{"countersign_store_up", nil, func(v float64) bool { return v == 1 }, "1 (the store answers)"},
+			{"countersign_webhook_outbox_pending_shared", nil, func(v float64) bool { return v == 0 }, "0 (no receivers)"},
 			{"countersign_store_commit_seconds", nil, func(v float64) bool { return v > 0 }, "commits observed"},
 			{"go_goroutines", nil, func(v float64) bool { return v > 0 }, "the Go collector"},
 		} {

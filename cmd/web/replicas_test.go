@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -376,6 +377,18 @@ func TestAReplicaWithAnotherKeyRefusesToStart(t *testing.T) {
 			err := run(context.Background(), args, func(string) string { return "" }, io.Discard, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("a replica with %s: %v, want it refused saying %q", tc.name, err, tc.want)
+			}
+			// The refused start made the wrong key's file: it removed it (issue 33), and kept
+			// the share key it was given.
+			fresh := other
+			if tc.hook {
+				fresh = strings.TrimSuffix(key, ".share-key") + ".notify-key"
+				if _, err := os.Stat(key); err != nil {
+					t.Errorf("the share key given: %v", err)
+				}
+			}
+			if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the refused start left its new key file %s behind (%v)", fresh, err)
 			}
 		})
 	}

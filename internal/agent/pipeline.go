@@ -293,6 +293,16 @@ func (rn *run) decideAndExecute(ctx context.Context, inv *invocation) tool.Resul
 // result rules of SPEC §1 (step 6).
 func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 	r, t := rn.r, inv.tool
+	if inv.call.ParentToolCallID == "" && !inv.inside {
+		// A draining server (Runner.Drain) starts no model-issued call; one begun goes on
+		// (its nested calls too) and is waited for.
+		if !r.beginExecuting() {
+			<-ctx.Done()
+			inv.status = tool.NestedUnfinished
+			return cancelledResult(ctx)
+		}
+		defer r.endExecuting()
+	}
 	// durationMs is the tool's own time: the wait for a person's decision does not count.
 	inv.start = time.Now()
 	rn.publish(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,

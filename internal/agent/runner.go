@@ -98,6 +98,12 @@ type Runner struct {
 	// deleting holds the sessions being deleted (DeleteSession): Send starts no run in them.
 	deleting map[string]bool
 	wg       sync.WaitGroup
+	// draining is set by Drain: Send starts no run and no model-issued call starts executing.
+	// executing counts the model-issued calls executing; idle, made by a Drain that waits, is
+	// closed when executing comes down to zero.
+	draining  bool
+	executing int
+	idle      chan struct{}
 }
 
 // New returns a Runner.
@@ -327,6 +333,10 @@ func (r *Runner) Send(ctx context.Context, sessionID, text string) (err error) {
 		return err
 	}
 	r.mu.Lock()
+	if r.draining {
+		r.mu.Unlock()
+		return apperr.Errorf(apperr.Conflict, "This server is shutting down; send the message again in a moment.")
+	}
 	if _, busy := r.runs[sessionID]; busy {
 		r.mu.Unlock()
 		return apperr.Errorf(apperr.Conflict, "A run is already in progress in this session; wait for it to finish or press Stop.")
@@ -413,6 +423,56 @@ func (e *StoppedError) Error() string { return "Run stopped by " + e.By }
 func (r *Runner) Wait() {
 	r.wg.Wait()
 	r.gs.FlushRuleHits()
+}
+
+// Drain begins a graceful exit (-drain-timeout, issue 33): from now on Send starts no run and
+// no model-issued call starts executing (one approved meanwhile waits for Shutdown, which stops
+// it), while the calls already executing go on. Drain returns nil once none is executing, or
+// ctx's error when ctx ends first; Shutdown then stops what is left. Pages, decisions and
+// stored results are not affected: a call that finishes during the drain has its result stored.
+func (r *Runner) Drain(ctx context.Context) error {
+	r.mu.Lock()
+	r.draining = true
+	var idle chan struct{}
+	if r.executing > 0 {
+		if r.idle == nil {
+			r.idle = make(chan struct{})
+		}
+		idle = r.idle
+	}
+	r.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// beginExecuting counts a model-issued call that starts executing (Drain); false while draining,
+// when the call must not start.
+func (r *Runner) beginExecuting() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.draining {
+		return false
+	}
+	r.executing++
+	return true
+}
+
+// endExecuting counts a call begun by beginExecuting out, waking a waiting Drain at zero.
+func (r *Runner) endExecuting() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.executing--
+	if r.executing == 0 && r.idle != nil {
+		close(r.idle)
+		r.idle = nil
+	}
 }
 
 // Shutdown stops every run for a graceful exit. Calls that were executing end with the error

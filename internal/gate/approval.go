@@ -95,15 +95,19 @@ type Approval struct {
 	RequestedBy      string           `json:"requestedBy"` // RequestedByModel, or the parent tool's name
 	// AskReason is why the call waited for a person (AskReason's text, shown after "asks
 	// because"); "" on a rule's record.
-	AskReason  string     `json:"askReason,omitempty"`
-	Status     Status     `json:"status"`
-	Automatic  bool       `json:"automatic"`
-	DecidedBy  string     `json:"decidedBy,omitempty"`
-	DecidedVia *LinkRef   `json:"decidedVia,omitempty"` // the share link a reviewer decided through; nil for the owner and rules
-	Reason     string     `json:"reason,omitempty"`
-	Scope      Scope      `json:"scope,omitempty"`
-	CreatedAt  time.Time  `json:"createdAt"`
-	DecidedAt  *time.Time `json:"decidedAt,omitempty"`
+	AskReason  string    `json:"askReason,omitempty"`
+	Status     Status    `json:"status"`
+	Automatic  bool      `json:"automatic"`
+	DecidedBy  string    `json:"decidedBy,omitempty"`
+	DecidedVia *LinkRef  `json:"decidedVia,omitempty"` // the share link a reviewer decided through; nil for the owner and rules
+	Reason     string    `json:"reason,omitempty"`
+	Scope      Scope     `json:"scope,omitempty"`
+	CreatedAt  time.Time `json:"createdAt"`
+	// ExpiresAt is a pending approval's absolute deadline, fixed when it opens (Gate.OpenID:
+	// creation + the approval timeout): a restart or another replica's takeover keeps it (SPEC
+	// §16). nil for automatic records and approvals stored by an older version.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	DecidedAt *time.Time `json:"decidedAt,omitempty"`
 	// DerivedFrom is, on an automatic decision that a session grant made, the id of the human
 	// approval that granted it.
 	DerivedFrom string `json:"derivedFrom,omitempty"`
@@ -258,7 +262,8 @@ type Ticket struct {
 	g        *Gate
 	Approval Approval
 	ch       chan Approval
-	timeout  time.Duration
+	timeout  time.Duration // from now to the deadline
+	limit    time.Duration // the approval timeout it was opened with, for the timed-out reason
 }
 
 // Open stores a as pending, then shows it. The call waits with Ticket.Wait; opening every
@@ -275,8 +280,13 @@ func (g *Gate) Open(ctx context.Context, a Approval) (*Ticket, error) {
 func (g *Gate) OpenID(ctx context.Context, id string, a Approval) (*Ticket, error) {
 	a.ID = id
 	a.Status = Pending
+	now := g.now().UTC()
 	if a.CreatedAt.IsZero() {
-		a.CreatedAt = g.now().UTC()
+		a.CreatedAt = now
+	}
+	if a.ExpiresAt == nil {
+		exp := a.CreatedAt.Add(g.timeout)
+		a.ExpiresAt = &exp
 	}
 	// Register the waiter before the approval is visible, so no decision can miss it.
 	ch := make(chan Approval, 1)
@@ -288,19 +298,30 @@ func (g *Gate) OpenID(ctx context.Context, id string, a Approval) (*Ticket, erro
 		return nil, err
 	}
 	g.notify(a)
-	return &Ticket{g: g, Approval: a, ch: ch, timeout: g.timeout}, nil
+	return &Ticket{g: g, Approval: a, ch: ch, timeout: max(a.ExpiresAt.Sub(now), 0), limit: a.ExpiresAt.Sub(a.CreatedAt)}, nil
 }
 
 // Attach makes a call wait on an approval that is already stored and pending — one parked by an
-// earlier process (SPEC §8). The timeout counts from the approval's creation, so a restart does
-// not extend it.
+// earlier process (SPEC §8) or by another replica (SPEC §16). It times out at the approval's
+// stored deadline (ExpiresAt), whatever this gate's timeout: a restart or a takeover neither
+// extends nor shortens it. An approval stored without one (by an older version) times out at
+// its creation + this gate's timeout.
 func (g *Gate) Attach(a Approval) *Ticket {
 	ch := make(chan Approval, 1)
 	g.mu.Lock()
 	g.waiters[a.ID] = ch
 	g.mu.Unlock()
-	remaining := g.timeout - g.now().Sub(a.CreatedAt)
-	return &Ticket{g: g, Approval: a, ch: ch, timeout: max(remaining, 0)}
+	deadline := g.Deadline(a)
+	return &Ticket{g: g, Approval: a, ch: ch, timeout: max(deadline.Sub(g.now()), 0), limit: deadline.Sub(a.CreatedAt)}
+}
+
+// Deadline is when pending approval a times out: its stored ExpiresAt, else (stored by an older
+// version) its creation + the gate's timeout.
+func (g *Gate) Deadline(a Approval) time.Time {
+	if a.ExpiresAt != nil {
+		return *a.ExpiresAt
+	}
+	return a.CreatedAt.Add(g.timeout)
 }
 
 // ErrParked, as (or wrapped by) the cause of a waiting call's context, makes Ticket.Wait leave
@@ -322,7 +343,7 @@ func (t *Ticket) Wait(ctx context.Context) Approval {
 		return a
 	case <-timer.C:
 		return t.settle(Resolution{Status: TimedOut, DecidedBy: ByTimeout, Automatic: true,
-			Reason: "no decision within " + g.timeout.String()})
+			Reason: "no decision within " + t.limit.String()})
 	case <-ctx.Done():
 		if errors.Is(context.Cause(ctx), ErrParked) {
 			select {

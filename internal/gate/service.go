@@ -473,6 +473,7 @@ func (s *Service) validateEdit(ctx context.Context, a Approval, raw json.RawMess
 	return compact, nil
 }
 
-// Deadline is when approval a times out if nobody decides it: its creation plus the approval
-// timeout (SPEC §3). The gate counts from the same moment, across restarts too (Gate.Attach).
-func (s *Service) Deadline(a Approval) time.Time { return a.CreatedAt.Add(s.gate.timeout) }
+// Deadline is when approval a times out if nobody decides it: its stored deadline, fixed when it
+// opened as its creation plus the approval timeout (SPEC §3, §16). The gate counts to the same
+// moment, across restarts and takeovers too (Gate.Attach).
+func (s *Service) Deadline(a Approval) time.Time { return s.gate.Deadline(a) }

@@ -5,7 +5,17 @@
 //
 // Series (all prefixed countersign_):
 //
-//	pending_approvals                 gauge      approvals waiting for a person, every session
+// A series marked "shared" is the database's one value, the same on every replica that shares
+// it: aggregate it with max(), never sum(). The others are each replica's own: sum() them.
+//
+//	pending_approvals_shared          gauge      approvals waiting for a person, every session
+//	                                             (shared; absent while the store does not answer)
+//	webhook_outbox_pending_shared     gauge      webhook deliveries not yet delivered nor given
+//	                                             up (shared; absent likewise)
+//	session_leases_held               gauge      sessions whose run this replica drives, by the
+//	                                             leases it holds (PostgreSQL replicas)
+//	store_up                          gauge      1 when this replica's last scrape read the
+//	                                             store, 0 when it did not answer (/readyz says why)
 //	decision_wait_seconds             histogram  a prompt's creation to a person's decision
 //	approval_round_trip_seconds       histogram  a person's approval to the call's start
 //	tool_calls_total{tool,outcome}    counter    calls ended: ok, error, denied, blocked,
@@ -38,11 +48,66 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Sources are what the scrape reads: each returns the current value (nil: the series is 0).
+// Sources are what the scrape reads: each returns the current value (nil: the series is 0, or
+// for the store's series, absent).
 type Sources struct {
+	// PendingApprovals and OutboxPending are the database's counts (shared by the replicas);
+	// LeasesHeld this replica's leases. An error leaves the series out of the scrape (a stale
+	// value is better read as missing than as -1) and sets store_up to 0.
 	PendingApprovals func(context.Context) (int, error)
+	OutboxPending    func(context.Context) (int, error)
+	LeasesHeld       func(context.Context) (int, error)
 	ActiveRuns       func() int
 	LiveSockets      func() int
+}
+
+// storeCollector reads the store's series at each scrape (Sources): what answers is reported,
+// what does not is left out, and store_up says whether every read answered.
+type storeCollector struct {
+	src                     Sources
+	pending, outbox, leases *prometheus.Desc
+	up                      *prometheus.Desc
+}
+
+func newStoreCollector(src Sources) *storeCollector {
+	return &storeCollector{src: src,
+		pending: prometheus.NewDesc("countersign_pending_approvals_shared",
+			"Approvals waiting for a person, in every session: the database's count, the same on every replica (aggregate with max, not sum). Absent while the store does not answer.", nil, nil),
+		outbox: prometheus.NewDesc("countersign_webhook_outbox_pending_shared",
+			"Webhook deliveries neither delivered nor given up: the database's count, the same on every replica (aggregate with max, not sum). Absent while the store does not answer.", nil, nil),
+		leases: prometheus.NewDesc("countersign_session_leases_held",
+			"Sessions whose run this replica drives, by the leases it holds in the database (PostgreSQL replicas; sum over replicas).", nil, nil),
+		up: prometheus.NewDesc("countersign_store_up",
+			"1 when this replica's scrape read the store, 0 when it did not answer (GET /readyz says why).", nil, nil),
+	}
+}
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.pending
+	ch <- c.outbox
+	ch <- c.leases
+	ch <- c.up
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	up := 1.0
+	for _, s := range []struct {
+		desc *prometheus.Desc
+		read func(context.Context) (int, error)
+	}{{c.pending, c.src.PendingApprovals}, {c.outbox, c.src.OutboxPending}, {c.leases, c.src.LeasesHeld}} {
+		if s.read == nil || up == 0 { // after one failure, the store is not asked again
+			continue
+		}
+		n, err := s.read(ctx)
+		if err != nil {
+			up = 0
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.GaugeValue, float64(n))
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 }
 
 // Metrics holds the series; its zero value is not usable: use New.
@@ -104,19 +169,7 @@ func New(src Sources) *Metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	m.reg.MustRegister(m.decisionWait, m.roundTrip, m.toolCalls, m.runsStarted, m.commitSeconds, m.commitWrites,
-		m.replicaLag, m.rereads, m.rejected,
-		gauge("countersign_pending_approvals", "Approvals waiting for a person, in every session.", func() float64 {
-			if src.PendingApprovals == nil {
-				return 0
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			n, err := src.PendingApprovals(ctx)
-			if err != nil {
-				return -1 // the store did not answer: /readyz says why
-			}
-			return float64(n)
-		}),
+		m.replicaLag, m.rereads, m.rejected, newStoreCollector(src),
 		gauge("countersign_runs_active", "Sessions with a run: streaming, executing, or parked on an approval.", func() float64 {
 			if f := m.activeRuns.Load(); f != nil {
 				return float64((*f)())

@@ -1,9 +1,12 @@
 package metrics_test
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"countersign/internal/metrics"
@@ -52,5 +55,42 @@ func TestRejectedNotificationsAreCountedByReason(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestSharedGaugesAreNamedSoAndLeftOutWhileTheStoreIsDown (issue 33): the database's counts are
+// named _shared (one value on every replica: max(), not sum()); while the store does not answer
+// they are absent, never -1, and store_up says 0; leases are this replica's own.
+func TestSharedGaugesAreNamedSoAndLeftOutWhileTheStoreIsDown(t *testing.T) {
+	var down atomic.Bool
+	read := func(n int) func(context.Context) (int, error) {
+		return func(context.Context) (int, error) {
+			if down.Load() {
+				return 0, errors.New("connection refused")
+			}
+			return n, nil
+		}
+	}
+	m := metrics.New(metrics.Sources{PendingApprovals: read(3), OutboxPending: read(2), LeasesHeld: read(1)})
+	text := scrape(t, m)
+	for _, want := range []string{"countersign_pending_approvals_shared 3", "countersign_webhook_outbox_pending_shared 2",
+		"countersign_session_leases_held 1", "countersign_store_up 1"} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	down.Store(true)
+	text = scrape(t, m)
+	if !strings.Contains(text, "countersign_store_up 0\n") {
+		t.Errorf("/metrics lacks store_up 0 while the store is down")
+	}
+	for _, gone := range []string{"countersign_pending_approvals_shared ", "countersign_webhook_outbox_pending_shared ", "countersign_session_leases_held ", " -1\n"} {
+		if strings.Contains(text, gone) {
+			t.Errorf("/metrics has %q while the store is down", gone)
+		}
+	}
+	// Without the sources (a SQLite file has no leases), the series are absent and the store up.
+	if text := scrape(t, metrics.New(metrics.Sources{})); strings.Contains(text, "countersign_session_leases_held ") || !strings.Contains(text, "countersign_store_up 1\n") {
+		t.Errorf("without sources:\n%s", text)
 	}
 }

@@ -1015,3 +1015,73 @@ func TestARequestWithoutASealedTokenIsSentWithoutADecisionLink(t *testing.T) {
 		t.Errorf("attempt %+v", a)
 	}
 }
+
+// TestAReceiverThatAnswers410IsNotRetriedNorSentMore (issue 33): 410 Gone is final, unlike a 500:
+// the row is given up at once, and the receiver's later rows are recorded as not sent, without
+// a request.
+func TestAReceiverThatAnswers410IsNotRetriedNorSentMore(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.answers <- http.StatusGone
+	attempts, _ := e.start(t, 10*time.Millisecond, e.receiver(t, "alice="+e.srv.URL+"/hook"))
+	if err := e.db.CreateApproval(ctx, pending("G1", e.sess, "run_command", `{"command":"ls"}`)); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, e.hits, "the first request")
+	if a := wait(t, attempts, "the first attempt"); a.Status != http.StatusGone {
+		t.Fatalf("first attempt %+v, want 410", a)
+	}
+	if err := e.db.CreateApproval(ctx, pending("G2", e.sess, "run_command", `{"command":"pwd"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if a := wait(t, attempts, "the second row's attempt"); a.Status != 0 || !strings.Contains(a.Error, "410 Gone") {
+		t.Errorf("second row's attempt %+v, want not sent, saying 410 Gone", a)
+	}
+	select {
+	case h := <-e.hits:
+		t.Errorf("a request after 410 Gone: %s", h.body)
+	case a := <-attempts:
+		t.Errorf("an attempt after 410 Gone (a retry): %+v", a)
+	case <-time.After(100 * time.Millisecond): // ten retry bases: a 500 would have been retried
+	}
+	ds, err := e.db.Deliveries(ctx, e.sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if d.NextAt != nil || d.DeliveredAt != nil || len(d.Attempts) != 1 {
+			t.Errorf("delivery %s: next %v, delivered %v, %d attempts; want given up after one", d.ID, d.NextAt, d.DeliveredAt, len(d.Attempts))
+		}
+	}
+}
+
+// claimSpy is the store as the worker's outbox, telling the test of every claim's clock.
+type claimSpy struct {
+	*sqlite.DB
+	nows chan time.Time
+}
+
+func (c claimSpy) ClaimDeliveries(ctx context.Context, cl notify.Claim, limit int) ([]notify.Delivery, error) {
+	select {
+	case c.nows <- cl.Now:
+	default:
+	}
+	return c.DB.ClaimDeliveries(ctx, cl, limit)
+}
+
+// TestClaimsAreMadeByTheDatabasesClock (issue 33): with WorkerConfig.Clock, a worker's claims
+// carry the database's time, not its own: here a database whose clock is an hour ahead.
+func TestClaimsAreMadeByTheDatabasesClock(t *testing.T) {
+	e := newEnv(t)
+	spy := claimSpy{e.db, make(chan time.Time, 10)}
+	w := notify.NewWorker(notify.WorkerConfig{Outbox: spy, Key: e.key, Links: e.links,
+		Clock: func(context.Context) (time.Time, error) { return time.Now().Add(time.Hour), nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	now := wait(t, spy.nows, "a claim")
+	if skew := now.Sub(time.Now()); skew < 59*time.Minute || skew > 61*time.Minute {
+		t.Errorf("the claim's Now is %v from this process's clock, want the database's hour ahead", skew)
+	}
+}

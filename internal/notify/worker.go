@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -53,8 +54,9 @@ type Claim struct {
 	// By names the claiming worker (WorkerConfig.ID): unique per running worker.
 	By string
 	// Now is the claimer's clock reading: rows due at Now are claimable, and other workers'
-	// claims that ended at or before Now no longer count. Replicas' clocks are assumed to agree
-	// to well within a claim's length.
+	// claims that ended at or before Now no longer count. With WorkerConfig.Clock it is the
+	// database's clock, the one every replica's worker reads (SPEC §16); without, replicas'
+	// clocks are assumed to agree to well within a claim's length.
 	Now time.Time
 	// Until is when the claim ends unless renewed or ended by RecordAttempt: after it another
 	// worker may claim the row (a worker killed mid-attempt leaves its rows to the others).
@@ -99,8 +101,13 @@ type WorkerConfig struct {
 	// NewWorker. Two running workers never share one.
 	ID     string
 	Logger *slog.Logger
-	// Now is the clock; nil means time.Now.
+	// Now is the clock; nil means time.Now, or the database's clock when Clock is set.
 	Now func() time.Time
+	// Clock, when set (and Now is not), reads the database's clock (store.SQL.Clock): the
+	// worker's times — its claims, the rows' due times, its attempts — are then the database's,
+	// read again at each round of Run and advanced by this process's monotonic clock in between,
+	// so workers on replicas whose clocks disagree still compare one clock (SPEC §16).
+	Clock func(ctx context.Context) (time.Time, error)
 	// Diff writes a file write's diff for a payload's summary (render.UnifiedDiff); nil: the
 	// summary has no diff.
 	Diff DiffFunc
@@ -127,6 +134,37 @@ type Worker struct {
 	mu       sync.Mutex
 	lanes    map[string]chan Delivery
 	inflight map[string]bool
+	// gone holds the receivers that answered 410 Gone: nothing more is sent to them until the
+	// server starts again (with them still configured). Under mu.
+	gone map[string]bool
+
+	// offset is the database's clock minus this process's, in nanoseconds, as last read
+	// (WorkerConfig.Clock).
+	offset atomic.Int64
+}
+
+// databaseNow is the database's clock as last read (syncClock), advanced by this process's.
+func (w *Worker) databaseNow() time.Time {
+	return time.Now().Add(time.Duration(w.offset.Load()))
+}
+
+// syncClock reads the database's clock (WorkerConfig.Clock), when there is one, for
+// databaseNow: its reading is taken as of the middle of the round trip. A failed read keeps the
+// last offset.
+func (w *Worker) syncClock(ctx context.Context) {
+	if w.cfg.Clock == nil {
+		return
+	}
+	before := time.Now()
+	db, err := w.cfg.Clock(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.cfg.Logger.Warn("webhook outbox: cannot read the database's clock", "err", err)
+		}
+		return
+	}
+	after := time.Now()
+	w.offset.Store(int64(db.Sub(before.Add(after.Sub(before) / 2))))
 }
 
 // laneSize bounds the rows queued for one receiver; more stay due in the outbox for a later read.
@@ -155,11 +193,17 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
+	w := &Worker{receivers: map[string]Receiver{}, wake: make(chan struct{}, 1),
+		lanes: map[string]chan Delivery{}, inflight: map[string]bool{}, gone: map[string]bool{}}
+	switch {
+	case cfg.Now != nil:
+		cfg.Clock = nil
+	case cfg.Clock != nil:
+		cfg.Now = w.databaseNow
+	default:
 		cfg.Now = time.Now
 	}
-	w := &Worker{cfg: cfg, receivers: map[string]Receiver{}, wake: make(chan struct{}, 1),
-		lanes: map[string]chan Delivery{}, inflight: map[string]bool{}}
+	w.cfg = cfg
 	for _, r := range cfg.Receivers {
 		w.receivers[r.ID] = r
 	}
@@ -199,6 +243,7 @@ func (w *Worker) Run(ctx context.Context) {
 		}
 	}()
 	for {
+		w.syncClock(ctx)
 		w.deliverDue(ctx, &lanes)
 		var timer <-chan time.Time
 		if at, ok, err := w.cfg.Outbox.NextDeliveryAt(ctx, w.cfg.ID, w.cfg.Now()); err != nil {
@@ -311,9 +356,15 @@ func (w *Worker) attempt(ctx context.Context, d Delivery) {
 	n := d.Tries + 1
 	a := Attempt{N: n, At: w.cfg.Now()}
 	r, ok := w.receivers[d.ReceiverID]
+	w.mu.Lock()
+	gone := w.gone[d.ReceiverID]
+	w.mu.Unlock()
 	switch {
 	case !ok:
 		a.Error = "receiver " + d.ReceiverID + " is no longer configured (-notify-webhook)"
+	case gone:
+		ok = false
+		a.Error = "not sent: the receiver answered 410 Gone to an earlier delivery; remove it from -notify-webhook, or restart the server once it is back"
 	case d.Event == Requested && d.Tries > 0 && d.Approval.Status != gate.Pending:
 		// A request retried after its approval was decided would reach the receiver after the
 		// approval.resolved its lane sends next, with a dead link: given up instead. (The first
@@ -322,6 +373,15 @@ func (w *Worker) attempt(ctx context.Context, d Delivery) {
 		a.Error = "not sent again: the approval was " + string(d.Approval.Status) + " meanwhile"
 	default:
 		a.Status, a.Error = w.post(ctx, d, r)
+		if a.Status == http.StatusGone {
+			// The receiver says it is gone for good (a deleted Slack webhook, say): neither this
+			// row nor any other is sent to it again, unlike a 500, which is retried.
+			ok = false
+			w.mu.Lock()
+			w.gone[d.ReceiverID] = true
+			w.mu.Unlock()
+			w.cfg.Logger.Error("webhook receiver answered 410 Gone: nothing more is sent to it until the server starts again", "receiver", d.ReceiverID, "recipient", r.Name)
+		}
 	}
 	if ctx.Err() != nil {
 		return // shutting down: the attempt was cut short, the row stays due for the next start

@@ -20,7 +20,7 @@ const approvalColumns = `id, session_id, message_id, tool_call_id, parent_tool_c
 	tool_title, arguments, edited_arguments, annotations, requested_by, status, automatic,
 	decided_by, reason, scope, created_at, decided_at, derived_from, decided_via_link_id, decided_via_link_label,
 	ask_reason, decision_source, rule_id, rule_text, rule_source, mode, rule_scope, count, last_at, preview,
-	approvers, reviewers`
+	approvers, reviewers, expires_at`
 
 // CreateApproval stores a, pending or already decided (automatic approvals are stored decided),
 // every field as given; a zero CreatedAt is stored as db.Now(). Arguments and EditedArguments are
@@ -242,7 +242,7 @@ func (db *SQL) appendApprovalRow(args []any, a gate.Approval) ([]any, error) {
 		a.RequestedBy, string(a.Status), a.Automatic, a.DecidedBy, a.Reason, string(a.Scope),
 		formatTime(a.CreatedAt), nullTime(a.DecidedAt), a.DerivedFrom, viaID, viaLabel, a.AskReason,
 		string(a.DecisionSource), a.RuleID, a.RuleText, string(a.RuleSource), string(a.Mode), string(a.RuleScope),
-		a.Count, nullTime(a.LastAt), preview, a.Approvers, namesColumn(a.Reviewers)), nil
+		a.Count, nullTime(a.LastAt), preview, a.Approvers, namesColumn(a.Reviewers), nullTime(a.ExpiresAt)), nil
 }
 
 // approvalError turns a driver error of an approval insert into its apperr code.
@@ -397,13 +397,13 @@ func scanApproval(r Row) (gate.Approval, error) {
 		viaID, viaLabel         string
 		source, ruleSrc, mode   string
 		ruleScope               string
-		reviewers               sql.NullString
+		reviewers, expiresAt    sql.NullString
 	)
 	if err := r.Scan(&a.ID, &a.SessionID, &a.MessageID, &a.ToolCallID, &a.ParentToolCallID, &a.ToolName,
 		&a.ToolTitle, &args, &edited, &annotations, &a.RequestedBy, &status, &a.Automatic,
 		&a.DecidedBy, &a.Reason, &scope, &createdAt, &decidedAt, &a.DerivedFrom, &viaID, &viaLabel, &a.AskReason,
 		&source, &a.RuleID, &a.RuleText, &ruleSrc, &mode, &ruleScope, &a.Count, &lastAt, &preview,
-		&a.Approvers, &reviewers); err != nil {
+		&a.Approvers, &reviewers, &expiresAt); err != nil {
 		return gate.Approval{}, err
 	}
 	var err error
@@ -434,6 +434,9 @@ func scanApproval(r Row) (gate.Approval, error) {
 			return gate.Approval{}, err
 		}
 		a.LastAt = &t
+	}
+	if a.ExpiresAt, err = parseNullTime(expiresAt); err != nil {
+		return gate.Approval{}, err
 	}
 	if preview.Valid {
 		a.Preview = new(tool.Preview)

@@ -116,6 +116,13 @@ func (db *SQL) appendApprovalsJSON(buf []byte, as []gate.Approval) (_ []byte, ok
 		} else {
 			text(names.(string))
 		}
+		if a.ExpiresAt == nil {
+			buf = append(buf, "null,"...)
+		} else {
+			buf = append(buf, '"')
+			buf = a.ExpiresAt.UTC().AppendFormat(buf, timeFormat)
+			buf = append(buf, `",`...)
+		}
 		buf[len(buf)-1] = ']' // the last value's comma
 	}
 	return append(buf, ']'), ok, nil

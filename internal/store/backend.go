@@ -146,6 +146,14 @@ type Backend interface {
 	// (the store commit latency of SPEC §16's metrics); nil for none. Call it before the first
 	// write.
 	SetOnCommit(fn func(d time.Duration, writes int))
+	// Clock reads the database's clock (the webhook workers' claims compare it, SPEC §16).
+	Clock(ctx context.Context) (time.Time, error)
+	// OutboxPending counts the webhook deliveries neither delivered nor given up (a metric).
+	OutboxPending(ctx context.Context) (int, error)
+	// Failed token attempts per client address, by the database's clock (SPEC §16; FailToken,
+	// TokenWait in tokenfailures.go).
+	FailToken(ctx context.Context, client string, every time.Duration, burst int) error
+	TokenWait(ctx context.Context, client string, every time.Duration, burst int) (time.Duration, error)
 	// Ready reports whether the database answers and has every migration applied (GET /readyz):
 	// nil, or an error saying which part failed.
 	Ready(ctx context.Context) error

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io/fs"
 	"path"
@@ -26,7 +27,8 @@ type Migration struct {
 
 // Migrate applies every migration of m not yet recorded in m.Table, each in its own transaction
 // together with its record. Applied migrations are skipped, so running it again is a no-op.
-// Errors name the migration that failed.
+// Errors name the migration that failed. A database with a migration recorded whose number is
+// past all of m's is refused before anything is applied, with NewerSchema's error.
 func (db *SQL) Migrate(ctx context.Context, m Migration) (err error) {
 	defer apperr.Wrap(&err, "migrate")
 	names, err := fs.Glob(m.Files, "migrations/*.sql")
@@ -34,11 +36,23 @@ func (db *SQL) Migrate(ctx context.Context, m Migration) (err error) {
 		return err
 	}
 	sort.Strings(names)
-	for _, name := range names {
+	var refused error
+	for i, name := range names {
 		err := m.InTx(ctx, func(tx Querier) error {
 			for _, q := range m.First {
 				if _, err := tx.Exec(ctx, q); err != nil {
 					return err
+				}
+			}
+			if i == 0 {
+				// Before anything is applied: a database a newer binary migrated is refused
+				// (SPEC §16), not given this binary's idea of the tables.
+				var newest sql.NullString
+				if err := db.queryRow(ctx, tx, `SELECT MAX(name) FROM `+m.Table).Scan(&newest); err != nil {
+					return err
+				}
+				if refused = NewerSchema(newest.String, names); refused != nil {
+					return refused
 				}
 			}
 			var n int
@@ -60,6 +74,9 @@ func (db *SQL) Migrate(ctx context.Context, m Migration) (err error) {
 			_, err = db.exec(ctx, tx, `INSERT INTO `+m.Table+` (name, applied_at) VALUES (?, ?)`, path.Base(name), formatTime(db.Now()))
 			return err
 		})
+		if refused != nil {
+			return refused
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}

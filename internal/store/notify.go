@@ -445,3 +445,23 @@ func (db *SQL) ForgetReceivers(ctx context.Context, keep []string, now time.Time
 	})
 	return links, err
 }
+
+// OutboxPending counts the webhook deliveries neither delivered nor given up, of every receiver
+// (the webhook_outbox_pending_shared metric, SPEC §16).
+func (db *SQL) OutboxPending(ctx context.Context) (n int, err error) {
+	defer apperr.Wrap(&err, "OutboxPending")
+	err = db.queryRow(ctx, db.reads(), `SELECT COUNT(*) FROM notify_outbox WHERE next_at IS NOT NULL`).Scan(&n)
+	return n, err
+}
+
+// Clock reads the database's clock (Dialect.Clock; the store's Now where the dialect has none):
+// the one clock every replica's webhook worker compares claims by (notify.WorkerConfig.Clock,
+// SPEC §16).
+func (db *SQL) Clock(ctx context.Context) (t time.Time, err error) {
+	defer apperr.Wrap(&err, "Clock")
+	if db.d.Clock == "" {
+		return db.Now(), nil
+	}
+	err = db.conn.QueryRow(ctx, db.d.Clock).Scan(&t)
+	return t.UTC(), err
+}

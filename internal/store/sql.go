@@ -86,7 +86,8 @@ type Dialect struct {
 	// order), "greatest" (the larger of two values), "forUpdate" (a row lock on a SELECT inside
 	// a write), "skipLocked" (the same, skipping rows another transaction holds), "noEntries" (a
 	// session row without transcript entries, as seen by an UPDATE of it), "pendingIndex" (an
-	// index hint for the pending approvals of every session).
+	// index hint for the pending approvals of every session), "nowMicros" (the database's clock
+	// in microseconds since the Unix epoch, an integer).
 	Forms map[string]string
 	// Kind says what a driver error means.
 	Kind func(err error) ErrKind
@@ -104,6 +105,9 @@ type Dialect struct {
 	// the transaction's end); only their rows are claimed. RenewLock, when set, is run first in
 	// RenewClaim with ?1 the row's id: it waits for that row's receiver's lock.
 	ClaimLock, RenewLock string
+	// Clock, when set, is a query of the database's clock as a timestamp (SQL.Clock); without it
+	// the store's Now is the database's clock (SQLite: one process).
+	Clock string
 }
 
 // SQL is the store (Backend, less the operations a backend adds: SetOnCommit, Ready, Close)

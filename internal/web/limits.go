@@ -1,7 +1,9 @@
 package web
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -121,6 +123,13 @@ const (
 // address with the owner or the reviewers (a NAT, a proxy) so delays new logins from it, not the
 // people already in.
 type tokenFailures struct {
+	// shared, when set, counts the failures in the database every replica shares (SPEC §16:
+	// three replicas give a client one allowance, not three), by its clock; else they are
+	// counted here, in memory (one server per SQLite file). A shared count that cannot be read
+	// or written lets the request through, logged: the database that holds the tokens is down.
+	shared FailedTokens
+	log    *slog.Logger
+
 	now func() time.Time
 	// client is a request's client address (Server.clientIP: behind a trusted proxy, the one
 	// it forwarded); nil: the connection's (clientAddr).
@@ -128,6 +137,15 @@ type tokenFailures struct {
 
 	mu      sync.Mutex
 	clients map[string]*rate.Limiter
+}
+
+// FailedTokens counts failed token attempts by client address in the database the replicas
+// share, by its clock (store.SQL.FailToken, TokenWait): an allowance of burst failures refilled
+// one per every; TokenWait is how long client must wait before its next attempt, 0 while it has
+// one left.
+type FailedTokens interface {
+	FailToken(ctx context.Context, client string, every time.Duration, burst int) error
+	TokenWait(ctx context.Context, client string, every time.Duration, burst int) (time.Duration, error)
 }
 
 // presentsToken reports whether a request offers a token that tokenFailures limits.
@@ -144,7 +162,7 @@ func (f *tokenFailures) wrap(next http.Handler, trusted func(*http.Request) bool
 			next.ServeHTTP(w, r)
 			return
 		}
-		if wait := f.wait(f.clientOf(r)); wait > 0 && !trusted(r) {
+		if wait := f.wait(r.Context(), f.clientOf(r)); wait > 0 && !trusted(r) {
 			secs := int(math.Ceil(wait.Seconds()))
 			w.Header().Set("Retry-After", strconv.Itoa(secs))
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -157,7 +175,14 @@ func (f *tokenFailures) wrap(next http.Handler, trusted func(*http.Request) bool
 }
 
 // wait is how long client must wait before its next attempt: 0 while it has failures left.
-func (f *tokenFailures) wait(client string) time.Duration {
+func (f *tokenFailures) wait(ctx context.Context, client string) time.Duration {
+	if f.shared != nil {
+		wait, err := f.shared.TokenWait(ctx, client, failedTokenEvery, failedTokenBurst)
+		if err != nil {
+			f.log.Error("failed-token limit: cannot read the shared count", "err", err)
+		}
+		return wait
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l := f.clients[client]
@@ -174,6 +199,12 @@ func (f *tokenFailures) wait(client string) time.Duration {
 // fail counts a failed token attempt of r's client.
 func (f *tokenFailures) fail(r *http.Request) {
 	client := f.clientOf(r)
+	if f.shared != nil {
+		if err := f.shared.FailToken(context.WithoutCancel(r.Context()), client, failedTokenEvery, failedTokenBurst); err != nil {
+			f.log.Error("failed-token limit: cannot count a failure", "err", err)
+		}
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()

@@ -299,13 +299,10 @@ func (s *Server) sharesView(ctx context.Context, r *http.Request, sessionID, for
 	return v, nil
 }
 
-// shareURL is a link's full URL on the host the owner uses.
+// shareURL is a link's full URL: on the server's -public-url when set (never on the request's
+// Host, which a client chooses), else on the address the owner's browser used (baseURL).
 func (s *Server) shareURL(r *http.Request, l share.Link) string {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host + "/r/" + s.cfg.Shares.Token(l.ID)
+	return s.baseURL(r) + "/r/" + s.cfg.Shares.Token(l.ID)
 }
 
 func (s *Server) createShare(w http.ResponseWriter, r *http.Request) error {

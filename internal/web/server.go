@@ -69,8 +69,11 @@ type Config struct {
 	// Connections makes, lists, revokes and authenticates the connections of the agents people
 	// already run (SPEC §18: /agents, /api/connections); nil: those routes answer 404.
 	Connections *connections.Service
-	// PublicURL is the server's address as agents reach it (-public-url), for the connection
-	// snippets; "" means the address the owner's browser used.
+	// FailedTokens, when set, counts failed token attempts in the database the replicas share
+	// (SPEC §16); nil: in this server's memory.
+	FailedTokens FailedTokens
+	// PublicURL is the server's address as agents and people reach it (-public-url), for the
+	// connection snippets and share links; "" means the address the owner's browser used.
 	PublicURL string
 	// Sources lists the tool sources besides the built-ins (MCP servers) with their state, for
 	// the Tools panel; nil when there are none.
@@ -186,7 +189,7 @@ func New(cfg Config) *Server {
 	if cfg.Peers == nil {
 		cfg.Peers = noPeers{}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now},
+	s := &Server{cfg: cfg, log: cfg.Logger, renderers: cfg.Renderers, failures: tokenFailures{now: cfg.Now, shared: cfg.FailedTokens, log: cfg.Logger},
 		receivers: map[string]notify.Receiver{}}
 	if s.cfg.AgentAuth == nil && cfg.Connections != nil {
 		s.cfg.AgentAuth = func(ctx context.Context, token, kind string) (string, error) {

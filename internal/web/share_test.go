@@ -433,3 +433,35 @@ func TestAnotherReplicasCloseIsCheckedAgainstTheStore(t *testing.T) {
 		t.Fatalf("after the stored revoke and the relayed close the socket read %v, want closed saying revoked", err)
 	}
 }
+
+// TestShareLinksAreBuiltFromThePublicURLNotTheHostHeader (issue 33): with -public-url set, the
+// share panel's and the JSON API's links are on it, whatever Host the request named; a forged
+// Host never reaches a link the owner copies and sends to someone.
+func TestShareLinksAreBuiltFromThePublicURLNotTheHostHeader(t *testing.T) {
+	const public = "https://countersign.example.com/cs"
+	ts, sid := shareServerConfig(t, func(c *web.Config, _ *http.Server) { c.PublicURL = public })
+	do := func(path, contentType, body string) string {
+		req, _ := http.NewRequest("POST", ts.URL+path, strings.NewReader(body))
+		req.Host = "evil.example"
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode/100 != 2 {
+			t.Fatalf("POST %s = %d: %s", path, res.StatusCode, b)
+		}
+		return string(b)
+	}
+	panel := do("/sessions/"+sid+"/shares", "application/x-www-form-urlencoded", url.Values{"role": {"viewer"}, "label": {"v"}}.Encode())
+	if !strings.Contains(panel, public+"/r/") || strings.Contains(panel, "evil.example") {
+		t.Errorf("the share panel's link is not on -public-url, or names the forged Host:\n%s", panel)
+	}
+	api := do("/api/sessions/"+sid+"/shares", "application/json", `{"role":"viewer"}`)
+	if !strings.Contains(api, `"url": "`+public+`/r/`) || strings.Contains(api, "evil.example") {
+		t.Errorf("the API's share link is not on -public-url, or names the forged Host: %s", api)
+	}
+}

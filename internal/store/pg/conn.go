@@ -20,8 +20,10 @@ import (
 var dialect = store.Dialect{
 	Numbered: true,
 	Forms: map[string]string{
-		"ord":          "ord",
-		"greatest":     "greatest",
+		"ord":      "ord",
+		"greatest": "greatest",
+		// The database's clock in microseconds since the Unix epoch (store.SQL.FailToken).
+		"nowMicros":    "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS bigint)",
 		"forUpdate":    " FOR UPDATE",
 		"skipLocked":   " FOR UPDATE SKIP LOCKED",
 		"noEntries":    "last_entry_seq = 0",
@@ -31,6 +33,8 @@ var dialect = store.Dialect{
 	NoLimit:    nil, // LIMIT NULL
 	SeqCounter: true,
 	// DISTINCT keeps the volatile lock call out of the subquery: one try per receiver.
+	// The database's clock, which every replica's webhook worker reads (store.SQL.Clock).
+	Clock: "SELECT clock_timestamp()",
 	ClaimLock: fmt.Sprintf(`SELECT receiver_id FROM (SELECT DISTINCT receiver_id FROM notify_outbox
 		WHERE next_at IS NOT NULL AND next_at <= ?1) d WHERE pg_try_advisory_xact_lock(%d, hashtext(receiver_id))`, claimLockClass),
 	RenewLock: fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, hashtext(receiver_id)) FROM notify_outbox WHERE id = ?1`, claimLockClass),

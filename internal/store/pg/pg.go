@@ -146,7 +146,15 @@ const ReadyTimeout = store.ReadyTimeout
 // driver's error (never the URL's password) behind it for the log.
 func (db *DB) Ready(ctx context.Context) (err error) {
 	defer apperr.Wrap(&err, "pg.Ready")
-	return db.CheckReady(ctx, migrationFS, `SELECT COUNT(*) FROM schema_migrations`)
+	return db.CheckReady(ctx, migrationFS, "schema_migrations")
+}
+
+// LeasesHeld counts the sessions whose lease replica (relay.Relay.ID) holds and has not let
+// expire, by the database's clock (the session_leases_held metric, SPEC §16).
+func (db *DB) LeasesHeld(ctx context.Context, replica string) (n int, err error) {
+	defer apperr.Wrap(&err, "pg.LeasesHeld")
+	err = db.pool.QueryRow(ctx, `SELECT count(*) FROM session_leases WHERE replica = $1 AND expires_at > now()`, replica).Scan(&n)
+	return n, err
 }
 
 // migrate applies, in name order, every embedded migration not yet recorded in the

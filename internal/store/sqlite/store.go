@@ -294,8 +294,11 @@ func errKind(err error) store.ErrKind {
 // the inbox's ORDER BY on its own); several approvals inserted from one JSON text.
 var dialect = store.Dialect{
 	Forms: map[string]string{
-		"ord":          "rowid",
-		"greatest":     "max",
+		"ord":      "rowid",
+		"greatest": "max",
+		// The clock in microseconds since the Unix epoch (store.SQL.FailToken); julianday keeps
+		// about 0.1 ms.
+		"nowMicros":    "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
 		"forUpdate":    "",
 		"skipLocked":   "",
 		"noEntries":    "NOT EXISTS (SELECT 1 FROM entries WHERE entries.session_id = sessions.id)",
@@ -323,5 +326,5 @@ const ReadyTimeout = store.ReadyTimeout
 // driver's error behind it for the log.
 func (db *DB) Ready(ctx context.Context) (err error) {
 	defer apperr.Wrap(&err, "store.Ready")
-	return db.CheckReady(ctx, migrationFS, `SELECT COUNT(*) FROM migrations`)
+	return db.CheckReady(ctx, migrationFS, "migrations")
 }

@@ -101,6 +101,22 @@ func testApprovals(t *testing.T, h Harness) {
 			assertErr(t, tt.err(), tt.code, tt.msg)
 		})
 	}
+	t.Run("a batch keeps the deadline", func(t *testing.T) {
+		// CreateApprovals (SQLite: one JSON parameter) as CreateApproval: the absolute deadline a
+		// takeover re-arms with (SPEC §16, issue 33).
+		want := as[0]
+		want.ID = want.ID + "-batch"
+		if err := db.CreateApprovals(ctx, []gate.Approval{want}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := db.Approval(ctx, want.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want.ExpiresAt == nil || got.ExpiresAt == nil || !got.ExpiresAt.Equal(*want.ExpiresAt) {
+			t.Errorf("ExpiresAt = %v, want %v", got.ExpiresAt, want.ExpiresAt)
+		}
+	})
 }
 
 func testResolveApproval(t *testing.T, h Harness) {

@@ -114,6 +114,7 @@ var tests = []struct {
 	{"ConnectionsSurviveAReopen", testConnectionsSurviveAReopen},
 	{"ConnectionRevokesRacingKeepOneTime", testConnectionRevokesRacingKeepOneTime},
 	{"AAPRequestsInstancesAndEvents", testAAPRequestsInstancesAndEvents},
+	{"FailedTokensAreCountedInTheDatabase", testFailedTokensAreCountedInTheDatabase},
 }
 
 // t0 is the tests' epoch: nanoseconds set, so a lossy time round trip shows.

@@ -33,10 +33,17 @@ const inboxQuery = `FROM approvals a {pendingIndex} JOIN sessions s ON s.id = a.
 	ORDER BY a.created_at, a.{ord} LIMIT ?3`
 
 // forPerson keeps an approval that person ?4 may decide as far as its reviewers go (gate.Approval
-// MayDecide): no reviewers, or reviewers (a JSON array of names) that name ?4, compared without
-// case; an empty ?4 keeps every approval.
-const forPerson = `(?4 = '' OR a.reviewers IS NULL OR a.reviewers IN ('', '[]')
-		OR LOWER(a.reviewers) LIKE '%"' || LOWER(?4) || '"%')`
+// MayDecide): no reviewers, or reviewers (a JSON array of names; text in SQLite, json in
+// PostgreSQL, so read as text) that name ?4, compared without case; ?4 is the name lower-cased
+// with LIKE's wildcards escaped (likeName); an empty ?4 keeps every approval.
+const forPerson = `(?4 = '' OR a.reviewers IS NULL OR CAST(a.reviewers AS TEXT) IN ('', '[]', 'null')
+		OR LOWER(CAST(a.reviewers AS TEXT)) LIKE '%"' || ?4 || '"%' ESCAPE '\')`
+
+// likeName is person as forPerson compares it: lower-cased, with LIKE's % and _ (and the escape
+// character) escaped, so a name matches only itself.
+func likeName(person string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(strings.ToLower(person))
+}
 
 // Inbox lists the pending approvals of every session (q.SessionID "") or of one, oldest first
 // (CreatedAt, then insertion order), each with its session's title and workspace, in one query
@@ -54,7 +61,7 @@ func (db *SQL) Inbox(ctx context.Context, q agent.InboxQuery) (_ []agent.InboxIt
 		a, err := scanApproval(extraRow{r, []any{&it.SessionTitle, &it.Workspace}})
 		it.Approval = a
 		return it, err
-	}, `SELECT `+inboxColumns+` `+inboxQuery, q.SessionID, q.After, limit, q.For)
+	}, `SELECT `+inboxColumns+` `+inboxQuery, q.SessionID, q.After, limit, likeName(q.For))
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +90,7 @@ func (db *SQL) PendingCountFor(ctx context.Context, sessionID, person string) (n
 	}
 	err = db.queryRow(ctx, db.reads(), `SELECT COUNT(*) FROM approvals a {pendingIndex}
 		WHERE a.status = 'pending' AND (?1 = '' OR a.session_id = ?1) AND `+
-		strings.ReplaceAll(forPerson, "?4", "?2"), sessionID, person).Scan(&n)
+		strings.ReplaceAll(forPerson, "?4", "?2"), sessionID, likeName(person)).Scan(&n)
 	return n, err
 }
 

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,49 @@ func testInboxListsPendingApprovalsAcrossSessionsOldestFirst(t *testing.T, h Har
 	if len(items) != 1 || string(items[0].Approval.Arguments) != string(want.Arguments) ||
 		!items[0].Approval.CreatedAt.Equal(want.CreatedAt) || items[0].Approval.ToolName != want.ToolName {
 		t.Errorf("Inbox(s2) = %+v, want the approval %+v", items, want)
+	}
+}
+
+// testInboxForAPersonKeepsWhatTheyMayDecide: the inbox and count for a person (InboxQuery.For,
+// PendingCountFor; SPEC §15) keep the calls with no reviewers and those whose reviewers name
+// them (without case), and leave out the others — "a_ice" and "%" name nobody but themselves.
+func testInboxForAPersonKeepsWhatTheyMayDecide(t *testing.T, h Harness) {
+	ctx := context.Background()
+	db := h.open(t)
+	mustCreateSession(t, db, session("s1", t0))
+	base := approvals()[0] // pending in s1
+	var as []gate.Approval
+	for i, reviewers := range [][]string{nil, {}, {"Owner", "bob"}, {"alice"}, {"a_ice"}, {"%"}} {
+		a := base
+		a.ID, a.ToolCallID, a.CreatedAt = fmt.Sprintf("r%d", i), fmt.Sprintf("call_r%d", i), t0.Add(time.Duration(i)*time.Second)
+		a.Reviewers = reviewers
+		as = append(as, a)
+	}
+	mustCreateApprovals(t, db, as...)
+	for _, tt := range []struct {
+		person string
+		want   []string
+	}{
+		{"", []string{"r0", "r1", "r2", "r3", "r4", "r5"}},
+		{"owner", []string{"r0", "r1", "r2"}},
+		{"alice", []string{"r0", "r1", "r3"}},
+		{"a_ice", []string{"r0", "r1", "r4"}},
+		{"%", []string{"r0", "r1", "r5"}},
+	} {
+		items, err := db.Inbox(ctx, agent.InboxQuery{For: tt.person})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, it := range items {
+			got = append(got, it.Approval.ID)
+		}
+		if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("Inbox for %q = %q, want %q", tt.person, got, tt.want)
+		}
+		n, err := db.PendingCountFor(ctx, "", tt.person)
+		if err != nil || n != len(tt.want) {
+			t.Errorf("PendingCountFor(%q) = %d, %v; want %d", tt.person, n, err, len(tt.want))
+		}
 	}
 }

@@ -105,6 +105,7 @@ var tests = []struct {
 	{"OutboxRowsAreClaimedByOneWorkerAtATime", testOutboxRowsAreClaimedByOneWorkerAtATime},
 	{"AnExpiredClaimIsClaimableAgain", testAnExpiredClaimIsClaimableAgain},
 	{"InboxListsPendingApprovalsAcrossSessionsOldestFirst", testInboxListsPendingApprovalsAcrossSessionsOldestFirst},
+	{"InboxForAPersonKeepsWhatTheyMayDecide", testInboxForAPersonKeepsWhatTheyMayDecide},
 	{"VotesRoundTrip", testVotesRoundTrip},
 	{"OneVotePerPerson", testOneVotePerPerson},
 	{"LookAlikeNamesVoteOnce", testLookAlikeNamesVoteOnce},

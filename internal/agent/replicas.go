@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -489,18 +490,98 @@ var errLeaseLost = fmt.Errorf("this server no longer holds the session (another 
 // append stores m (with records) as the run's next transcript entry, if the run still holds its
 // session's lease (Replicas.Hold): a replica that stalled longer than a lease and was taken over
 // writes nothing when it wakes (errLeaseLost); a server alone always holds it.
+//
+// With replicas, a database that is away does not end the run (issue 33, SPEC §16 "Trust
+// between replicas": a replica cut off from the database is not dead): the write waits for it,
+// and once it answers, the lease is renewed first (Hold) and the entry written then. A replica
+// takes a lease over only after it has been connected for a whole lease period itself, so the
+// holder coming back renews before anyone may take it; if someone did take it (the holder was
+// away longer than that while the database was not), the write is refused as errLeaseLost. A
+// write whose commit may have gone through before the connection broke is looked for before it
+// is tried again: the entry is stored once. It gives up after writeRetryFor, or when a graceful
+// shutdown parks the run (the next owner records the call as interrupted, as after a kill).
 func (rn *run) append(ctx context.Context, m Message, records ...gate.Approval) error {
 	r := rn.r
-	if rn.lease != "" {
-		held, err := r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease)
-		if err != nil {
-			return err
+	if rn.lease == "" || r.replica.alone {
+		if rn.lease != "" {
+			if held, err := r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease); err != nil {
+				return err
+			} else if !held {
+				rn.leaseLost.Store(true)
+				return errLeaseLost
+			}
 		}
-		if !held {
+		_, err := r.cfg.Store.AppendEntry(ctx, rn.session.ID, m, records...)
+		return err
+	}
+	deadline := time.Now().Add(writeRetryFor)
+	wait := writeRetryFirst
+	failed := 0 // appends that failed while the lease was held (the database answered)
+	tried := false
+	for {
+		held, err := r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease)
+		switch {
+		case err != nil:
+			// The database is away: wait for it.
+		case !held:
 			rn.leaseLost.Store(true)
 			return errLeaseLost
+		default:
+			if tried {
+				// The last attempt may have committed before its answer was lost.
+				if ok, serr := rn.stored(ctx, m.ID); serr == nil && ok {
+					return nil
+				} else if serr != nil {
+					err = serr
+					break
+				}
+			}
+			tried = true
+			if _, err = r.cfg.Store.AppendEntry(ctx, rn.session.ID, m, records...); err == nil {
+				return nil
+			}
+			if c := apperr.CodeOf(err); c != apperr.Internal && c != "" {
+				return err // the store refused it: no retry changes that
+			}
+			if failed++; failed >= 3 {
+				return err // the database answers, and refuses this write
+			}
+		}
+		if time.Now().After(deadline) || rn.parking() {
+			return err
+		}
+		if wait == writeRetryFirst {
+			r.log.Warn("the database is away: a run's write waits for it", "session", rn.session.ID, "err", err)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, writeRetryMax)
+	}
+}
+
+// How long and how often a run's write is tried again while the database is away (run.append).
+const (
+	writeRetryFor   = 10 * time.Minute
+	writeRetryFirst = 50 * time.Millisecond
+	writeRetryMax   = time.Second
+)
+
+// stored reports whether the session's transcript holds an entry whose message has id.
+func (rn *run) stored(ctx context.Context, id string) (bool, error) {
+	entries, err := rn.r.cfg.Store.Entries(ctx, rn.session.ID)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range entries {
+		if e.Message.ID == id {
+			return true, nil
 		}
 	}
-	_, err := r.cfg.Store.AppendEntry(ctx, rn.session.ID, m, records...)
-	return err
+	return false, nil
+}
+
+// parking reports whether a graceful shutdown stopped the run (Runner.Shutdown): its pending
+// writes are given up, and the next owner of the session settles the call.
+func (rn *run) parking() bool {
+	var stopped *StoppedError
+	return errors.As(context.Cause(rn.ctx), &stopped) && stopped.park
 }

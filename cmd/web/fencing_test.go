@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"countersign/internal/pgtest"
 	"countersign/internal/testkit"
 )
 
@@ -78,5 +79,109 @@ func TestAKilledReplicasCommandNeverFinishesAfterTheTakeover(t *testing.T) {
 	b.mustAPI(t, http.StatusOK, "GET", "/api/sessions/"+sleeper+"/approvals?status=pending", nil, &pending)
 	if len(pending.Approvals) != 0 {
 		t.Errorf("the interrupted session has pending approvals %v", pending.Approvals)
+	}
+}
+
+// TestAFifteenSecondDatabaseStopKillsNoLiveWork (issue 33 acceptance 2, SPEC §16 "Trust between
+// replicas"), with the issue's numbers: the servers' 8 s lease and a 15 s stop of the database
+// (every connection cut, none accepted: pgtest.Proxy.Down) while each of two replicas executes a
+// command and holds a run parked on an approval. Both commands finish — A's while the database is
+// away, B's once it is back — and each result is stored once; the parked runs stay with their
+// replicas (no takeover is logged; approved then, each call runs once); nothing says
+// "interrupted". internal/relay's TestADatabaseOutageLongerThanALeaseKillsNoLiveWork has the
+// same case scaled down, in one process. About 40 s; skipped with -short.
+func TestAFifteenSecondDatabaseStopKillsNoLiveWork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 15 s database stop, and a lease period after it")
+	}
+	f := newReplicaFiles(t)
+	for _, x := range []string{"a", "b"} {
+		script := commandScript(`"touch started-` + x + `; while [ ! -e release-` + x + ` ]; do sleep 0.05; done; echo finished-` + x + `"`)
+		if err := os.WriteFile(filepath.Join(f.scripts, "work-"+x+".json"), []byte(script), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, x := range []string{"a", "b"} {
+			_ = os.WriteFile(filepath.Join(f.workspace, "release-"+x), nil, 0o644)
+		}
+	})
+	proxy := pgtest.NewProxy(t, f.url)
+	args := f.args()
+	for i := range args {
+		if args[i] == f.url {
+			args[i] = proxy.URL()
+		}
+	}
+	a := startServing(t, args...)
+	b := startServing(t, args...)
+	defer func() {
+		if t.Failed() {
+			t.Logf("A's log:\n%s\nB's log:\n%s", a.stderr.String(), b.stderr.String())
+		}
+	}()
+	executing := []string{
+		startApproved(t, a, f.serverFiles, "faux:work-a", "started-a"),
+		startApproved(t, b, f.serverFiles, "faux:work-b", "started-b"),
+	}
+	var parked []string
+	var parkedAsk []string
+	for _, p := range []*proc{a, b} {
+		var s apiSession
+		p.mustAPI(t, http.StatusCreated, "POST", "/api/sessions", map[string]string{"title": "parked", "model": "faux:count"}, &s)
+		p.mustAPI(t, http.StatusAccepted, "POST", "/api/sessions/"+s.ID+"/messages", map[string]string{"text": "count"}, nil)
+		parked = append(parked, s.ID)
+		parkedAsk = append(parkedAsk, pendingOn(t, p, s.ID))
+	}
+
+	proxy.Down()
+	time.Sleep(7 * time.Second)
+	if err := os.WriteFile(filepath.Join(f.workspace, "release-a"), nil, 0o644); err != nil { // A's ends while the database is away
+		t.Fatal(err)
+	}
+	time.Sleep(8 * time.Second)
+	proxy.Up()
+	if err := os.WriteFile(filepath.Join(f.workspace, "release-b"), nil, 0o644); err != nil { // B's once it is back
+		t.Fatal(err)
+	}
+	for i, p := range []*proc{a, b} {
+		id, want := executing[i], "finished-"+string(rune('a'+i))
+		testkit.Eventually(t, "the executing run on "+p.base+" to end", func() bool {
+			tr := transcriptText(t, p, id)
+			return strings.Contains(tr, want) && strings.Contains(tr, `"state":"idle"`)
+		})
+	}
+	// A lease period and a round after the database came back, a takeover would have happened.
+	time.Sleep(10 * time.Second)
+	for i, p := range []*proc{a, b} {
+		if id := pendingOn(t, p, parked[i]); id != parkedAsk[i] {
+			t.Errorf("the parked run's pending approval is %s, want %s", id, parkedAsk[i])
+		}
+		p.mustAPI(t, http.StatusOK, "POST", "/api/approvals/"+parkedAsk[i]+"/decision", map[string]string{"decision": "approve"}, nil)
+		id := parked[i]
+		testkit.Eventually(t, "the parked run to finish", func() bool {
+			tr := transcriptText(t, p, id)
+			return strings.Contains(tr, "Done: counted") && strings.Contains(tr, `"state":"idle"`)
+		})
+	}
+	if n := f.count(t); n != 2 {
+		t.Errorf("the parked calls ran %d times, want 2", n)
+	}
+	for _, id := range append(executing, parked...) {
+		tr := transcriptText(t, a, id)
+		if n := strings.Count(tr, `"role":"toolResult"`); n != 1 {
+			t.Errorf("session %s has %d tool results, want 1: %s", id, n, tr)
+		}
+		if strings.Contains(strings.ToLower(tr), "interrupted") {
+			t.Errorf("session %s says interrupted: %s", id, tr)
+		}
+	}
+	for _, p := range []*proc{a, b} {
+		log := p.stderr.String()
+		for _, bad := range []string{"took over a session", "lease was lost", "without its lease"} {
+			if strings.Contains(log, bad) {
+				t.Errorf("%s logged %q", p.base, bad)
+			}
+		}
 	}
 }

@@ -59,6 +59,8 @@ const (
 	// loses nothing, and a dead replica's sessions are taken over within the lease's life plus
 	// one of these.
 	LeaseEvery = time.Second
+	// roundTimeout bounds a round of the lease loop, in rounds (RunLeases).
+	roundTimeout = 3
 )
 
 // SingleServer is the Replicas of a server alone on its database (a SQLite file; New's when
@@ -338,10 +340,16 @@ func (p *Replica) RunLeases(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		err := p.renew(ctx)
+		// A renewal or a look for orphans that hangs (a database that stopped answering without
+		// closing anything) ends after roundTimeout rounds: it fails, as one of a database that
+		// is down does, and the replica counts as cut off (relay.Relay.Connected) rather than
+		// stall here. A takeover itself (Recover's steps) runs under ctx.
+		round, cancel := context.WithTimeout(ctx, roundTimeout*every)
+		err := p.renew(round)
 		if err == nil {
-			err = p.takeOver(ctx)
+			err = p.takeOver(ctx, round)
 		}
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -380,10 +388,10 @@ func (p *Replica) renew(ctx context.Context) error {
 	return nil
 }
 
-// takeOver recovers the sessions no live replica drives (Replicas.Orphans) that this replica
-// can lease.
-func (p *Replica) takeOver(ctx context.Context) error {
-	ids, err := p.port.Orphans(ctx)
+// takeOver recovers the sessions no live replica drives (Replicas.Orphans, asked under look)
+// that this replica can lease.
+func (p *Replica) takeOver(ctx, look context.Context) error {
+	ids, err := p.port.Orphans(look)
 	if err != nil {
 		return err
 	}
@@ -564,6 +572,41 @@ const (
 	writeRetryFirst = 50 * time.Millisecond
 	writeRetryMax   = time.Second
 )
+
+// untilAnswered runs write, an idempotent write of the run's (its session idle at its end, its
+// lease given back), and, with replicas, runs it again while the database is away, as append
+// does: the lease is renewed first (Hold), and nothing is written once another replica holds it.
+// It gives up as append does; its error is write's last.
+func (rn *run) untilAnswered(ctx context.Context, write func() error) error {
+	r := rn.r
+	err := write()
+	if err == nil || rn.lease == "" || r.replica.alone {
+		return err
+	}
+	deadline := time.Now().Add(writeRetryFor)
+	wait := writeRetryFirst
+	for failed := 1; ; {
+		if time.Now().After(deadline) || rn.parking() {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, writeRetryMax)
+		held, herr := r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease)
+		switch {
+		case herr != nil:
+			continue // still away
+		case !held:
+			rn.leaseLost.Store(true)
+			return err
+		}
+		if err = write(); err == nil {
+			return nil
+		}
+		if failed++; failed >= 3 {
+			return err // the database answers, and refuses this write
+		}
+	}
+}
 
 // stored reports whether the session's transcript holds an entry whose message has id.
 func (rn *run) stored(ctx context.Context, id string) (bool, error) {

@@ -359,3 +359,30 @@ func TestATakeoverWaitsUntilTheTakerWasConnectedForALease(t *testing.T) {
 		t.Fatalf("the dead replica's renewal after the takeover = %v, %v; want nothing", held, err)
 	}
 }
+
+// TestEventsPublishedWhileTheDatabaseIsAwayArriveOnceItIsBack (issue 33: an outage loses
+// nothing): what a replica publishes while the database is away for longer than the writer's
+// five attempts take (about 4 s) reaches the other replica, in order, once the database is back.
+func TestEventsPublishedWhileTheDatabaseIsAwayArriveOnceItIsBack(t *testing.T) {
+	dbURL := pgtest.Database(t)
+	proxy := pgtest.NewProxy(t, dbURL)
+	dbs := replicasOn(t, proxy.URL(), 2)
+	s := mkSession(t, dbs[0], "away")
+	reps, tgts := startReplicas(t, dbs)
+	want := published(s.ID, 3)
+	proxy.Down()
+	for _, ev := range want {
+		reps[0].Publish(ev)
+	}
+	time.Sleep(6 * time.Second)
+	proxy.Up()
+	tgts[1].await(t, "the events published while the database was away", func(tg *target) bool {
+		return len(ofSession(tg.events, s.ID)) >= len(sequenced(want))
+	})
+	tgts[1].mu.Lock()
+	got := ofSession(tgts[1].events, s.ID)
+	tgts[1].mu.Unlock()
+	if g, w := eventTexts(t, got), eventTexts(t, sequenced(want)); strings.Join(g, "\n") != strings.Join(w, "\n") {
+		t.Fatalf("got %d events, want %d, in order, once each", len(g), len(w))
+	}
+}

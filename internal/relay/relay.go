@@ -487,7 +487,7 @@ const maxBatch = 256
 
 // write sends the queue in order, a batch per transaction, until ctx ends. A batch the database
 // refuses is tried again a few times, then dropped and logged: the other replicas' viewers miss
-// those events until they reload.
+// those events until they reload. While the database is away, the batch waits for it (send).
 func (r *Relay) write(ctx context.Context) {
 	for {
 		select {
@@ -632,16 +632,24 @@ func (r *Relay) send(ctx context.Context, batch []outgoing) {
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		if attempt == 5 {
+		// A database that is away (no answer from the server: refused, cut, timed out) is waited
+		// for, however long, in order (issue 33: an outage loses nothing); a batch the server
+		// itself refuses is dropped after 5 attempts.
+		var refused *pgconn.PgError
+		away := !errors.As(err, &refused)
+		if attempt == 5 && !away {
 			r.log.Error("replica events: dropped after 5 attempts; other replicas' pages miss them until reloaded", "statements", n, "err", err)
 			return
+		}
+		if attempt == 5 {
+			r.log.Warn("replica events: the database is away; the events wait for it", "statements", n, "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(delay):
 		}
-		delay *= 4
+		delay = min(delay*4, time.Second)
 	}
 }
 

@@ -165,26 +165,30 @@ func (x *fencedReplica) session(t *testing.T, id string) agent.Session {
 //
 // The case is an 8 s lease and a 15 s stop, renewals every second. "fast" scales it to a
 // 2 s lease renewed every 250 ms and a 4 s stop (the stop a little under twice the lease, as
-// 15 s is to 8 s); "real" keeps the numbers (about 40 s; skipped with -short).
+// 15 s is to 8 s); "fast hung" is the same with a database that stops answering without closing
+// anything (every query waits, the lease loop's rounds time out); "real" keeps the issue's
+// numbers (about 40 s; skipped with -short).
 func TestADatabaseOutageLongerThanALeaseKillsNoLiveWork(t *testing.T) {
 	cases := []struct {
 		name               string
 		ttl, every, outage time.Duration
+		hang               bool // the database stops answering, closing nothing (pgtest.Proxy.Hang)
 	}{
-		{"fast", 2 * time.Second, 250 * time.Millisecond, 4 * time.Second},
-		{"real", relay.LeaseTTL, agent.LeaseEvery, 15 * time.Second},
+		{"fast", 2 * time.Second, 250 * time.Millisecond, 4 * time.Second, false},
+		{"fast hung", 2 * time.Second, 250 * time.Millisecond, 4 * time.Second, true},
+		{"real", relay.LeaseTTL, agent.LeaseEvery, 15 * time.Second, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.name == "real" && testing.Short() {
 				t.Skip("the issue's proportions take about 40 s")
 			}
-			outage(t, c.ttl, c.every, c.outage)
+			outage(t, c.ttl, c.every, c.outage, c.hang)
 		})
 	}
 }
 
-func outage(t *testing.T, ttl, every, stop time.Duration) {
+func outage(t *testing.T, ttl, every, stop time.Duration, hang bool) {
 	ctx := context.Background()
 	dbURL := pgtest.Database(t)
 	proxy := pgtest.NewProxy(t, dbURL)
@@ -209,7 +213,11 @@ func outage(t *testing.T, ttl, every, stop time.Duration) {
 		parked[i], parkedAsk[i] = x.start(t, "parked")
 	}
 
-	proxy.Down()
+	if hang {
+		proxy.Hang()
+	} else {
+		proxy.Down()
+	}
 	time.Sleep(stop / 2)
 	cmds.release(executing[0]) // A's command ends while the database is away
 	time.Sleep(stop - stop/2)

@@ -527,7 +527,7 @@ func (rn *run) append(ctx context.Context, m Message, records ...gate.Approval) 
 	failed := 0 // appends that failed while the lease was held (the database answered)
 	tried := false
 	for {
-		held, err := r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease)
+		held, err := rn.hold(ctx)
 		switch {
 		case err != nil:
 			// The database is away: wait for it.
@@ -591,7 +591,7 @@ func (rn *run) untilAnswered(ctx context.Context, write func() error) error {
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, writeRetryMax)
-		held, herr := r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease)
+		held, herr := rn.hold(ctx)
 		switch {
 		case herr != nil:
 			continue // still away
@@ -607,6 +607,17 @@ func (rn *run) untilAnswered(ctx context.Context, write func() error) error {
 		}
 	}
 }
+
+// hold is Replicas.Hold of the run's lease, bounded by holdTimeout: a database that hangs is one
+// that is away, and the write waiting for it can still give up (parking).
+func (rn *run) hold(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
+	defer cancel()
+	return rn.r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease)
+}
+
+// holdTimeout bounds one renewal of a run's lease while its write waits for the database.
+const holdTimeout = 5 * time.Second
 
 // stored reports whether the session's transcript holds an entry whose message has id.
 func (rn *run) stored(ctx context.Context, id string) (bool, error) {

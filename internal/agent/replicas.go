@@ -59,8 +59,10 @@ const (
 	// loses nothing, and a dead replica's sessions are taken over within the lease's life plus
 	// one of these.
 	LeaseEvery = time.Second
-	// roundTimeout bounds a round of the lease loop, in rounds (RunLeases).
-	roundTimeout = 3
+	// roundTimeout bounds a round of the lease loop, in rounds (RunLeases), and never below
+	// minRoundTimeout (tests' rounds are short; a loaded machine's reads are not).
+	roundTimeout    = 3
+	minRoundTimeout = 2 * time.Second
 )
 
 // SingleServer is the Replicas of a server alone on its database (a SQLite file; New's when
@@ -341,10 +343,10 @@ func (p *Replica) RunLeases(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 		// A renewal or a look for orphans that hangs (a database that stopped answering without
-		// closing anything) ends after roundTimeout rounds: it fails, as one of a database that
+		// closing anything) ends after roundTimeout rounds (at least minRoundTimeout): it fails, as one of a database that
 		// is down does, and the replica counts as cut off (relay.Relay.Connected) rather than
 		// stall here. A takeover itself (Recover's steps) runs under ctx.
-		round, cancel := context.WithTimeout(ctx, roundTimeout*every)
+		round, cancel := context.WithTimeout(ctx, max(roundTimeout*every, minRoundTimeout))
 		err := p.renew(round)
 		if err == nil {
 			err = p.takeOver(ctx, round)

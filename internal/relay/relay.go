@@ -15,7 +15,9 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -632,11 +634,10 @@ func (r *Relay) send(ctx context.Context, batch []outgoing) {
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		// A database that is away (no answer from the server: refused, cut, timed out) is waited
-		// for, however long, in order (issue 33: an outage loses nothing); a batch the server
-		// itself refuses is dropped after 5 attempts.
-		var refused *pgconn.PgError
-		away := !errors.As(err, &refused)
+		// A database that is away (databaseAway: unreachable, cut, timed out, shutting down) is
+		// waited for, however long, in order (issue 33: an outage loses nothing); a batch refused
+		// otherwise is dropped after 5 attempts.
+		away := databaseAway(err)
 		if attempt == 5 && !away {
 			r.log.Error("replica events: dropped after 5 attempts; other replicas' pages miss them until reloaded", "statements", n, "err", err)
 			return
@@ -898,6 +899,21 @@ func (r *Relay) committed(start time.Time, err error) {
 	if r.OnCommit != nil && err == nil {
 		r.OnCommit(time.Since(start), 1)
 	}
+}
+
+// databaseAway reports whether err says the database did not answer — it could not be reached,
+// the connection broke or timed out, or the server is shutting down or starting (SQLSTATE classes
+// 08 and 57P) — rather than that it refused the statement: what waiting for it may cure.
+func databaseAway(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
+	}
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connect) || errors.As(err, &netErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "conn closed")
 }
 
 // isForeignKey reports whether err is a FOREIGN KEY violation (an unknown session).

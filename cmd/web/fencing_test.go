@@ -185,3 +185,60 @@ func TestAFifteenSecondDatabaseStopKillsNoLiveWork(t *testing.T) {
 		}
 	}
 }
+
+// TestATakeoverFromALiveReplicaKillsNothingItOwns (issue 33, SPEC §16 "Trust between replicas":
+// a takeover kills nothing it does not own): replica A, alive, is cut off from the database (its
+// own proxy: a partition, not an outage of the database) while it executes a command. B, which
+// stays connected, takes the session over once A's lease expired and records the call as
+// interrupted, but leaves A's command running: it is A's, and A is alive on this machine. When
+// A is back, it learns its lease was lost, ends its own command and writes nothing: the
+// transcript keeps B's one result.
+func TestATakeoverFromALiveReplicaKillsNothingItOwns(t *testing.T) {
+	f := newReplicaFiles(t)
+	script := commandScript(`"touch started-a; while [ ! -e release-a ]; do sleep 0.05; done; echo finished-a"`)
+	if err := os.WriteFile(filepath.Join(f.scripts, "work-a.json"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.WriteFile(filepath.Join(f.workspace, "release-a"), nil, 0o644)
+		for _, pid := range runningIn(f.workspace) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	proxy := pgtest.NewProxy(t, f.url)
+	args := f.args()
+	for i := range args {
+		if args[i] == f.url {
+			args[i] = proxy.URL()
+		}
+	}
+	a := startServing(t, args...)
+	b := startServing(t, f.args()...)
+	defer func() {
+		if t.Failed() {
+			t.Logf("A's log:\n%s\nB's log:\n%s", a.stderr.String(), b.stderr.String())
+		}
+	}()
+	id := startApproved(t, a, f.serverFiles, "faux:work-a", "started-a")
+
+	proxy.Down() // A alone is cut off
+	testkit.Eventually(t, "B to take the session over and record the call as interrupted", func() bool {
+		tr := transcriptText(t, b, id)
+		return strings.Contains(tr, "Interrupted by server restart") && strings.Contains(tr, `"state":"idle"`)
+	})
+	if len(runningIn(f.workspace)) == 0 {
+		t.Fatal("A's command is gone after B's takeover: B killed what a live replica owns")
+	}
+	if strings.Contains(b.stderr.String(), "killed what an interrupted call left running") {
+		t.Error("B killed processes of a live replica's call")
+	}
+
+	proxy.Up()
+	testkit.Eventually(t, "A to end its own command once it learns its lease was lost", func() bool {
+		return len(runningIn(f.workspace)) == 0
+	})
+	tr := transcriptText(t, b, id)
+	if n := strings.Count(tr, `"role":"toolResult"`); n != 1 || !strings.Contains(tr, "Interrupted by server restart") {
+		t.Errorf("the transcript after A came back has %d tool results (want B's one, interrupted): %s", n, tr)
+	}
+}

@@ -19,7 +19,8 @@ import (
 type Replicas interface {
 	// Acquire takes sessionID's lease for the run run (a random token), or renews it if this
 	// replica's run already holds it: true when it holds it now, false when another replica's
-	// lease has not expired.
+	// lease has not expired — or has, but this replica may not take leases over yet (it has not
+	// been connected for a whole lease period itself: SPEC §16 "Trust between replicas").
 	Acquire(ctx context.Context, sessionID, run string) (bool, error)
 	// Hold renews sessionID's lease if run still holds it, and reports whether it does: a run
 	// checks it before each write to the transcript, so a replica that stalled past its lease
@@ -31,7 +32,8 @@ type Replicas interface {
 	// session is missing lost its lease (the replica was cut off longer than a lease lasts).
 	Renew(ctx context.Context) ([]string, error)
 	// Orphans lists the sessions that need a driver: active (running or waiting) or with a
-	// pending approval, and no replica's live lease — their replica died or stopped.
+	// pending approval, and no replica's live lease — their replica died or stopped; none while
+	// this replica may not take leases over yet (Acquire).
 	Orphans(ctx context.Context) ([]string, error)
 
 	// MarkStarted records that the model-issued call a person's approval approvalID let through

@@ -67,7 +67,10 @@ func (r *Runner) Recover(ctx context.Context) (err error) {
 			return err
 		}
 		// With replicas (SPEC §16), only the sessions no live replica drives: the others' leases
-		// hold theirs.
+		// hold theirs. A lease another replica let expire is not taken here either: only once
+		// this replica has been connected for a whole lease period (relay.Relay.Connected,
+		// issue 33), by the lease loop (RunLeases), as a holder cut off by a database outage
+		// may be renewing it right now.
 		if err := r.replica.recover(ctx, id, bySession[id]); err != nil {
 			return err
 		}

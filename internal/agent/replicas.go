@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -18,7 +19,8 @@ import (
 type Replicas interface {
 	// Acquire takes sessionID's lease for the run run (a random token), or renews it if this
 	// replica's run already holds it: true when it holds it now, false when another replica's
-	// lease has not expired.
+	// lease has not expired — or has, but this replica may not take leases over yet (it has not
+	// been connected for a whole lease period itself: SPEC §16 "Trust between replicas").
 	Acquire(ctx context.Context, sessionID, run string) (bool, error)
 	// Hold renews sessionID's lease if run still holds it, and reports whether it does: a run
 	// checks it before each write to the transcript, so a replica that stalled past its lease
@@ -30,7 +32,8 @@ type Replicas interface {
 	// session is missing lost its lease (the replica was cut off longer than a lease lasts).
 	Renew(ctx context.Context) ([]string, error)
 	// Orphans lists the sessions that need a driver: active (running or waiting) or with a
-	// pending approval, and no replica's live lease — their replica died or stopped.
+	// pending approval, and no replica's live lease — their replica died or stopped; none while
+	// this replica may not take leases over yet (Acquire).
 	Orphans(ctx context.Context) ([]string, error)
 
 	// MarkStarted records that the model-issued call a person's approval approvalID let through
@@ -58,6 +61,10 @@ const (
 	// loses nothing, and a dead replica's sessions are taken over within the lease's life plus
 	// one of these.
 	LeaseEvery = time.Second
+	// roundTimeout bounds a round of the lease loop, in rounds (RunLeases), and never below
+	// minRoundTimeout (tests' rounds are short; a loaded machine's reads are not).
+	roundTimeout    = 3
+	minRoundTimeout = 2 * time.Second
 )
 
 // SingleServer is the Replicas of a server alone on its database (a SQLite file; New's when
@@ -337,10 +344,16 @@ func (p *Replica) RunLeases(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		err := p.renew(ctx)
+		// A renewal or a look for orphans that hangs (a database that stopped answering without
+		// closing anything) ends after roundTimeout rounds (at least minRoundTimeout): it fails, as one of a database that
+		// is down does, and the replica counts as cut off (relay.Relay.Connected) rather than
+		// stall here. A takeover itself (Recover's steps) runs under ctx.
+		round, cancel := context.WithTimeout(ctx, max(roundTimeout*every, minRoundTimeout))
+		err := p.renew(round)
 		if err == nil {
-			err = p.takeOver(ctx)
+			err = p.takeOver(ctx, round)
 		}
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -379,10 +392,10 @@ func (p *Replica) renew(ctx context.Context) error {
 	return nil
 }
 
-// takeOver recovers the sessions no live replica drives (Replicas.Orphans) that this replica
-// can lease.
-func (p *Replica) takeOver(ctx context.Context) error {
-	ids, err := p.port.Orphans(ctx)
+// takeOver recovers the sessions no live replica drives (Replicas.Orphans, asked under look)
+// that this replica can lease.
+func (p *Replica) takeOver(ctx, look context.Context) error {
+	ids, err := p.port.Orphans(look)
 	if err != nil {
 		return err
 	}
@@ -489,18 +502,144 @@ var errLeaseLost = fmt.Errorf("this server no longer holds the session (another 
 // append stores m (with records) as the run's next transcript entry, if the run still holds its
 // session's lease (Replicas.Hold): a replica that stalled longer than a lease and was taken over
 // writes nothing when it wakes (errLeaseLost); a server alone always holds it.
+//
+// With replicas, a database that is away does not end the run (issue 33, SPEC §16 "Trust
+// between replicas": a replica cut off from the database is not dead): the write waits for it,
+// and once it answers, the lease is renewed first (Hold) and the entry written then. A replica
+// takes a lease over only after it has been connected for a whole lease period itself, so the
+// holder coming back renews before anyone may take it; if someone did take it (the holder was
+// away longer than that while the database was not), the write is refused as errLeaseLost. A
+// write whose commit may have gone through before the connection broke is looked for before it
+// is tried again: the entry is stored once. It gives up after writeRetryFor, or when a graceful
+// shutdown parks the run (the next owner records the call as interrupted, as after a kill).
 func (rn *run) append(ctx context.Context, m Message, records ...gate.Approval) error {
 	r := rn.r
-	if rn.lease != "" {
-		held, err := r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease)
-		if err != nil {
-			return err
+	if rn.lease == "" || r.replica.alone {
+		if rn.lease != "" {
+			if held, err := r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease); err != nil {
+				return err
+			} else if !held {
+				rn.leaseLost.Store(true)
+				return errLeaseLost
+			}
 		}
-		if !held {
+		_, err := r.cfg.Store.AppendEntry(ctx, rn.session.ID, m, records...)
+		return err
+	}
+	deadline := time.Now().Add(writeRetryFor)
+	wait := writeRetryFirst
+	failed := 0 // appends that failed while the lease was held (the database answered)
+	tried := false
+	for {
+		held, err := rn.hold(ctx)
+		switch {
+		case err != nil:
+			// The database is away: wait for it.
+		case !held:
 			rn.leaseLost.Store(true)
 			return errLeaseLost
+		default:
+			if tried {
+				// The last attempt may have committed before its answer was lost.
+				if ok, serr := rn.stored(ctx, m.ID); serr == nil && ok {
+					return nil
+				} else if serr != nil {
+					err = serr
+					break
+				}
+			}
+			tried = true
+			if _, err = r.cfg.Store.AppendEntry(ctx, rn.session.ID, m, records...); err == nil {
+				return nil
+			}
+			if c := apperr.CodeOf(err); c != apperr.Internal && c != "" {
+				return err // the store refused it: no retry changes that
+			}
+			if failed++; failed >= 3 {
+				return err // the database answers, and refuses this write
+			}
+		}
+		if time.Now().After(deadline) || rn.parking() {
+			return err
+		}
+		if wait == writeRetryFirst {
+			r.log.Warn("the database is away: a run's write waits for it", "session", rn.session.ID, "err", err)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, writeRetryMax)
+	}
+}
+
+// How long and how often a run's write is tried again while the database is away (run.append).
+const (
+	writeRetryFor   = 10 * time.Minute
+	writeRetryFirst = 50 * time.Millisecond
+	writeRetryMax   = time.Second
+)
+
+// untilAnswered runs write, an idempotent write of the run's (its session idle at its end, its
+// lease given back), and, with replicas, runs it again while the database is away, as append
+// does: the lease is renewed first (Hold), and nothing is written once another replica holds it.
+// It gives up as append does; its error is write's last.
+func (rn *run) untilAnswered(ctx context.Context, write func() error) error {
+	r := rn.r
+	err := write()
+	if err == nil || rn.lease == "" || r.replica.alone {
+		return err
+	}
+	deadline := time.Now().Add(writeRetryFor)
+	wait := writeRetryFirst
+	for failed := 1; ; {
+		if time.Now().After(deadline) || rn.parking() {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, writeRetryMax)
+		held, herr := rn.hold(ctx)
+		switch {
+		case herr != nil:
+			continue // still away
+		case !held:
+			rn.leaseLost.Store(true)
+			return err
+		}
+		if err = write(); err == nil {
+			return nil
+		}
+		if failed++; failed >= 3 {
+			return err // the database answers, and refuses this write
 		}
 	}
-	_, err := r.cfg.Store.AppendEntry(ctx, rn.session.ID, m, records...)
-	return err
+}
+
+// hold is Replicas.Hold of the run's lease, bounded by holdTimeout: a database that hangs is one
+// that is away, and the write waiting for it can still give up (parking).
+func (rn *run) hold(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
+	defer cancel()
+	return rn.r.cfg.Replicas.Hold(ctx, rn.session.ID, rn.lease)
+}
+
+// holdTimeout bounds one renewal of a run's lease while its write waits for the database.
+const holdTimeout = 5 * time.Second
+
+// stored reports whether the session's transcript holds an entry whose message has id.
+func (rn *run) stored(ctx context.Context, id string) (bool, error) {
+	entries, err := rn.r.cfg.Store.Entries(ctx, rn.session.ID)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range entries {
+		if e.Message.ID == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// parking reports whether a graceful shutdown stopped the run (Runner.Shutdown): its pending
+// writes are given up, and the next owner of the session settles the call.
+func (rn *run) parking() bool {
+	var stopped *StoppedError
+	return errors.As(context.Cause(rn.ctx), &stopped) && stopped.park
 }

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"slices"
 	"strings"
@@ -39,6 +40,7 @@ type member struct {
 	name   string
 	runner *agent.Runner
 	dead   atomic.Bool // killed: publishes nothing, renews nothing
+	away   atomic.Bool // cut off from the database: leases' calls fail (errAway)
 	store  interface {
 		SessionsInState(context.Context, agent.State) ([]agent.Session, error)
 		PendingApprovals(context.Context) ([]gate.Approval, error)
@@ -58,7 +60,13 @@ func (m *member) Acquire(_ context.Context, sessionID, run string) (bool, error)
 	return true, nil
 }
 
+// errAway is what a member's lease calls return while it is cut off from the database.
+var errAway = errors.New("the database is away")
+
 func (m *member) Hold(_ context.Context, sessionID, run string) (bool, error) {
+	if m.away.Load() {
+		return false, errAway
+	}
 	if m.dead.Load() {
 		return false, nil // a stalled replica's write waits for it to wake; here it is refused
 	}
@@ -74,6 +82,9 @@ func (m *member) Hold(_ context.Context, sessionID, run string) (bool, error) {
 }
 
 func (m *member) Release(_ context.Context, sessionID, run string) error {
+	if m.away.Load() {
+		return errAway
+	}
 	m.h.mu.Lock()
 	defer m.h.mu.Unlock()
 	if l := m.h.leases[sessionID]; l.run == run {
@@ -83,6 +94,9 @@ func (m *member) Release(_ context.Context, sessionID, run string) error {
 }
 
 func (m *member) Renew(context.Context) ([]string, error) {
+	if m.away.Load() {
+		return nil, errAway
+	}
 	if m.dead.Load() {
 		return nil, nil
 	}

@@ -84,7 +84,9 @@ func (rn *run) drive(resume func(store context.Context) error) {
 		// Idle before the run lets go: a message sent meanwhile is refused as busy, never
 		// started and then marked idle by this run's end.
 		if !parked {
-			if err := r.setState(store, sid, Idle); err != nil {
+			// A database away at the run's end is waited for (untilAnswered): a session left
+			// running, its lease renewed by this replica forever, would take no message again.
+			if err := rn.untilAnswered(store, func() error { return r.setState(store, sid, Idle) }); err != nil {
 				r.log.Error("set session state", "session", sid, "err", err)
 			}
 		}
@@ -97,7 +99,11 @@ func (rn *run) drive(resume func(store context.Context) error) {
 			return
 		}
 		// Then the lease (SPEC §16): a parked run's session goes to whichever replica takes it.
-		r.replica.release(sid, rn.lease)
+		if rn.lease != "" {
+			if err := rn.untilAnswered(store, func() error { return r.replica.port.Release(store, sid, rn.lease) }); err != nil {
+				r.log.Error("release a session's lease", "session", sid, "err", err)
+			}
+		}
 		r.publish(Event{Type: AgentEnd, SessionID: sid, Error: runErr})
 	}()
 	rn.publish(Event{Type: AgentStart, SessionID: sid})

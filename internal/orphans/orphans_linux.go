@@ -36,7 +36,11 @@ func Find(call procenv.Call) ([]int, error) {
 // and to -pgid: what it started there dies too, marked or not), and looks again until none is
 // left, so that what a process forked meanwhile goes as well. It returns the pids it killed, in
 // ascending order, once none is left. It never signals this process or its process group (a
-// marked process may have joined it). Errors: ctx's; /proc cannot be listed; a *SurvivedError
+// marked process may have joined it), nor a process whose owner (procenv.OwnerVar: the server
+// that started the call) is another process that is still alive: a replica that takes a session
+// over from another one that is alive but was cut off from the database kills nothing that
+// replica owns (issue 33, SPEC §16); that call's record is the taker's, its result the owner's
+// to drop (its lease is lost). Errors: ctx's; /proc cannot be listed; a *SurvivedError
 // when some were still there after KillWait.
 func Kill(ctx context.Context, call procenv.Call) (killed []int, err error) {
 	self, selfGroup := os.Getpid(), syscall.Getpgrp()
@@ -48,6 +52,11 @@ func Kill(ctx context.Context, call procenv.Call) (killed []int, err error) {
 			return sorted(seen), err
 		}
 		delete(found, self)
+		for pid := range found {
+			if ownedByLive(pid, self) {
+				delete(found, pid)
+			}
+		}
 		if len(found) == 0 {
 			return sorted(seen), nil
 		}
@@ -157,4 +166,41 @@ func processGroup(pid string) int {
 		return 0
 	}
 	return pgid
+}
+
+// ownedByLive reports whether process pid's environment names an owner (procenv.OwnerVar) other
+// than self that is still alive: the same pid with the same start time, not a zombie.
+func ownedByLive(pid, self int) bool {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	prefix := []byte(procenv.OwnerVar + "=")
+	for _, entry := range bytes.Split(env, []byte{0}) {
+		value, ok := bytes.CutPrefix(entry, prefix)
+		if !ok {
+			continue
+		}
+		p, start, ok := strings.Cut(string(value), " ")
+		owner, err := strconv.Atoi(p)
+		if !ok || err != nil || owner <= 0 || owner == self {
+			return false
+		}
+		return start != "0" && procenv.StartTime(owner) == start && !zombie(owner)
+	}
+	return false
+}
+
+// zombie reports whether process pid has ended and waits to be reaped (state Z in
+// /proc/<pid>/stat), or cannot be read.
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return true
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
 }

@@ -128,3 +128,68 @@ func TestKillWithNothingToKillReturnsAtOnce(t *testing.T) {
 		t.Errorf("Kill took %v", d)
 	}
 }
+
+// TestKillLeavesWhatALiveServerOwns (issue 33, SPEC §16 "Trust between replicas"): a call's
+// process whose owner (procenv.OwnerVar) is another live process — a replica that was cut off
+// from the database, whose session another replica takes over on the same machine — is left
+// running; once that owner is gone (killed and reaped), Kill ends it. A process this one owns
+// (a restart's own predecessor cannot be; a test's is) is killed as before.
+func TestKillLeavesWhatALiveServerOwns(t *testing.T) {
+	dir := t.TempDir()
+	call := procenv.Call{Store: "sqlite:" + filepath.Join(dir, "cs.db"), SessionID: "s1", ToolCallID: "c1"}
+	server := exec.Command("sleep", "60") // the live replica that started the call
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Process.Kill(); _ = server.Wait() })
+	owner := strconv.Itoa(server.Process.Pid) + " " + procenv.StartTime(server.Process.Pid)
+
+	cmd := exec.Command("/bin/sh", "-c", "touch "+filepath.Join(dir, "owned")+"; sleep 60")
+	cmd.Env = append(procenv.WithCall([]string{"PATH=" + os.Getenv("PATH")}, call), procenv.OwnerVar+"="+owner)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	waitFor(t, filepath.Join(dir, "owned"))
+
+	if killed, err := Kill(context.Background(), call); err != nil || len(killed) != 0 {
+		t.Fatalf("Kill while its owner lives = %v, %v; want nothing killed", killed, err)
+	}
+	if !running(cmd.Process.Pid) {
+		t.Fatal("the live owner's process was killed")
+	}
+	if found, _ := Find(call); !slices.Contains(found, cmd.Process.Pid) {
+		t.Errorf("Find = %v, want it to still report %d", found, cmd.Process.Pid)
+	}
+
+	// The owner dies (kill -9, reaped): its call's process is an orphan now.
+	_ = server.Process.Kill()
+	_ = server.Wait()
+	killed, err := Kill(context.Background(), call)
+	if err != nil || !slices.Contains(killed, cmd.Process.Pid) {
+		t.Fatalf("Kill once the owner is gone = %v, %v; want %d killed", killed, err, cmd.Process.Pid)
+	}
+	if running(cmd.Process.Pid) {
+		t.Error("the dead owner's process still runs")
+	}
+
+	// A process owned by this very process is this one's to kill.
+	mine := exec.Command("sleep", "60")
+	mine.Env = procenv.WithOwner(procenv.WithCall([]string{"PATH=" + os.Getenv("PATH")}, call))
+	if err := mine.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mine.Process.Kill(); _ = mine.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if found, _ := Find(call); slices.Contains(found, mine.Process.Pid) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the own process was never found")
+		}
+	}
+	if killed, err := Kill(context.Background(), call); err != nil || !slices.Contains(killed, mine.Process.Pid) {
+		t.Fatalf("Kill of this process's own = %v, %v; want %d killed", killed, err, mine.Process.Pid)
+	}
+}

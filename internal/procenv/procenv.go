@@ -16,9 +16,13 @@
 package procenv
 
 import (
+	"bytes"
 	"fmt"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 // inherited are the variables every child process gets from the server's environment, when set.
@@ -141,4 +145,51 @@ func WithCall(env []string, c Call) []string {
 		}
 	}
 	return append(out, c.Entry())
+}
+
+// OwnerVar is the environment variable that names, beside the call's marker (CallVar), the
+// server process that started the call's processes (Owner): "<pid> <start>", its process id and
+// its start time (field 22 of /proc/<pid>/stat, in clock ticks since boot; "0" where there is no
+// /proc), so that a pid used again by another process is not taken for the server. A server
+// taking over another replica's session kills what the call left running only when its owner is
+// gone (internal/orphans): a takeover kills nothing a live server owns (issue 33, SPEC §16).
+const OwnerVar = "COUNTERSIGN_OWNER"
+
+var owner = sync.OnceValue(func() string {
+	pid := os.Getpid()
+	return strconv.Itoa(pid) + " " + StartTime(pid)
+})
+
+// Owner is this process's OwnerVar value.
+func Owner() string { return owner() }
+
+// StartTime is process pid's start time as OwnerVar writes it: field 22 of /proc/<pid>/stat
+// (proc(5); read after the command name in parentheses, which may hold spaces), or "0" when it
+// cannot be read.
+func StartTime(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "0"
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return "0"
+	}
+	f := strings.Fields(string(b[i+1:])) // state(3) ppid(4) … starttime(22)
+	if len(f) < 20 {
+		return "0"
+	}
+	return f[19]
+}
+
+// WithOwner returns env ("NAME=value" entries) with this process as its only OwnerVar entry,
+// last. The result is a new slice.
+func WithOwner(env []string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); name != OwnerVar {
+			out = append(out, kv)
+		}
+	}
+	return append(out, OwnerVar+"="+Owner())
 }

@@ -15,7 +15,9 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -147,6 +149,12 @@ type Relay struct {
 	listenPID atomic.Uint32
 	listening chan struct{} // closed once the first LISTEN is in place
 	listenOne sync.Once
+
+	// The fence of takeovers (issue 33, SPEC §16 "Trust between replicas"): since when this
+	// replica's renewals (Renew) have succeeded without a gap, and when the last one did, by
+	// this process's monotonic clock. Zero before the first and after a failure.
+	connMu               sync.Mutex
+	connSince, lastRenew time.Time
 }
 
 // outgoing is one queued message: an event (sequenced or not) or a control message (payload).
@@ -288,9 +296,13 @@ func (r *Relay) CheckKey(ctx context.Context, name, fingerprint, file string) (e
 
 // --- leases ---
 
-// Acquire takes sessionID's lease for run (agent.Replicas): when nobody holds it, when its lease
-// expired, or when this replica holds it (its runner runs nothing there: a run that ended and
-// has not released yet). Errors: apperr.NotFound for an unknown session; the database's.
+// Acquire takes sessionID's lease for run (agent.Replicas): when nobody holds it, when this
+// replica holds it (its runner runs nothing there: a run that ended and has not released yet),
+// or when another replica's lease expired — that one only once this replica may take leases over
+// (Connected: it has itself been connected for a whole lease period, issue 33), so that a
+// replica that was cut off, as the holder was, never takes a lease before its holder is back and
+// has renewed it. Expiry is by the database's clock. Errors: apperr.NotFound for an unknown
+// session; the database's.
 func (r *Relay) Acquire(ctx context.Context, sessionID, run string) (ok bool, err error) {
 	defer apperr.Wrap(&err, "relay.Acquire(%s)", sessionID)
 	var one int
@@ -298,8 +310,8 @@ func (r *Relay) Acquire(ctx context.Context, sessionID, run string) (ok bool, er
 		INSERT INTO session_leases (session_id, replica, run, expires_at)
 		VALUES ($1, $2, $3, now() + make_interval(secs => $4))
 		ON CONFLICT (session_id) DO UPDATE SET replica = EXCLUDED.replica, run = EXCLUDED.run, expires_at = EXCLUDED.expires_at
-		WHERE session_leases.expires_at < now() OR session_leases.replica = EXCLUDED.replica
-		RETURNING 1`, sessionID, r.id, run, r.TTL.Seconds()).Scan(&one)
+		WHERE (session_leases.expires_at < now() AND $5) OR session_leases.replica = EXCLUDED.replica
+		RETURNING 1`, sessionID, r.id, run, r.TTL.Seconds(), r.Connected()).Scan(&one)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil
@@ -309,6 +321,36 @@ func (r *Relay) Acquire(ctx context.Context, sessionID, run string) (ok bool, er
 		return false, err
 	}
 	return true, nil
+}
+
+// Connected reports whether this replica may take other replicas' expired leases over (issue
+// 33, SPEC §16 "Trust between replicas"): its renewals (Renew, every agent.LeaseEvery from the
+// lease loop) have succeeded for at least a whole lease period (TTL), none more than TTL/2 after
+// the one before, the last one less than TTL/2 ago. A database outage is seen by every replica
+// alike, and a holder's leases expire during it although the holder is alive: after it, no
+// replica takes a lease over for a lease period, while each holder renews its own within a
+// round. A replica that has just started is not connected yet either.
+func (r *Relay) Connected() bool {
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
+	now := time.Now()
+	return !r.connSince.IsZero() && now.Sub(r.connSince) >= r.TTL && now.Sub(r.lastRenew) <= r.TTL/2
+}
+
+// renewed records how a renewal went, for Connected: a failure, or a success later than TTL/2
+// after the previous one (a database that hung, a process that stalled), starts the count again.
+func (r *Relay) renewed(err error) {
+	r.connMu.Lock()
+	defer r.connMu.Unlock()
+	now := time.Now()
+	switch {
+	case err != nil:
+		r.connSince, r.lastRenew = time.Time{}, time.Time{}
+		return
+	case r.lastRenew.IsZero() || now.Sub(r.lastRenew) > r.TTL/2:
+		r.connSince = now
+	}
+	r.lastRenew = now
 }
 
 // Hold renews sessionID's lease by TTL if this replica's run run holds it, and reports whether
@@ -326,7 +368,11 @@ func (r *Relay) Release(ctx context.Context, sessionID, run string) error {
 }
 
 // Renew extends every lease this replica holds by TTL and returns their sessions (agent.Replicas).
-func (r *Relay) Renew(ctx context.Context) ([]string, error) {
+// A holder back from an outage renews its leases whether or not they expired meanwhile: nobody
+// took them (Acquire waits until the taker is Connected), so they are still its own. Each call
+// counts towards Connected.
+func (r *Relay) Renew(ctx context.Context) (held []string, err error) {
+	defer func() { r.renewed(err) }()
 	rows, err := r.pool.Query(ctx, `UPDATE session_leases SET expires_at = now() + make_interval(secs => $2)
 		WHERE replica = $1 RETURNING session_id`, r.id, r.TTL.Seconds())
 	if err != nil {
@@ -337,7 +383,12 @@ func (r *Relay) Renew(ctx context.Context) ([]string, error) {
 
 // Orphans lists, at most 100 at a time, the sessions that are running or have a
 // pending approval and whose lease is missing or expired (agent.Replicas).
+//
+// None until this replica is Connected: it may take none of them over yet.
 func (r *Relay) Orphans(ctx context.Context) ([]string, error) {
+	if !r.Connected() {
+		return nil, nil
+	}
 	// Two indexed reads (sessions_state, approvals_pending_all), not a scan of every session:
 	// every replica asks every second.
 	rows, err := r.pool.Query(ctx, `
@@ -443,7 +494,7 @@ const maxBatch = 256
 
 // write sends the queue in order, a batch per transaction, until ctx ends. A batch the database
 // refuses is tried again a few times, then dropped and logged: the other replicas' viewers miss
-// those events until they reload.
+// those events until they reload. While the database is away, the batch waits for it (send).
 func (r *Relay) write(ctx context.Context) {
 	for {
 		select {
@@ -595,16 +646,23 @@ func (r *Relay) send(ctx context.Context, batch []outgoing) {
 		if err == nil || ctx.Err() != nil {
 			return
 		}
-		if attempt == 5 {
+		// A database that is away (databaseAway: unreachable, cut, timed out, shutting down) is
+		// waited for, however long, in order (issue 33: an outage loses nothing); a batch refused
+		// otherwise is dropped after 5 attempts.
+		away := databaseAway(err)
+		if attempt == 5 && !away {
 			r.log.Error("replica events: dropped after 5 attempts; other replicas' pages miss them until reloaded", "statements", n, "err", err)
 			return
+		}
+		if attempt == 5 {
+			r.log.Warn("replica events: the database is away; the events wait for it", "statements", n, "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(delay):
 		}
-		delay *= 4
+		delay = min(delay*4, time.Second)
 	}
 }
 
@@ -856,6 +914,21 @@ func (r *Relay) committed(start time.Time, err error) {
 	if r.OnCommit != nil && err == nil {
 		r.OnCommit(time.Since(start), 1)
 	}
+}
+
+// databaseAway reports whether err says the database did not answer — it could not be reached,
+// the connection broke or timed out, or the server is shutting down or starting (SQLSTATE classes
+// 08 and 57P) — rather than that it refused the statement: what waiting for it may cure.
+func databaseAway(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
+	}
+	var connect *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connect) || errors.As(err, &netErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "conn closed")
 }
 
 // isForeignKey reports whether err is a FOREIGN KEY violation (an unknown session).

@@ -320,16 +320,21 @@ func TestStopAndRulesReachTheOtherReplicas(t *testing.T) {
 }
 
 // TestLeases (SPEC §16): a session's lease is one replica's at a time; its run's release frees
-// it; an expired one is taken; Renew keeps it and Orphans lists running sessions nobody leases.
+// it; an expired one is taken by a replica that renews (a connected one: TestATakeoverWaits…);
+// Renew keeps it and Orphans lists running sessions nobody leases.
 func TestLeases(t *testing.T) {
 	ctx := context.Background()
 	dbs := replicas(t, 2)
 	a, b := relay.New(dbs[0].Pool(), testKey, nil), relay.New(dbs[1].Pool(), testKey, nil)
-	a.TTL, b.TTL = 2*time.Second, 2*time.Second
+	a.TTL, b.TTL = time.Second, time.Second
 	s := mkSession(t, dbs[0], "leased")
 	if err := dbs[0].SetSessionState(ctx, s.ID, agent.Running); err != nil {
 		t.Fatal(err)
 	}
+	if ids, err := b.Orphans(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("Orphans of a replica not connected for a lease yet = %v, %v; want none", ids, err)
+	}
+	connect(t, a, b)
 	if ids, err := b.Orphans(ctx); err != nil || len(ids) != 1 || ids[0] != s.ID {
 		t.Fatalf("Orphans of a running session nobody leases = %v, %v", ids, err)
 	}
@@ -357,9 +362,12 @@ func TestLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustAcquire(b, "runB", true)
-	// b stops renewing (it died): once its lease expires, a takes it.
+	// b stops renewing (it died): once its lease expires, a, which renews, takes it.
 	deadline := time.Now().Add(time.Minute)
 	for {
+		if _, err := a.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
 		ok, err := a.Acquire(ctx, s.ID, "run3")
 		if err != nil {
 			t.Fatal(err)
@@ -377,6 +385,26 @@ func TestLeases(t *testing.T) {
 	}
 	if _, err := a.Acquire(ctx, "no-such-session", "x"); err == nil {
 		t.Fatal("Acquire of an unknown session = nil error")
+	}
+}
+
+// connect renews each of reps' leases every 100 ms until each is Connected (a lease period).
+func connect(t *testing.T, reps ...*relay.Relay) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		all := true
+		for _, r := range reps {
+			if _, err := r.Renew(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			all = all && r.Connected()
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replicas were not connected within a minute")
+		}
 	}
 }
 

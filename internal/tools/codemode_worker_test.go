@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"countersign/internal/procenv"
 )
 
 // fakeWorkerArg starts this package's test binary as a misbehaving codemode worker; the next
@@ -181,7 +183,8 @@ func TestCodemodeWorkerThatBreaksTheProtocol(t *testing.T) {
 }
 
 // TestCodemodeWorkerGetsNothingButItsCallsMarker: the worker's environment is its call's marker
-// alone (SPEC §8: what a crash leaves is found by it); the server's secrets (the owner token,
+// and its owner alone (SPEC §8: what a crash leaves is found by it; issue 33: a takeover kills it
+// only once its owner is gone); the server's secrets (the owner token,
 // the model providers' keys) stay in the server.
 func TestCodemodeWorkerGetsNothingButItsCallsMarker(t *testing.T) {
 	t.Setenv("COUNTERSIGN_TOKEN", "owner-token-that-must-not-leak")
@@ -192,7 +195,7 @@ func TestCodemodeWorkerGetsNothingButItsCallsMarker(t *testing.T) {
 	if r.res.IsError {
 		t.Fatalf("isError: %s", r.res.TextOf())
 	}
-	if want := []ConsoleLine{{Level: "log", Text: "COUNTERSIGN_CALL=sqlite:%2Fdata%2Fcs.db s1 c1"}}; !reflect.DeepEqual(r.out.Console, want) {
+	if want := []ConsoleLine{{Level: "log", Text: "COUNTERSIGN_CALL=sqlite:%2Fdata%2Fcs.db s1 c1 " + procenv.OwnerVar + "=" + procenv.Owner()}}; !reflect.DeepEqual(r.out.Console, want) {
 		t.Errorf("the worker's environment, as it printed it: %+v; want %+v", r.out.Console, want)
 	}
 }

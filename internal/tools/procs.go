@@ -31,12 +31,13 @@ func (cfg Config) forCall(tc tool.Context) Config {
 }
 
 // callEnv returns env ("NAME=value" entries, as exec.Cmd.Env takes them) for a process of the
-// call cfg was made for (forCall), marked with the call: procenv.CallVar set last, replacing any
+// call cfg was made for (forCall), marked with the call: procenv.CallVar (then OwnerVar) set last, replacing any
 // entry of that name (a configured one, a script's own). Given to each program that
 // run_command's interpreter starts (its exec handler), it marks every one of them whatever the
 // script did to its variables (`unset COUNTERSIGN_CALL`); what those programs start inherits it
-// unless they drop it (env -i: see internal/orphans). With a cfg that was not made for a call
-// (tests calling a tool's function) env is returned as it is. The result is never nil, which
+// unless they drop it (env -i: see internal/orphans). Beside it, procenv.OwnerVar names this
+// server: another replica taking the session over kills them only once this server is gone
+// (issue 33). With a cfg that was not made for a call (tests calling a tool's function) env is returned as it is. The result is never nil, which
 // exec.Cmd would take as the server's whole environment ([]string{} for a nil env then); it is a
 // new slice when it differs from env.
 func callEnv(env []string, cfg Config) []string {
@@ -46,5 +47,5 @@ func callEnv(env []string, cfg Config) []string {
 		}
 		return env
 	}
-	return procenv.WithCall(env, cfg.call)
+	return procenv.WithOwner(procenv.WithCall(env, cfg.call))
 }

@@ -266,10 +266,12 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID stri
 	if a.Status == gate.Pending {
 		// A vote on a call that needs several approvers, counted (or counted before: one
 		// person counts once), more needed (SPEC §15): the prompt stays as it is for the
-		// others; its votes line and a notice say where it stands.
-		notice = "Your approval is counted once: " + a.VotesText() + "."
+		// others; its votes line says where it stands, and the voter's form gives way to their
+		// vote (no buttons left to press; issue 34). That line is inside the slot, so the final
+		// outcome takes it away.
+		av.MyVote = "Your approval is counted once: " + a.VotesText() + ". The call waits for the others."
 		var buf bytes.Buffer
-		if err := fragments(templates.ApprovalVotes(av, true), templates.DecisionNotice(card.DOMID, notice)).Render(r.Context(), &buf); err != nil {
+		if err := fragments(templates.ApprovalVotes(av, true), templates.MyVoteOOB(av)).Render(r.Context(), &buf); err != nil {
 			return err
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -19,6 +19,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/gate"
 	"countersign/internal/render"
+	"countersign/internal/share"
 	"countersign/internal/tool"
 	"countersign/web/templates"
 )
@@ -424,6 +425,7 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	if oc != nil && oc.StoppedWaitingAt != nil {
 		av.AgentNote = "The agent stopped waiting for this decision: it went on its own way. A decision now is recorded as too late and not applied."
 	}
+	b.promptContext(&av, a)
 	av.Deadline = b.s.cfg.Gate.Deadline(a)
 	switch {
 	case oc != nil && oc.Event == gate.EventAAP && oc.Deadline != nil:
@@ -463,6 +465,50 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 		}
 	}
 	return av
+}
+
+// promptContext fills in what a pending prompt says around the call (issue 34): where it acts,
+// the rule that made it ask and that rule's note, who must decide and which approver links the
+// session has, and, on a call several people approve, the viewer's own vote.
+func (b *builder) promptContext(av *templates.ApprovalView, a gate.Approval) {
+	if b.workspace != "" {
+		av.Where = "workspace " + b.workspace
+	}
+	if a.RuleID != "" || a.RuleText != "" {
+		av.RuleText = a.RuleText
+		for _, rl := range b.s.cfg.Gate.Rules() {
+			if rl.ID == a.RuleID {
+				av.RuleText, av.RuleNote = rl.Text(), rl.Note
+				break
+			}
+		}
+	}
+	if len(a.Reviewers) > 0 {
+		av.Reviewers = strings.Join(a.Reviewers, ", ")
+	}
+	if a.Quorum() && b.s.cfg.Shares != nil {
+		if links, err := b.s.cfg.Shares.Links(context.Background(), a.SessionID); err == nil {
+			now := b.s.cfg.Shares.Now()
+			for _, l := range links {
+				if l.Role != share.Approver || !l.Active(now) {
+					continue
+				}
+				name := l.Label
+				if l.For != "" {
+					name = l.For + " (" + l.Label + ")"
+				}
+				av.LinksSent = append(av.LinksSent, name)
+			}
+			slices.Sort(av.LinksSent)
+		}
+	}
+	if a.Quorum() && b.who.decidePrefix != "" {
+		for _, v := range a.Votes {
+			if v.By != "" && v.By == b.who.decider.Name && v.Decision == gate.Approved {
+				av.MyVote = "Your approval is counted once: " + a.VotesText() + ". The call waits for the others."
+			}
+		}
+	}
 }
 
 // fileEditRows reports whether file-write arguments {path, content} can be edited as plain

@@ -3,6 +3,8 @@
 package templates
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -244,6 +246,20 @@ type ApprovalView struct {
 	// text, EditRows lines high; the JSON stays one click away.
 	FileEdit bool
 	EditRows int
+	// Where is where the call acts: "workspace /srv/app" (the session's folder); "" when unknown.
+	Where string
+	// RuleText and RuleNote name the rule that made the call ask and its note ("prod deploys
+	// need two people"); "" when no rule asked (the annotations did: AskReason says why).
+	RuleText, RuleNote string
+	// Reviewers are who must decide, in words: "alice, bob" (the rule's reviewers) or "" for
+	// anyone who may decide the session. LinksSent names the approver links the session has
+	// ("alice (release A)"), so the decider knows who else was asked.
+	Reviewers string
+	LinksSent []string
+	// MyVote is, on an approval that needs several approvers, the viewer's own vote so far
+	// ("You approved this call"): the prompt shows it in place of the buttons. "" before
+	// they voted.
+	MyVote string
 }
 
 // ResultView is a tool result as a card shows it.
@@ -505,4 +521,29 @@ func rememberBoxes(suggested []string) []string {
 		return []string{""}
 	}
 	return suggested
+}
+
+// hintsSummary is the folded annotations line of a prompt: the hints that are on, and how many
+// of the four were defaulted ("Annotations: destructiveHint, openWorldHint · 3 defaulted").
+func hintsSummary(hints []tool.Hint) string {
+	var on []string
+	defaulted := 0
+	for _, h := range hints {
+		if h.Value {
+			on = append(on, h.Name)
+		}
+		if h.Defaulted {
+			defaulted++
+		}
+	}
+	s := "Annotations: "
+	if len(on) == 0 {
+		s += "none set"
+	} else {
+		s += strings.Join(on, ", ")
+	}
+	if defaulted > 0 {
+		s += fmt.Sprintf(" · %d defaulted", defaulted)
+	}
+	return s
 }

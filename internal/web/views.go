@@ -314,6 +314,10 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	}
 	if res != nil {
 		c.Result = b.resultView(name, *res)
+		if b.who.owner && c.Result.Head != "" && b.results[k] != nil {
+			// A long stored output: the fold offers it whole (issue 34).
+			c.Result.DownloadURL = outputURL(b.sessionID, messageID, toolCallID)
+		}
 		c.DurationMs = res.DurationMs
 		c.Interrupted = res.Interrupted != nil
 	}
@@ -393,7 +397,7 @@ func (b *builder) nestedCard(messageID, parentID string, n tool.NestedCall) temp
 	if n.Error != "" {
 		r.IsError, r.Text = true, n.Error
 	}
-	r.Head, r.Lines = head(r.Text, collapseLines)
+	r.Head, r.Lines = templates.FoldHead(r.Text)
 	c.Result = r
 	return c
 }
@@ -635,7 +639,7 @@ func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
 // resultView is a result as a card shows it, through the tool's renderer when it has one.
 func (b *builder) resultView(name string, r tool.Result) *templates.ResultView {
 	v := &templates.ResultView{IsError: r.IsError, Text: r.TextOf(), StructuredJSON: prettyJSON(r.StructuredContent)}
-	v.Head, v.Lines = head(v.Text, collapseLines)
+	v.Head, v.Lines = templates.FoldHead(v.Text)
 	if r.Interrupted != nil {
 		v.Interrupted = interruptedText(name, *r.Interrupted)
 		return v
@@ -760,24 +764,6 @@ func humanDuration(d time.Duration) string {
 		return fmt.Sprintf("%d min %d s", int(d.Minutes()), int(d.Seconds())%60)
 	}
 	return fmt.Sprintf("%d h %d min", int(d.Hours()), int(d.Minutes())%60)
-}
-
-// collapseLines is how many lines of a long output a card shows before "show all".
-const collapseLines = 20
-
-// head returns the first n lines of text when it has more ("" otherwise) and its line count.
-func head(text string, n int) (string, int) {
-	lines := strings.Count(text, "\n") + 1
-	if lines <= n {
-		return "", lines
-	}
-	i, seen := 0, 0
-	for seen < n {
-		j := strings.IndexByte(text[i:], '\n')
-		i += j + 1
-		seen++
-	}
-	return strings.TrimSuffix(text[:i], "\n"), lines
 }
 
 // allowAllRules are the texts of the allow rules for every tool ("*", no specifier, no `when`)

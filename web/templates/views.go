@@ -273,6 +273,8 @@ type ResultView struct {
 	Head           string
 	Lines          int
 	StructuredJSON string
+	// DownloadURL downloads the stored result's text whole (the owner's pages); "" for none.
+	DownloadURL string
 	Violation      *ViolationView
 	// Interrupted, when set, is what the page says of a call a server restart interrupted
 	// ("The server restarted while run_command was running; it was not re-run …"), shown
@@ -546,4 +548,58 @@ func hintsSummary(hints []tool.Hint) string {
 		s += fmt.Sprintf(" · %d defaulted", defaulted)
 	}
 	return s
+}
+
+// OutputView is a tool's output as a card shows it, folded when long (issue 34): the first
+// FoldLines lines, "show all N lines", and a link to download the stored output. One component
+// (Output) draws every tool's output: a generic result's text, run_command's stdout and stderr.
+type OutputView struct {
+	// Label is the output's accessible name ("stdout"); "" for none. Class is an extra class.
+	Label, Class string
+	Text         string
+	// Head is the start of a long Text ("" when Text is short); Lines is Text's line count.
+	Head  string
+	Lines int
+	// DownloadURL, when set, downloads the stored output whole.
+	DownloadURL string
+}
+
+// Fold is text as an OutputView: folded when it is longer than FoldLines lines or FoldBytes.
+func Fold(label, class, text, downloadURL string) OutputView {
+	o := OutputView{Label: label, Class: class, Text: text, DownloadURL: downloadURL}
+	o.Head, o.Lines = FoldHead(text)
+	return o
+}
+
+// FoldLines and FoldBytes are how much of a long output a card shows before "show all".
+const (
+	FoldLines = 20
+	FoldBytes = 4 << 10
+)
+
+// FoldHead returns the first FoldLines lines of text (at most FoldBytes, cut at a character)
+// when text is longer, "" otherwise, and text's line count.
+func FoldHead(text string) (string, int) {
+	lines := strings.Count(text, "\n") + 1
+	if strings.HasSuffix(text, "\n") {
+		lines--
+	}
+	if lines <= FoldLines && len(text) <= FoldBytes {
+		return "", lines
+	}
+	i, seen := 0, 0
+	for seen < FoldLines {
+		j := strings.IndexByte(text[i:], '\n')
+		if j < 0 {
+			i = len(text)
+			break
+		}
+		i += j + 1
+		seen++
+	}
+	h := text[:i]
+	if len(h) > FoldBytes {
+		h = tool.CutUTF8(h, FoldBytes)
+	}
+	return strings.TrimSuffix(h, "\n"), lines
 }

@@ -275,7 +275,7 @@ type ResultView struct {
 	StructuredJSON string
 	// DownloadURL downloads the stored result's text whole (the owner's pages); "" for none.
 	DownloadURL string
-	Violation      *ViolationView
+	Violation   *ViolationView
 	// Interrupted, when set, is what the page says of a call a server restart interrupted
 	// ("The server restarted while run_command was running; it was not re-run …"), shown
 	// instead of Text, which is what the model was told.

@@ -496,6 +496,48 @@ type RuleForm struct {
 	// Approvers (a number, "" for one person) and Reviewers (names, comma-separated) as typed
 	// (SPEC §15; ask rules only).
 	Approvers, Reviewers string
+	// When is the rule's CEL condition as typed ("" for none).
+	When string
+	// Confirm, when set, asks before saving an allow of every call of a tool or of every tool
+	// (issue 34), naming what it would release.
+	Confirm *RuleConfirm
+}
+
+// RuleConfirm is what saving a whole-tool allow would release now: Pending calls waiting in the
+// sessions SessionIDs (Titles names them).
+type RuleConfirm struct {
+	// Key is what "Save anyway" confirms (the rule's text and scope): the form's confirm field.
+	Key         string
+	Rule, Scope string
+	Pending     int
+	SessionIDs  []string
+	Titles      map[string]string
+}
+
+// ConfirmText is the confirmation's sentence: "run_command (workspace) allows every call of
+// the tool without a prompt. Saving it lets 2 pending calls run now, in “a”, “b”."
+func (c RuleConfirm) ConfirmText() string {
+	what := "every call of " + c.Rule
+	if c.Rule == "*" {
+		what = "every call of every tool"
+	}
+	s := fmt.Sprintf("%s (%s) allows %s without a prompt. ", c.Rule, c.Scope, what)
+	if c.Pending == 0 {
+		return s + "No pending call waits for it now."
+	}
+	var names []string
+	for _, id := range c.SessionIDs {
+		t := c.Titles[id]
+		if t == "" {
+			t = id
+		}
+		names = append(names, "“"+t+"”")
+	}
+	calls := "calls"
+	if c.Pending == 1 {
+		calls = "call"
+	}
+	return s + fmt.Sprintf("Saving it lets up to %d pending %s run now, in %s.", c.Pending, calls, strings.Join(names, ", "))
 }
 
 // RuleRow is one rule on the Rules page. Text is gate.Rule.Text ("run_command(git diff:*)", with

@@ -60,6 +60,7 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 		Usage: usageText(sess.Usage), Instructions: instructionsView(sess, who, len(items) == 0),
 	}
 	v.AllowAll = s.allowAllRules(sess)
+	v.Context = s.contextView(sess.Model, items)
 	v.Agent = agentView(sess)
 	if who.owner {
 		v.ModeURL = "/sessions/" + sess.ID + "/mode"
@@ -178,6 +179,7 @@ func (b *builder) message(m agent.Message, streaming bool) templates.MessageView
 		v.Shortened = m.ShortenedResults
 		if m.Usage != nil {
 			v.Usage = usageText(*m.Usage)
+			v.ContextUsed = m.Usage.Prompt() + m.Usage.Output
 		}
 	}
 	if m.StopReason == agent.Error || m.StopReason == agent.Aborted {
@@ -781,4 +783,17 @@ func (s *Server) allowAllRules(sess agent.Session) []string {
 		}
 	}
 	return out
+}
+
+// contextView is the context gauge of a session on model whose transcript is items: the last
+// usage a provider reported (issue 34), against the window the runner fits requests into.
+func (s *Server) contextView(model string, items []templates.MessageView) templates.ContextView {
+	c := templates.ContextView{Window: int64(s.cfg.Runner.ContextWindow(model))}
+	for i := len(items) - 1; i >= 0; i-- {
+		if items[i].ContextUsed > 0 {
+			c.Used = items[i].ContextUsed
+			break
+		}
+	}
+	return c
 }

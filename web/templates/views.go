@@ -96,6 +96,8 @@ type SessionView struct {
 	// Usage is the session's token usage in words ("12,345 in · 678 out"); "" when no message
 	// reported any.
 	Usage string
+	// Context is the context gauge (live: id context-gauge).
+	Context ContextView
 	// Agent is an agent session's provenance (SPEC §18); nil for Countersign's own sessions.
 	Agent *AgentView
 }
@@ -128,7 +130,11 @@ var Modes = []string{"default", "plan", "accept-edits"}
 // MessageView is one transcript message: a user message, or an assistant message with its tool
 // calls rendered as cards (their results are shown in the cards, not as separate messages).
 type MessageView struct {
-	ID   string
+	// ContextUsed is, on an assistant message whose provider reported usage, how many tokens
+	// of the context window the conversation takes after it: its request's input (cache
+	// included) plus its output. 0 when none was reported.
+	ContextUsed int64
+	ID          string
 	Role string // user | assistant
 	Text string
 	// HTML is the assistant's text as sanitised Markdown (SPEC §6); "" for user messages.
@@ -644,4 +650,23 @@ func FoldHead(text string) (string, int) {
 		h = tool.CutUTF8(h, FoldBytes)
 	}
 	return strings.TrimSuffix(h, "\n"), lines
+}
+
+// ContextView is the context gauge (issue 34): how full the model's context window is, from the
+// last usage the provider reported. Used and Window are tokens; Window 0 when unknown (the
+// gauge then says the tokens used only); Used 0 when nothing was reported yet.
+type ContextView struct {
+	Used, Window int64
+}
+
+// Text is the gauge in words: "1,540 of 32,768 tokens (5%)", "1,540 tokens (window unknown)",
+// or "none reported yet".
+func (c ContextView) Text() string {
+	switch {
+	case c.Used <= 0:
+		return "none reported yet"
+	case c.Window <= 0:
+		return Thousands(int(c.Used)) + " tokens (window unknown)"
+	}
+	return fmt.Sprintf("%s of %s tokens (%d%%)", Thousands(int(c.Used)), Thousands(int(c.Window)), c.Used*100/c.Window)
 }

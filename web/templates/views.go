@@ -135,8 +135,8 @@ type MessageView struct {
 	// included) plus its output. 0 when none was reported.
 	ContextUsed int64
 	ID          string
-	Role string // user | assistant
-	Text string
+	Role        string // user | assistant
+	Text        string
 	// HTML is the assistant's text as sanitised Markdown (SPEC §6); "" for user messages.
 	HTML      string
 	Error     string // an assistant message that ended in error or was stopped

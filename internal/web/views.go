@@ -314,6 +314,7 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	if streaming && res == nil && appr == nil {
 		c.State = "waiting"
 	}
+	c.Hint = waitingHint(c.State, appr)
 	if res != nil {
 		c.Result = b.resultView(name, *res)
 		if b.who.owner && c.Result.Head != "" && b.results[k] != nil {
@@ -796,4 +797,14 @@ func (s *Server) contextView(model string, items []templates.MessageView) templa
 		}
 	}
 	return c
+}
+
+// waitingHint says why a decided call has not started (issue 34): approved, it waits for the
+// run to go on — on the replica that drives it or, when that one stopped, on the one that takes
+// its session over once its lease runs out (SPEC §16), which can take seconds. "" otherwise.
+func waitingHint(state string, a *gate.Approval) string {
+	if state != "waiting" || a == nil || a.Status != gate.Approved {
+		return ""
+	}
+	return "approved; waiting for the run to go on (if the replica driving it stopped, waiting for a replica to take over)"
 }

@@ -172,7 +172,10 @@ type CardView struct {
 	// State is one of: streaming (its arguments are still arriving; ArgumentsJSON holds them
 	// as far as they came), waiting, approval, running, ok, error, denied, blocked, cancelled,
 	// timed_out, violation, interrupted.
-	State    string
+	State string
+	// Hint says why a call in State waits, when the state word alone does not ("approved;
+	// waiting for a replica to take over"); "" otherwise.
+	Hint     string
 	Approval *ApprovalView
 	Update   *tool.Update
 	Result   *ResultView

@@ -17,8 +17,19 @@ import (
 )
 
 func (s *Server) sessionsPage(w http.ResponseWriter, r *http.Request) error {
-	return s.renderSessions(w, r, http.StatusOK, templates.NewSessionForm{Workspace: s.cfg.Workspace, Model: "faux:demo",
+	return s.renderSessions(w, r, http.StatusOK, templates.NewSessionForm{Workspace: s.cfg.Workspace, Model: defaultModel(s.cfg.Models.Names()),
 		Instructions: s.cfg.Runner.DefaultInstructions()}, "")
+}
+
+// defaultModel is the New-session form's model (issue 34): the first real provider's model when
+// one is configured, else faux:demo, the demo.
+func defaultModel(names []string) string {
+	for _, n := range names {
+		if !strings.HasPrefix(n, "faux:") {
+			return n
+		}
+	}
+	return "faux:demo"
 }
 
 // searchSessions lists the sessions, newest first, whose title contains q (case-insensitive;

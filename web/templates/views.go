@@ -450,7 +450,9 @@ type GrantsView struct {
 // where its Revoke button posts.
 type GrantRow struct {
 	ToolName, GrantedBy, LinkID, LinkLabel string
-	CreatedAt, RevokeURL                   string
+	RevokeURL                              string
+	// CreatedAt is when it was granted, shown in the viewer's time zone (LocalTime).
+	CreatedAt time.Time
 }
 
 // SharesView is the owner's share-links panel (SPEC §6, §7).

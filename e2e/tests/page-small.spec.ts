@@ -1,0 +1,79 @@
+import { test, expect } from '@playwright/test';
+import { OWNER_TOKEN, approvalGroup, expectFinalText, login, newSession, send, toolCard } from './helpers';
+
+// Issue 34's smaller page items, each checked where the page shows it.
+
+test('session search puts the query in the address (/?q=), and a reload keeps it', async ({ page }) => {
+  await login(page);
+  const tag = `srch${Date.now()}`;
+  await newSession(page, `${tag} alpha`, 'faux:markdown');
+  await page.goto('/');
+  const search = page.getByRole('searchbox', { name: 'Search sessions', exact: true });
+  await search.fill(`${tag} alpha`);
+  await expect(page).toHaveURL(new RegExp(`/\\?q=${tag}\\+alpha$`));
+  await page.reload();
+  await expect(page.getByRole('searchbox', { name: 'Search sessions', exact: true })).toHaveValue(`${tag} alpha`);
+  await search.fill('');
+  await expect(page).toHaveURL(/\/$/);
+});
+
+test('the model list is grouped by provider', async ({ page }) => {
+  await login(page);
+  const model = page.getByRole('combobox', { name: 'Model', exact: true });
+  await expect(model.locator('optgroup[label="faux"] option[value="faux:demo"]')).toHaveCount(1);
+  // Only faux models here (serve.sh unsets the providers' keys): the demo is the default.
+  await expect(model).toHaveValue('faux:demo');
+});
+
+test('the role badge in the share list does not break mid-word, and the sidebar keeps the link whole at 900 px', async ({ page }) => {
+  await page.setViewportSize({ width: 900, height: 800 });
+  await login(page);
+  await newSession(page, `share badge ${Date.now()}`, 'faux:markdown');
+  const panel = page.locator('#shares-panel');
+  await panel.getByRole('combobox', { name: 'Role', exact: true }).selectOption('approver');
+  await panel.getByRole('textbox', { name: 'Label', exact: true }).fill('Reviewer link');
+  await panel.getByRole('button', { name: 'Create share link', exact: true }).click();
+  const item = panel.getByRole('listitem').filter({ hasText: 'Reviewer link' });
+  const badge = item.locator('.share-head .state').first();
+  await expect(badge).toHaveText('approver');
+  expect(await badge.evaluate((el) => getComputedStyle(el).whiteSpace)).toBe('nowrap');
+  const box = (await badge.boundingBox())!;
+  expect(box.height, 'one line').toBeLessThan(24);
+  // The link's URL is not cut off: it fits in the panel (wrapping is fine, clipping is not).
+  const link = item.getByRole('link', { name: /\/r\// });
+  const fits = await link.evaluate((el) => {
+    const p = el.closest('#shares-panel')!.getBoundingClientRect();
+    const r = el.getBoundingClientRect();
+    return r.right <= p.right + 1 && el.scrollWidth <= el.clientWidth + 1;
+  });
+  expect(fits).toBe(true);
+});
+
+test.describe('in Tokyo', () => {
+  test.use({ timezoneId: 'Asia/Tokyo' });
+
+test('a session grant shows the local time, not raw UTC', async ({ page }) => {
+  await login(page);
+  await newSession(page, `grant time ${Date.now()}`, 'faux:regrant');
+  await send(page, 'First.');
+  await approvalGroup(toolCard(page, 'run_command'), 'run_command').getByRole('button', { name: 'Approve for session', exact: true }).click();
+  await expectFinalText(page, 'First turn done.');
+  const grants = page.getByRole('region', { name: 'Session grants', exact: true });
+  const time = grants.getByRole('listitem').first().locator('time[data-localtime]');
+  await expect(time).toHaveCount(1);
+  // In the browser's zone (Tokyo here), not UTC; the UTC value stays in the title.
+  await expect(time).toHaveText(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d GMT\+9$/);
+  await expect(time).toHaveAttribute('title', / UTC$/);
+  await page.reload();
+  await expect(page.getByRole('region', { name: 'Session grants', exact: true }).locator('time[data-localtime]').first()).toHaveText(/ GMT\+9$/);
+});
+});
+
+test('after Log out the page says how to log in, and the token form logs in', async ({ page }) => {
+  await login(page);
+  await page.getByRole('button', { name: 'Log out', exact: true }).click();
+  await expect(page.getByRole('heading', { name: 'You are logged out' })).toBeVisible();
+  await page.getByLabel('Token', { exact: true }).fill(OWNER_TOKEN);
+  await page.getByRole('button', { name: 'Log in', exact: true }).click();
+  await expect(page.getByRole('button', { name: 'Create session', exact: true })).toBeVisible();
+});

@@ -77,3 +77,17 @@ test('after Log out the page says how to log in, and the token form logs in', as
   await page.getByRole('button', { name: 'Log in', exact: true }).click();
   await expect(page.getByRole('button', { name: 'Create session', exact: true })).toBeVisible();
 });
+
+test('the session header keeps to two rows at 1280 px, and its links do not wrap inside at 390 px', async ({ page }) => {
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await login(page);
+  await newSession(page, `header ${Date.now()}`, 'faux:markdown');
+  const header = page.locator('header.session-header');
+  expect((await header.boundingBox())!.height, 'the header at 1280 px').toBeLessThan(120);
+  await page.setViewportSize({ width: 390, height: 844 });
+  for (const el of [page.getByRole('link', { name: 'Audit', exact: true }), page.locator('.delete-session > summary'),
+    page.getByRole('link', { name: 'Rules for this session', exact: true })]) {
+    expect((await el.boundingBox())!.height, 'one line').toBeLessThan(30);
+  }
+  expect(await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth)).toBeLessThanOrEqual(0);
+});

@@ -401,6 +401,7 @@ func (b *builder) nestedCard(messageID, parentID string, n tool.NestedCall) temp
 		r.IsError, r.Text = true, n.Error
 	}
 	r.Head, r.Lines = templates.FoldHead(r.Text)
+	r.Diff = n.Name == "git_diff" && n.Status == tool.NestedOK
 	c.Result = r
 	return c
 }
@@ -643,6 +644,7 @@ func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
 func (b *builder) resultView(name string, r tool.Result) *templates.ResultView {
 	v := &templates.ResultView{IsError: r.IsError, Text: r.TextOf(), StructuredJSON: prettyJSON(r.StructuredContent)}
 	v.Head, v.Lines = templates.FoldHead(v.Text)
+	v.Diff = name == "git_diff" && !r.IsError
 	if r.Interrupted != nil {
 		v.Interrupted = interruptedText(name, *r.Interrupted)
 		return v

@@ -1,7 +1,9 @@
 package templates
 
 import (
+	"context"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -49,5 +51,27 @@ func TestContextViewText(t *testing.T) {
 		if got := tc.c.Text(); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.c, got, tc.want)
 		}
+	}
+}
+
+// Issue 34: a diff's lines are coloured as write_file's; other output is the text as it is.
+func TestOutputColoursADiffAndKeepsPlainText(t *testing.T) {
+	var b strings.Builder
+	if err := Output(OutputView{Text: "diff --git a/x b/x\n@@ -1 +1 @@\n-old\n+new\n same", Diff: true}).Render(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`<span class="diff-line diff-file">diff --git a/x b/x</span>`, `<span class="diff-line diff-hunk">@@ -1 +1 @@</span>`,
+		`<span class="diff-line diff-del">-old</span>`, `<span class="diff-line diff-add">+new</span>`, `<span class="diff-line"> same</span>`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %s in %s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := Output(OutputView{Text: "a\nb", Label: "stdout"}).Render(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.String(), `<pre class="result-text" aria-label="stdout">a
+b</pre>`; got != want {
+		t.Errorf("plain output = %q, want %q", got, want)
 	}
 }

@@ -284,6 +284,8 @@ type ResultView struct {
 	StructuredJSON string
 	// DownloadURL downloads the stored result's text whole (the owner's pages); "" for none.
 	DownloadURL string
+	// Diff: Text is a unified diff (git_diff's result), coloured by line.
+	Diff bool
 	Violation   *ViolationView
 	// Interrupted, when set, is what the page says of a call a server restart interrupted
 	// ("The server restarted while run_command was running; it was not re-run …"), shown
@@ -615,6 +617,34 @@ type OutputView struct {
 	Lines int
 	// DownloadURL, when set, downloads the stored output whole.
 	DownloadURL string
+	// Diff: Text is a unified diff (git_diff's), its added and removed lines coloured as a
+	// write_file diff's are.
+	Diff bool
+}
+
+// DiffLine is one line of a unified diff as Output colours it: Class is diff-add, diff-del,
+// diff-hunk, diff-file or "".
+type DiffLine struct{ Class, Text string }
+
+// diffLines splits a unified diff's text into lines with their colour classes.
+func diffLines(text string) []DiffLine {
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	out := make([]DiffLine, len(lines))
+	for i, l := range lines {
+		c := ""
+		switch {
+		case strings.HasPrefix(l, "+++ "), strings.HasPrefix(l, "--- "), strings.HasPrefix(l, "diff --git "):
+			c = "diff-file"
+		case strings.HasPrefix(l, "@@"):
+			c = "diff-hunk"
+		case strings.HasPrefix(l, "+"):
+			c = "diff-add"
+		case strings.HasPrefix(l, "-"):
+			c = "diff-del"
+		}
+		out[i] = DiffLine{Class: c, Text: l}
+	}
+	return out
 }
 
 // Fold is text as an OutputView: folded when it is longer than FoldLines lines or FoldBytes.

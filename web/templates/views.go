@@ -285,8 +285,8 @@ type ResultView struct {
 	// DownloadURL downloads the stored result's text whole (the owner's pages); "" for none.
 	DownloadURL string
 	// Diff: Text is a unified diff (git_diff's result), coloured by line.
-	Diff bool
-	Violation   *ViolationView
+	Diff      bool
+	Violation *ViolationView
 	// Interrupted, when set, is what the page says of a call a server restart interrupted
 	// ("The server restarted while run_command was running; it was not re-run …"), shown
 	// instead of Text, which is what the model was told.

@@ -91,3 +91,25 @@ test('the session header keeps to two rows at 1280 px, and its links do not wrap
   }
   expect(await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth)).toBeLessThanOrEqual(0);
 });
+
+test('an approver link page has its own inbox link with the pending count', async ({ page, browser }) => {
+  await login(page);
+  await newSession(page, `link inbox ${Date.now()}`, 'faux:deny');
+  const panel = page.locator('#shares-panel');
+  await panel.getByRole('combobox', { name: 'Role', exact: true }).selectOption('approver');
+  await panel.getByRole('textbox', { name: 'Label', exact: true }).fill('Inbox link');
+  await panel.getByRole('textbox', { name: 'For', exact: true }).fill('carol');
+  await panel.getByRole('button', { name: 'Create share link', exact: true }).click();
+  const url = (await panel.getByRole('listitem').filter({ hasText: 'Inbox link' }).getByRole('link', { name: /\/r\// }).textContent())!.trim();
+  await send(page, 'Make the marker.');
+  await expect(approvalGroup(toolCard(page, 'run_command'), 'run_command')).toBeVisible();
+  const carol = await (await browser.newContext()).newPage();
+  await carol.goto(url);
+  const inbox = carol.getByTestId('link-inbox');
+  await expect(inbox).toHaveText(/Inbox\s*\(1\)/);
+  await inbox.click();
+  await expect(carol).toHaveURL(/\/r\/[^/]+\/inbox$/);
+  await expect(carol.getByRole('group', { name: 'Approval required: run_command' })).toBeVisible();
+  await carol.getByRole('link', { name: 'Session', exact: true }).click();
+  await expect(carol).toHaveURL(/\/r\/[^/]+$/);
+});

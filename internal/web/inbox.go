@@ -334,7 +334,7 @@ func (s *Server) reviewerInbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v.LiveURL, v.Scope = "/r/"+token+"/inbox/live", sess.Title
-	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: "Inbox: " + sess.Title}, templates.InboxPage(v)))
+	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: "Inbox: " + sess.Title, Link: s.linkNav(r, l.SessionID)}, templates.InboxPage(v)))
 	return nil
 }
 

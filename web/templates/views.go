@@ -22,6 +22,16 @@ type Page struct {
 	// BadgeURL, on an owner page without a socket of its own, is the small socket that keeps the
 	// badge and the title live; "" where the page's socket carries them.
 	BadgeURL string
+	// Link, on a share link's pages, is that link's own navigation (issue 34): its session page,
+	// its inbox with the pending count; nil elsewhere.
+	Link *LinkNav
+}
+
+// LinkNav is a share link's navigation: the session it opens and its inbox (SPEC §15: an
+// approver link's inbox is its own session's), with how many approvals wait there.
+type LinkNav struct {
+	SessionURL, InboxURL string
+	Pending              int
 }
 
 // SessionsView is the session list with the New-session form.

@@ -1,5 +1,7 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { test, expect } from '@playwright/test';
-import { OWNER_TOKEN, approvalGroup, expectFinalText, login, newSession, send, toolCard } from './helpers';
+import { OWNER_TOKEN, approvalGroup, expectFinalText, login, newSession, send, toolCard, workspace } from './helpers';
 
 // Issue 34's smaller page items, each checked where the page shows it.
 
@@ -112,4 +114,38 @@ test('an approver link page has its own inbox link with the pending count', asyn
   await expect(carol.getByRole('group', { name: 'Approval required: run_command' })).toBeVisible();
   await carol.getByRole('link', { name: 'Session', exact: true }).click();
   await expect(carol).toHaveURL(/\/r\/[^/]+$/);
+});
+
+test('after an invalid edit the fields and the JSON agree, and the refusal shows once', async ({ page }) => {
+  fs.writeFileSync(path.join(workspace, 'edit-target.txt'), 'alpha\nbeta\ngamma\n');
+  await login(page);
+  await newSession(page, `edit agree ${Date.now()}`, 'faux:edit');
+  await send(page, 'Fix the second line.');
+  const group = approvalGroup(toolCard(page, 'write_file'), 'write_file');
+  await group.getByRole('button', { name: 'Edit', exact: true }).click();
+  const json = group.getByRole('textbox', { name: 'Arguments', exact: true });
+  const pathBox = group.getByRole('textbox', { name: 'Path', exact: true });
+  const content = group.getByRole('textbox', { name: 'Content', exact: true });
+  await expect(pathBox).toHaveValue('edit-target.txt');
+
+  // JSON that does not parse: the fields cannot pretend otherwise.
+  await json.fill('{"path": "other.txt", ');
+  await expect(group.getByText('The JSON below does not parse')).toBeVisible();
+  await expect(pathBox).not.toBeEditable();
+  await expect(content).not.toBeEditable();
+  // JSON without content: Content shows empty, Path the new path.
+  await json.fill('{"path": "other.txt"}');
+  await expect(group.getByText('The JSON below does not parse')).toHaveCount(0);
+  await expect(pathBox).toHaveValue('other.txt');
+  await expect(content).toHaveValue('');
+  await expect(pathBox).toBeEditable();
+
+  // Approve is refused; the message shows once in the prompt.
+  await group.getByRole('button', { name: 'Approve', exact: true }).click();
+  await expect(group.getByRole('alert')).toContainText("missing property 'content'");
+  await expect(group.getByText(/missing property 'content'/)).toHaveCount(1);
+  // Typing again: the stale refusal goes; the preview says what Approve would refuse now.
+  await json.fill('{"path": "other.txt", "content": 5}');
+  await expect(group.getByRole('alert')).toHaveCount(0);
+  await expect(group.locator('.preview-problem')).toHaveCount(1);
 });

@@ -49,6 +49,15 @@ test('the role badge in the share list does not break mid-word, and the sidebar 
     return r.right <= p.right + 1 && el.scrollWidth <= el.clientWidth + 1;
   });
   expect(fits).toBe(true);
+  // In a 900 px tall window with the sidebar beside the transcript, nothing in the sidebar is
+  // cut off behind a scroll box of its own: the page scrolls to the link.
+  for (const width of [1280, 960]) {
+    await page.setViewportSize({ width, height: 900 });
+    const side = page.locator('aside.session-side');
+    expect(await side.evaluate((el) => el.scrollHeight - el.clientHeight), `sidebar at ${width} px`).toBeLessThanOrEqual(1);
+    await link.scrollIntoViewIfNeeded();
+    await expect(link).toBeInViewport({ ratio: 1 });
+  }
 });
 
 test.describe('in Tokyo', () => {

@@ -97,7 +97,7 @@ test('a two-approver prompt names the rule, its note, the reviewers and the link
   const who = aliceGroup.getByTestId('prompt-who');
   await expect(who).toContainText('alice, bob');
   await expect(who).toContainText('0 of 2 approvals');
-  await expect(who).toContainText('approver links: alice (release A), bob (release B)');
+  await expect(who).toContainText('links: alice (release A), bob (release B)');
   const ys = await tops(aliceGroup);
   expect(ys, `tops ${ys}`).toEqual([...ys].sort((a, b) => a - b));
   await shot(alice, aliceGroup, 'prompt-two-approvers');

@@ -18,6 +18,7 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
+	"countersign/internal/notify"
 	"countersign/internal/render"
 	"countersign/internal/share"
 	"countersign/internal/tool"
@@ -501,13 +502,36 @@ func (b *builder) promptContext(av *templates.ApprovalView, a gate.Approval) {
 				if l.Role != share.Approver || !l.Active(now) {
 					continue
 				}
-				name := l.Label
+				name := "approver link " + l.Label
 				if l.For != "" {
 					name = l.For + " (" + l.Label + ")"
 				}
 				av.LinksSent = append(av.LinksSent, name)
 			}
 			slices.Sort(av.LinksSent)
+		}
+	}
+	if b.s.cfg.Notify != nil {
+		// Decision links sent with approval.requested (SPEC §15), by recipient and how the
+		// delivery stands.
+		if ds, err := b.s.cfg.Notify.Deliveries(context.Background(), a.SessionID); err == nil {
+			for _, d := range ds {
+				if d.Event != notify.Requested || d.Approval.ID != a.ID || d.LinkID == "" {
+					continue
+				}
+				name := d.ReceiverID
+				if rc, ok := b.s.receivers[d.ReceiverID]; ok {
+					name = rc.Name
+				}
+				state := "sending"
+				switch {
+				case d.DeliveredAt != nil:
+					state = "sent"
+				case d.Failed:
+					state = "not delivered"
+				}
+				av.LinksSent = append(av.LinksSent, "decision link to "+name+" ("+state+")")
+			}
 		}
 	}
 	if a.Quorum() && b.who.decidePrefix != "" {

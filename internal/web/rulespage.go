@@ -135,9 +135,12 @@ func titlesOf(sessions []agent.Session) map[string]string {
 }
 
 // addRule makes a rule from the Rules page's form: fields rule (its text), effect (allow, ask,
-// deny), scope ("server", "workspace:<folder>", "session:<id>") and note. A rule the parser or
-// compiler refuses, or a bad effect or scope, shows the page again (400) with the message in a
-// role="alert" and the typed text kept; an unknown session is refused the same way. Success
+// deny), scope ("server", "workspace:<folder>", "session:<id>"), when (a CEL condition), note,
+// approvers and reviewers. A rule the parser or compiler refuses, or a bad effect or scope,
+// shows the page again (400) with the message in a role="alert" and the typed text kept; an
+// unknown session is refused the same way. An allow of a whole tool or of every tool (no
+// specifier, no when) is first shown back with a confirmation naming the pending calls it
+// would release (200); its "Save anyway" (field confirm, confirmKey) saves it. Success
 // redirects to /rules (303).
 func (s *Server) addRule(w http.ResponseWriter, r *http.Request) error {
 	if err := parseForm(r); err != nil {
@@ -217,16 +220,6 @@ func (s *Server) releasedBy(ctx context.Context, rl gate.Rule) (templates.RuleCo
 		}
 	}
 	return c, nil
-}
-
-// makeRule checks the add form and saves its rule (buildRule, then the gate's AddRule).
-// Errors: apperr.Invalid, apperr.NotFound.
-func (s *Server) makeRule(ctx context.Context, f templates.RuleForm) (gate.Rule, error) {
-	rl, err := s.buildRule(f)
-	if err != nil {
-		return gate.Rule{}, err
-	}
-	return s.cfg.Gate.AddRule(ctx, rl)
 }
 
 // buildRule reads the add form into a rule (SourceAPI would say the JSON API: a rule made on

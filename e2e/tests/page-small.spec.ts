@@ -123,6 +123,10 @@ test('an approver link page has its own inbox link with the pending count', asyn
   await expect(carol.getByRole('group', { name: 'Approval required: run_command' })).toBeVisible();
   await carol.getByRole('link', { name: 'Session', exact: true }).click();
   await expect(carol).toHaveURL(/\/r\/[^/]+$/);
+  // The brand leads to the link's session too, not to the owner's list (401 for a link holder).
+  await carol.goto(new URL('inbox', url + '/').href);
+  await carol.getByRole('link', { name: 'Countersign', exact: true }).click();
+  await expect(carol).toHaveURL(/\/r\/[^/]+$/);
 });
 
 test('after an invalid edit the fields and the JSON agree, and the refusal shows once', async ({ page }) => {

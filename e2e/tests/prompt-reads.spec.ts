@@ -106,7 +106,16 @@ test('a two-approver prompt names the rule, its note, the reviewers and the link
   await shot(alice, aliceGroup, 'prompt-two-approvers');
   await alice.setViewportSize({ width: 1280, height: 900 });
 
+  // alice has the session open in a second window too.
+  const aliceTwo = await alice.context().newPage();
+  await aliceTwo.goto(alice.url());
+  const twoGroup = approvalGroup(toolCard(aliceTwo, 'run_command'), 'run_command');
+  await expect(twoGroup.getByRole('button', { name: 'Approve', exact: true })).toBeVisible();
+
   await aliceGroup.getByRole('button', { name: 'Approve', exact: true }).click();
+  // Her other window follows, live: her vote, no buttons.
+  await expect(twoGroup.getByTestId('my-vote')).toContainText('1 of 2 approvals — approved by alice');
+  await expect(twoGroup.getByRole('button', { name: 'Approve', exact: true })).toHaveCount(0);
   const mine = aliceGroup.getByTestId('my-vote');
   await expect(mine).toContainText('Your approval is counted once: 1 of 2 approvals — approved by alice');
   await expect(aliceGroup.getByRole('button', { name: 'Approve', exact: true })).toHaveCount(0);

@@ -282,7 +282,15 @@ func (s *Server) fragment(ctx context.Context, ev *agent.Event, who viewer, work
 		if ev.Approval == nil {
 			return nil
 		}
-		return templates.ApprovalVotes(approvalView(*ev.Approval, ""), true)
+		av := approvalView(*ev.Approval, "")
+		if who.decidePrefix != "" {
+			av.MyVote = myVote(*ev.Approval, who.decider.Name)
+		}
+		if av.MyVote != "" {
+			// The voter's other windows: their form gives way to their vote too (issue 34).
+			return fragments(templates.ApprovalVotes(av, true), templates.MyVoteOOB(av))
+		}
+		return templates.ApprovalVotes(av, true)
 	case agent.ApprovalRequested, agent.ApprovalResolved, agent.ToolExecutionStart,
 		agent.ToolExecutionUpdate, agent.ToolExecutionEnd:
 		b.live = s.cfg.Runner.Live(ev.SessionID)

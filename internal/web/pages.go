@@ -280,7 +280,9 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID stri
 		// others; its votes line says where it stands, and the voter's form gives way to their
 		// vote (no buttons left to press; issue 34). That line is inside the slot, so the final
 		// outcome takes it away.
-		av.MyVote = "Your approval is counted once: " + a.VotesText() + ". The call waits for the others."
+		if av.MyVote = myVote(a, by.Name); av.MyVote == "" {
+			av.MyVote = "Your approval is counted once: " + a.VotesText() + "."
+		}
 		var buf bytes.Buffer
 		if err := fragments(templates.ApprovalVotes(av, true), templates.MyVoteOOB(av)).Render(r.Context(), &buf); err != nil {
 			return err

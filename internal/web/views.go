@@ -534,13 +534,24 @@ func (b *builder) promptContext(av *templates.ApprovalView, a gate.Approval) {
 			}
 		}
 	}
-	if a.Quorum() && b.who.decidePrefix != "" {
-		for _, v := range a.Votes {
-			if v.By != "" && v.By == b.who.decider.Name && v.Decision == gate.Approved {
-				av.MyVote = "Your approval is counted once: " + a.VotesText() + ". The call waits for the others."
-			}
+	if b.who.decidePrefix != "" { // a viewer who may decide
+		av.MyVote = myVote(a, b.who.decider.Name)
+	}
+}
+
+// myVote is, on a pending call several people approve, what the person name's own approval
+// says in place of their buttons ("Your approval is counted once: 1 of 2 approvals — approved by
+// alice. The call waits for the others."); "" before they approved.
+func myVote(a gate.Approval, name string) string {
+	if !a.Quorum() || a.Status != gate.Pending || name == "" {
+		return ""
+	}
+	for _, v := range a.Votes {
+		if v.By == name && v.Decision == gate.Approved {
+			return "Your approval is counted once: " + a.VotesText() + ". The call waits for the others."
 		}
 	}
+	return ""
 }
 
 // fileEditRows reports whether file-write arguments {path, content} can be edited as plain

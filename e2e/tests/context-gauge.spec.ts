@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { test, expect, type Page } from '@playwright/test';
-import { expectFinalText, login, loginAt, newSession, ownPortBase, send, startOwnServer } from './helpers';
+import { expectFinalText, login, loginAt, newSession, send, startOwnServer } from './helpers';
 
 // Issue 34, acceptance 1: a context gauge shows how full the model's context window is, from the
 // last usage the provider reported (input with cache, plus output); with the window unknown, the
@@ -22,7 +22,7 @@ test('the gauge shows the tokens used when the window is unknown, live and after
 });
 
 test('with -context-tokens the gauge is a meter of the window', async ({ page }, info) => {
-  const server = await startOwnServer(`gauge-${info.workerIndex}`, ownPortBase + info.workerIndex, ['-context-tokens', '32768']);
+  const server = await startOwnServer(`gauge-${info.workerIndex}`, 0, ['-context-tokens', '32768']);
   try {
     await page.setViewportSize({ width: 1280, height: 800 });
     await loginAt(page, server.baseURL);

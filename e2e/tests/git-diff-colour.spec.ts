@@ -2,12 +2,12 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { test, expect } from '@playwright/test';
-import { approvalGroup, expectFinalText, loginAt, newSession, ownPortBase, send, startOwnServer, toolCard } from './helpers';
+import { approvalGroup, expectFinalText, loginAt, newSession, send, startOwnServer, toolCard } from './helpers';
 
 // Issue 34: the nested git_diff's diff is coloured like write_file's (added and removed lines).
 
 test('a nested git_diff shows its diff coloured, live and after a reload', async ({ page }, info) => {
-  const server = await startOwnServer(`gitdiff-${info.workerIndex}`, ownPortBase + 4 + info.workerIndex);
+  const server = await startOwnServer(`gitdiff-${info.workerIndex}`, 0);
   try {
     const ws = server.workspace;
     const git = (...args: string[]) => execFileSync('git', ['-c', 'user.name=e2e', '-c', 'user.email=e2e@example.com', ...args], { cwd: ws });

@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { test, expect } from '@playwright/test';
-import { OWNER_TOKEN, approvalGroup, expectFinalText, login, newSession, send, toolCard, workspace } from './helpers';
+import { OWNER_TOKEN, approvalGroup, expectFinalText, login, loginAt, newSession, send, startOwnServer, toolCard, workspace } from './helpers';
 
 // Issue 34's smaller page items, each checked where the page shows it.
 
@@ -25,6 +25,22 @@ test('the model list is grouped by provider', async ({ page }) => {
   await expect(model.locator('optgroup[label="faux"] option[value="faux:demo"]')).toHaveCount(1);
   // Only faux models here (serve.sh unsets the providers' keys): the demo is the default.
   await expect(model).toHaveValue('faux:demo');
+});
+
+test('with a real provider configured, the model list starts at its model, grouped apart from the faux scripts', async ({ page }, info) => {
+  const env = { ...process.env, OPENAI_BASE_URL: 'http://127.0.0.1:9/v1', OPENAI_MODEL: 'gpt-4o' };
+  const server = await startOwnServer(`models-${info.workerIndex}`, 0, [], env);
+  try {
+    await loginAt(page, server.baseURL);
+    const model = page.getByRole('combobox', { name: 'Model', exact: true });
+    await expect(model).toHaveValue('openai:gpt-4o');
+    await expect(model.locator('optgroup[label="openai"] option[value="openai:gpt-4o"]')).toHaveCount(1);
+    await expect(model.locator('optgroup[label="faux"] option[value="faux:demo"]')).toHaveCount(1);
+    // Real providers first.
+    expect(await model.locator('optgroup').first().getAttribute('label')).toBe('openai');
+  } finally {
+    await server.kill();
+  }
 });
 
 test('the role badge in the share list does not break mid-word, and the sidebar keeps the link whole at 900 px', async ({ page }) => {

@@ -123,7 +123,8 @@ test('acceptance 2: with permission granted, a new approval while the page is hi
   await loginAt(page, srv.baseURL);
   const second = await context.newPage();
   await second.goto(srv.baseURL + '/inbox');
-  await expect(second.getByRole('button', { name: 'Notify me', exact: true })).toBeVisible();
+  // Granted: the button says so (issue 34) instead of asking again.
+  await expect(second.getByRole('button', { name: 'Notifications on', exact: true })).toBeVisible();
   await expect(second.getByText('Nothing waits for you.')).toBeVisible();
 
   // Visible: a new approval shows in the inbox, and no notification.
@@ -142,6 +143,8 @@ test('acceptance 2: with permission granted, a new approval while the page is hi
   expect(notes[0].title).toContain('run_command');
   expect(notes[0].body).toContain('run_command');
   expect(notes[0].body).toContain('arrives while hidden');
+  // The notification names the command (issue 34).
+  expect(notes[0].body).toContain('$ echo created > denied-marker.txt');
   const aid = await second.locator('#inbox-list > .inbox-card').nth(1).getAttribute('data-approval-id');
   expect(notes[0].tag).toBe(aid);
   // Its click focuses the window and the approval's card.

@@ -120,6 +120,12 @@ test('acceptance 3: a signed approval.requested carries a decision link that app
   expect(data.recipient).toBe('alice');
   const link: string = data.links.decision;
   expect(link).toMatch(new RegExp(`^${srv.baseURL}/d/[a-z2-7]{32}$`));
+  // The owner's prompt says who was sent a decision link (issue 34: who must decide).
+  await expect(async () => {
+    await page.reload();
+    await expect(approvalGroup(toolCard(page, 'run_command'), 'run_command').getByTestId('prompt-who'))
+      .toContainText('decision link to alice (sent)', { timeout: 1000 });
+  }).toPass();
 
   // A fresh browser context: no owner cookie. Phone width.
   const phoneCtx = await browser.newContext({ viewport: { width: 390, height: 844 } });

@@ -576,3 +576,20 @@ func (r *Runner) ActiveRuns() int {
 	defer r.mu.Unlock()
 	return len(r.runs)
 }
+
+// ContextWindow is the context window, in tokens, the runner fits a request for the model named
+// model into (SPEC §17): Config.ContextTokens, or the model's own ContextWindow(); 0 when
+// neither is known (the page then shows the tokens used only).
+func (r *Runner) ContextWindow(model string) int {
+	if r.cfg.ContextTokens > 0 {
+		return r.cfg.ContextTokens
+	}
+	m, err := r.cfg.Models.Model(model)
+	if err != nil {
+		return 0
+	}
+	if cw, ok := m.(ContextWindow); ok {
+		return max(cw.ContextWindow(), 0)
+	}
+	return 0
+}

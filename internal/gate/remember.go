@@ -159,6 +159,10 @@ func (s *Service) ParseRule(text string) (toolPattern, specifier string, err err
 	return toolPattern, specifier, err
 }
 
+// CheckRule reports whether AddRule would take rl, without saving it: its scope, effect,
+// people and the compiler (Rulebook.Check). Errors: apperr.Invalid with the message.
+func (s *Service) CheckRule(rl Rule) error { return s.rules.Check(rl) }
+
 // AddRule saves a rule people made (Source prompt or api) after the compiler took it, applies it
 // to the next call, and releases the pending approvals it now allows in the sessions it
 // reaches. A session rule's session must exist; a workspace rule's folder is the given one.

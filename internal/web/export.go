@@ -3,10 +3,12 @@ package web
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"countersign/internal/agent"
+	"countersign/internal/apperr"
 	"countersign/internal/gate"
 )
 
@@ -160,3 +162,37 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // cell is s fit for a Markdown table cell: one line, pipes escaped.
 func cell(s string) string { return strings.ReplaceAll(oneLine(s), "|", `\|`) }
+
+// outputURL is where the owner downloads the stored output of the call toolCallID of the
+// assistant message messageID (outputDownload).
+func outputURL(sessionID, messageID, toolCallID string) string {
+	return "/sessions/" + sessionID + "/output/" + url.PathEscape(messageID) + "/" + url.PathEscape(toolCallID)
+}
+
+// outputDownload answers GET /sessions/{id}/output/{mid}/{cid}: a call's stored result text, as
+// the model read it, whole, as a plain-text download (issue 34: a folded output's "download").
+// 404 when the session has no stored result for that call.
+func (s *Server) outputDownload(w http.ResponseWriter, r *http.Request) error {
+	entries, err := s.cfg.Store.Entries(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	res := resultsByCall(entries)[callKey{r.PathValue("mid"), r.PathValue("cid")}]
+	if res == nil {
+		return apperr.Errorf(apperr.NotFound, "No stored output for that call.")
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="output-`+safeFileName(r.PathValue("cid"))+`.txt"`)
+	_, err = w.Write([]byte(res.TextOf()))
+	return err
+}
+
+// safeFileName keeps the letters, digits, '-' and '_' of s (a tool call id) for a file name.
+func safeFileName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return -1
+	}, s)
+}

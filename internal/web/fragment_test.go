@@ -38,7 +38,8 @@ func TestLiveApprovalFragmentShowsWhatTheCallDoes(t *testing.T) {
 		frag := string(data)
 		if strings.Contains(frag, "Approval required: shell") {
 			// In the prompt's own arguments view, not only in the Edit box's data.
-			if !strings.Contains(frag, "&#34;touch x&#34;\n}</code></pre></details></div><form") {
+			// Issue 34: what the call does comes first, right after the title line.
+			if !strings.Contains(frag, "<div class=\"call-preview\" data-testid=\"prompt-what\"><details class=\"tool-args\" open><summary>Arguments</summary><pre><code>{\n  &#34;command&#34;: &#34;touch x&#34;\n}</code></pre></details></div>") {
 				t.Fatalf("the prompt does not show the arguments:\n%s", frag)
 			}
 			return

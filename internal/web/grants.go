@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"time"
 
 	"countersign/internal/gate"
 	"countersign/web/templates"
@@ -22,7 +21,7 @@ func (s *Server) grantsView(ctx context.Context, sessionID string) (templates.Gr
 	}
 	var v templates.GrantsView
 	for _, g := range grants {
-		row := templates.GrantRow{ToolName: g.ToolName, GrantedBy: g.GrantedBy, CreatedAt: g.CreatedAt.Format(time.RFC3339),
+		row := templates.GrantRow{ToolName: g.ToolName, GrantedBy: g.GrantedBy, CreatedAt: g.CreatedAt,
 			RevokeURL: "/sessions/" + url.PathEscape(sessionID) + "/grants/" + url.PathEscape(g.ToolName) + "/revoke"}
 		if g.GrantedVia != nil {
 			row.LinkID, row.LinkLabel = g.GrantedVia.LinkID, g.GrantedVia.Label

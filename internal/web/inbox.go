@@ -1,11 +1,14 @@
 package web
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -14,6 +17,7 @@ import (
 	"countersign/internal/agent"
 	"countersign/internal/apperr"
 	"countersign/internal/gate"
+	"countersign/internal/tool"
 	"countersign/web/templates"
 )
 
@@ -314,7 +318,8 @@ func (s *Server) badge(ctx context.Context, ev *agent.Event) templ.Component {
 			title = sess.Title
 		}
 		b.New = &templates.BadgeNew{ApprovalID: ev.Approval.ID, ToolName: ev.Approval.ToolName, SessionTitle: title,
-			URL: "/sessions/" + ev.SessionID + "#" + cardID(ev.Approval.MessageID, ev.Approval.ToolCallID)}
+			URL:     "/sessions/" + ev.SessionID + "#" + cardID(ev.Approval.MessageID, ev.Approval.ToolCallID),
+			Summary: callSummary(ev.Approval.Arguments)}
 	}
 	return templates.InboxBadge(b)
 }
@@ -342,7 +347,7 @@ func (s *Server) reviewerInbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v.LiveURL, v.Scope = "/r/"+token+"/inbox/live", sess.Title
-	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: "Inbox: " + sess.Title}, templates.InboxPage(v)))
+	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: "Inbox: " + sess.Title, Link: s.linkNav(r, l.SessionID)}, templates.InboxPage(v)))
 	return nil
 }
 
@@ -387,4 +392,20 @@ func (s *Server) reviewerInboxMore(w http.ResponseWriter, r *http.Request) error
 		return apperr.Errorf(apperr.Unauthorized, "Give your name first")
 	}
 	return s.renderInboxMore(w, r, l.SessionID, linkInbox(r.PathValue("token"), who))
+}
+
+// callSummary is a call's arguments in one line for a notification (issue 34): its command when
+// it has one ("$ git push"), else the arguments as compact JSON; at most 200 bytes.
+func callSummary(args json.RawMessage) string {
+	var in struct {
+		Command string `json:"command"`
+	}
+	if json.Unmarshal(args, &in) == nil && in.Command != "" {
+		return tool.CutUTF8("$ "+strings.Join(strings.Fields(in.Command), " "), 200)
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, args) != nil {
+		return ""
+	}
+	return tool.CutUTF8(buf.String(), 200)
 }

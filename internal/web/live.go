@@ -247,7 +247,13 @@ func (s *Server) fragment(ctx context.Context, ev *agent.Event, who viewer, work
 		switch {
 		case ev.Message.Role == agent.Assistant && err == nil:
 			// The session's total, as the store has summed it with this message (SPEC §17).
-			return fragments(msg, templates.SessionUsage(usageText(sess.Usage)))
+			frags := []templ.Component{msg, templates.SessionUsage(usageText(sess.Usage))}
+			if u := ev.Message.Usage; u != nil && !u.IsZero() {
+				// The gauge moves with the last usage reported (issue 34).
+				frags = append(frags, templates.ContextGauge(templates.ContextView{Used: u.Prompt() + u.Output,
+					Window: int64(s.cfg.Runner.ContextWindow(sess.Model))}))
+			}
+			return fragments(frags...)
 		case ev.Message.Role == agent.User && err == nil:
 			// A message is stored: the instructions are fixed now, and their editor goes.
 			return fragments(msg, templates.InstructionsBody(instructionsView(sess, who, false)))
@@ -276,7 +282,15 @@ func (s *Server) fragment(ctx context.Context, ev *agent.Event, who viewer, work
 		if ev.Approval == nil {
 			return nil
 		}
-		return templates.ApprovalVotes(approvalView(*ev.Approval, ""), true)
+		av := approvalView(*ev.Approval, "")
+		if who.decidePrefix != "" {
+			av.MyVote = myVote(*ev.Approval, who.decider.Name)
+		}
+		if av.MyVote != "" {
+			// The voter's other windows: their form gives way to their vote too (issue 34).
+			return fragments(templates.ApprovalVotes(av, true), templates.MyVoteOOB(av))
+		}
+		return templates.ApprovalVotes(av, true)
 	case agent.ApprovalRequested, agent.ApprovalResolved, agent.ToolExecutionStart,
 		agent.ToolExecutionUpdate, agent.ToolExecutionEnd:
 		b.live = s.cfg.Runner.Live(ev.SessionID)

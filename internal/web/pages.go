@@ -17,8 +17,19 @@ import (
 )
 
 func (s *Server) sessionsPage(w http.ResponseWriter, r *http.Request) error {
-	return s.renderSessions(w, r, http.StatusOK, templates.NewSessionForm{Workspace: s.cfg.Workspace, Model: "faux:demo",
+	return s.renderSessions(w, r, http.StatusOK, templates.NewSessionForm{Workspace: s.cfg.Workspace, Model: defaultModel(s.cfg.Models.Names()),
 		Instructions: s.cfg.Runner.DefaultInstructions()}, "")
+}
+
+// defaultModel is the New-session form's model (issue 34): the first real provider's model when
+// one is configured, else faux:demo, the demo.
+func defaultModel(names []string) string {
+	for _, n := range names {
+		if !strings.HasPrefix(n, "faux:") {
+			return n
+		}
+	}
+	return "faux:demo"
 }
 
 // searchSessions lists the sessions, newest first, whose title contains q (case-insensitive;
@@ -266,10 +277,14 @@ func (s *Server) decideAs(w http.ResponseWriter, r *http.Request, sessionID stri
 	if a.Status == gate.Pending {
 		// A vote on a call that needs several approvers, counted (or counted before: one
 		// person counts once), more needed (SPEC §15): the prompt stays as it is for the
-		// others; its votes line and a notice say where it stands.
-		notice = "Your approval is counted once: " + a.VotesText() + "."
+		// others; its votes line says where it stands, and the voter's form gives way to their
+		// vote (no buttons left to press; issue 34). That line is inside the slot, so the final
+		// outcome takes it away.
+		if av.MyVote = myVote(a, by.Name); av.MyVote == "" {
+			av.MyVote = "Your approval is counted once: " + a.VotesText() + "."
+		}
 		var buf bytes.Buffer
-		if err := fragments(templates.ApprovalVotes(av, true), templates.DecisionNotice(card.DOMID, notice)).Render(r.Context(), &buf); err != nil {
+		if err := fragments(templates.ApprovalVotes(av, true), templates.MyVoteOOB(av)).Render(r.Context(), &buf); err != nil {
 			return err
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")

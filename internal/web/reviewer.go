@@ -165,8 +165,19 @@ func (s *Server) reviewerPage(w http.ResponseWriter, r *http.Request) error {
 		what = strings.Join(can[:len(can)-1], ", ") + " and " + can[len(can)-1]
 	}
 	v.Banner = "Shared with you as " + string(l.Role) + ": you can " + what + ". Signed in as " + who.decider.Name + "."
-	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: v.Title}, templates.SessionPage(v)))
+	s.render(w, r, http.StatusOK, templates.Layout(templates.Page{Title: v.Title, Link: s.linkNav(r, l.SessionID)}, templates.SessionPage(v)))
 	return nil
+}
+
+// linkNav is a share link's navigation (issue 34): its session page and its inbox with the
+// session's pending count.
+func (s *Server) linkNav(r *http.Request, sessionID string) *templates.LinkNav {
+	token := r.PathValue("token")
+	n, err := s.cfg.Store.PendingCount(r.Context(), sessionID)
+	if err != nil {
+		n = 0 // the links still work without the count
+	}
+	return &templates.LinkNav{SessionURL: "/r/" + token, InboxURL: "/r/" + token + "/inbox", Pending: n}
 }
 
 // reviewerName records the reviewer's display name, as share.NormalizeName leaves it, in a

@@ -105,6 +105,7 @@ func (s *Server) routes(mux *http.ServeMux) []route {
 		{"POST /sessions/{id}/mode", owner, s.setMode, nil},
 		{"GET /sessions/{id}/audit", owner, s.auditPage, nil},
 		{"GET /sessions/{id}/export.md", owner, s.exportMarkdown, nil},
+		{"GET /sessions/{id}/output/{mid}/{cid}", owner, s.outputDownload, nil},
 		{"GET /sessions/{id}/live", owner, s.live, nil},
 		{"POST /sessions/{id}/shares", owner, s.createShare, nil},
 		{"POST /sessions/{id}/shares/{sid}/revoke", owner, s.revokeShare, nil},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,9 +21,30 @@ import (
 // redirect to /rules (so they work without JavaScript), protected against cross-site requests
 // like every form (http.CrossOriginProtection in Handler).
 
-// rulesPage renders the Rules page with an empty add form.
+// rulesPage renders the Rules page with an empty add form. Its scope starts at the narrowest
+// it can (issue 34): the session it was opened from (?session=<id>), else the server's
+// workspace, else the newest session's; never every session.
 func (s *Server) rulesPage(w http.ResponseWriter, r *http.Request) error {
-	return s.renderRules(w, r, http.StatusOK, templates.RuleForm{Effect: "allow", Scope: "server"}, "")
+	form := templates.RuleForm{Effect: "allow"}
+	if id := r.URL.Query().Get("session"); id != "" {
+		if _, err := s.cfg.Store.Session(r.Context(), id); err == nil {
+			form.Scope = "session:" + id
+		}
+	}
+	return s.renderRules(w, r, http.StatusOK, form, "")
+}
+
+// defaultRuleScope is the add form's scope when none is chosen yet: the first workspace choice
+// (the server's workspace comes first), else the first session's, never "server".
+func defaultRuleScope(opts []templates.Option) string {
+	for _, prefix := range []string{"workspace:", "session:"} {
+		for _, o := range opts {
+			if strings.HasPrefix(o.Value, prefix) {
+				return o.Value
+			}
+		}
+	}
+	return ""
 }
 
 // renderRules renders the Rules page with the add form holding form and, when set, its refusal.
@@ -32,6 +54,12 @@ func (s *Server) renderRules(w http.ResponseWriter, r *http.Request, st int, for
 		return err
 	}
 	v := templates.RulesView{Form: form, Error: formErr, Scopes: ruleScopes(sessions, s.cfg.Workspace)}
+	if v.Form.Scope == "" {
+		v.Form.Scope = defaultRuleScope(v.Scopes)
+	}
+	if v.Form.Confirm != nil {
+		v.Form.Confirm.Titles = titlesOf(sessions)
+	}
 	if err := s.cfg.Gate.RulesError(); err != nil {
 		v.CompileError = err.Error()
 	}
@@ -77,7 +105,7 @@ func ruleRow(rl gate.Rule, titles map[string]string) templates.RuleRow {
 // for the server's workspace and each session's, "session:<id>" for each session (newest
 // first, as the store lists them).
 func ruleScopes(sessions []agent.Session, serverWorkspace string) []templates.Option {
-	opts := []templates.Option{{Value: "server", Label: "server (every session)"}}
+	var opts []templates.Option
 	var folders []string
 	if serverWorkspace != "" {
 		folders = append(folders, serverWorkspace)
@@ -93,22 +121,56 @@ func ruleScopes(sessions []agent.Session, serverWorkspace string) []templates.Op
 	for _, sess := range sessions {
 		opts = append(opts, templates.Option{Value: "session:" + sess.ID, Label: "session " + sess.Title})
 	}
-	return opts
+	// The widest last: a rule for every session is chosen on purpose (issue 34).
+	return append(opts, templates.Option{Value: "server", Label: "server (every session)"})
+}
+
+// titlesOf maps each session's id to its title.
+func titlesOf(sessions []agent.Session) map[string]string {
+	out := make(map[string]string, len(sessions))
+	for _, sess := range sessions {
+		out[sess.ID] = sess.Title
+	}
+	return out
 }
 
 // addRule makes a rule from the Rules page's form: fields rule (its text), effect (allow, ask,
-// deny), scope ("server", "workspace:<folder>", "session:<id>") and note. A rule the parser or
-// compiler refuses, or a bad effect or scope, shows the page again (400) with the message in a
-// role="alert" and the typed text kept; an unknown session is refused the same way. Success
+// deny), scope ("server", "workspace:<folder>", "session:<id>"), when (a CEL condition), note,
+// approvers and reviewers. A rule the parser or compiler refuses, or a bad effect or scope,
+// shows the page again (400) with the message in a role="alert" and the typed text kept; an
+// unknown session is refused the same way. An allow of a whole tool or of every tool (no
+// specifier, no when) is first shown back with a confirmation naming the pending calls it
+// would release (200); its "Save anyway" (field confirm, confirmKey) saves it. Success
 // redirects to /rules (303).
 func (s *Server) addRule(w http.ResponseWriter, r *http.Request) error {
 	if err := parseForm(r); err != nil {
 		return err
 	}
 	form := templates.RuleForm{Text: r.PostForm.Get("rule"), Effect: r.PostForm.Get("effect"),
-		Scope: r.PostForm.Get("scope"), Note: r.PostForm.Get("note"),
+		Scope: r.PostForm.Get("scope"), Note: r.PostForm.Get("note"), When: r.PostForm.Get("when"),
 		Approvers: r.PostForm.Get("approvers"), Reviewers: r.PostForm.Get("reviewers")}
-	if _, err := s.makeRule(r.Context(), form); err != nil {
+	rl, err := s.buildRule(form)
+	// "Save anyway" confirms the rule and scope it was shown for, not whatever the form holds
+	// when it is pressed.
+	confirmed := err == nil && r.PostForm.Get("confirm") == confirmKey(rl, form.Scope)
+	if err == nil && wholeToolAllow(rl) && !confirmed {
+		err = s.cfg.Gate.CheckRule(rl) // a rule that would be refused is refused first
+	}
+	if err == nil && wholeToolAllow(rl) && !confirmed {
+		// An allow of every call of a tool, or of every tool, asks first and names what it
+		// would release now (issue 34): the pending calls it reaches, by session.
+		c, err := s.releasedBy(r.Context(), rl)
+		if err != nil {
+			return err
+		}
+		c.Key = confirmKey(rl, form.Scope)
+		form.Confirm = &c
+		return s.renderRules(w, r, http.StatusOK, form, "")
+	}
+	if err == nil {
+		_, err = s.cfg.Gate.AddRule(r.Context(), rl)
+	}
+	if err != nil {
 		if c := apperr.CodeOf(err); c == apperr.Invalid || c == apperr.NotFound {
 			return s.renderRules(w, r, http.StatusBadRequest, form, apperr.MessageOf(err))
 		}
@@ -118,10 +180,52 @@ func (s *Server) addRule(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// makeRule checks the add form and saves its rule through the runner (SourceAPI would say the
-// JSON API: a rule made on the Rules page is the owner's, source api like every rule the owner
-// makes outside a prompt). Errors: apperr.Invalid, apperr.NotFound.
-func (s *Server) makeRule(ctx context.Context, f templates.RuleForm) (gate.Rule, error) {
+// wholeToolAllow reports whether rl allows every call of a tool, or of every tool: no
+// specifier and no `when` narrow it.
+func wholeToolAllow(rl gate.Rule) bool {
+	return rl.Effect == gate.Allow && rl.Specifier == "" && strings.TrimSpace(rl.When) == ""
+}
+
+// confirmKey names what a "Save anyway" confirms: the rule's text and the scope chosen.
+func confirmKey(rl gate.Rule, scope string) string { return rl.Text() + " @ " + scope }
+
+// releasedBy is what saving rl would let run now: the pending approvals of the sessions it
+// reaches whose tool its pattern names (deny and ask rules may still hold some: "up to").
+func (s *Server) releasedBy(ctx context.Context, rl gate.Rule) (templates.RuleConfirm, error) {
+	c := templates.RuleConfirm{Rule: rl.Text(), Scope: string(rl.Scope)}
+	items, err := s.cfg.Store.Inbox(ctx, agent.InboxQuery{})
+	if err != nil {
+		return c, err
+	}
+	seen := map[string]bool{}
+	for _, it := range items {
+		a := it.Approval
+		if ok, _ := path.Match(rl.Tool, a.ToolName); !ok {
+			continue
+		}
+		switch rl.Scope {
+		case gate.ScopeSession:
+			if a.SessionID != rl.SessionID {
+				continue
+			}
+		case gate.ScopeWorkspace:
+			if filepath.Clean(it.Workspace) != filepath.Clean(rl.Workspace) {
+				continue
+			}
+		}
+		c.Pending++
+		if !seen[a.SessionID] {
+			seen[a.SessionID] = true
+			c.SessionIDs = append(c.SessionIDs, a.SessionID)
+		}
+	}
+	return c, nil
+}
+
+// buildRule reads the add form into a rule (SourceAPI would say the JSON API: a rule made on
+// the Rules page is the owner's, source api like every rule the owner makes outside a prompt),
+// its `when` as typed; the gate's compiler checks it when it is saved. Errors: apperr.Invalid.
+func (s *Server) buildRule(f templates.RuleForm) (gate.Rule, error) {
 	text := strings.TrimSpace(f.Text)
 	if text == "" {
 		return gate.Rule{}, apperr.Errorf(apperr.Invalid, "A rule needs a text, such as run_command(git diff:*).")
@@ -129,7 +233,8 @@ func (s *Server) makeRule(ctx context.Context, f templates.RuleForm) (gate.Rule,
 	if len(text) > maxRuleText || len(f.Note) > maxRuleNote {
 		return gate.Rule{}, apperr.Errorf(apperr.Invalid, "The rule is too long (text at most %d bytes, note %d).", maxRuleText, maxRuleNote)
 	}
-	rl := gate.Rule{Effect: gate.Effect(f.Effect), Source: gate.SourceAPI, CreatedBy: gate.ByOwner, Note: strings.TrimSpace(f.Note)}
+	rl := gate.Rule{Effect: gate.Effect(f.Effect), Source: gate.SourceAPI, CreatedBy: gate.ByOwner, Note: strings.TrimSpace(f.Note),
+		When: strings.TrimSpace(f.When)}
 	switch rl.Effect {
 	case gate.Allow, gate.Ask, gate.Deny:
 	default:
@@ -166,7 +271,7 @@ func (s *Server) makeRule(ctx context.Context, f templates.RuleForm) (gate.Rule,
 	if err := normalizeReviewers(&rl); err != nil {
 		return gate.Rule{}, err
 	}
-	return s.cfg.Gate.AddRule(ctx, rl)
+	return rl, nil
 }
 
 // deleteRule is a row's Delete: the rule stops applying to the next call; the page is shown

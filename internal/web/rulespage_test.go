@@ -99,7 +99,7 @@ func TestRulesPageListsAddsAndDeletesRules(t *testing.T) {
 	for _, form := range []url.Values{
 		{"rule": {xssRule}, "effect": {"deny"}, "scope": {"server"}, "note": {xssNote}},
 		{"rule": {"shell"}, "effect": {"ask"}, "scope": {"workspace:" + sess.Workspace}},
-		{"rule": {"*"}, "effect": {"allow"}, "scope": {"session:" + sess.ID}},
+		{"rule": {"*"}, "effect": {"allow"}, "scope": {"session:" + sess.ID}, "confirm": {"* @ session:" + sess.ID}},
 	} {
 		if st, body := ts.do(t, "POST", "/rules", formType, form.Encode(), nil); st != 200 || !strings.Contains(body, "<h1>Rules</h1>") {
 			t.Fatalf("add %v = %d (want the page after the redirect): %.300s", form, st, body)

@@ -18,7 +18,9 @@ import (
 
 	"countersign/internal/agent"
 	"countersign/internal/gate"
+	"countersign/internal/notify"
 	"countersign/internal/render"
+	"countersign/internal/share"
 	"countersign/internal/tool"
 	"countersign/web/templates"
 )
@@ -59,6 +61,7 @@ func (s *Server) sessionView(ctx context.Context, r *http.Request, id string, wh
 		Usage: usageText(sess.Usage), Instructions: instructionsView(sess, who, len(items) == 0),
 	}
 	v.AllowAll = s.allowAllRules(sess)
+	v.Context = s.contextView(sess.Model, items)
 	v.Agent = agentView(sess)
 	if who.owner {
 		v.ModeURL = "/sessions/" + sess.ID + "/mode"
@@ -177,6 +180,7 @@ func (b *builder) message(m agent.Message, streaming bool) templates.MessageView
 		v.Shortened = m.ShortenedResults
 		if m.Usage != nil {
 			v.Usage = usageText(*m.Usage)
+			v.ContextUsed = m.Usage.Prompt() + m.Usage.Output
 		}
 	}
 	if m.StopReason == agent.Error || m.StopReason == agent.Aborted {
@@ -317,8 +321,13 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	if streaming && res == nil && appr == nil {
 		c.State = "waiting"
 	}
+	c.Hint = waitingHint(c.State, appr)
 	if res != nil {
 		c.Result = b.resultView(name, *res)
+		if b.who.owner && c.Result.Head != "" && b.results[k] != nil {
+			// A long stored output: the fold offers it whole (issue 34).
+			c.Result.DownloadURL = outputURL(b.sessionID, messageID, toolCallID)
+		}
 		c.DurationMs = res.DurationMs
 		c.Interrupted = res.Interrupted != nil
 	}
@@ -398,7 +407,8 @@ func (b *builder) nestedCard(messageID, parentID string, n tool.NestedCall) temp
 	if n.Error != "" {
 		r.IsError, r.Text = true, n.Error
 	}
-	r.Head, r.Lines = head(r.Text, collapseLines)
+	r.Head, r.Lines = templates.FoldHead(r.Text)
+	r.Diff = n.Name == "git_diff" && n.Status == tool.NestedOK
 	c.Result = r
 	return c
 }
@@ -430,6 +440,7 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	if oc != nil && oc.StoppedWaitingAt != nil {
 		av.AgentNote = "The agent stopped waiting for this decision: it went on its own way. A decision now is recorded as too late and not applied."
 	}
+	b.promptContext(&av, a)
 	av.Deadline = b.s.cfg.Gate.Deadline(a)
 	switch {
 	case oc != nil && oc.Event == gate.EventAAP && oc.Deadline != nil:
@@ -469,6 +480,84 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 		}
 	}
 	return av
+}
+
+// promptContext fills in what a pending prompt says around the call (issue 34): where it acts,
+// the rule that made it ask and that rule's note, who must decide and which approver links the
+// session has, and, on a call several people approve, the viewer's own vote.
+func (b *builder) promptContext(av *templates.ApprovalView, a gate.Approval) {
+	if b.workspace != "" {
+		av.Where = "workspace " + b.workspace
+	}
+	if a.RuleID != "" || a.RuleText != "" {
+		av.RuleText = a.RuleText
+		for _, rl := range b.s.cfg.Gate.Rules() {
+			if rl.ID == a.RuleID {
+				av.RuleText, av.RuleNote = rl.Text(), rl.Note
+				break
+			}
+		}
+	}
+	if len(a.Reviewers) > 0 {
+		av.Reviewers = strings.Join(a.Reviewers, ", ")
+	}
+	if a.Quorum() && b.s.cfg.Shares != nil {
+		if links, err := b.s.cfg.Shares.Links(context.Background(), a.SessionID); err == nil {
+			now := b.s.cfg.Shares.Now()
+			for _, l := range links {
+				if l.Role != share.Approver || !l.Active(now) {
+					continue
+				}
+				name := "approver link " + l.Label
+				if l.For != "" {
+					name = l.For + " (" + l.Label + ")"
+				}
+				av.LinksSent = append(av.LinksSent, name)
+			}
+			slices.Sort(av.LinksSent)
+		}
+	}
+	if b.s.cfg.Notify != nil {
+		// Decision links sent with approval.requested (SPEC §15), by recipient and how the
+		// delivery stands.
+		if ds, err := b.s.cfg.Notify.Deliveries(context.Background(), a.SessionID); err == nil {
+			for _, d := range ds {
+				if d.Event != notify.Requested || d.Approval.ID != a.ID || d.LinkID == "" {
+					continue
+				}
+				name := d.ReceiverID
+				if rc, ok := b.s.receivers[d.ReceiverID]; ok {
+					name = rc.Name
+				}
+				state := "sending"
+				switch {
+				case d.DeliveredAt != nil:
+					state = "sent"
+				case d.Failed:
+					state = "not delivered"
+				}
+				av.LinksSent = append(av.LinksSent, "decision link to "+name+" ("+state+")")
+			}
+		}
+	}
+	if b.who.decidePrefix != "" { // a viewer who may decide
+		av.MyVote = myVote(a, b.who.decider.Name)
+	}
+}
+
+// myVote is, on a pending call several people approve, what the person name's own approval
+// says in place of their buttons ("Your approval is counted once: 1 of 2 approvals — approved by
+// alice. The call waits for the others."); "" before they approved.
+func myVote(a gate.Approval, name string) string {
+	if !a.Quorum() || a.Status != gate.Pending || name == "" {
+		return ""
+	}
+	for _, v := range a.Votes {
+		if v.By == name && v.Decision == gate.Approved {
+			return "Your approval is counted once: " + a.VotesText() + ". The call waits for the others."
+		}
+	}
+	return ""
 }
 
 // fileEditRows reports whether file-write arguments {path, content} can be edited as plain
@@ -595,7 +684,8 @@ func approvalView(a gate.Approval, decideURL string) templates.ApprovalView {
 // resultView is a result as a card shows it, through the tool's renderer when it has one.
 func (b *builder) resultView(name string, r tool.Result) *templates.ResultView {
 	v := &templates.ResultView{IsError: r.IsError, Text: r.TextOf(), StructuredJSON: prettyJSON(r.StructuredContent)}
-	v.Head, v.Lines = head(v.Text, collapseLines)
+	v.Head, v.Lines = templates.FoldHead(v.Text)
+	v.Diff = name == "git_diff" && !r.IsError
 	if r.Interrupted != nil {
 		v.Interrupted = interruptedText(name, *r.Interrupted)
 		return v
@@ -722,24 +812,6 @@ func humanDuration(d time.Duration) string {
 	return fmt.Sprintf("%d h %d min", int(d.Hours()), int(d.Minutes())%60)
 }
 
-// collapseLines is how many lines of a long output a card shows before "show all".
-const collapseLines = 20
-
-// head returns the first n lines of text when it has more ("" otherwise) and its line count.
-func head(text string, n int) (string, int) {
-	lines := strings.Count(text, "\n") + 1
-	if lines <= n {
-		return "", lines
-	}
-	i, seen := 0, 0
-	for seen < n {
-		j := strings.IndexByte(text[i:], '\n')
-		i += j + 1
-		seen++
-	}
-	return strings.TrimSuffix(text[:i], "\n"), lines
-}
-
 // allowAllRules are the texts of the allow rules for every tool ("*", no specifier, no `when`)
 // that reach sess: its own session rules, its workspace's and the server's (SPEC §14: such a
 // rule lets every call run without a prompt on purpose, and the page says so).
@@ -755,4 +827,27 @@ func (s *Server) allowAllRules(sess agent.Session) []string {
 		}
 	}
 	return out
+}
+
+// contextView is the context gauge of a session on model whose transcript is items: the last
+// usage a provider reported (issue 34), against the window the runner fits requests into.
+func (s *Server) contextView(model string, items []templates.MessageView) templates.ContextView {
+	c := templates.ContextView{Window: int64(s.cfg.Runner.ContextWindow(model))}
+	for i := len(items) - 1; i >= 0; i-- {
+		if items[i].ContextUsed > 0 {
+			c.Used = items[i].ContextUsed
+			break
+		}
+	}
+	return c
+}
+
+// waitingHint says why a decided call has not started (issue 34): approved, it waits for the
+// run to go on — on the replica that drives it or, when that one stopped, on the one that takes
+// its session over once its lease runs out (SPEC §16), which can take seconds. "" otherwise.
+func waitingHint(state string, a *gate.Approval) string {
+	if state != "waiting" || a == nil || a.Status != gate.Approved {
+		return ""
+	}
+	return "approved; waiting for the run to go on (if the replica driving it stopped, waiting for a replica to take over)"
 }

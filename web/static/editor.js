@@ -56,13 +56,45 @@
     p.json.value = escapeHidden(JSON.stringify(obj, null, 2));
   }
 
-  // The JSON -> Path and Content, when it parses and holds them as strings.
+  // The JSON -> Path and Content (issue 34: they always show what the JSON says). A property
+  // that is missing or not a string shows as empty; while the JSON does not parse, the fields
+  // are read-only and a note says they follow the JSON again once it does, so they never show
+  // values the form will not send.
   function jsonToFields(p) {
     var obj = parseObject(p.json.value);
-    if (!obj) return;
-    if (typeof obj.path === "string" && p.path.value !== obj.path) p.path.value = obj.path;
-    if (typeof obj.content === "string" && p.content.value !== obj.content) p.content.value = obj.content;
+    var note = p.box.querySelector(".edit-out-of-step");
+    p.path.readOnly = p.content.readOnly = !obj;
+    if (!obj) {
+      if (!note) {
+        note = document.createElement("p");
+        note.className = "note edit-out-of-step";
+        note.setAttribute("role", "status");
+        note.textContent = "The JSON below does not parse: Path and Content follow it again once it does.";
+        p.box.insertBefore(note, p.box.firstChild);
+      }
+      return;
+    }
+    if (note) note.remove();
+    var path = typeof obj.path === "string" ? obj.path : "";
+    var content = typeof obj.content === "string" ? obj.content : "";
+    if (p.path.value !== path) p.path.value = path;
+    if (p.content.value !== content) p.content.value = content;
   }
+
+  // A refusal shown under the form is about the arguments as they were sent: once they change
+  // it is stale, and the live preview says what Approve would refuse now, so the error shows once.
+  function clearRefusal(p) {
+    var errs = p.approval.querySelector(".approval-form .form-errors");
+    if (errs && errs.firstChild) errs.replaceChildren();
+  }
+
+  // And the other way round: a refusal just shown replaces the preview's note of the same problem.
+  document.addEventListener("htmx:afterSwap", function (e) {
+    var t = e.detail && e.detail.target;
+    if (!t || !t.matches || !t.matches(".approval-form .form-errors") || !t.querySelector("[role=alert]")) return;
+    var approval = t.closest(".approval");
+    if (approval) approval.querySelectorAll(".call-preview .preview-problem").forEach(function (n) { n.remove(); });
+  });
 
   function fields(p) {
     return [p.json, p.path, p.content].filter(Boolean);
@@ -86,7 +118,9 @@
 
   function close(btn, p) {
     p.box.hidden = true;
-    fields(p).forEach(function (f) { f.disabled = true; f.value = ""; });
+    fields(p).forEach(function (f) { f.disabled = true; f.readOnly = false; f.value = ""; });
+    var note = p.box.querySelector(".edit-out-of-step");
+    if (note) note.remove();
     var st = pending.get(p.box);
     if (st) {
       clearTimeout(st.timer);
@@ -123,6 +157,10 @@
         if (seq !== st.seq || p.box.hidden || !p.preview.isConnected) return;
         if (r.ok) {
           p.preview.innerHTML = r.html;
+          // A refusal of these same arguments is shown already (Approve came first): once is enough.
+          if (p.approval.querySelector(".approval-form .form-errors [role=alert]")) {
+            p.preview.querySelectorAll(".preview-problem").forEach(function (n) { n.remove(); });
+          }
         } else {
           var note = document.createElement("p");
           note.className = "preview-problem";
@@ -151,6 +189,7 @@
       if (t === p.path || t === p.content) fieldsToJSON(p);
       else if (t === p.json) jsonToFields(p);
     }
+    clearRefusal(p);
     schedulePreview(p);
   });
 })();

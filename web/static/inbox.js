@@ -33,9 +33,10 @@
     var tool = badge.getAttribute("data-new-tool") || "";
     var session = badge.getAttribute("data-new-session") || "";
     var url = badge.getAttribute("data-new-url") || "/inbox";
+    var summary = badge.getAttribute("data-new-summary") || "";
     var n;
     try {
-      n = new window.Notification("Approval required: " + tool, { body: tool + " · " + session, tag: id });
+      n = new window.Notification("Approval required: " + tool, { body: tool + " · " + session + (summary ? "\n" + summary : ""), tag: id });
     } catch (err) {
       return; // a browser that only notifies from a service worker
     }
@@ -75,6 +76,8 @@
       var p = window.Notification.permission;
       b.classList.toggle("on", p === "granted");
       b.setAttribute("aria-pressed", p === "granted" ? "true" : "false");
+      // Its words say where it stands (issue 34): asking is done once granted or blocked.
+      b.textContent = p === "granted" ? "Notifications on" : p === "denied" ? "Notifications blocked" : "Notify me";
       b.title = p === "granted" ? "Notifications are on: a new approval notifies you while this tab is hidden."
         : p === "denied" ? "Notifications are blocked in this browser's site settings."
         : "Get a browser notification when an approval waits while this tab is hidden.";

@@ -35,7 +35,14 @@
     }
   }
   document.addEventListener("input", function (e) {
-    if (e.target.matches && e.target.matches("form.session-search input[name=q]")) filterSessions(e.target);
+    if (e.target.matches && e.target.matches("form.session-search input[name=q]")) {
+      filterSessions(e.target);
+      // The address says the search (issue 34), so a reload or a copied link keeps it: /?q=…
+      var u = new URL(window.location.href);
+      var q = e.target.value.trim();
+      if (q) u.searchParams.set("q", q); else u.searchParams.delete("q");
+      window.history.replaceState(null, "", u.pathname + u.search + u.hash);
+    }
   });
 
   // --- Tools panel: filter by name, remember collapsed groups -----------------------------

@@ -79,6 +79,9 @@ type BadgeView struct {
 // BadgeNew is a new approval as a notification shows it.
 type BadgeNew struct {
 	ApprovalID, ToolName, SessionTitle, URL string
+	// Summary is what the call does in one line, for the notification's text: the command of a
+	// command-running call, else its arguments as compact JSON, cut (issue 34).
+	Summary string
 }
 
 // waitedText is how long an approval has waited, as inbox.js writes it too: "waiting 12 s",

@@ -3,6 +3,8 @@
 package templates
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -20,6 +22,16 @@ type Page struct {
 	// BadgeURL, on an owner page without a socket of its own, is the small socket that keeps the
 	// badge and the title live; "" where the page's socket carries them.
 	BadgeURL string
+	// Link, on a share link's pages, is that link's own navigation (issue 34): its session page,
+	// its inbox with the pending count; nil elsewhere.
+	Link *LinkNav
+}
+
+// LinkNav is a share link's navigation: the session it opens and its inbox (SPEC §15: an
+// approver link's inbox is its own session's), with how many approvals wait there.
+type LinkNav struct {
+	SessionURL, InboxURL string
+	Pending              int
 }
 
 // SessionsView is the session list with the New-session form.
@@ -94,6 +106,8 @@ type SessionView struct {
 	// Usage is the session's token usage in words ("12,345 in · 678 out"); "" when no message
 	// reported any.
 	Usage string
+	// Context is the context gauge (live: id context-gauge).
+	Context ContextView
 	// Agent is an agent session's provenance (SPEC §18); nil for Countersign's own sessions.
 	Agent *AgentView
 }
@@ -126,9 +140,13 @@ var Modes = []string{"default", "plan", "accept-edits"}
 // MessageView is one transcript message: a user message, or an assistant message with its tool
 // calls rendered as cards (their results are shown in the cards, not as separate messages).
 type MessageView struct {
-	ID   string
-	Role string // user | assistant
-	Text string
+	// ContextUsed is, on an assistant message whose provider reported usage, how many tokens
+	// of the context window the conversation takes after it: its request's input (cache
+	// included) plus its output. 0 when none was reported.
+	ContextUsed int64
+	ID          string
+	Role        string // user | assistant
+	Text        string
 	// HTML is the assistant's text as sanitised Markdown (SPEC §6); "" for user messages.
 	HTML      string
 	Error     string // an assistant message that ended in error or was stopped
@@ -169,7 +187,10 @@ type CardView struct {
 	// State is one of: streaming (its arguments are still arriving; ArgumentsJSON holds them
 	// as far as they came), waiting, approval, running, ok, error, denied, blocked, cancelled,
 	// timed_out, violation, interrupted.
-	State    string
+	State string
+	// Hint says why a call in State waits, when the state word alone does not ("approved;
+	// waiting for a replica to take over"); "" otherwise.
+	Hint     string
 	Approval *ApprovalView
 	Update   *tool.Update
 	Result   *ResultView
@@ -249,6 +270,20 @@ type ApprovalView struct {
 	// text, EditRows lines high; the JSON stays one click away.
 	FileEdit bool
 	EditRows int
+	// Where is where the call acts: "workspace /srv/app" (the session's folder); "" when unknown.
+	Where string
+	// RuleText and RuleNote name the rule that made the call ask and its note ("prod deploys
+	// need two people"); "" when no rule asked (the annotations did: AskReason says why).
+	RuleText, RuleNote string
+	// Reviewers are who must decide, in words: "alice, bob" (the rule's reviewers) or "" for
+	// anyone who may decide the session. LinksSent names the approver links the session has
+	// ("alice (release A)"), so the decider knows who else was asked.
+	Reviewers string
+	LinksSent []string
+	// MyVote is, on an approval that needs several approvers, the viewer's own vote so far
+	// ("You approved this call"): the prompt shows it in place of the buttons. "" before
+	// they voted.
+	MyVote string
 }
 
 // ResultView is a tool result as a card shows it.
@@ -262,7 +297,11 @@ type ResultView struct {
 	Head           string
 	Lines          int
 	StructuredJSON string
-	Violation      *ViolationView
+	// DownloadURL downloads the stored result's text whole (the owner's pages); "" for none.
+	DownloadURL string
+	// Diff: Text is a unified diff (git_diff's result), coloured by line.
+	Diff      bool
+	Violation *ViolationView
 	// Interrupted, when set, is what the page says of a call a server restart interrupted
 	// ("The server restarted while run_command was running; it was not re-run …"), shown
 	// instead of Text, which is what the model was told.
@@ -428,7 +467,9 @@ type GrantsView struct {
 // where its Revoke button posts.
 type GrantRow struct {
 	ToolName, GrantedBy, LinkID, LinkLabel string
-	CreatedAt, RevokeURL                   string
+	RevokeURL                              string
+	// CreatedAt is when it was granted, shown in the viewer's time zone (LocalTime).
+	CreatedAt time.Time
 }
 
 // SharesView is the owner's share-links panel (SPEC §6, §7).
@@ -483,6 +524,48 @@ type RuleForm struct {
 	// Approvers (a number, "" for one person) and Reviewers (names, comma-separated) as typed
 	// (SPEC §15; ask rules only).
 	Approvers, Reviewers string
+	// When is the rule's CEL condition as typed ("" for none).
+	When string
+	// Confirm, when set, asks before saving an allow of every call of a tool or of every tool
+	// (issue 34), naming what it would release.
+	Confirm *RuleConfirm
+}
+
+// RuleConfirm is what saving a whole-tool allow would release now: Pending calls waiting in the
+// sessions SessionIDs (Titles names them).
+type RuleConfirm struct {
+	// Key is what "Save anyway" confirms (the rule's text and scope): the form's confirm field.
+	Key         string
+	Rule, Scope string
+	Pending     int
+	SessionIDs  []string
+	Titles      map[string]string
+}
+
+// ConfirmText is the confirmation's sentence: "run_command (workspace) allows every call of
+// the tool without a prompt. Saving it lets 2 pending calls run now, in “a”, “b”."
+func (c RuleConfirm) ConfirmText() string {
+	what := "every call of " + c.Rule
+	if c.Rule == "*" {
+		what = "every call of every tool"
+	}
+	s := fmt.Sprintf("%s (%s) allows %s without a prompt. ", c.Rule, c.Scope, what)
+	if c.Pending == 0 {
+		return s + "No pending call waits for it now."
+	}
+	var names []string
+	for _, id := range c.SessionIDs {
+		t := c.Titles[id]
+		if t == "" {
+			t = id
+		}
+		names = append(names, "“"+t+"”")
+	}
+	calls := "calls"
+	if c.Pending == 1 {
+		calls = "call"
+	}
+	return s + fmt.Sprintf("Saving it lets up to %d pending %s run now, in %s.", c.Pending, calls, strings.Join(names, ", "))
 }
 
 // RuleRow is one rule on the Rules page. Text is gate.Rule.Text ("run_command(git diff:*)", with
@@ -510,4 +593,130 @@ func rememberBoxes(suggested []string) []string {
 		return []string{""}
 	}
 	return suggested
+}
+
+// hintsSummary is the folded annotations line of a prompt: the hints that are on, and how many
+// of the four were defaulted ("Annotations: destructiveHint, openWorldHint · 3 defaulted").
+func hintsSummary(hints []tool.Hint) string {
+	var on []string
+	defaulted := 0
+	for _, h := range hints {
+		if h.Value {
+			on = append(on, h.Name)
+		}
+		if h.Defaulted {
+			defaulted++
+		}
+	}
+	s := "Annotations: "
+	if len(on) == 0 {
+		s += "none set"
+	} else {
+		s += strings.Join(on, ", ")
+	}
+	if defaulted > 0 {
+		s += fmt.Sprintf(" · %d defaulted", defaulted)
+	}
+	return s
+}
+
+// OutputView is a tool's output as a card shows it, folded when long (issue 34): the first
+// FoldLines lines, "show all N lines", and a link to download the stored output. One component
+// (Output) draws every tool's output: a generic result's text, run_command's stdout and stderr.
+type OutputView struct {
+	// Label is the output's accessible name ("stdout"); "" for none. Class is an extra class.
+	Label, Class string
+	Text         string
+	// Head is the start of a long Text ("" when Text is short); Lines is Text's line count.
+	Head  string
+	Lines int
+	// DownloadURL, when set, downloads the stored output whole.
+	DownloadURL string
+	// Diff: Text is a unified diff (git_diff's), its added and removed lines coloured as a
+	// write_file diff's are.
+	Diff bool
+}
+
+// DiffLine is one line of a unified diff as Output colours it: Class is diff-add, diff-del,
+// diff-hunk, diff-file or "".
+type DiffLine struct{ Class, Text string }
+
+// diffLines splits a unified diff's text into lines with their colour classes.
+func diffLines(text string) []DiffLine {
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	out := make([]DiffLine, len(lines))
+	for i, l := range lines {
+		c := ""
+		switch {
+		case strings.HasPrefix(l, "+++ "), strings.HasPrefix(l, "--- "), strings.HasPrefix(l, "diff --git "):
+			c = "diff-file"
+		case strings.HasPrefix(l, "@@"):
+			c = "diff-hunk"
+		case strings.HasPrefix(l, "+"):
+			c = "diff-add"
+		case strings.HasPrefix(l, "-"):
+			c = "diff-del"
+		}
+		out[i] = DiffLine{Class: c, Text: l}
+	}
+	return out
+}
+
+// Fold is text as an OutputView: folded when it is longer than FoldLines lines or FoldBytes.
+func Fold(label, class, text, downloadURL string) OutputView {
+	o := OutputView{Label: label, Class: class, Text: text, DownloadURL: downloadURL}
+	o.Head, o.Lines = FoldHead(text)
+	return o
+}
+
+// FoldLines and FoldBytes are how much of a long output a card shows before "show all".
+const (
+	FoldLines = 20
+	FoldBytes = 4 << 10
+)
+
+// FoldHead returns the first FoldLines lines of text (at most FoldBytes, cut at a character)
+// when text is longer, "" otherwise, and text's line count.
+func FoldHead(text string) (string, int) {
+	lines := strings.Count(text, "\n") + 1
+	if strings.HasSuffix(text, "\n") {
+		lines--
+	}
+	if lines <= FoldLines && len(text) <= FoldBytes {
+		return "", lines
+	}
+	i, seen := 0, 0
+	for seen < FoldLines {
+		j := strings.IndexByte(text[i:], '\n')
+		if j < 0 {
+			i = len(text)
+			break
+		}
+		i += j + 1
+		seen++
+	}
+	h := text[:i]
+	if len(h) > FoldBytes {
+		h = tool.CutUTF8(h, FoldBytes)
+	}
+	return strings.TrimSuffix(h, "\n"), lines
+}
+
+// ContextView is the context gauge (issue 34): how full the model's context window is, from the
+// last usage the provider reported. Used and Window are tokens; Window 0 when unknown (the
+// gauge then says the tokens used only); Used 0 when nothing was reported yet.
+type ContextView struct {
+	Used, Window int64
+}
+
+// Text is the gauge in words: "1,540 of 32,768 tokens (5%)", "1,540 tokens (window unknown)",
+// or "none reported yet".
+func (c ContextView) Text() string {
+	switch {
+	case c.Used <= 0:
+		return "none reported yet"
+	case c.Window <= 0:
+		return Thousands(int(c.Used)) + " tokens (window unknown)"
+	}
+	return fmt.Sprintf("%s of %s tokens (%d%%)", Thousands(int(c.Used)), Thousands(int(c.Window)), c.Used*100/c.Window)
 }

@@ -156,6 +156,12 @@ func TestTheSessionPageEditsInstructionsUntilTheFirstMessage(t *testing.T) {
 	if strings.Contains(page, `id="instructions-box"`) || !strings.Contains(page, `<pre class="instructions-text">Second,`) {
 		t.Error("the reloaded page still offers the editor after the first message")
 	}
+	// The environment block every request adds after the instructions is shown too (SPEC §17,
+	// issue 34): the typed instructions do not hide the workspace the model is told of.
+	env := `data-testid="instructions-environment">` + html.EscapeString(agent.Environment(sess.Workspace)) + `</pre>`
+	if sess.Workspace == "" || !strings.Contains(page, env) {
+		t.Errorf("the page does not show the environment block naming the workspace %q", sess.Workspace)
+	}
 	st, body = ts.do(t, "POST", "/sessions/"+sess.ID+"/instructions", "application/x-www-form-urlencoded", url.Values{"instructions": {"third"}}.Encode(), nil)
 	if st != 409 || !strings.Contains(body, "The instructions can no longer change") || !strings.Contains(body, "Second,") {
 		t.Errorf("edit after the first message = %d %s", st, body)

@@ -103,6 +103,9 @@ func agentView(sess agent.Session) *templates.AgentView {
 // session has no message (empty).
 func instructionsView(sess agent.Session, who viewer, empty bool) templates.InstructionsView {
 	v := templates.InstructionsView{Text: sess.Instructions}
+	if !sess.IsAgent() {
+		v.Environment = agent.Environment(sess.Workspace) // what every request adds (SPEC §17)
+	}
 	if who.owner && empty {
 		v.EditURL = "/sessions/" + sess.ID + "/instructions"
 		v.Rows = min(max(strings.Count(sess.Instructions, "\n")+2, 4), 16)

@@ -132,6 +132,9 @@ type InstructionsView struct {
 	Rows  int
 	Error string
 	Saved bool
+	// Environment is the block Countersign adds to every request's system prompt after the
+	// instructions, naming the workspace (agent.Environment); "" for an outside agent's session.
+	Environment string
 }
 
 // Modes are the session modes in the Mode combobox's order (SPEC §14).

@@ -301,9 +301,14 @@ func (s *Service) rememberRule(a Approval, sess SessionInfo, ans Answer, text st
 // (a grant), as it is when the Service has no RuleSuggester (ServiceConfig.Suggest; cmd/web
 // always wires rules.Suggest): it cannot narrow a rule. Rules the session has already, and
 // suggested rules the compiler refuses (they would decide nothing), are left out. covered is
-// false when no rule, new or kept, stands for the call (every suggestion was refused): the
-// decision then approves this call only.
+// false when no rule, new or kept, stands for the call (every suggestion was refused, or the
+// tool's name is itself a pattern): the decision then approves this call only.
 func (s *Service) sessionRules(a Approval, by Decider) (rules []Rule, covered bool) {
+	if strings.ContainsAny(a.ToolName, `*?[\`) {
+		// A rule's tool is a pattern: a call whose tool name is one (an outside agent names its
+		// own tools: `*`, `B?sh`) would have its approval reach other tools. This call only.
+		return nil, false
+	}
 	base := Rule{Effect: Allow, Tool: a.ToolName, Scope: ScopeSession, SessionID: a.SessionID,
 		Source: SourcePrompt, CreatedBy: by.Name, CreatedVia: by.Via, FromApproval: a.ID}
 	if !argumentsCarryRisk(a) || s.suggest == nil {

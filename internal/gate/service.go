@@ -285,14 +285,6 @@ func (s *Service) Decide(ctx context.Context, sessionID, id string, ans Answer) 
 			rls[i].FromApproval = a.ID
 		}
 		remember = rls
-	case "approve_session":
-		rls, covered := s.sessionRules(a, ans.By)
-		if len(rls) > 0 {
-			remember = rls
-		}
-		if !covered {
-			res.Scope = Once // no rule can stand for this call: it alone is approved
-		}
 	}
 	if len(ans.Arguments) > 0 && a.RequestedBy == RequestedByAgent && !s.outsideEditable(ctx, a) {
 		// SPEC §18: the edit is offered only where the agent honours it (Codex ignores
@@ -305,6 +297,21 @@ func (s *Service) Decide(ctx context.Context, sessionID, id string, ans Answer) 
 			return Approval{}, err
 		}
 		res.EditedArguments = edited
+	}
+	if ans.Decision == "approve_session" {
+		// The rules stand for the call approved: the edited one when the person edited it,
+		// never the arguments they edited away.
+		approved := a
+		if len(res.EditedArguments) > 0 {
+			approved.Arguments = res.EditedArguments
+		}
+		rls, covered := s.sessionRules(approved, ans.By)
+		if len(rls) > 0 {
+			remember = rls
+		}
+		if !covered {
+			res.Scope = Once // no rule can stand for this call: it alone is approved
+		}
 	}
 	// takeBack deletes the rules this decision saved (it lost, or a later rule was refused).
 	takeBack := func(saved []Rule) {

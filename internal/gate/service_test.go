@@ -361,3 +361,29 @@ func (c *countingStore) Approval(ctx context.Context, id string) (gate.Approval,
 	}
 	return a, err
 }
+
+// TestApproveForSessionNeverSavesAToolPatternFromATypedName: "Approve for session" saves a rule
+// for the tool the call names, and a rule's tool is a pattern. An outside agent names its own
+// tools (a hook's tool_name), so one named `*` or `B?sh` would turn the approval of one call
+// into a session rule for every tool, or for another tool, unseen. Such a name is approved once.
+func TestApproveForSessionNeverSavesAToolPatternFromATypedName(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"*", "mcp__evil__*", "B?sh", "[B]ash", `mcp\_x`} {
+		t.Run(name, func(t *testing.T) {
+			k := newServiceKit(t)
+			tk := k.ask(t, "c1", name, `{"x":"y"}`, 0)
+			a, err := k.svc.Decide(ctx, "s1", tk.Approval.ID, gate.Answer{Decision: "approve_session", By: gate.Owner()})
+			if err != nil || a.Status != gate.Approved {
+				t.Fatalf("approve_session: %v, %s", err, a.Status)
+			}
+			for _, rl := range k.svc.Rules() {
+				if rl.SessionID == "s1" {
+					t.Errorf("approving a call of %q for the session saved rule %q (tool pattern %q)", name, rl.Text(), rl.Tool)
+				}
+			}
+			if a.Scope != gate.Once {
+				t.Errorf("the decision's scope is %s, want once: no rule stands for it", a.Scope)
+			}
+		})
+	}
+}

@@ -83,9 +83,9 @@ func (r *Relay) rebuild(ev *agent.Event, p patch) bool {
 		switch {
 		case n < 0:
 			return false
-		case b.Type == "text" && t+n <= len(text):
+		case b.Type == "text" && n <= len(text)-t: // never t+n: a forged length overflows it
 			b.Text, t = text[t:t+n], t+n
-		case b.Type == "thinking" && h+n <= len(thinking):
+		case b.Type == "thinking" && n <= len(thinking)-h:
 			b.Thinking, h = thinking[h:h+n], h+n
 		case b.Type != "text" && b.Type != "thinking" && n == 0:
 		default:

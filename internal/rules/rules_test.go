@@ -449,6 +449,10 @@ func TestSuggest(t *testing.T) {
 		{"write absolute inside", call("write_file", map[string]string{"path": "/ws/src/a.go", "content": "x"}), "write_file(src/**)"},
 		{"write at root", call("write_file", map[string]string{"path": "README.md", "content": "x"}), "write_file(/README.md)"},
 		{"glob chars in folder", call("write_file", map[string]string{"path": "a*b/c", "content": "x"}), `write_file(a\*b/**)`},
+		// A path rule judges the path alone: a tool that also takes the command it runs or the
+		// name it dispatches to gets its exact arguments, never every command in the folder.
+		{"a path and a command", call("exec_in", map[string]string{"path": "src/a", "command": "ls"}), "exec_in(command=ls,path=src/a)"},
+		{"a path and a dispatch name", call("files__run", map[string]string{"path": "a.sh", "name": "exec"}), "files__run(name=exec,path=a.sh)"},
 		{"other tool", call("github__create_issue", map[string]any{"repo": "acme/web", "title": "a, b=c*", "n": 3}), `github__create_issue(n=3,repo=acme/web,title=a\, b\=c\*)`},
 		{"no arguments", call("ping", map[string]any{}), "ping"},
 	}

@@ -42,7 +42,8 @@ import (
 //     workspace) gets the rules for its words all the same; saving them approves this call
 //     once and the same text asks again.
 //   - a call with a string `path` argument inside the workspace (write_file, read_file,
-//     edit-style tools) → <tool>(<folder>/**) for the file's workspace-relative folder, or
+//     edit-style tools) and no argument naming a command or a tool it dispatches to
+//     (dispatchKeys) → <tool>(<folder>/**) for the file's workspace-relative folder, or
 //     <tool>(/<file>) for a file at the workspace root (the "/" anchors it there).
 //   - anything else → the tool with its exact top-level arguments as key=value, sorted by key,
 //     escaped (EscapeValue), or the bare tool name when there are none.
@@ -72,7 +73,7 @@ func Suggest(c gate.RuleCall) []gate.Rule {
 			return out
 		}
 	}
-	if p, ok := str(outsidePathKey(&c)); ok {
+	if p, ok := str(outsidePathKey(&c)); ok && !dispatches(args) {
 		if rel, inside := workspacePath(p, c.Workspace); inside && rel != "." {
 			dir := path.Dir(rel)
 			if dir == "." {
@@ -94,6 +95,21 @@ func Suggest(c gate.RuleCall) []gate.Rule {
 	}
 	r.Specifier = strings.Join(parts, ",")
 	return []gate.Rule{r}
+}
+
+// dispatchKeys are the arguments that name the command a tool runs or the tool it dispatches
+// to (gate's riskyArguments less the paths): a path rule, which judges the path alone, would
+// allow every command or tool in the folder (SPEC §14: no broader than the call).
+var dispatchKeys = []string{"command", "cmd", "name", "tool", "tool_name", "toolName"}
+
+// dispatches reports whether args carry one of dispatchKeys.
+func dispatches(args map[string]json.RawMessage) bool {
+	for _, k := range dispatchKeys {
+		if _, ok := args[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // escapeKey escapes the separators in an argument name.

@@ -102,3 +102,61 @@ func TestApproveForSessionSavesTheNarrowedRuleNeverTheWholeTool(t *testing.T) {
 		})
 	}
 }
+
+// TestApproveForSessionWithAnEditNarrowsToTheEditedCall: "Approve for session" with edited
+// arguments approves the edited call, so the session rule it saves is narrowed from the edited
+// arguments, never from the ones the model asked for: a person who turned `rm -rf /tmp/x` into
+// `touch a.txt` gets `run_command(touch:*)`, not a rule that lets the next `rm …` through.
+func TestApproveForSessionWithAnEditNarrowsToTheEditedCall(t *testing.T) {
+	var mu sync.Mutex
+	var ran []string
+	call := func(id, v string) string {
+		return `{"type":"toolCall","id":"` + id + `","name":"run_command","arguments":{"command":"` + v + `"}}`
+	}
+	script := `{"steps":[
+  {"content":[` + call("c1", "rm -rf /tmp/x") + `],"stopReason":"toolUse"},
+  {"content":[{"type":"text","text":"First done."}],"stopReason":"stop"},
+  {"content":[` + call("c2", "rm -rf /tmp/y") + `],"stopReason":"toolUse"},
+  {"content":[{"type":"text","text":"Done."}],"stopReason":"stop"}]}`
+	ts := newTestServerAgent(t, map[string]string{"edit": script}, nil, func(c *agent.Config) {
+		c.CompileRules, c.ParseRule, c.SuggestRule = rules.Compiler, rules.Parse, rules.Suggest
+	}, recordingTool("run_command", "command", &ran, &mu))
+
+	var sess agent.Session
+	ts.call(t, "POST", "/api/sessions", map[string]string{"title": "edit", "model": "faux:edit"}, &sess)
+	events := ts.events(t, sess.ID)
+	next(t, events, "snapshot")
+	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
+	a := next(t, events, "approval_requested")["approval"].(map[string]any)
+	if st := ts.call(t, "POST", "/api/approvals/"+a["id"].(string)+"/decision", map[string]any{"decision": "approve_session",
+		"arguments": map[string]string{"command": "touch a.txt"}}, nil); st != 200 {
+		t.Fatalf("approve_session with an edit = %d", st)
+	}
+	next(t, events, "agent_end")
+	var list struct{ Rules []listedRule }
+	ts.call(t, "GET", "/api/rules", nil, &list)
+	var texts []string
+	for _, rl := range list.Rules {
+		if rl.SessionID == sess.ID {
+			texts = append(texts, rl.Text)
+		}
+	}
+	if want := []string{"run_command(touch:*)"}; !slices.Equal(texts, want) {
+		t.Errorf("the session's rules %q, want %q: narrowed from the edited call, which is the one approved", texts, want)
+	}
+
+	ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "again"}, nil)
+	b := next(t, events, "approval_requested")["approval"].(map[string]any)
+	if b["toolCallId"] != "c2" {
+		t.Fatalf("asked for %v, want c2", b["toolCallId"])
+	}
+	if st := ts.call(t, "POST", "/api/approvals/"+b["id"].(string)+"/decision", map[string]any{"decision": "deny", "reason": "no"}, nil); st != 200 {
+		t.Fatalf("deny = %d", st)
+	}
+	next(t, events, "agent_end")
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"touch a.txt"}; !slices.Equal(ran, want) {
+		t.Errorf("ran %q, want %q", ran, want)
+	}
+}

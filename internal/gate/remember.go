@@ -345,6 +345,27 @@ func (s *Service) sessionRules(a Approval, by Decider) (rules []Rule, covered bo
 	return out, covered || len(out) > 0
 }
 
+// SessionGrant says what "Approve for session" on a, as asked, lets run without a prompt in its
+// session (SPEC §3), for the prompt to show before the person chooses it: the narrowed rules'
+// texts ("run_command(rm:*)"), or wholeTool when it grants every call of a's tool; neither when
+// it approves this call only (a tool named with a pattern, or no rule narrow enough). What it
+// saves is worked out again at the decision (sessionRules), from the edited arguments if any.
+func (s *Service) SessionGrant(a Approval) (rules []string, wholeTool bool) {
+	if strings.ContainsAny(a.ToolName, `*?[\`) {
+		return nil, false
+	}
+	if !argumentsCarryRisk(a) || s.suggest == nil {
+		return nil, true
+	}
+	for _, sug := range s.SuggestRules(a) {
+		if sug.Specifier != "" {
+			rl := Rule{Effect: Allow, Tool: a.ToolName, Specifier: sug.Specifier}
+			rules = append(rules, rl.Pattern())
+		}
+	}
+	return rules, false
+}
+
 // riskyArguments are the argument names that choose what a call does or touches (SPEC §3): the
 // command a tool runs, the file it writes, or the tool an MCP meta-tool dispatches to.
 var riskyArguments = []string{"command", "cmd", "path", "file_path", "notebook_path", "name", "tool", "tool_name", "toolName"}

@@ -3,7 +3,9 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"html"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -68,6 +70,13 @@ func TestApproveForSessionSavesTheNarrowedRuleNeverTheWholeTool(t *testing.T) {
 			next(t, events, "snapshot")
 			ts.call(t, "POST", "/api/sessions/"+sess.ID+"/messages", map[string]string{"text": "go"}, nil)
 			a := next(t, events, "approval_requested")["approval"].(map[string]any)
+			// The prompt says, before the person chooses it, what the button will allow.
+			_, page := ts.do(t, "GET", "/sessions/"+sess.ID, "", "", nil)
+			note := page[strings.Index(page, `data-testid="session-grant">`)+1:]
+			note = strings.Join(strings.Fields(note[:strings.Index(note, "</p>")]), " ")
+			if want := `Approve for session allows, in this session: <code>` + html.EscapeString(tt.rule) + `</code>`; !strings.HasSuffix(note, want) {
+				t.Errorf("the prompt says %q, want %q", note, want)
+			}
 			if st := ts.call(t, "POST", "/api/approvals/"+a["id"].(string)+"/decision", map[string]any{"decision": "approve_session"}, nil); st != 200 {
 				t.Fatalf("approve_session = %d", st)
 			}

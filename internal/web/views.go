@@ -472,6 +472,7 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 		for _, rl := range b.s.cfg.Gate.SuggestRules(a) {
 			av.SuggestedRules = append(av.SuggestedRules, rl.Pattern())
 		}
+		av.SessionGrantRules, av.SessionGrantWholeTool = b.s.cfg.Gate.SessionGrant(a)
 		av.SessionScopeOnly = b.who.decider.Via != nil
 	}
 	if av.CanEdit {

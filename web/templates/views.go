@@ -246,6 +246,11 @@ type ApprovalView struct {
 	// together cover the call, as text ("run_command(git diff:*)"); several when one rule cannot
 	// cover a command line (`echo hi && ls -1`), one box each.
 	SuggestedRules []string
+	// SessionGrantRules and SessionGrantWholeTool say what "Approve for session" lets run
+	// without a prompt in this session (gate.Service.SessionGrant): the narrowed rules, or every
+	// call of the tool; neither: this call only.
+	SessionGrantRules     []string
+	SessionGrantWholeTool bool
 	// AskReason says why the call waits for a person, after "asks because" (stored with the
 	// approval: "server files is not trusted").
 	AskReason string

@@ -83,7 +83,9 @@ test('a session grant shows the local time, not raw UTC', async ({ page }) => {
   await login(page);
   await newSession(page, `grant time ${Date.now()}`, 'faux:regrant');
   await send(page, 'First.');
-  await approvalGroup(toolCard(page, 'run_command'), 'run_command').getByRole('button', { name: 'Approve for session', exact: true }).click();
+  // faux:regrant's first call is fixture_counter, whose arguments carry no risk: "Approve for
+  // session" grants the tool (SPEC §3), listed under Session grants.
+  await approvalGroup(toolCard(page, 'fixture_counter'), 'fixture_counter').getByRole('button', { name: 'Approve for session', exact: true }).click();
   await expectFinalText(page, 'First turn done.');
   const grants = page.getByRole('region', { name: 'Session grants', exact: true });
   const time = grants.getByRole('listitem').first().locator('time[data-localtime]');

@@ -10,8 +10,11 @@ import { approvalGroup, login, newSession, send, toolCard } from './helpers';
 
 const docs = path.resolve(__dirname, '../../docs');
 
+// A session parked on a run_command prompt. Its command writes a marker of its own
+// (faux:release): the test releases it, and the shared workspace's denied-marker.txt, which
+// other specs check was never written, must stay unwritten.
 async function pendingSession(page: Page, title: string): Promise<string> {
-  const id = await newSession(page, title, 'faux:deny');
+  const id = await newSession(page, title, 'faux:release');
   await send(page, 'Make the marker.');
   await expect(approvalGroup(toolCard(page, 'run_command'), 'run_command')).toBeVisible();
   return id;

@@ -33,7 +33,7 @@ func GrantsPanel(v GrantsView) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		if len(v.Grants) == 0 {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<p class=\"note\">No session grants. \"Approve for session\" lets later calls of a tool run without asking until revoked.</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 2, "<p class=\"note\">No session grants. \"Approve for session\" on a tool whose arguments carry no risk lets its later calls run without asking until revoked; on a command, a file or a dispatched tool it saves the narrowed rule the prompt names instead (listed on the Rules page).</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -140,7 +140,9 @@ func goals() []goal {
 			func(c obj) bool { return num(c, "turn_us_last50")/num(c, "turn_us_first50") <= 1.5 })})
 	}
 	gs = append(gs, goal{"9", "rss after K=1000: ≤ 40 MB (peak, whole process)", one("rss", nil,
-		func(c obj) string { return fmt.Sprintf("%s MB peak (%s MB anonymous)", f(num(c, "max_rss_mb")), f(num(c, "rss_anon_mb"))) },
+		func(c obj) string {
+			return fmt.Sprintf("%s MB peak (%s MB anonymous)", f(num(c, "max_rss_mb")), f(num(c, "rss_anon_mb")))
+		},
 		func(c obj) bool { return num(c, "max_rss_mb") <= 40 })})
 	for _, mode := range []string{"one_at_a_time", "burst"} {
 		gs = append(gs, goal{"9, 35", "approval round trip p99 ≤ 2 ms, the decision durable (" + mode + ")", one("approval_round_trip", map[string]string{"mode": mode},
@@ -193,7 +195,9 @@ func goals() []goal {
 			func(c obj) string { return fmt.Sprintf("%s MB", f(num(c, "rss_mb"))) },
 			func(c obj) bool { return num(c, "rss_mb") <= 80 })},
 		goal{"19", "fanout_html: 1,000 page sockets on 10 sessions, p99 ≤ 50 ms (paced), none dropped", one("fanout_html", map[string]string{"mode": "paced"},
-			func(c obj) string { return fmt.Sprintf("p99 %s ms, dropped %s", f(num(c, "p99_ms")), c.str("dropped_viewers")) },
+			func(c obj) string {
+				return fmt.Sprintf("p99 %s ms, dropped %s", f(num(c, "p99_ms")), c.str("dropped_viewers"))
+			},
 			func(c obj) bool {
 				return num(c, "p99_ms") <= 50 && num(c, "dropped_viewers") == 0 && num(c, "unfinished_viewers") == 0
 			})},
@@ -209,7 +213,9 @@ func goals() []goal {
 	)
 	for _, mode := range []string{"paced", "burst"} {
 		gs = append(gs, goal{"21, 33", "replicas: one session to 1,000 viewers over both replicas p99 < 100 ms (" + mode + ")", one("replicas", map[string]string{"mode": "fanout_" + mode},
-			func(c obj) string { return fmt.Sprintf("p99 %s ms, dropped %s%s", f(num(c, "p99_ms")), c.str("dropped_viewers"), pgFsync(c)) },
+			func(c obj) string {
+				return fmt.Sprintf("p99 %s ms, dropped %s%s", f(num(c, "p99_ms")), c.str("dropped_viewers"), pgFsync(c))
+			},
 			func(c obj) bool { return num(c, "p99_ms") < 100 && num(c, "dropped_viewers") == 0 })})
 	}
 	gs = append(gs,
@@ -217,7 +223,9 @@ func goals() []goal {
 			func(c obj) string { return fmt.Sprintf("%s µs", f(num(c, "us_per_check"))) },
 			func(c obj) bool { return num(c, "us_per_check") < 50 })},
 		goal{"30, 35", "hooks: a rule-decided hook one at a time, p99 ≤ 2 ms at the server", one("hooks", map[string]string{"mode": "one_at_a_time"},
-			func(c obj) string { return fmt.Sprintf("server p99 %s µs (client p99 %s µs)", f(num(c, "server_p99_us")), f(num(c, "p99_us"))) },
+			func(c obj) string {
+				return fmt.Sprintf("server p99 %s µs (client p99 %s µs)", f(num(c, "server_p99_us")), f(num(c, "p99_us")))
+			},
 			func(c obj) bool { return num(c, "server_p99_us") <= 2000 })},
 		goal{"30, 35", "hooks: 50 agents × 10 calls/s for 30 s, p99 ≤ 10 ms, none lost", one("hooks", map[string]string{"mode": "agents"},
 			func(c obj) string {

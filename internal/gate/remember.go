@@ -304,14 +304,10 @@ func (s *Service) rememberRule(a Approval, sess SessionInfo, ans Answer, text st
 // false when no rule, new or kept, stands for the call (every suggestion was refused, or the
 // tool's name is itself a pattern): the decision then approves this call only.
 func (s *Service) sessionRules(a Approval, by Decider) (rules []Rule, covered bool) {
-	if strings.ContainsAny(a.ToolName, `*?[\`) {
-		// A rule's tool is a pattern: a call whose tool name is one (an outside agent names its
-		// own tools: `*`, `B?sh`) would have its approval reach other tools. This call only.
-		return nil, false
-	}
+	specifiers, wholeTool := s.sessionPlan(a)
 	base := Rule{Effect: Allow, Tool: a.ToolName, Scope: ScopeSession, SessionID: a.SessionID,
 		Source: SourcePrompt, CreatedBy: by.Name, CreatedVia: by.Via, FromApproval: a.ID}
-	if !argumentsCarryRisk(a) || s.suggest == nil {
+	if wholeTool {
 		for _, g := range s.grants(a.SessionID) {
 			if g.ToolName == a.ToolName {
 				return nil, true
@@ -326,12 +322,9 @@ func (s *Service) sessionRules(a Approval, by Decider) (rules []Rule, covered bo
 		}
 	}
 	var out []Rule
-	for _, sug := range s.SuggestRules(a) {
-		if sug.Specifier == "" {
-			continue // never the whole tool from here (SPEC §3)
-		}
+	for _, spec := range specifiers {
 		rl := base
-		rl.Tool, rl.Specifier = a.ToolName, sug.Specifier
+		rl.Specifier = spec
 		if existing[rl.Tool+"\x00"+rl.Specifier] {
 			covered = true
 			continue
@@ -345,12 +338,11 @@ func (s *Service) sessionRules(a Approval, by Decider) (rules []Rule, covered bo
 	return out, covered || len(out) > 0
 }
 
-// SessionGrant says what "Approve for session" on a, as asked, lets run without a prompt in its
-// session (SPEC §3), for the prompt to show before the person chooses it: the narrowed rules'
-// texts ("run_command(rm:*)"), or wholeTool when it grants every call of a's tool; neither when
-// it approves this call only (a tool named with a pattern, or no rule narrow enough). What it
-// saves is worked out again at the decision (sessionRules), from the edited arguments if any.
-func (s *Service) SessionGrant(a Approval) (rules []string, wholeTool bool) {
+// sessionPlan is what "Approve for session" on a would allow (sessionRules, SessionGrant): every
+// call of its tool (wholeTool), or the specifiers of the narrowed rules "Always allow…"
+// suggests, never an empty one (SPEC §3); neither for a tool whose name is itself a pattern (an
+// outside agent names its own tools: `*`, `B?sh` would reach other tools): this call only.
+func (s *Service) sessionPlan(a Approval) (specifiers []string, wholeTool bool) {
 	if strings.ContainsAny(a.ToolName, `*?[\`) {
 		return nil, false
 	}
@@ -359,11 +351,23 @@ func (s *Service) SessionGrant(a Approval) (rules []string, wholeTool bool) {
 	}
 	for _, sug := range s.SuggestRules(a) {
 		if sug.Specifier != "" {
-			rl := Rule{Effect: Allow, Tool: a.ToolName, Specifier: sug.Specifier}
-			rules = append(rules, rl.Pattern())
+			specifiers = append(specifiers, sug.Specifier)
 		}
 	}
-	return rules, false
+	return specifiers, false
+}
+
+// SessionGrant says what "Approve for session" on a, as asked, lets run without a prompt in its
+// session (SPEC §3), for the prompt to show before the person chooses it: the narrowed rules'
+// texts ("run_command(rm:*)"), or wholeTool when it grants every call of a's tool; neither when
+// it approves this call only (a tool named with a pattern, or no rule narrow enough). What it
+// saves is worked out again at the decision (sessionRules), from the edited arguments if any.
+func (s *Service) SessionGrant(a Approval) (rules []string, wholeTool bool) {
+	specifiers, wholeTool := s.sessionPlan(a)
+	for _, spec := range specifiers {
+		rules = append(rules, Rule{Effect: Allow, Tool: a.ToolName, Specifier: spec}.Pattern())
+	}
+	return rules, wholeTool
 }
 
 // riskyArguments are the argument names that choose what a call does or touches (SPEC §3): the

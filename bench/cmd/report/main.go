@@ -184,7 +184,6 @@ func render(cs, csRaw, peers, peersRaw []obj) string {
 		}
 		w("| %s | %s | %s | %s | %s | %.3f | %.1f× |\n", kase, n, csVal, peer, f(pv), c/pv, pv/c)
 	}
-	num := func(o obj, k string) float64 { v, _ := o.num(k); return v }
 	for _, n := range []string{"1000", "10000"} {
 		c, ok := find(cs, "countersign", "nested", map[string]string{"n": n})
 		if !ok {

@@ -78,6 +78,10 @@ type Runner struct {
 	gate  *gate.Gate
 	log   *slog.Logger
 	audit *auditLog // nested calls' automatic decisions, written in the background
+	// outside is the queue of outside calls' records written after their answer (QueueAgentCall).
+	outside *outsideLog
+	// deleted are told of every session DeleteSession deleted (OnSessionDeleted); under mu.
+	deleted []func(sessionID string)
 
 	// gs owns a person's decisions, rules, modes and grants (SPEC §14, §15); rules is its
 	// rulebook, which the calls are checked against, and sessions its port to this runner's
@@ -118,6 +122,7 @@ func New(cfg Config) *Runner {
 		cfg.Replicas = &SingleServer{}
 	}
 	r := &Runner{cfg: cfg, log: cfg.Logger, runs: map[string]*run{}, deleting: map[string]bool{}, audit: newAuditLog(cfg.Store, cfg.Logger)}
+	r.outside = newOutsideLog(cfg.Logger.Error)
 	r.replica = newReplica(r, cfg.Replicas)
 	if _, alone := cfg.Replicas.(*SingleServer); !alone {
 		r.audit.hold = cfg.Replicas.Hold // nested calls' audit rows are fenced as entries are
@@ -289,6 +294,7 @@ func (r *Runner) DeleteSession(ctx context.Context, sessionID string) (err error
 	}
 	r.deleting[sessionID] = true
 	r.mu.Unlock()
+	r.outside.flush() // its records queued before now are stored, then deleted with it
 	defer func() {
 		r.mu.Lock()
 		delete(r.deleting, sessionID)
@@ -299,8 +305,22 @@ func (r *Runner) DeleteSession(ctx context.Context, sessionID string) (err error
 	}
 	r.rules.ForgetSession(sessionID) // their rows went with the session
 	r.modes.Delete(sessionID)
+	r.mu.Lock()
+	told := r.deleted
+	r.mu.Unlock()
+	for _, fn := range told {
+		fn(sessionID)
+	}
 	r.publish(Event{Type: SessionDeleted, SessionID: sessionID})
 	return nil
+}
+
+// OnSessionDeleted adds fn, told the id of every session DeleteSession deletes, once its rows
+// are gone: a cache of sessions (the MCP gateway's) forgets it, so the next call makes a new one.
+func (r *Runner) OnSessionDeleted(fn func(sessionID string)) {
+	r.mu.Lock()
+	r.deleted = append(r.deleted, fn)
+	r.mu.Unlock()
 }
 
 // Busy reports whether sessionID has a run in this process.
@@ -419,9 +439,11 @@ func (e *StoppedError) Unwrap() error {
 func (e *StoppedError) Error() string { return "Run stopped by " + e.By }
 
 // Wait blocks until every run has ended (used by graceful shutdown after Shutdown), then writes
-// the rules' hits counted since the last run ended.
+// the rules' hits counted since the last run ended and the outside calls' records still queued
+// (QueueAgentCall).
 func (r *Runner) Wait() {
 	r.wg.Wait()
+	r.outside.flush()
 	r.gs.FlushRuleHits()
 }
 

@@ -175,6 +175,12 @@ type OutsideRequest struct {
 	// (setting decided.Approval.MessageID), not synced: one commit on the answer's path (issue
 	// 35). For a call that asks, decided is nil and Record runs before the approval is stored.
 	Record func(ctx context.Context, callID string, decided *OutsideDecided) (messageID string, err error)
+	// Later says Record does not store a call a rule, the mode or a default decided before it
+	// returns: it queues the record, to be stored after the answer and shown once stored
+	// (agent.Runner.QueueAgentCall), so the gate does not show it either (Door 2: issue 35's "no
+	// commit on the answer's path of a call a rule allowed", as nested calls' audit). A call that
+	// asks a person is stored before it is shown, whatever Later says.
+	Later bool
 	// EditedKey, when set, is the match key of an edited input of this call (hooks.MatchKey of
 	// the event with that input): a person's approval with an edit is found by it too.
 	EditedKey func(edited json.RawMessage) (string, error)
@@ -433,7 +439,8 @@ func (s *Service) judgeOutside(ctx context.Context, req OutsideRequest, callID s
 // recordDecided stores j, a call decided with no person, and shows it: the call's message (through
 // req.Record), its automatic approval and its outside call in one commit, not synced (issue 35:
 // no fsync on the answer's path of a call a rule allowed; Countersign runs nothing on it, and a
-// power loss keeps or drops the three together). It returns the approval as stored.
+// power loss keeps or drops the three together); with req.Later, Record queues them to be
+// stored after the answer and shown then. It returns the approval as stored (or queued).
 func (s *Service) recordDecided(ctx context.Context, os OutsideStore, req OutsideRequest, j judgedCall) (Approval, error) {
 	a, err := s.gate.Automatic(j.d.Record(j.base))
 	if err != nil {
@@ -444,6 +451,9 @@ func (s *Service) recordDecided(ctx context.Context, os OutsideStore, req Outsid
 	if req.Record != nil {
 		if a.MessageID, err = req.Record(ctx, j.callID, &OutsideDecided{Approval: a, Call: oc}); err != nil {
 			return Approval{}, err
+		}
+		if req.Later {
+			return a, nil // shown by Record's queue once stored
 		}
 	} else if err := os.CreateDecidedOutsideCall(ctx, a, oc); err != nil {
 		return Approval{}, err

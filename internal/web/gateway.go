@@ -296,11 +296,17 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 	stopProgress := progress("waiting for approval: " + url)
 	defer stopProgress()
 	gs := g.s.cfg.Runner.GateSession(sess)
+	// A call a rule, the mode or a default decided is recorded after the answer (Later: issue 35,
+	// no commit on the answer's path); one that asks a person is stored before it is shown.
 	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args, Session: &gs,
-		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true}
+		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: true}
 	oreq.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
-		m, err := g.s.cfg.Runner.RecordAgentCall(ctx, sess, agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
-			Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}}, decided)
+		m := agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
+			Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}}
+		if decided != nil {
+			return g.s.cfg.Runner.QueueAgentCall(sess, m, *decided, g.lost(sess.ID)).ID, nil
+		}
+		m, err := g.s.cfg.Runner.RecordAgentCall(ctx, sess, m, nil)
 		return m.ID, err
 	}
 	v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)
@@ -391,7 +397,9 @@ func (g *gateway) taken(sessionID string, ref callRef) {
 }
 
 // consumed records what became of a decided call (the upstream's result, or that it never ran)
-// on its outside call and its card (SPEC §18 "Outcomes"), and moves the call's key on (key).
+// on its outside call and its card (SPEC §18 "Outcomes"), and moves the call's key on (key). The
+// outcome of a call decided without a person is queued, to be stored after the answer behind the
+// call's own record (issue 35); a person's call's is stored before consumed returns.
 func (g *gateway) consumed(ctx context.Context, sessionID string, ref callRef, a gate.Approval, res tool.Result, neverRan bool) {
 	if ref.digest != "" {
 		g.taken(sessionID, ref)
@@ -399,11 +407,33 @@ func (g *gateway) consumed(ctx context.Context, sessionID string, ref callRef, a
 	if a.ID == "" {
 		return
 	}
-	bg := context.WithoutCancel(ctx)
+	outcome := gatewayOutcome(res, neverRan)
+	if a.Automatic {
+		// Decided without a person: recorded after the answer, behind the call's own record.
+		g.s.cfg.Runner.QueueAgentOutcome(a, res, outcome, g.lost(sessionID))
+		return
+	}
+	if err := g.s.cfg.Runner.RecordAgentOutcome(context.WithoutCancel(ctx), a, res, outcome); err != nil {
+		g.s.log.Error("MCP gateway: record a result", "approval", a.ID, "err", err)
+	}
+}
+
+// gatewayOutcome is the outcome stored on a gateway call's outside call: its result as MCP shapes
+// it, and whether it never ran.
+func gatewayOutcome(res tool.Result, neverRan bool) json.RawMessage {
 	outcome, _ := json.Marshal(map[string]any{"content": res.Content, "structuredContent": res.StructuredContent,
 		"isError": res.IsError, "neverRan": neverRan})
-	if err := g.s.cfg.Runner.RecordAgentOutcome(bg, a, res, outcome); err != nil {
-		g.s.log.Error("MCP gateway: record a result", "approval", a.ID, "err", err)
+	return outcome
+}
+
+// lost is told of a queued record of agent session sessionID that could not be stored
+// (agent.Runner.QueueAgentCall): when the session is gone (deleted on another replica), the
+// next call of its client makes a new one.
+func (g *gateway) lost(sessionID string) func(error) {
+	return func(err error) {
+		if apperr.CodeOf(err) == apperr.NotFound {
+			g.forgetSessionID(sessionID)
+		}
 	}
 }
 
@@ -484,6 +514,18 @@ func (g *gateway) session(ctx context.Context, connID, sid, name, version string
 func (g *gateway) forgetSession(connID, sid, name string) {
 	g.sessMu.Lock()
 	delete(g.sessions, gatewaySessionKey(connID, sid, name))
+	g.sessMu.Unlock()
+}
+
+// forgetSessionID drops agent session id from gateway.sessions: it was deleted
+// (agent.Runner.OnSessionDeleted), and the next call of its client makes a new one.
+func (g *gateway) forgetSessionID(id string) {
+	g.sessMu.Lock()
+	for k, sess := range g.sessions {
+		if sess.ID == id {
+			delete(g.sessions, k)
+		}
+	}
 	g.sessMu.Unlock()
 }
 

@@ -19,6 +19,7 @@ import (
 	"countersign/internal/gate"
 	"countersign/internal/mcp"
 	"countersign/internal/rules"
+	"countersign/internal/store/sqlite"
 	"countersign/internal/tool"
 	"countersign/internal/web"
 )
@@ -99,6 +100,13 @@ func (gs *gatewayServer) sid(cs *sdk.ClientSession) string {
 
 func newGatewayServer(t *testing.T, ruleTexts ...string) *gatewayServer {
 	t.Helper()
+	return newGatewayServerWith(t, nil, ruleTexts...)
+}
+
+// newGatewayServerWith is newGatewayServer with agentCfg, when set, changing the runner's config
+// first (a store that holds writes…).
+func newGatewayServerWith(t *testing.T, agentCfg func(*agent.Config), ruleTexts ...string) *gatewayServer {
+	t.Helper()
 	up := newUpstream(t)
 	cfg, err := mcp.ParseConfig("mcp.json", []byte(`{"mcpServers":{"up":{"url":"`+up.URL+`","trusted":true}}}`))
 	if err != nil {
@@ -130,6 +138,9 @@ func newGatewayServer(t *testing.T, ruleTexts ...string) *gatewayServer {
 		c.GatewayProgressEvery = 50 * time.Millisecond
 	}, func(c *agent.Config) {
 		c.CompileRules, c.ParseRule, c.SuggestRule = rules.NewCompiler(nil), rules.Parse, rules.Suggest
+		if agentCfg != nil {
+			agentCfg(c)
+		}
 	}, tools...)
 	conn, tok, err := ts.conns.Create(context.Background(), "test mcp", connections.MCP)
 	if err != nil {
@@ -758,4 +769,126 @@ func TestGatewayCallsAfterTheirSessionIsDeletedMakeANewOne(t *testing.T) {
 	if es, _ := gs.db.Entries(context.Background(), second.ID); len(es) < 2 {
 		t.Errorf("new session holds %d entries, want the call and its result", len(es))
 	}
+}
+
+// heldStore holds the writes of outside calls decided without a person (AppendOutsideCall,
+// AppendOutsideOutcome) while held is set, until it is released.
+type heldStore struct {
+	*sqlite.DB
+	held     atomic.Bool
+	release  chan struct{}
+	entering chan string // told of each held write as it starts waiting
+	once     sync.Once
+}
+
+// let releases the held writes (once), and holds no more.
+func (h *heldStore) let() {
+	h.held.Store(false)
+	h.once.Do(func() { close(h.release) })
+}
+
+func (h *heldStore) wait(what string) {
+	if h.held.Load() {
+		h.entering <- what
+		<-h.release
+	}
+}
+
+func (h *heldStore) AppendOutsideCall(ctx context.Context, sessionID string, m agent.Message, a gate.Approval, c gate.OutsideCall) (agent.Entry, error) {
+	h.wait("call")
+	return h.DB.AppendOutsideCall(ctx, sessionID, m, a, c)
+}
+
+func (h *heldStore) AppendOutsideOutcome(ctx context.Context, sessionID string, m agent.Message, approvalID string, outcome json.RawMessage, at time.Time) (agent.Entry, error) {
+	h.wait("outcome")
+	return h.DB.AppendOutsideOutcome(ctx, sessionID, m, approvalID, outcome, at)
+}
+
+// Issue 35: a call a rule allowed is answered without waiting for its record's commit (the
+// record is written after the answer, in order), and the page is shown it only once it is
+// stored; a call that asks a person is stored after the records queued before it, so the
+// transcript keeps the calls' order.
+func TestGatewayAnswersARuleAllowedCallBeforeItsRecordIsStoredAndShowsItOnlyOnceStored(t *testing.T) {
+	hs := &heldStore{release: make(chan struct{}), entering: make(chan string, 4)}
+	gs := newGatewayServerWith(t, func(c *agent.Config) {
+		hs.DB = c.Store.(*sqlite.DB)
+		c.Store = hs
+	}, "allow up__read")
+	cs := gs.client(t, "queue-test", nil)
+	t.Cleanup(hs.let) // before the client and the servers close (cleanups run last first)
+	read := func(name string) <-chan callAnswer {
+		return callAsync(cs, &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": name}})
+	}
+	if res := wait(t, read("first")); res.IsError {
+		t.Fatalf("first call: %q", textOf(res))
+	}
+	gs.runner.FlushAgentRecords()
+	sess, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := gs.broker.Subscribe(sess.ID)
+	defer gs.broker.Unsubscribe(sub)
+	before, _ := gs.db.Entries(context.Background(), sess.ID)
+
+	hs.held.Store(true)
+	got := read("second")
+	select {
+	case w := <-hs.entering:
+		if w != "call" {
+			t.Fatalf("the first held write is the %s, want the call", w)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the call's record was never written")
+	}
+	// The record's write is held: the answer comes anyway, with the upstream's result.
+	if res := wait(t, got); res.IsError || textOf(res) != "note second" {
+		t.Fatalf("second call: isError %v %q", res.IsError, textOf(res))
+	}
+	if es, _ := gs.db.Entries(context.Background(), sess.ID); len(es) != len(before) {
+		t.Fatalf("%d entries while the record is held, want %d", len(es), len(before))
+	}
+	// A call that asks a person, made now, is stored after the queued records.
+	asked := callAsync(cs, &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "third"}})
+	select {
+	case ev := <-sub.C:
+		t.Fatalf("event %s shown while its record is held", ev.Type)
+	case <-time.After(300 * time.Millisecond):
+	}
+	hs.let()
+	a := gs.pendingIn(t, gs.sid(cs))
+	es, err := gs.db.Entries(context.Background(), sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, e := range es[len(before):] {
+		switch {
+		case e.Message.Role == agent.ToolResult:
+			order = append(order, "result "+e.Message.Result.TextOf())
+		case len(e.Message.Content) == 1:
+			order = append(order, "call "+string(e.Message.Content[0].Arguments))
+		}
+	}
+	if want := []string{`call {"name":"second"}`, "result note second", `call {"name":"third"}`}; strings.Join(order, " | ") != strings.Join(want, " | ") {
+		t.Fatalf("transcript after the first call:\n%s\nwant\n%s", strings.Join(order, "\n"), strings.Join(want, "\n"))
+	}
+	// Shown once stored, in the same order.
+	var shown []string
+	for len(shown) < 4 {
+		select {
+		case ev := <-sub.C:
+			switch ev.Type {
+			case agent.MessageEnd, agent.ApprovalResolved, agent.ToolExecutionEnd, agent.ApprovalRequested:
+				shown = append(shown, string(ev.Type))
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("events shown: %v", shown)
+		}
+	}
+	if want := "message_end approval_resolved tool_execution_end message_end"; strings.Join(shown, " ") != want {
+		t.Errorf("events %v, want %s", shown, want)
+	}
+	gs.decide(t, a, map[string]any{"decision": "deny"})
+	wait(t, asked)
 }

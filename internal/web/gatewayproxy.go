@@ -205,6 +205,9 @@ func (s *Server) mcpOutcome(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The call's record, when a rule decided it, may still be queued (Later): stored first, so
+	// it is found and its outcome is taken once.
+	s.cfg.Runner.FlushAgentRecords()
 	a, err := s.cfg.Store.Approval(ctx, req.ApprovalID)
 	if err != nil || a.SessionID != sess.ID {
 		return apperr.Errorf(apperr.NotFound, "no call %q in this session", req.ApprovalID)
@@ -232,7 +235,10 @@ func (s *Server) mcpOutcome(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		final = t.Finalize(res, rerr)
 	}
-	s.gateway.consumed(ctx, sess.ID, callRef{}, a, final, false)
+	// Stored before the answer (not queued), so a second report of the same call finds it.
+	if err := s.cfg.Runner.RecordAgentOutcome(context.WithoutCancel(ctx), a, final, gatewayOutcome(final, false)); err != nil {
+		return err
+	}
 	out, err := json.Marshal(toCallResult(final))
 	if err != nil {
 		return err

@@ -206,6 +206,9 @@ func New(cfg Config) *Server {
 	}
 	s.failures.client = s.clientIP
 	s.gateway = newGateway(s)
+	if cfg.Runner != nil {
+		cfg.Runner.OnSessionDeleted(s.gateway.forgetSessionID)
+	}
 	// A link revoked or a login ended on another replica closes its sockets here too.
 	cfg.Peers.Subscribe(closeSocketsTopic, s.closeSocketsFromPeer)
 	if cfg.Connections != nil {

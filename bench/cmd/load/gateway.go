@@ -39,7 +39,32 @@ const gatewayRule = "up__touch"
 type gatewayEnv struct {
 	base, upstream string
 	token          string
+	e              *testkit.Bench
 	stop           func()
+}
+
+// recorded waits for the records queued after the answers (agent.Runner.QueueAgentCall) and
+// counts the outside calls stored with their outcome, in every session: each call the gateway
+// answered must have one.
+func (g *gatewayEnv) recorded(ctx context.Context) (int, error) {
+	g.e.Runner.FlushAgentRecords()
+	ss, err := g.e.DB.Sessions(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range ss {
+		cs, err := g.e.DB.OutsideCalls(ctx, s.ID)
+		if err != nil {
+			return 0, err
+		}
+		for _, c := range cs {
+			if c.Outcome != nil {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 func newGatewayEnv(ctx context.Context) (*gatewayEnv, error) {
@@ -105,7 +130,7 @@ func newGatewayEnv(ctx context.Context) (*gatewayEnv, error) {
 	}
 	hs := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: srv.Handler()}
 	go hs.Serve(ln)
-	return &gatewayEnv{base: "http://" + ln.Addr().String(), upstream: upURL, token: token,
+	return &gatewayEnv{base: "http://" + ln.Addr().String(), upstream: upURL, token: token, e: e,
 		stop: func() { hs.Close(); cancel(); m.Close(); uhs.Close(); cleanup() }}, nil
 }
 
@@ -186,13 +211,20 @@ func gatewayOneAtATime(ctx context.Context, n, warmup int) (line, error) {
 	}
 	cpu := testkit.CPU() - c0
 	added := percentile(gw, 99) - percentile(d, 99)
+	stored, err := g.recorded(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if stored != warmup+n {
+		return nil, fmt.Errorf("%d calls through the gateway, %d stored with their outcome", warmup+n, stored)
+	}
 	return line{}.add("peer", "countersign").add("case", "gateway").add("mode", "one_at_a_time").add("n", n).
 		add("warmup", warmup).add("rule", gatewayRule).
 		add("direct_p50_us", round1(percentile(d, 50))).add("direct_p99_us", round1(percentile(d, 99))).
 		add("gateway_p50_us", round1(percentile(gw, 50))).add("gateway_p99_us", round1(percentile(gw, 99))).
 		add("added_p50_us", round1(percentile(gw, 50)-percentile(d, 50))).add("added_p99_us", round1(added)).
 		add("cpu_us_per_call", round1(float64(cpu.Nanoseconds())/1e3/float64(warmup+n))).
-		add("under_goal", added <= 1000), nil
+		add("recorded", stored).add("under_goal", added <= 1000), nil
 }
 
 // gatewayClients is the clients measurement.
@@ -247,11 +279,19 @@ func gatewayClients(ctx context.Context, clients int, d time.Duration) (line, er
 	}
 	wg.Wait()
 	total := time.Since(start)
+	stored, err := g.recorded(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Every answered call (and each client's first) is stored with its outcome; errors are none.
+	if ok := calls.Load() - errs.Load() + int64(clients); int64(stored) != ok {
+		return nil, fmt.Errorf("%d calls answered, %d stored with their outcome", ok, stored)
+	}
 	l := line{}.add("peer", "countersign").add("case", "gateway").add("mode", "clients").add("clients", clients).
 		add("seconds", round1(d.Seconds())).add("calls", calls.Load()).add("errors", errs.Load()).
 		add("calls_per_s", round1(float64(calls.Load())/total.Seconds())).
 		add("p50_us", round1(percentile(lat, 50))).add("p99_us", round1(percentile(lat, 99))).add("max_us", round1(percentile(lat, 100))).
-		add("under_goal", errs.Load() == 0)
+		add("recorded", stored).add("under_goal", errs.Load() == 0)
 	if e, ok := firstErr.Load().(string); ok {
 		l = l.add("first_error", e)
 	}

@@ -65,6 +65,7 @@ func (r *Runner) RecordAgentCall(ctx context.Context, sess Session, m Message, d
 	if _, err := r.cfg.Store.AppendOutsideCall(ctx, sessionID, m, decided.Approval, decided.Call); err != nil {
 		return Message{}, err
 	}
+	r.outside.stored()
 	r.publish(Event{Type: MessageEnd, SessionID: sessionID, MessageID: m.ID, Message: &m})
 	return m, nil
 }
@@ -84,6 +85,7 @@ func (r *Runner) RecordAgentOutcome(ctx context.Context, a gate.Approval, res to
 	if _, err := r.cfg.Store.AppendOutsideOutcome(ctx, a.SessionID, m, a.ID, outcome, now); err != nil {
 		return err
 	}
+	r.outside.stored()
 	r.showOutcome(a, res)
 	return nil
 }

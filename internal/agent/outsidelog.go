@@ -29,10 +29,14 @@ import (
 // Durability: a crash loses only the records still queued, calls a rule decided whose answer
 // was already sent; a call that asks a person is stored before it is shown, as always. A write
 // that fails is logged and handed to the record's failed func; the call it records has run.
+// After a write the store refused (not a session deleted meanwhile), the log is broken until a
+// record is stored again: callers then store before answering (AgentRecordsQueued), so a store
+// that refuses writes fails calls closed instead of letting them run unrecorded.
 type outsideLog struct {
 	log func(msg string, args ...any)
 
 	mu      sync.Mutex
+	broken  error      // the last write's error, while no record was stored since
 	cond    *sync.Cond // broadcast when a record is written or the queue has room
 	queue   []outsideRecord
 	queued  uint64 // records ever queued
@@ -85,7 +89,8 @@ func (l *outsideLog) write() {
 		}
 		l.cond.Broadcast() // room
 		l.mu.Unlock()
-		if err := rec.write(ctx); err != nil {
+		err := rec.write(ctx)
+		if err != nil {
 			l.log("an outside call's record was not stored", "err", err)
 			if rec.failed != nil {
 				rec.failed(err)
@@ -94,11 +99,31 @@ func (l *outsideLog) write() {
 			rec.show()
 		}
 		l.mu.Lock()
+		switch {
+		case err == nil:
+			l.broken = nil
+		case apperr.CodeOf(err) != apperr.NotFound: // a deleted session is no store failure
+			l.broken = err
+		}
 		l.written++
 		l.cond.Broadcast()
 	}
 	l.writing = false
 	l.mu.Unlock()
+}
+
+// stored says a record was stored by a write that waited for it: the store takes writes again.
+func (l *outsideLog) stored() {
+	l.mu.Lock()
+	l.broken = nil
+	l.mu.Unlock()
+}
+
+// queueing says whether records may be queued: no queued write failed since the last stored.
+func (l *outsideLog) queueing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.broken == nil
 }
 
 // flush waits until every record queued before it is written (or failed): the barrier that
@@ -164,6 +189,12 @@ func (r *Runner) QueueAgentOutcome(a gate.Approval, res tool.Result, outcome jso
 		failed: failed,
 	})
 }
+
+// AgentRecordsQueued says whether a call decided without a person may be recorded after its
+// answer (QueueAgentCall): false after a queued record the store refused, until RecordAgentCall
+// or RecordAgentOutcome stores one again — the caller then records before answering, and a store
+// that refuses writes fails the call instead of letting it run unrecorded.
+func (r *Runner) AgentRecordsQueued() bool { return r.outside.queueing() }
 
 // FlushAgentRecords waits until every record queued by QueueAgentCall and QueueAgentOutcome
 // before it is stored (or failed).

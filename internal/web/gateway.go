@@ -297,16 +297,19 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 	defer stopProgress()
 	gs := g.s.cfg.Runner.GateSession(sess)
 	// A call a rule, the mode or a default decided is recorded after the answer (Later: issue 35,
-	// no commit on the answer's path); one that asks a person is stored before it is shown.
+	// no commit on the answer's path) — unless a record queued so was refused by the store: then
+	// it is stored first, and a store that refuses it fails the call. One that asks a person is
+	// stored before it is shown.
+	later := g.s.cfg.Runner.AgentRecordsQueued()
 	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args, Session: &gs,
-		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: true}
+		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: later}
 	oreq.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
 		m := agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
 			Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}}
-		if decided != nil {
+		if decided != nil && later {
 			return g.s.cfg.Runner.QueueAgentCall(sess, m, *decided, g.lost(sess.ID)).ID, nil
 		}
-		m, err := g.s.cfg.Runner.RecordAgentCall(ctx, sess, m, nil)
+		m, err := g.s.cfg.Runner.RecordAgentCall(ctx, sess, m, decided)
 		return m.ID, err
 	}
 	v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)
@@ -408,7 +411,7 @@ func (g *gateway) consumed(ctx context.Context, sessionID string, ref callRef, a
 		return
 	}
 	outcome := gatewayOutcome(res, neverRan)
-	if a.Automatic {
+	if a.Automatic && g.s.cfg.Runner.AgentRecordsQueued() {
 		// Decided without a person: recorded after the answer, behind the call's own record.
 		g.s.cfg.Runner.QueueAgentOutcome(a, res, outcome, g.lost(sessionID))
 		return

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -779,6 +780,7 @@ type heldStore struct {
 	release  chan struct{}
 	entering chan string // told of each held write as it starts waiting
 	once     sync.Once
+	fail     atomic.Bool // the writes fail, as a full disk's would
 }
 
 // let releases the held writes (once), and holds no more.
@@ -796,6 +798,9 @@ func (h *heldStore) wait(what string) {
 
 func (h *heldStore) AppendOutsideCall(ctx context.Context, sessionID string, m agent.Message, a gate.Approval, c gate.OutsideCall) (agent.Entry, error) {
 	h.wait("call")
+	if h.fail.Load() {
+		return agent.Entry{}, errors.New("disk I/O error: the disk is full")
+	}
 	return h.DB.AppendOutsideCall(ctx, sessionID, m, a, c)
 }
 
@@ -891,4 +896,66 @@ func TestGatewayAnswersARuleAllowedCallBeforeItsRecordIsStoredAndShowsItOnlyOnce
 	}
 	gs.decide(t, a, map[string]any{"decision": "deny"})
 	wait(t, asked)
+}
+
+// A store that refuses a record queued after its answer fails the calls after it closed: they are
+// stored before they run, and one the store refuses does not run; once a record is stored again,
+// records are queued again.
+func TestGatewayFailsCallsClosedAfterTheStoreRefusedAQueuedRecord(t *testing.T) {
+	hs := &heldStore{release: make(chan struct{}), entering: make(chan string, 4)}
+	gs := newGatewayServerWith(t, func(c *agent.Config) {
+		hs.DB = c.Store.(*sqlite.DB)
+		c.Store = hs
+	}, "allow up__read")
+	cs := gs.client(t, "breaker-test", nil)
+	read := func(name string) (*sdk.CallToolResult, error) {
+		return cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": name}})
+	}
+	if res, err := read("one"); err != nil || res.IsError {
+		t.Fatalf("first call: %v %+v", err, res)
+	}
+	hs.fail.Store(true)
+	// Queued: answered before the store refuses its record.
+	if res, err := read("two"); err != nil || res.IsError {
+		t.Fatalf("second call: %v %+v", err, res)
+	}
+	gs.runner.FlushAgentRecords()
+	if gs.runner.AgentRecordsQueued() {
+		t.Fatal("records are still queued after the store refused one")
+	}
+	reads := gs.up.reads.Load()
+	res, err := read("three")
+	if err == nil && !res.IsError {
+		t.Fatalf("a call the store cannot record was answered: %+v", res)
+	}
+	if n := gs.up.reads.Load() - reads; n != 0 {
+		t.Fatalf("the upstream ran the unrecorded call %d times", n)
+	}
+	hs.fail.Store(false)
+	if res, err := read("four"); err != nil || res.IsError {
+		t.Fatalf("the call after the store is back: %v %+v", err, res)
+	}
+	if !gs.runner.AgentRecordsQueued() {
+		t.Fatal("records are not queued again after one was stored")
+	}
+	gs.runner.FlushAgentRecords()
+	sess, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := gs.db.OutsideCalls(context.Background(), sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range calls {
+		a, err := gs.db.Approval(context.Background(), c.ApprovalID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(a.Arguments))
+	}
+	if want := `{"name":"one"} {"name":"four"}`; strings.Join(got, " ") != want {
+		t.Errorf("stored calls %v, want %s (the refused one lost, logged; the failed one never ran)", got, want)
+	}
 }

@@ -3,7 +3,7 @@ import * as path from 'node:path';
 import { expect, test } from '@playwright/test';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { OWNER_TOKEN, approvalGroup, loginAt, ownPortBase, startOwnServer, toolCard } from './helpers';
+import { OWNER_TOKEN, approvalGroup, loginAt, ownPortBase, startOwnServer, toolCard, transcript } from './helpers';
 
 // Issue 31, acceptance 2: a real MCP client nobody here wrote — the official TypeScript SDK
 // (@modelcontextprotocol/sdk 1.32.2) with its Streamable HTTP client — connects to Countersign's
@@ -59,6 +59,65 @@ test('the TypeScript SDK calls a gated tool through /mcp; the prompt shows with 
     expect(result.content).toEqual([{ type: 'text', text: 'echo: through the gateway' }]);
     // The outcome shows in the call's card.
     await expect(tc).toContainText('echo: through the gateway');
+  } finally {
+    await client?.close();
+    await srv.kill();
+  }
+});
+
+// Issue 35: a call a rule allows is answered without waiting for its record; the record is
+// stored right after and only then shown. The page open on the agent session shows the next
+// call and its result live (no reload), in order, and after a reload they are still there.
+test('a call a rule allows through /mcp is answered at once and shown in the page once stored', async ({ page, request }, info) => {
+  const stdioserver = path.resolve(__dirname, '../../bin/mcp-stdioserver');
+  expect(fs.existsSync(stdioserver), `${stdioserver} is missing: run make e2e (or make mcp-testserver)`).toBe(true);
+  const name = `mcp-gateway-rule-${info.workerIndex}-${Date.now()}`;
+  const root = path.resolve(__dirname, '../.tmp', name);
+  fs.mkdirSync(root, { recursive: true });
+  const config = path.join(root, 'mcp.json');
+  fs.writeFileSync(config, JSON.stringify({ mcpServers: { stdio: { command: stdioserver } } }));
+  const srv = await startOwnServer(name, ownPortBase + 140 + (info.workerIndex % 10), ['-mcp-config', config]);
+  let client: Client | undefined;
+  try {
+    const owner = { Authorization: `Bearer ${OWNER_TOKEN}` };
+    const conn = await request.post(`${srv.baseURL}/api/connections`, { headers: owner, data: { label: 'e2e rule client', kind: 'mcp' } });
+    expect(conn.status(), await conn.text()).toBe(201);
+    const { token } = await conn.json();
+    const rule = await request.post(`${srv.baseURL}/api/rules`, { headers: owner, data: { text: 'stdio__echo', effect: 'allow', scope: 'server' } });
+    expect(rule.status(), await rule.text()).toBe(201);
+
+    client = new Client({ name: 'e2e-rule-client', version: '1.0.0' });
+    await client.connect(new StreamableHTTPClientTransport(new URL(`${srv.baseURL}/mcp`), {
+      requestInit: { headers: { Authorization: `Bearer ${token}` } },
+    }));
+    const first = await client.callTool({ name: 'stdio__echo', arguments: { text: 'first by rule' } });
+    expect(first.isError ?? false).toBe(false);
+    expect(first.structuredContent).toEqual({ echo: 'first by rule' });
+
+    await loginAt(page, srv.baseURL);
+    await page.goto(`${srv.baseURL}/`);
+    await page.getByRole('link', { name: /e2e-rule-client 1\.0\.0 · MCP/ }).first().click();
+    await expect(page.locator('#session-title')).toHaveText('e2e-rule-client 1.0.0 · MCP');
+    const cards = transcript(page).getByRole('article', { name: 'Tool call stdio__echo', exact: true });
+    await expect(cards).toHaveCount(1);
+    await expect(cards.first()).toContainText('echo: first by rule');
+    await expect(cards.first()).toContainText('stdio__echo');
+
+    // Live: the next call appears with its result, after the first, without a reload.
+    const second = await client.callTool({ name: 'stdio__echo', arguments: { text: 'second by rule' } });
+    expect(second.structuredContent).toEqual({ echo: 'second by rule' });
+    await expect(cards).toHaveCount(2);
+    await expect(cards.nth(1)).toContainText('echo: second by rule');
+    await expect(page.getByRole('group', { name: /Approval required/ })).toHaveCount(0);
+
+    await page.reload();
+    await expect(cards).toHaveCount(2);
+    await expect(cards.nth(0)).toContainText('echo: first by rule');
+    await expect(cards.nth(1)).toContainText('echo: second by rule');
+    // The audit names the rule for both.
+    await page.getByRole('link', { name: 'Audit' }).click();
+    await expect(page.locator('table tr').filter({ hasText: 'stdio__echo' })).toHaveCount(2);
+    await expect(page.locator('table tr').filter({ hasText: 'stdio__echo' }).first()).toContainText('stdio__echo');
   } finally {
     await client?.close();
     await srv.kill();

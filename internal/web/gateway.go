@@ -241,7 +241,7 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 		if err != nil {
 			return nil, err
 		}
-		v, url, ref, err := g.decide(ctx, sess, t, args, info, progress)
+		v, url, ref, err := g.decide(ctx, sess, t, args, info, progress, true)
 		if err != nil {
 			g.forgetSession(info.connectionID, sid, name)
 		}
@@ -251,7 +251,7 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 			if sess, _, err = g.session(ctx, info.connectionID, sid, name, version); err != nil {
 				return nil, err
 			}
-			v, url, ref, err = g.decide(ctx, sess, t, args, info, progress)
+			v, url, ref, err = g.decide(ctx, sess, t, args, info, progress, true)
 		}
 		if err != nil {
 			return nil, err
@@ -282,10 +282,13 @@ func waitingText(url string) string {
 // decide passes a call of t with args (valid, compact) in agent session sess through the gate
 // (gate.Service.DecideOutside: an outside call of t, matched by tool and arguments within the
 // session, held until info's deadline); progress, while it is held, sends "waiting for
-// approval: <url>". It returns the verdict, the URL where the call is approved, and the call's
-// match key it was asked under (for consumed). Errors: the gate's and the store's.
+// approval: <url>". queue says a call a rule, the mode or a default decided may be recorded
+// after the answer (agent.Runner.QueueAgentCall): not for mcp-proxy, whose allowed call's outcome
+// comes in a later request (/mcp/outcome) that any replica may serve, and must find the call
+// stored there. It returns the verdict, the URL where the call is approved, and the call's match
+// key it was asked under (for consumed). Errors: the gate's and the store's.
 func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, args json.RawMessage, info gatewayInfo,
-	progress func(message string) (stop func())) (gate.OutsideVerdict, string, callRef, error) {
+	progress func(message string) (stop func()), queue bool) (gate.OutsideVerdict, string, callRef, error) {
 	ref, err := g.ref(ctx, sess.ID, callDigest(t.Name, args))
 	if err != nil {
 		return gate.OutsideVerdict{}, "", callRef{}, err
@@ -300,7 +303,7 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 	// no commit on the answer's path) — unless a record queued so was refused by the store: then
 	// it is stored first, and a store that refuses it fails the call. One that asks a person is
 	// stored before it is shown.
-	later := g.s.cfg.Runner.AgentRecordsQueued()
+	later := queue && g.s.cfg.Runner.AgentRecordsQueued()
 	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args, Session: &gs,
 		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: later}
 	oreq.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {

@@ -1,0 +1,128 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"countersign/internal/agent"
+	"countersign/internal/rules"
+	"countersign/internal/store/sqlite"
+	"countersign/internal/tool"
+	"countersign/internal/web"
+)
+
+// Door 2 across replicas (SPEC §16: any replica serves any request, no sticky sessions): a call
+// a rule decided is recorded after its answer on the replica that answered it, so what a later
+// request reads on another replica must not depend on that record's being stored yet.
+
+// gatewayReplica is a second server over gs's store with a runner of its own (its own queue of
+// records, its own generations and session cache): another replica behind the load balancer.
+type gatewayReplica struct {
+	*httptest.Server
+	runner *agent.Runner
+}
+
+func (gs *gatewayServer) replica(t *testing.T) *gatewayReplica {
+	t.Helper()
+	r := agent.New(agent.Config{Store: gs.db, Models: gs.env.Scripts, Tools: gs.env.Tools, Broker: agent.NewBroker(),
+		ApprovalTimeout: time.Minute, CompileRules: rules.NewCompiler(nil), ParseRule: rules.Parse, SuggestRule: rules.Suggest})
+	tools := gs.env.Tools.All()
+	srv := web.New(web.Config{Runner: r, Store: gs.db, Broker: agent.NewBroker(), OwnerToken: token, Connections: gs.conns,
+		OwnerSessions: gs.db, Notify: gs.db, GatewayTools: func() []*tool.Tool { return tools }})
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		r.Shutdown("test cleanup")
+		r.Wait()
+		hs.Close()
+	})
+	return &gatewayReplica{Server: hs, runner: r}
+}
+
+// outcomeHeldStore holds the writes of outside calls' outcomes (AppendOutsideOutcome) while held
+// is set, until released; the calls' own records are written at once.
+type outcomeHeldStore struct {
+	*sqlite.DB
+	held     atomic.Bool
+	release  chan struct{}
+	entering chan struct{}
+	once     sync.Once
+}
+
+func (h *outcomeHeldStore) let() {
+	h.held.Store(false)
+	h.once.Do(func() { close(h.release) })
+}
+
+func (h *outcomeHeldStore) AppendOutsideOutcome(ctx context.Context, sessionID string, m agent.Message, approvalID string, outcome json.RawMessage, at time.Time) (agent.Entry, error) {
+	if h.held.Load() {
+		h.entering <- struct{}{}
+		<-h.release
+	}
+	return h.DB.AppendOutsideOutcome(ctx, sessionID, m, approvalID, outcome, at)
+}
+
+// postJSON posts body to url with the bearer token and returns the status and body.
+func postJSON(t *testing.T, url, bearer, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0, ""
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	return r.StatusCode, string(b)
+}
+
+// mcp-proxy reports an allowed call's outcome in a second request, which another replica may
+// serve: the call a rule allowed is found there as soon as /mcp/decide answered allow.
+func TestGatewayProxyOutcomeIsTakenByAnotherReplicaRightAfterTheAllow(t *testing.T) {
+	hs := &heldStore{release: make(chan struct{}), entering: make(chan string, 4)}
+	gs := newGatewayServerWith(t, func(c *agent.Config) {
+		hs.DB = c.Store.(*sqlite.DB)
+		c.Store = hs
+	}, "allow notes__delete")
+	t.Cleanup(hs.let)
+	other := gs.replica(t)
+	tl := `{"name":"delete","inputSchema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}}`
+	decide := `{"sessionId":"p1","clientInfo":{"name":"c","version":"1"},"server":"notes","tool":` + tl + `,"arguments":{"name":"x"}}`
+
+	hs.held.Store(true)
+	answered := make(chan string, 1)
+	go func() {
+		_, body := postJSON(t, gs.URL+"/mcp/decide", gs.token, decide)
+		answered <- body
+	}()
+	select {
+	case <-hs.entering:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the call's record was never written")
+	}
+	var body string
+	select {
+	case body = <-answered: // answered while its record is held
+	case <-time.After(500 * time.Millisecond):
+		hs.let()
+		body = <-answered
+	}
+	var d struct{ Decision, ApprovalID string }
+	if err := json.Unmarshal([]byte(body), &d); err != nil || d.Decision != "allow" {
+		t.Fatalf("decide: %s", body)
+	}
+	// The wrapped server ran the call; its outcome goes to the other replica.
+	out := `{"sessionId":"p1","approvalId":"` + d.ApprovalID + `","result":{"content":[{"type":"text","text":"gone"}]}}`
+	if st, body := postJSON(t, other.URL+"/mcp/outcome", gs.token, out); st != http.StatusOK {
+		t.Errorf("the outcome reported to another replica right after the allow: %d %s, want 200", st, body)
+	}
+}

@@ -349,7 +349,8 @@ func (c callRef) key() string { return "g" + strconv.Itoa(c.gen) + "-" + c.diges
 // ref is the call with digest in agent session sessionID as asked now: its generation moves on
 // each time a decision is used (taken), so the same call repeated after its deadline finds the
 // decision, once, and the one after that asks again. The generation is found in the store when
-// this process does not know it: the first whose outside call has no outcome yet.
+// this process does not know it: the first whose outside call has no outcome yet and was not
+// decided when it was asked (usedAtOnce).
 func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, error) {
 	id := sessionID + "\x00" + digest
 	g.genMu.Lock()
@@ -367,7 +368,13 @@ func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, e
 			return callRef{}, err
 		}
 		if c.Outcome == nil {
-			break
+			used, err := g.usedAtOnce(ctx, c)
+			if err != nil {
+				return callRef{}, err
+			}
+			if !used {
+				break
+			}
 		}
 	}
 	g.genMu.Lock()
@@ -378,6 +385,23 @@ func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, e
 	}
 	g.genMu.Unlock()
 	return callRef{digest, n}, nil
+}
+
+// usedAtOnce reports whether outside call c was decided without a person when it was asked (a
+// rule, the mode or a default: gate.Gate.Automatic's stamp, decided at its creation), so its
+// decision was used then — run or blocked in the same request — even while its outcome is still
+// queued on the replica that ran it (agent.Runner.QueueAgentOutcome): a repeat of the call never
+// takes that decision again. A call a rule released after it was asked is not (a person's
+// call repeated after its deadline finds it).
+func (g *gateway) usedAtOnce(ctx context.Context, c gate.OutsideCall) (bool, error) {
+	a, err := g.s.cfg.Store.Approval(ctx, c.ApprovalID)
+	if apperr.CodeOf(err) == apperr.NotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt), nil
 }
 
 // maxGens bounds the generations kept in memory; past it they are forgotten and found again in

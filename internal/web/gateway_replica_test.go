@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"countersign/internal/agent"
+	"countersign/internal/gate"
 	"countersign/internal/rules"
 	"countersign/internal/store/sqlite"
 	"countersign/internal/tool"
@@ -124,5 +127,67 @@ func TestGatewayProxyOutcomeIsTakenByAnotherReplicaRightAfterTheAllow(t *testing
 	out := `{"sessionId":"p1","approvalId":"` + d.ApprovalID + `","result":{"content":[{"type":"text","text":"gone"}]}}`
 	if st, body := postJSON(t, other.URL+"/mcp/outcome", gs.token, out); st != http.StatusOK {
 		t.Errorf("the outcome reported to another replica right after the allow: %d %s, want 200", st, body)
+	}
+}
+
+// A call a rule allowed, repeated on another replica while the first one's outcome is still
+// queued on the replica that ran it, is a call of its own (SPEC §18: the same call repeated finds
+// a decision once): it is judged and recorded anew, never run on the first call's approval.
+func TestGatewayRepeatedRuleAllowedCallOnAnotherReplicaGetsItsOwnRecord(t *testing.T) {
+	hs := &outcomeHeldStore{release: make(chan struct{}), entering: make(chan struct{}, 4)}
+	gs := newGatewayServerWith(t, func(c *agent.Config) {
+		hs.DB = c.Store.(*sqlite.DB)
+		c.Store = hs
+	}, "allow up__read")
+	t.Cleanup(hs.let)
+	other := gs.replica(t)
+	connect := func(base string) *sdk.ClientSession {
+		t.Helper()
+		c := sdk.NewClient(&sdk.Implementation{Name: "replica-test", Version: "1"}, nil)
+		cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: base + "/mcp",
+			HTTPClient: &http.Client{Transport: bearerTransport{gs.token}}}, &sdk.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	read := func(cs *sdk.ClientSession) {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": "x"}})
+		if err != nil || res.IsError {
+			t.Fatalf("read: %v %+v", err, res)
+		}
+	}
+	hs.held.Store(true)
+	read(connect(gs.URL))
+	select {
+	case <-hs.entering: // the call's record is stored, its outcome held
+	case <-time.After(15 * time.Second):
+		t.Fatal("the call's outcome was never written")
+	}
+	read(connect(other.URL))
+	hs.let()
+	gs.runner.FlushAgentRecords()
+	other.runner.FlushAgentRecords()
+	if n := gs.up.reads.Load(); n != 2 {
+		t.Fatalf("upstream reads %d, want 2", n)
+	}
+	sess, err := gs.db.AgentSession(context.Background(), gs.connID, "client:replica-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := gs.db.OutsideCalls(context.Background(), sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 {
+		t.Fatalf("%d outside calls recorded for 2 runs, want 2 (one approval used twice)", len(calls))
+	}
+	for _, c := range calls {
+		a, err := gs.db.Approval(context.Background(), c.ApprovalID)
+		if err != nil || a.Status != gate.Approved || c.Outcome == nil {
+			t.Errorf("call %s: %v %s, outcome %s", c.ApprovalID, err, a.Status, c.Outcome)
+		}
 	}
 }

@@ -191,3 +191,42 @@ func TestGatewayRepeatedRuleAllowedCallOnAnotherReplicaGetsItsOwnRecord(t *testi
 		}
 	}
 }
+
+// A session deleted on another replica (its deletion relayed here, SPEC §16) is forgotten by this
+// replica's gateway as by its own deletion: the client's next call, a rule allows at once and
+// records after the answer, goes into a new session, not into the deleted one, where its record
+// would be lost while it ran.
+func TestGatewayForgetsASessionDeletedOnAnotherReplica(t *testing.T) {
+	gs := newGatewayServer(t, "allow up__read")
+	other := gs.replica(t)
+	cs := gs.client(t, "deleted-elsewhere", nil)
+	call := func(name string) {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": name}})
+		if err != nil || res.IsError {
+			t.Fatalf("call %s: %v %+v", name, err, res)
+		}
+	}
+	call("a")
+	gs.runner.FlushAgentRecords()
+	first, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.runner.DeleteSession(context.Background(), first.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The relay delivers the deletion here.
+	gs.runner.Replica().Deliver(agent.Event{Type: agent.SessionDeleted, SessionID: first.ID})
+	call("b")
+	gs.runner.FlushAgentRecords()
+	second, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatalf("the call after the deletion made no session: %v", err)
+	}
+	calls, _ := gs.db.OutsideCalls(context.Background(), second.ID)
+	if second.ID == first.ID || len(calls) != 1 || calls[0].Outcome == nil {
+		t.Fatalf("the call after the deletion: session %s (deleted %s), %d outside calls, want its own record in a new session",
+			second.ID, first.ID, len(calls))
+	}
+}

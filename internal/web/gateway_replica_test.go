@@ -230,3 +230,40 @@ func TestGatewayForgetsASessionDeletedOnAnotherReplica(t *testing.T) {
 			second.ID, first.ID, len(calls))
 	}
 }
+
+// Known, not fixed: a call made on this replica after its session was deleted on another, before
+// the deletion is relayed here (the relay's lag), is decided by a rule with the cached session,
+// answered and run, and its queued record is refused (not_found, logged): it runs with no record
+// anywhere. Before records were queued, the refusal came before the call ran, and the call went
+// into a new session (gateway.call's retry). Remove the Skip to see it fail.
+func TestGatewayRecordsACallMadeBeforeAnotherReplicasDeletionIsRelayed(t *testing.T) {
+	t.Skip("known: a call in the relay's lag after a deletion on another replica runs unrecorded")
+	gs := newGatewayServer(t, "allow up__read")
+	other := gs.replica(t)
+	cs := gs.client(t, "deleted-elsewhere", nil)
+	call := func(name string) {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": name}})
+		if err != nil || res.IsError {
+			t.Fatalf("call %s: %v %+v", name, err, res)
+		}
+	}
+	call("a")
+	gs.runner.FlushAgentRecords()
+	first, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.runner.DeleteSession(context.Background(), first.ID); err != nil {
+		t.Fatal(err)
+	}
+	call("b") // the deletion is not relayed yet
+	gs.runner.FlushAgentRecords()
+	second, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatalf("the call after the deletion ran with no record: %v", err)
+	}
+	if calls, _ := gs.db.OutsideCalls(context.Background(), second.ID); len(calls) != 1 {
+		t.Fatalf("%d outside calls in the new session, want the call's", len(calls))
+	}
+}

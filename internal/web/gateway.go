@@ -289,23 +289,47 @@ func waitingText(url string) string {
 // key it was asked under (for consumed). Errors: the gate's and the store's.
 func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, args json.RawMessage, info gatewayInfo,
 	progress func(message string) (stop func()), queue bool) (gate.OutsideVerdict, string, callRef, error) {
-	ref, err := g.ref(ctx, sess.ID, callDigest(t.Name, args))
+	digest := callDigest(t.Name, args)
+	ref, err := g.ref(ctx, sess.ID, digest)
 	if err != nil {
 		return gate.OutsideVerdict{}, "", callRef{}, err
 	}
-	key := ref.key()
 	url := info.base + "/sessions/" + sess.ID
 	deadline := hookDeadline(time.Now(), info.timeout)
 	stopProgress := progress("waiting for approval: " + url)
 	defer stopProgress()
 	gs := g.s.cfg.Runner.GateSession(sess)
+	for {
+		v, err := g.decideAs(ctx, sess, gs, t, args, ref, deadline, queue)
+		if err != nil || v.Outcome == gate.Asked {
+			return v, url, ref, err
+		}
+		used, err := g.usedElsewhere(ctx, v.Approval)
+		if err != nil {
+			return gate.OutsideVerdict{}, "", callRef{}, err
+		}
+		if !used {
+			return v, url, ref, nil
+		}
+		// Another replica ran the call on this decision since this one learnt its generation: the
+		// decision is used, and the call is asked as the next generation.
+		g.taken(sess.ID, ref)
+		if ref, err = g.ref(ctx, sess.ID, digest); err != nil {
+			return gate.OutsideVerdict{}, "", callRef{}, err
+		}
+	}
+}
+
+// decideAs passes the call through the gate as generation ref (decide).
+func (g *gateway) decideAs(ctx context.Context, sess agent.Session, gs gate.SessionInfo, t *tool.Tool, args json.RawMessage,
+	ref callRef, deadline time.Time, queue bool) (gate.OutsideVerdict, error) {
 	// A call a rule, the mode or a default decided is recorded after the answer (Later: issue 35,
 	// no commit on the answer's path) — unless a record queued so was refused by the store: then
 	// it is stored first, and a store that refuses it fails the call. One that asks a person is
 	// stored before it is shown.
 	later := queue && g.s.cfg.Runner.AgentRecordsQueued()
 	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args, Session: &gs,
-		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: later}
+		MatchKey: ref.key(), Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: later}
 	oreq.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
 		m := agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
 			Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}}
@@ -315,8 +339,22 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 		m, err := g.s.cfg.Runner.RecordAgentCall(ctx, sess, m, decided)
 		return m.ID, err
 	}
-	v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)
-	return v, url, ref, err
+	return g.s.cfg.Gate.DecideOutside(ctx, oreq)
+}
+
+// usedElsewhere reports whether a, the decision a call was given, was found stored and already
+// used: its outside call has an outcome (another replica ran or refused the call on it, SPEC
+// §16), so it is not used again. A decision made for this call now (decided without a person
+// when asked, its record perhaps still queued) is not read.
+func (g *gateway) usedElsewhere(ctx context.Context, a gate.Approval) (bool, error) {
+	if a.ID == "" || a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt) {
+		return false, nil
+	}
+	c, err := g.s.agents.OutsideCall(ctx, a.ID)
+	if apperr.CodeOf(err) == apperr.NotFound {
+		return false, nil
+	}
+	return err == nil && c.Outcome != nil, err
 }
 
 // progress sends notifications/progress every g.every while a call is held, when the client gave

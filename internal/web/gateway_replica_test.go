@@ -267,3 +267,44 @@ func TestGatewayRecordsACallMadeBeforeAnotherReplicasDeletionIsRelayed(t *testin
 		t.Fatalf("%d outside calls in the new session, want the call's", len(calls))
 	}
 }
+
+// A person's decision found by the repeated call is used once across replicas too: once another
+// replica ran the call on it (its outcome stored), the same call repeated here asks anew, even
+// though this replica's generations still name the decided one.
+func TestGatewayUsesAPersonsDecisionOnceAcrossReplicas(t *testing.T) {
+	gs := newGatewayServer(t)
+	other := gs.replica(t)
+	connect := func(base string) *sdk.ClientSession {
+		t.Helper()
+		c := sdk.NewClient(&sdk.Implementation{Name: "once-test", Version: "1"}, nil)
+		cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: base + "/mcp?timeout=1",
+			HTTPClient: &http.Client{Transport: bearerTransport{gs.token}}}, &sdk.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	call := func(cs *sdk.ClientSession) *sdk.CallToolResult {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "r"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	here, there := connect(gs.URL), connect(other.URL)
+	if res := call(here); !strings.HasPrefix(textOf(res), "Waiting for approval at ") {
+		t.Fatalf("first call: %q", textOf(res))
+	}
+	gs.decide(t, gs.pendingIn(t, "client:once-test"), map[string]any{"decision": "approve"})
+	if res := call(there); res.IsError {
+		t.Fatalf("the repeated call on the other replica: %q", textOf(res))
+	}
+	if res := call(here); !res.IsError || !strings.HasPrefix(textOf(res), "Waiting for approval at ") {
+		t.Errorf("the same call once more, here: isError %v %q, want it asked anew", res.IsError, textOf(res))
+	}
+	if n := gs.up.deletes.Load(); n != 1 {
+		t.Errorf("upstream ran delete %d times on one approval, want 1", n)
+	}
+}

@@ -300,7 +300,8 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 	defer stopProgress()
 	gs := g.s.cfg.Runner.GateSession(sess)
 	for {
-		v, err := g.decideAs(ctx, sess, gs, t, args, ref, deadline, queue)
+		v, queued, err := g.decideAs(ctx, sess, gs, t, args, ref, deadline, queue)
+		ref.queued = queued
 		if err != nil || v.Outcome == gate.Asked {
 			return v, url, ref, err
 		}
@@ -320,9 +321,10 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 	}
 }
 
-// decideAs passes the call through the gate as generation ref (decide).
+// decideAs passes the call through the gate as generation ref (decide); queued says a call
+// decided without a person is recorded after the answer, its outcome then too (consumed).
 func (g *gateway) decideAs(ctx context.Context, sess agent.Session, gs gate.SessionInfo, t *tool.Tool, args json.RawMessage,
-	ref callRef, deadline time.Time, queue bool) (gate.OutsideVerdict, error) {
+	ref callRef, deadline time.Time, queue bool) (_ gate.OutsideVerdict, queued bool, _ error) {
 	// A call a rule, the mode or a default decided is recorded after the answer (Later: issue 35,
 	// no commit on the answer's path) — unless a record queued so was refused by the store: then
 	// it is stored first, and a store that refuses it fails the call. One that asks a person is
@@ -339,7 +341,8 @@ func (g *gateway) decideAs(ctx context.Context, sess agent.Session, gs gate.Sess
 		m, err := g.s.cfg.Runner.RecordAgentCall(ctx, sess, m, decided)
 		return m.ID, err
 	}
-	return g.s.cfg.Gate.DecideOutside(ctx, oreq)
+	v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)
+	return v, later, err
 }
 
 // usedElsewhere reports whether a, the decision a call was given, was found stored and already
@@ -378,6 +381,10 @@ func (g *gateway) forwardProgress(ctx context.Context, req *sdk.CallToolRequest)
 type callRef struct {
 	digest string // callDigest; "" names no call
 	gen    int
+	// queued says the call, when no person decided it, was recorded after its answer (decide):
+	// its outcome is too, behind it, whatever the log says since (a store that hangs now does
+	// not hold the answer of a call that ran).
+	queued bool
 }
 
 // key is the call's match key: the generation first, so the call id the gate makes of it (its
@@ -395,10 +402,10 @@ func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, e
 	n, ok := g.gens[id]
 	g.genMu.Unlock()
 	if ok {
-		return callRef{digest, n}, nil
+		return callRef{digest: digest, gen: n}, nil
 	}
 	for ; ; n++ {
-		c, err := g.s.agents.OutsideCallByKey(ctx, sessionID, callRef{digest, n}.key())
+		c, err := g.s.agents.OutsideCallByKey(ctx, sessionID, callRef{digest: digest, gen: n}.key())
 		if apperr.CodeOf(err) == apperr.NotFound {
 			break
 		}
@@ -422,7 +429,7 @@ func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, e
 		g.keep(id, n)
 	}
 	g.genMu.Unlock()
-	return callRef{digest, n}, nil
+	return callRef{digest: digest, gen: n}, nil
 }
 
 // usedAtOnce reports whether outside call c was decided without a person when it was asked (a
@@ -476,7 +483,7 @@ func (g *gateway) consumed(ctx context.Context, sessionID string, ref callRef, a
 		return
 	}
 	outcome := gatewayOutcome(res, neverRan)
-	if a.Automatic && g.s.cfg.Runner.AgentRecordsQueued() {
+	if a.Automatic && ref.queued {
 		// Decided without a person: recorded after the answer, behind the call's own record.
 		g.s.cfg.Runner.QueueAgentOutcome(a, res, outcome, g.lost(sessionID))
 		return

@@ -42,7 +42,16 @@ type outsideLog struct {
 	queued  uint64 // records ever queued
 	written uint64 // records ever taken by the writer and written (or failed)
 	writing bool   // a writer goroutine is running
+	// since is when the writer took the record it is writing (zero between records): a write
+	// that takes longer than outsideStall means a store that hangs (a database unreachable, a
+	// lock held), which must fail calls closed as one that refuses does (queueing).
+	since time.Time
 }
+
+// outsideStall is how long one queued write may take before the log counts as broken (queueing):
+// a store that takes no writes but does not refuse them either must not let the calls after it
+// run unrecorded, up to outsideQueueMax of them.
+const outsideStall = time.Second
 
 // outsideRecord is one queued write: write stores it, show publishes it once stored, failed
 // (may be nil) hears of a write that failed.
@@ -88,6 +97,7 @@ func (l *outsideLog) write() {
 			l.queue = nil // let the backing array go
 		}
 		l.cond.Broadcast() // room
+		l.since = time.Now()
 		l.mu.Unlock()
 		err := rec.write(ctx)
 		if err != nil {
@@ -106,6 +116,7 @@ func (l *outsideLog) write() {
 			l.broken = err
 		}
 		l.written++
+		l.since = time.Time{}
 		l.cond.Broadcast()
 	}
 	l.writing = false
@@ -119,11 +130,12 @@ func (l *outsideLog) stored() {
 	l.mu.Unlock()
 }
 
-// queueing says whether records may be queued: no queued write failed since the last stored.
+// queueing says whether records may be queued: no queued write failed since the last stored,
+// and none has been writing for longer than outsideStall.
 func (l *outsideLog) queueing() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.broken == nil
+	return l.broken == nil && (l.since.IsZero() || time.Since(l.since) < outsideStall)
 }
 
 // flush waits until every record queued before it is written (or failed): the barrier that
@@ -191,7 +203,8 @@ func (r *Runner) QueueAgentOutcome(a gate.Approval, res tool.Result, outcome jso
 }
 
 // AgentRecordsQueued says whether a call decided without a person may be recorded after its
-// answer (QueueAgentCall): false after a queued record the store refused, until RecordAgentCall
+// answer (QueueAgentCall): false while a queued record's write takes longer than outsideStall
+// (the store hangs), and after a queued record the store refused, until RecordAgentCall
 // or RecordAgentOutcome stores one again — the caller then records before answering, and a store
 // that refuses writes fails the call instead of letting it run unrecorded.
 func (r *Runner) AgentRecordsQueued() bool { return r.outside.queueing() }

@@ -229,6 +229,7 @@ func (p *Replica) Deliver(ev Event) {
 		}
 		r.rules.ForgetSession(ev.SessionID)
 		r.modes.Delete(ev.SessionID)
+		r.tellDeleted(ev.SessionID) // the gateway's cached session: its next call makes a new one
 	case ev.Type == SessionUpdated:
 		ctx, cancel := context.WithTimeout(context.Background(), deliverReadTimeout)
 		s, err := r.cfg.Store.Session(ctx, ev.SessionID)

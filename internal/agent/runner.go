@@ -305,18 +305,25 @@ func (r *Runner) DeleteSession(ctx context.Context, sessionID string) (err error
 	}
 	r.rules.ForgetSession(sessionID) // their rows went with the session
 	r.modes.Delete(sessionID)
+	r.tellDeleted(sessionID)
+	r.publish(Event{Type: SessionDeleted, SessionID: sessionID})
+	return nil
+}
+
+// tellDeleted tells OnSessionDeleted's funcs that session sessionID's rows are gone (deleted
+// here, or on another replica: Replica.Deliver).
+func (r *Runner) tellDeleted(sessionID string) {
 	r.mu.Lock()
 	told := r.deleted
 	r.mu.Unlock()
 	for _, fn := range told {
 		fn(sessionID)
 	}
-	r.publish(Event{Type: SessionDeleted, SessionID: sessionID})
-	return nil
 }
 
 // OnSessionDeleted adds fn, told the id of every session DeleteSession deletes, once its rows
-// are gone: a cache of sessions (the MCP gateway's) forgets it, so the next call makes a new one.
+// are gone, here or on another replica (its relayed deletion, Replica.Deliver): a cache of
+// sessions (the MCP gateway's) forgets it, so the next call makes a new one.
 func (r *Runner) OnSessionDeleted(fn func(sessionID string)) {
 	r.mu.Lock()
 	r.deleted = append(r.deleted, fn)

@@ -241,7 +241,7 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 		if err != nil {
 			return nil, err
 		}
-		v, url, ref, err := g.decide(ctx, sess, t, args, info, progress)
+		v, url, ref, err := g.decide(ctx, sess, t, args, info, progress, true)
 		if err != nil {
 			g.forgetSession(info.connectionID, sid, name)
 		}
@@ -251,7 +251,7 @@ func (g *gateway) call(t *tool.Tool) sdk.ToolHandler {
 			if sess, _, err = g.session(ctx, info.connectionID, sid, name, version); err != nil {
 				return nil, err
 			}
-			v, url, ref, err = g.decide(ctx, sess, t, args, info, progress)
+			v, url, ref, err = g.decide(ctx, sess, t, args, info, progress, true)
 		}
 		if err != nil {
 			return nil, err
@@ -282,27 +282,56 @@ func waitingText(url string) string {
 // decide passes a call of t with args (valid, compact) in agent session sess through the gate
 // (gate.Service.DecideOutside: an outside call of t, matched by tool and arguments within the
 // session, held until info's deadline); progress, while it is held, sends "waiting for
-// approval: <url>". It returns the verdict, the URL where the call is approved, and the call's
-// match key it was asked under (for consumed). Errors: the gate's and the store's.
+// approval: <url>". queue says a call a rule, the mode or a default decided may be recorded
+// after the answer (agent.Runner.QueueAgentCall): not for mcp-proxy, whose allowed call's outcome
+// comes in a later request (/mcp/outcome) that any replica may serve, and must find the call
+// stored there. It returns the verdict, the URL where the call is approved, and the call's match
+// key it was asked under (for consumed). Errors: the gate's and the store's.
 func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, args json.RawMessage, info gatewayInfo,
-	progress func(message string) (stop func())) (gate.OutsideVerdict, string, callRef, error) {
-	ref, err := g.ref(ctx, sess.ID, callDigest(t.Name, args))
+	progress func(message string) (stop func()), queue bool) (gate.OutsideVerdict, string, callRef, error) {
+	digest := callDigest(t.Name, args)
+	ref, err := g.ref(ctx, sess.ID, digest)
 	if err != nil {
 		return gate.OutsideVerdict{}, "", callRef{}, err
 	}
-	key := ref.key()
 	url := info.base + "/sessions/" + sess.ID
 	deadline := hookDeadline(time.Now(), info.timeout)
 	stopProgress := progress("waiting for approval: " + url)
 	defer stopProgress()
 	gs := g.s.cfg.Runner.GateSession(sess)
+	for {
+		v, queued, err := g.decideAs(ctx, sess, gs, t, args, ref, deadline, queue)
+		ref.queued = queued
+		if err != nil || v.Outcome == gate.Asked {
+			return v, url, ref, err
+		}
+		used, err := g.usedElsewhere(ctx, v.Approval)
+		if err != nil {
+			return gate.OutsideVerdict{}, "", callRef{}, err
+		}
+		if !used {
+			return v, url, ref, nil
+		}
+		// Another replica ran the call on this decision since this one learnt its generation: the
+		// decision is used, and the call is asked as the next generation.
+		g.taken(sess.ID, ref)
+		if ref, err = g.ref(ctx, sess.ID, digest); err != nil {
+			return gate.OutsideVerdict{}, "", callRef{}, err
+		}
+	}
+}
+
+// decideAs passes the call through the gate as generation ref (decide); queued says a call
+// decided without a person is recorded after the answer, its outcome then too (consumed).
+func (g *gateway) decideAs(ctx context.Context, sess agent.Session, gs gate.SessionInfo, t *tool.Tool, args json.RawMessage,
+	ref callRef, deadline time.Time, queue bool) (_ gate.OutsideVerdict, queued bool, _ error) {
 	// A call a rule, the mode or a default decided is recorded after the answer (Later: issue 35,
 	// no commit on the answer's path) — unless a record queued so was refused by the store: then
 	// it is stored first, and a store that refuses it fails the call. One that asks a person is
 	// stored before it is shown.
-	later := g.s.cfg.Runner.AgentRecordsQueued()
+	later := queue && g.s.cfg.Runner.AgentRecordsQueued()
 	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args, Session: &gs,
-		MatchKey: key, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: later}
+		MatchKey: ref.key(), Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: later}
 	oreq.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
 		m := agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
 			Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}}
@@ -313,7 +342,22 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 		return m.ID, err
 	}
 	v, err := g.s.cfg.Gate.DecideOutside(ctx, oreq)
-	return v, url, ref, err
+	return v, later, err
+}
+
+// usedElsewhere reports whether a, the decision a call was given, was found stored and already
+// used: its outside call has an outcome (another replica ran or refused the call on it, SPEC
+// §16), so it is not used again. A decision made for this call now (decided without a person
+// when asked, its record perhaps still queued) is not read.
+func (g *gateway) usedElsewhere(ctx context.Context, a gate.Approval) (bool, error) {
+	if a.ID == "" || a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt) {
+		return false, nil
+	}
+	c, err := g.s.agents.OutsideCall(ctx, a.ID)
+	if apperr.CodeOf(err) == apperr.NotFound {
+		return false, nil
+	}
+	return err == nil && c.Outcome != nil, err
 }
 
 // progress sends notifications/progress every g.every while a call is held, when the client gave
@@ -337,6 +381,10 @@ func (g *gateway) forwardProgress(ctx context.Context, req *sdk.CallToolRequest)
 type callRef struct {
 	digest string // callDigest; "" names no call
 	gen    int
+	// queued says the call, when no person decided it, was recorded after its answer (decide):
+	// its outcome is too, behind it, whatever the log says since (a store that hangs now does
+	// not hold the answer of a call that ran).
+	queued bool
 }
 
 // key is the call's match key: the generation first, so the call id the gate makes of it (its
@@ -346,17 +394,18 @@ func (c callRef) key() string { return "g" + strconv.Itoa(c.gen) + "-" + c.diges
 // ref is the call with digest in agent session sessionID as asked now: its generation moves on
 // each time a decision is used (taken), so the same call repeated after its deadline finds the
 // decision, once, and the one after that asks again. The generation is found in the store when
-// this process does not know it: the first whose outside call has no outcome yet.
+// this process does not know it: the first whose outside call has no outcome yet and was not
+// decided when it was asked (usedAtOnce).
 func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, error) {
 	id := sessionID + "\x00" + digest
 	g.genMu.Lock()
 	n, ok := g.gens[id]
 	g.genMu.Unlock()
 	if ok {
-		return callRef{digest, n}, nil
+		return callRef{digest: digest, gen: n}, nil
 	}
 	for ; ; n++ {
-		c, err := g.s.agents.OutsideCallByKey(ctx, sessionID, callRef{digest, n}.key())
+		c, err := g.s.agents.OutsideCallByKey(ctx, sessionID, callRef{digest: digest, gen: n}.key())
 		if apperr.CodeOf(err) == apperr.NotFound {
 			break
 		}
@@ -364,7 +413,13 @@ func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, e
 			return callRef{}, err
 		}
 		if c.Outcome == nil {
-			break
+			used, err := g.usedAtOnce(ctx, c)
+			if err != nil {
+				return callRef{}, err
+			}
+			if !used {
+				break
+			}
 		}
 	}
 	g.genMu.Lock()
@@ -374,7 +429,24 @@ func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, e
 		g.keep(id, n)
 	}
 	g.genMu.Unlock()
-	return callRef{digest, n}, nil
+	return callRef{digest: digest, gen: n}, nil
+}
+
+// usedAtOnce reports whether outside call c was decided without a person when it was asked (a
+// rule, the mode or a default: gate.Gate.Automatic's stamp, decided at its creation), so its
+// decision was used then — run or blocked in the same request — even while its outcome is still
+// queued on the replica that ran it (agent.Runner.QueueAgentOutcome): a repeat of the call never
+// takes that decision again. A call a rule released after it was asked is not (a person's
+// call repeated after its deadline finds it).
+func (g *gateway) usedAtOnce(ctx context.Context, c gate.OutsideCall) (bool, error) {
+	a, err := g.s.cfg.Store.Approval(ctx, c.ApprovalID)
+	if apperr.CodeOf(err) == apperr.NotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt), nil
 }
 
 // maxGens bounds the generations kept in memory; past it they are forgotten and found again in
@@ -411,7 +483,7 @@ func (g *gateway) consumed(ctx context.Context, sessionID string, ref callRef, a
 		return
 	}
 	outcome := gatewayOutcome(res, neverRan)
-	if a.Automatic && g.s.cfg.Runner.AgentRecordsQueued() {
+	if a.Automatic && ref.queued {
 		// Decided without a person: recorded after the answer, behind the call's own record.
 		g.s.cfg.Runner.QueueAgentOutcome(a, res, outcome, g.lost(sessionID))
 		return

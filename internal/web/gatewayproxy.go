@@ -161,7 +161,9 @@ func (s *Server) mcpDecide(w http.ResponseWriter, r *http.Request) error {
 	}
 	info := gatewayInfo{connectionID: connID, timeout: timeout, base: s.baseURL(r)}
 	noProgress := func(string) func() { return func() {} }
-	v, url, ref, err := g.decide(ctx, sess, t, args, info, noProgress)
+	// Stored before the answer (not queued): the proxy reports the allowed call's outcome in a
+	// second request, which another replica may serve (SPEC §16), where the call must be found.
+	v, url, ref, err := g.decide(ctx, sess, t, args, info, noProgress, false)
 	if err != nil {
 		return err
 	}
@@ -205,9 +207,8 @@ func (s *Server) mcpOutcome(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// The call's record, when a rule decided it, may still be queued (Later): stored first, so
-	// it is found and its outcome is taken once.
-	s.cfg.Runner.FlushAgentRecords()
+	// The call's record is stored before /mcp/decide answers allow (decide's queue false), on
+	// whichever replica answered: it is found here.
 	a, err := s.cfg.Store.Approval(ctx, req.ApprovalID)
 	if err != nil || a.SessionID != sess.ID {
 		return apperr.Errorf(apperr.NotFound, "no call %q in this session", req.ApprovalID)

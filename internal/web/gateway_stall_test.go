@@ -1,0 +1,65 @@
+package web_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"countersign/internal/agent"
+	"countersign/internal/store/sqlite"
+)
+
+// A store that hangs on a queued record (a database unreachable, a lock held: the write neither
+// returns nor fails) fails calls closed as one that refuses it does: once the write has taken
+// longer than the log's stall bound, the next call a rule allows is stored before it runs, so it
+// does not run while the store hangs; it runs once the store takes writes again.
+func TestGatewayFailsCallsClosedWhileTheStoreHangsOnAQueuedRecord(t *testing.T) {
+	hs := &heldStore{release: make(chan struct{}), entering: make(chan string, 4)}
+	gs := newGatewayServerWith(t, func(c *agent.Config) {
+		hs.DB = c.Store.(*sqlite.DB)
+		c.Store = hs
+	}, "allow up__read")
+	cs := gs.client(t, "hang-test", nil)
+	t.Cleanup(hs.let) // before the client and the servers close (cleanups run last first)
+	read := func(name string) <-chan callAnswer {
+		return callAsync(cs, &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": name}})
+	}
+	if res := wait(t, read("one")); res.IsError {
+		t.Fatalf("first call: %q", textOf(res))
+	}
+	gs.runner.FlushAgentRecords()
+	hs.held.Store(true)
+	if res := wait(t, read("two")); res.IsError {
+		t.Fatalf("second call: %q", textOf(res))
+	}
+	select {
+	case <-hs.entering: // its record's write hangs
+	case <-time.After(15 * time.Second):
+		t.Fatal("the second call's record was never written")
+	}
+	time.Sleep(1500 * time.Millisecond) // longer than any write of a store that takes writes
+	reads := gs.up.reads.Load()
+	got := read("three")
+	select {
+	case a := <-got:
+		t.Fatalf("a call answered while the store hangs on a record: %v %+v", a.err, a.res)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if n := gs.up.reads.Load() - reads; n != 0 {
+		t.Fatalf("the upstream ran %d calls while the store hangs", n)
+	}
+	hs.let()
+	if res := wait(t, got); res.IsError {
+		t.Fatalf("third call once the store takes writes: %q", textOf(res))
+	}
+	gs.runner.FlushAgentRecords()
+	sess, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls, _ := gs.db.OutsideCalls(context.Background(), sess.ID); len(calls) != 3 {
+		t.Errorf("%d outside calls stored, want 3", len(calls))
+	}
+}

@@ -20,8 +20,9 @@ import (
 //
 // Order: a record queued after another is written after it, and a write that must be stored
 // before it returns (RecordAgentCall, RecordAgentOutcome, RecordAgentMessage) first waits for
-// every record queued before it (barrier), so one session's transcript keeps the order of its
-// calls whichever way each was recorded.
+// the records of its session queued before it (flushSession), so one session's transcript keeps
+// the order of its calls whichever way each was recorded; other sessions' records do not hold
+// it (a hook of Door 1 never waits for the gateway's queue).
 //
 // Bound: at most outsideQueueMax records wait; past it, queueing waits for room (the writer is
 // SQLite's one writer: a queue that only grows would hide an overloaded store).
@@ -41,7 +42,10 @@ type outsideLog struct {
 	queue   []outsideRecord
 	queued  uint64 // records ever queued
 	written uint64 // records ever taken by the writer and written (or failed)
-	writing bool   // a writer goroutine is running
+	// last is, by session, the number (queued, counted from 1) of its last record still to be
+	// written: the session's records are all written once written reaches it.
+	last    map[string]uint64
+	writing bool // a writer goroutine is running
 	// since is when the writer took the record it is writing (zero between records): a write
 	// that takes longer than outsideStall means a store that hangs (a database unreachable, a
 	// lock held), which must fail calls closed as one that refuses does (queueing).
@@ -56,9 +60,10 @@ const outsideStall = time.Second
 // outsideRecord is one queued write: write stores it, show publishes it once stored, failed
 // (may be nil) hears of a write that failed.
 type outsideRecord struct {
-	write  func(ctx context.Context) error
-	show   func()
-	failed func(error)
+	session string // the agent session it is of
+	write   func(ctx context.Context) error
+	show    func()
+	failed  func(error)
 }
 
 // outsideQueueMax bounds the records waiting in an outsideLog.
@@ -78,6 +83,10 @@ func (l *outsideLog) add(rec outsideRecord) {
 	}
 	l.queue = append(l.queue, rec)
 	l.queued++
+	if l.last == nil {
+		l.last = map[string]uint64{}
+	}
+	l.last[rec.session] = l.queued
 	if !l.writing {
 		l.writing = true
 		go l.write()
@@ -116,6 +125,9 @@ func (l *outsideLog) write() {
 			l.broken = err
 		}
 		l.written++
+		if l.last[rec.session] == l.written {
+			delete(l.last, rec.session) // its last record queued: all of the session's are written
+		}
 		l.since = time.Time{}
 		l.cond.Broadcast()
 	}
@@ -136,6 +148,17 @@ func (l *outsideLog) queueing() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.broken == nil && (l.since.IsZero() || time.Since(l.since) < outsideStall)
+}
+
+// flushSession waits until every record of session sessionID queued before it is written (or
+// failed): the barrier that keeps a write stored before returning after them.
+func (l *outsideLog) flushSession(sessionID string) {
+	l.mu.Lock()
+	target := l.last[sessionID]
+	for l.written < target {
+		l.cond.Wait()
+	}
+	l.mu.Unlock()
 }
 
 // flush waits until every record queued before it is written (or failed): the barrier that
@@ -167,6 +190,7 @@ func (r *Runner) QueueAgentCall(sess Session, m Message, decided gate.OutsideDec
 	}
 	decided.Approval.MessageID = m.ID
 	r.outside.add(outsideRecord{
+		session: sess.ID,
 		write: func(ctx context.Context) (err error) {
 			defer apperr.Wrap(&err, "QueueAgentCall(%s)", sess.ID)
 			if !sess.IsAgent() {
@@ -192,6 +216,7 @@ func (r *Runner) QueueAgentOutcome(a gate.Approval, res tool.Result, outcome jso
 	now := time.Now().UTC()
 	m := Message{ID: newID(), Role: ToolResult, ToolCallID: a.ToolCallID, ToolName: a.ToolName, Result: &res, Timestamp: now}
 	r.outside.add(outsideRecord{
+		session: a.SessionID,
 		write: func(ctx context.Context) (err error) {
 			defer apperr.Wrap(&err, "QueueAgentOutcome(%s, %s)", a.SessionID, a.ToolCallID)
 			_, err = r.cfg.Store.AppendOutsideOutcome(ctx, a.SessionID, m, a.ID, outcome, now)

@@ -294,7 +294,7 @@ func (r *Runner) DeleteSession(ctx context.Context, sessionID string) (err error
 	}
 	r.deleting[sessionID] = true
 	r.mu.Unlock()
-	r.outside.flush() // its records queued before now are stored, then deleted with it
+	r.outside.flushSession(sessionID) // its records queued before now are stored, then deleted with it
 	defer func() {
 		r.mu.Lock()
 		delete(r.deleting, sessionID)

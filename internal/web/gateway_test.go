@@ -960,3 +960,32 @@ func TestGatewayFailsCallsClosedAfterTheStoreRefusedAQueuedRecord(t *testing.T) 
 		t.Errorf("stored calls %v, want %s (the refused one lost, logged; the failed one never ran)", got, want)
 	}
 }
+
+// A call stored before it is shown waits only for its own session's queued records: another
+// client's session is not held by this one's record.
+func TestGatewayQueuedRecordsHoldOnlyTheirOwnSession(t *testing.T) {
+	hs := &heldStore{release: make(chan struct{}), entering: make(chan string, 4)}
+	gs := newGatewayServerWith(t, func(c *agent.Config) {
+		hs.DB = c.Store.(*sqlite.DB)
+		c.Store = hs
+	}, "allow up__read")
+	held := gs.client(t, "held-client", nil)
+	other := gs.client(t, "other-client", nil)
+	t.Cleanup(hs.let)
+	hs.held.Store(true)
+	wait(t, callAsync(held, &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": "held"}}))
+	select {
+	case <-hs.entering:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the held client's record was never written")
+	}
+	// The other client's call asks a person: stored (and pending) while the first record is held.
+	asked := callAsync(other, &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "other"}})
+	a := gs.pendingIn(t, gs.sid(other))
+	if a.ToolName != "up__delete" {
+		t.Fatalf("pending %s", a.ToolName)
+	}
+	hs.let()
+	gs.decide(t, a, map[string]any{"decision": "deny"})
+	wait(t, asked)
+}

@@ -73,6 +73,8 @@ type invocation struct {
 	kept      tool.NestedCall
 	// groups are the audit groups of this call's nested calls (auditGroups).
 	groups auditGroups
+	// ctx is a nested call's context when its tool passed in its own (callContext).
+	ctx callContext
 }
 
 // prepare runs steps 1–4 of the pipeline: find the tool (by exposure), validate its arguments
@@ -611,21 +613,25 @@ func (tc *toolContext) nested(ctx context.Context, name string, raw json.RawMess
 		res := tool.ErrorResult("Tool %q cannot call %q: the call %s has already finished", parent.call.Name, name, parent.call.ID)
 		return tool.Outcome{ToolCall: tool.Call{Name: name, ParentToolCallID: parent.call.ID}, Result: res, IsError: true}, &invocation{status: tool.NestedError}
 	}
-	// Cancelling the parent cancels its nested calls, whatever context the tool passes in; the
-	// nested call's context ends when it returns, so nothing it left running outlives it. A tool
-	// that passes its own context (the usual case) needs no watch on the parent's: it descends
-	// from it.
-	given := ctx
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if parent.execCtx != nil && given != parent.execCtx {
-		stop := context.AfterFunc(parent.execCtx, func() { cancel(context.Cause(parent.execCtx)) })
-		defer stop()
-	}
 	id := childID(parent.call.ID, parent.children.Add(1))
 	child := &invocation{
 		call:      tool.Call{ID: id, ParentToolCallID: parent.call.ID, Name: name, Arguments: raw},
 		messageID: parent.messageID, requestedBy: parent.call.Name, parent: parent,
+	}
+	// Cancelling the parent cancels its nested calls, whatever context the tool passes in; the
+	// nested call's context ends when it returns, so nothing it left running outlives it. A tool
+	// that passes its own context (the usual case) needs no watch on the parent's: it descends
+	// from it, and the call's context is made only if something waits on it (callContext).
+	if given := ctx; parent.execCtx == nil || given == parent.execCtx {
+		child.ctx.Context = given
+		ctx = &child.ctx
+		defer child.ctx.end()
+	} else {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(given)
+		defer cancel(nil)
+		stop := context.AfterFunc(parent.execCtx, func() { cancel(context.Cause(parent.execCtx)) })
+		defer stop()
 	}
 	if mark != nil {
 		mark(child)

@@ -75,6 +75,18 @@ type invocation struct {
 	groups auditGroups
 	// ctx is a nested call's context when its tool passed in its own (callContext).
 	ctx callContext
+	// live is where a nested call's LiveCall is kept (liveSlot).
+	live LiveCall
+}
+
+// liveSlot is where the live state keeps the call's LiveCall: in a nested call's invocation,
+// which its events point into already (record, result, kept) — nil for a model-issued call,
+// whose invocation the live state should not keep for the whole run.
+func (inv *invocation) liveSlot() *LiveCall {
+	if inv.parent == nil {
+		return nil
+	}
+	return &inv.live
 }
 
 // prepare runs steps 1–4 of the pipeline: find the tool (by exposure), validate its arguments
@@ -331,9 +343,9 @@ func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 	}
 	// durationMs is the tool's own time: the wait for a person's decision does not count.
 	inv.start = time.Now()
-	rn.publish(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,
+	rn.publishCall(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,
 		ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Arguments: inv.args,
-		Approval: inv.decision})
+		Approval: inv.decision}, inv.liveSlot())
 	inv.execCtx = ctx
 	if inv.inside {
 		// An action of the running parent, now approved: the parent takes it (Authorize). Its
@@ -671,7 +683,7 @@ func (tc *toolContext) nested(ctx context.Context, name string, raw json.RawMess
 	if child.kept, ok = parent.nested.add(entry); ok {
 		ev.NestedCall = &child.kept
 	}
-	rn.publish(ev)
+	rn.publishCall(ev, child.liveSlot())
 	call := child.call
 	call.Arguments = child.args
 	return tool.Outcome{ToolCall: call, Result: *res, IsError: res.IsError, DurationMs: res.DurationMs}, child

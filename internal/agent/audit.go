@@ -32,9 +32,11 @@ import (
 // group, whose count is every call it stands for. Blocked and denied records keep a row each,
 // as do every record written elsewhere (model-issued calls, prompts, their decisions). Why:
 // writing a row cost the writer about 27 µs of CPU per call (most of it SQLite's JSON
-// extraction), four times a nested loop's own; a group costs a map lookup per call and one
-// upsert per batch. The per-call detail stays in the parent's nestedCalls record (SPEC §4),
-// whose entries name their record (tool.NestedCall.ApprovalID).
+// extraction), four times a nested loop's own; a group costs one upsert per batch and, per
+// call, a comparison with the groups its parent call knows (auditGroups: the group's id is
+// computed once per parent, tool and decision, its key hashed once per batch). The per-call
+// detail stays in the parent's nestedCalls record (SPEC §4), whose entries name their record
+// (tool.NestedCall.ApprovalID).
 //
 // Durability: a record is committed within one batch of being queued (usually well under a
 // millisecond), and always before the result of the model-issued call it descends from is

@@ -32,9 +32,11 @@ import (
 // group, whose count is every call it stands for. Blocked and denied records keep a row each,
 // as do every record written elsewhere (model-issued calls, prompts, their decisions). Why:
 // writing a row cost the writer about 27 µs of CPU per call (most of it SQLite's JSON
-// extraction), four times a nested loop's own; a group costs a map lookup per call and one
-// upsert per batch. The per-call detail stays in the parent's nestedCalls record (SPEC §4),
-// whose entries name their record (tool.NestedCall.ApprovalID).
+// extraction), four times a nested loop's own; a group costs one upsert per batch and, per
+// call, a comparison with the groups its parent call knows (auditGroups: the group's id is
+// computed once per parent, tool and decision, its key hashed once per batch). The per-call
+// detail stays in the parent's nestedCalls record (SPEC §4), whose entries name their record
+// (tool.NestedCall.ApprovalID).
 //
 // Durability: a record is committed within one batch of being queued (usually well under a
 // millisecond), and always before the result of the model-issued call it descends from is
@@ -60,10 +62,10 @@ type auditLog struct {
 	queued  uint64            // calls ever queued (a grouped record counts each call it stands for)
 	written uint64            // calls ever taken by the writer and written (or logged as failed)
 	writing bool              // a writer goroutine is running
-	// groups finds a group's record while it waits in queue (not yet taken by the writer). The
-	// pointer is into a batch's backing array, which never moves: a batch is made with capacity
-	// auditBatchMax and never grows past it. The writer removes a batch's groups as it takes it.
-	groups map[groupKey]*gate.Approval
+	// groups finds a group whose record waits in queue (not yet taken by the writer): by key,
+	// whatever parent call's auditGroups know it. The writer removes a batch's groups as it takes
+	// it.
+	groups map[groupKey]*auditGroup
 	// spare holds written batches for reuse: a record is ~400 bytes, and a tool making
 	// thousands of nested calls would otherwise allocate a new batch every 128 of them.
 	spare [][]gate.Approval
@@ -82,6 +84,60 @@ type groupKey struct {
 	decidedBy, reason, derivedFrom                   string
 	scope                                            gate.Scope
 	status                                           gate.Status
+}
+
+// auditGroup is one group of grouped records: its key and id, computed once (issue 35: once per
+// parent call, tool and decision, not once per call or batch), and its record while one waits
+// in the queue.
+type auditGroup struct {
+	key groupKey
+	id  string // groupID(key)
+	// pending is the group's record in the queue, nil when none (auditLog.mu). The pointer is
+	// into a batch's backing array, which never moves: a batch is made with capacity
+	// auditBatchMax and never grows past it.
+	pending *gate.Approval
+}
+
+// auditGroups are the groups one parent call's nested calls were counted in (the parent's
+// invocation keeps them), found again by comparing keys — without hashing them, and with no
+// allocation — so that a further call of a known group costs a comparison and a count. A
+// group's record that the writer took is followed by a new one, found by key in auditLog.groups
+// once per batch. Guarded by auditLog.mu.
+type auditGroups struct {
+	list []*auditGroup
+}
+
+// maxParentGroups bounds the groups an auditGroups keeps: a parent calling more tools, or
+// decided in more ways, finds the others by key in auditLog.groups.
+const maxParentGroups = 8
+
+// find returns the group of key k it keeps, or nil; nil gs keeps none.
+func (gs *auditGroups) find(k *groupKey) *auditGroup {
+	if gs == nil {
+		return nil
+	}
+	for _, g := range gs.list {
+		if g.key == *k {
+			return g
+		}
+	}
+	return nil
+}
+
+// keep remembers g, in the place of a group of the same key, or else if there is room.
+func (gs *auditGroups) keep(g *auditGroup) {
+	if gs == nil {
+		return
+	}
+	for i, o := range gs.list {
+		if o.key == g.key {
+			gs.list[i] = g
+			return
+		}
+	}
+	if len(gs.list) < maxParentGroups {
+		gs.list = append(gs.list, g)
+	}
 }
 
 func keyOf(a *gate.Approval) groupKey {
@@ -132,7 +188,7 @@ const auditQueueMax = 1 << 15
 const auditBatchMax = 128
 
 func newAuditLog(store Store, log *slog.Logger) *auditLog {
-	l := &auditLog{store: store, log: log, groups: map[groupKey]*gate.Approval{}}
+	l := &auditLog{store: store, log: log, groups: map[groupKey]*auditGroup{}}
 	l.cond = sync.NewCond(&l.mu)
 	return l
 }
@@ -148,60 +204,90 @@ func (l *auditLog) add(a gate.Approval) gate.Approval { return l.addFor(a, "") }
 // addFor is add for a call of the run holding lease (its session's lease token: the record is
 // written only while the run holds it, as its transcript entries are; "" for no check).
 func (l *auditLog) addFor(a gate.Approval, lease string) gate.Approval {
+	l.addTo(&a, new(time.Time), nil, lease)
+	return a
+}
+
+// addTo is addFor stamping *a in place, for the pipeline (issue 35): a.DecidedAt points to at,
+// storage that lives as long as *a (the call's invocation keeps both), and an approved record's
+// group is looked for first in groups, its parent call's (nil: by key only). A call of a group
+// whose record waits in the queue allocates nothing.
+func (l *auditLog) addTo(a *gate.Approval, at *time.Time, groups *auditGroups, lease string) {
 	now := time.Now().UTC()
-	a.CreatedAt, a.DecidedAt, a.Automatic = now, &now, true
-	grouped := a.Status == gate.Approved && a.ParentToolCallID != ""
-	var k groupKey
-	if grouped {
-		k = keyOf(&a)
-	} else {
+	*at = now
+	a.CreatedAt, a.DecidedAt, a.Automatic = now, at, true
+	if a.Status != gate.Approved || a.ParentToolCallID == "" {
 		a.ID = recordID(now)
+		l.mu.Lock()
+		l.queued++
+		l.waitRoom()
+		l.enqueue(*a, lease)
+		l.mu.Unlock()
+		return
 	}
+	k := keyOf(a)
 	l.mu.Lock()
 	l.queued++
-	if grouped {
-		if g := l.groups[k]; g != nil {
-			g.Count++
-			*g.LastAt = now
-			a.ID = g.ID
-			l.mu.Unlock()
-			return a
+	g := groups.find(&k)
+	for {
+		if g == nil || g.pending == nil {
+			// The group's record was taken by the writer, or the parent does not know the
+			// group: one of the key may wait in the queue all the same.
+			if o := l.groups[k]; o != nil {
+				g = o
+				groups.keep(g)
+			}
 		}
+		if g != nil && g.pending != nil {
+			g.pending.Count++
+			*g.pending.LastAt = now
+			a.ID = g.id
+			l.mu.Unlock()
+			return
+		}
+		if l.waiting < auditQueueMax {
+			break
+		}
+		l.cond.Wait() // the group's record may be queued meanwhile: look again
+		g = groups.find(&k)
 	}
+	if g == nil {
+		g = &auditGroup{key: k, id: groupID(k)}
+		groups.keep(g)
+	}
+	a.ID = g.id
+	rec := *a
+	lastAt := now
+	rec.Count, rec.LastAt = 1, &lastAt
+	g.pending = l.enqueue(rec, lease)
+	l.groups[k] = g
+	l.mu.Unlock()
+}
+
+// waitRoom waits until the queue has room; l.mu is held.
+func (l *auditLog) waitRoom() {
 	for l.waiting >= auditQueueMax {
 		l.cond.Wait()
 	}
+}
+
+// enqueue appends rec, of a run holding lease, to the queue's last batch (a new one when it is
+// full) and starts the writer if none runs; it returns the record as queued. l.mu is held and
+// the queue has room.
+func (l *auditLog) enqueue(rec gate.Approval, lease string) *gate.Approval {
 	if n := len(l.queue); n == 0 || len(l.queue[n-1]) == auditBatchMax {
 		l.queue = append(l.queue, l.newBatch())
 		l.leases = append(l.leases, make([]string, 0, auditBatchMax))
 	}
 	last := &l.queue[len(l.queue)-1]
 	l.leases[len(l.leases)-1] = append(l.leases[len(l.leases)-1], lease)
-	rec := a
-	if grouped {
-		if g := l.groups[k]; g != nil { // made while this call waited for room
-			g.Count++
-			*g.LastAt = now
-			a.ID = g.ID
-			l.mu.Unlock()
-			return a
-		}
-		a.ID = groupID(k)
-		rec = a
-		lastAt := now
-		rec.Count, rec.LastAt = 1, &lastAt
-	}
 	*last = append(*last, rec)
-	if grouped {
-		l.groups[k] = &(*last)[len(*last)-1]
-	}
 	l.waiting++
 	if !l.writing {
 		l.writing = true
 		go l.write()
 	}
-	l.mu.Unlock()
-	return a
+	return &(*last)[len(*last)-1]
 }
 
 // write takes batches off the queue and stores them until the queue is empty.
@@ -224,7 +310,8 @@ func (l *auditLog) write() {
 		for i := range batch {
 			if a := &batch[i]; a.Grouped() {
 				k := keyOf(a)
-				if l.groups[k] == a {
+				if g := l.groups[k]; g != nil && g.pending == a {
+					g.pending = nil
 					delete(l.groups, k)
 				}
 			}

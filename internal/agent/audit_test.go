@@ -329,3 +329,58 @@ func TestAuditLogWritesNothingForARunThatLostItsLease(t *testing.T) {
 		t.Errorf("the lease was checked %d times for 300 records in %d batches: want at most once per batch", c, st.batches)
 	}
 }
+
+// TestAuditLogFindsGroupsThroughTheirParent (issue 35): calls counted through their parent's
+// auditGroups — across batches the writer took, with more tools than a parent keeps groups for,
+// and with two parents' groups of the same key (a parent call id repeated) — are each counted
+// once, in one row per key, and the record each call gets names it.
+func TestAuditLogFindsGroupsThroughTheirParent(t *testing.T) {
+	st := &auditStore{}
+	l := newAuditLog(st, quietLog())
+	var p1, p2 auditGroups // two parents' groups; p2's calls have p1's key
+	tools := maxParentGroups + 3
+	ids := map[string]string{} // tool → the id its calls were given
+	want := map[string]int{}
+	for round := range 5 {
+		for i := range 40 {
+			for tt := range tools {
+				name := fmt.Sprintf("tool%d", tt)
+				groups := &p1
+				if (i+tt)%3 == 0 {
+					groups = &p2
+				}
+				a := nestedAllowed(name, fmt.Sprintf("p1/%d-%d-%d", round, i, tt))
+				var at time.Time
+				l.addTo(&a, &at, groups, "")
+				if a.DecidedAt != &at || at.IsZero() || !a.Automatic || a.Count != 0 {
+					t.Fatalf("record %+v: want stamped in place, decided at its own time", a)
+				}
+				if id, ok := ids[name]; ok && a.ID != id {
+					t.Fatalf("a call of %s got record %s, an earlier one %s", name, a.ID, id)
+				}
+				ids[name] = a.ID
+				want[name]++
+			}
+		}
+		l.flush() // the writer takes every group's record: the next round starts new ones
+	}
+	if len(p1.list) != maxParentGroups || len(p2.list) != maxParentGroups {
+		t.Errorf("parents keep %d and %d groups, want at most %d", len(p1.list), len(p2.list), maxParentGroups)
+	}
+	got := map[string]int{}
+	for _, r := range st.snapshot() {
+		if r.ID != ids[r.ToolName] {
+			t.Errorf("row %s of %s, want %s", r.ID, r.ToolName, ids[r.ToolName])
+		}
+		got[r.ToolName] += r.Count
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("calls by tool %v, want %v", got, want)
+	}
+	if len(st.snapshot()) != tools {
+		t.Errorf("%d rows, want one per tool (%d)", len(st.snapshot()), tools)
+	}
+	if len(l.groups) != 0 {
+		t.Errorf("%d groups still open after every batch was written", len(l.groups))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"countersign/internal/gate"
@@ -162,6 +163,10 @@ type Broker struct {
 	subs map[string]map[*Subscription]struct{}
 	// approvals are the subscribers of every session's approval events (SubscribeApprovals).
 	approvals map[*Subscription]struct{}
+	// subscribers counts the subscriptions in subs and approvals, so that Publish returns at
+	// once, without the lock or a lookup, while nobody subscribes at all (issue 35: every
+	// nested call publishes two events). Changed under mu.
+	subscribers atomic.Int64
 }
 
 // Subscription is one subscriber's event channel. C is closed when the subscriber is dropped or
@@ -192,6 +197,7 @@ func (b *Broker) Subscribe(sessionID string) *Subscription {
 		b.subs[sessionID] = map[*Subscription]struct{}{}
 	}
 	b.subs[sessionID][s] = struct{}{}
+	b.subscribers.Add(1)
 	b.mu.Unlock()
 	return s
 }
@@ -208,6 +214,7 @@ func (b *Broker) SubscribeApprovals() *Subscription {
 		b.approvals = map[*Subscription]struct{}{}
 	}
 	b.approvals[s] = struct{}{}
+	b.subscribers.Add(1)
 	b.mu.Unlock()
 	return s
 }
@@ -220,12 +227,18 @@ func (t EventType) IsApproval() bool { return strings.HasPrefix(string(t), "appr
 func (b *Broker) Unsubscribe(s *Subscription) {
 	b.mu.Lock()
 	if s.approvals {
-		delete(b.approvals, s)
+		if _, ok := b.approvals[s]; ok {
+			delete(b.approvals, s)
+			b.subscribers.Add(-1)
+		}
 		b.mu.Unlock()
 		s.once.Do(func() { close(s.c) })
 		return
 	}
-	delete(b.subs[s.sessionID], s)
+	if _, ok := b.subs[s.sessionID][s]; ok {
+		delete(b.subs[s.sessionID], s)
+		b.subscribers.Add(-1)
+	}
 	if len(b.subs[s.sessionID]) == 0 {
 		delete(b.subs, s.sessionID)
 	}
@@ -236,6 +249,9 @@ func (b *Broker) Unsubscribe(s *Subscription) {
 // Publish sends ev to every subscriber of ev.SessionID, and an approval event also to every
 // SubscribeApprovals subscriber, without blocking.
 func (b *Broker) Publish(ev Event) {
+	if b.subscribers.Load() == 0 {
+		return
+	}
 	var slow []*Subscription
 	b.mu.RLock()
 	subs := b.subs[ev.SessionID]

@@ -78,7 +78,12 @@ type liveState struct {
 
 type liveKey struct{ messageID, toolCallID string }
 
-func (s *liveState) apply(ev Event) {
+func (s *liveState) apply(ev Event) { s.applyCall(ev, nil) }
+
+// applyCall is apply with slot, when not nil, as the storage of the LiveCall of ev's call if ev
+// is the event that begins it: a nested call's invocation keeps one, so that showing the call
+// allocates nothing (issue 35). A slot is used once.
+func (s *liveState) applyCall(ev Event, slot *LiveCall) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := &s.live
@@ -98,7 +103,7 @@ func (s *liveState) apply(ev Event) {
 		if s.late(ev) {
 			return
 		}
-		c := s.call(ev)
+		c := s.call(ev, slot)
 		if ev.Approval != nil {
 			// Shared, not copied: a published event (its approval included) never changes.
 			c.Approval = ev.Approval
@@ -156,12 +161,16 @@ func (s *liveState) finishNested(c *LiveCall) {
 	}
 }
 
-func (s *liveState) call(ev Event) *LiveCall {
+func (s *liveState) call(ev Event, slot *LiveCall) *LiveCall {
 	k := liveKey{ev.MessageID, ev.ToolCallID}
 	if c := s.byID[k]; c != nil {
 		return c
 	}
-	c := &LiveCall{ToolCallID: ev.ToolCallID, ParentToolCallID: ev.ParentToolCallID, MessageID: ev.MessageID, ToolName: ev.ToolName}
+	c := slot
+	if c == nil || c.ToolCallID != "" {
+		c = new(LiveCall)
+	}
+	*c = LiveCall{ToolCallID: ev.ToolCallID, ParentToolCallID: ev.ParentToolCallID, MessageID: ev.MessageID, ToolName: ev.ToolName}
 	if ev.Approval != nil {
 		c.Arguments = ev.Approval.Arguments
 	}

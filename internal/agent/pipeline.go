@@ -56,6 +56,37 @@ type invocation struct {
 	// argumentsError is Block.ArgumentsError of a model-issued call: the arguments the model
 	// streamed could not be read, so the call stops with an error result (SPEC §9).
 	argumentsError string
+
+	// parent is a nested call's parent (nil for a model-issued call).
+	parent *invocation
+	// tc is the call's tool.Context, kept here so that executing it allocates none.
+	tc toolContext
+	// What a nested call's events and records point to, kept in the invocation so that a call
+	// allocates nothing more for them (issue 35); each is set once, before it is published.
+	// record is the call's approval as decide built it: the automatic record of a rule's
+	// decision (decision points to it, its DecidedAt to decidedAt), or the pending approval
+	// ask opens (approval points to it). result and kept are a nested call's result and its
+	// entry in the parent's nestedCalls record, as its tool_execution_end carries them.
+	record    gate.Approval
+	decidedAt time.Time
+	result    tool.Result
+	kept      tool.NestedCall
+	// groups are the audit groups of this call's nested calls (auditGroups).
+	groups auditGroups
+	// ctx is a nested call's context when its tool passed in its own (callContext).
+	ctx callContext
+	// live is where a nested call's LiveCall is kept (liveSlot).
+	live LiveCall
+}
+
+// liveSlot is where the live state keeps the call's LiveCall: in a nested call's invocation,
+// which its events point into already (record, result, kept) — nil for a model-issued call,
+// whose invocation the live state should not keep for the whole run.
+func (inv *invocation) liveSlot() *LiveCall {
+	if inv.parent == nil {
+		return nil
+	}
+	return &inv.live
 }
 
 // prepare runs steps 1–4 of the pipeline: find the tool (by exposure), validate its arguments
@@ -123,7 +154,7 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 	approval = d.Record(approval)
 	switch d.Outcome {
 	case gate.Blocked:
-		inv.decision = rn.recordRule(ctx, approval, nested, records)
+		inv.decision = rn.recordRule(ctx, inv, approval, nested, records)
 		status := tool.NestedBlocked
 		if d.Source != gate.FromHandler {
 			status = tool.NestedDenied
@@ -134,14 +165,15 @@ func (rn *run) decide(ctx context.Context, inv *invocation, nested bool, records
 		// A nested call's record goes to the background audit writer, committed before its
 		// model-issued ancestor's result (auditLog), also when a rule allowed it: a tool may
 		// make thousands of calls a person's rule lets through, which the audit groups.
-		inv.decision = rn.recordRule(ctx, approval, nested, records)
+		inv.decision = rn.recordRule(ctx, inv, approval, nested, records)
 		return false
 	}
 	// Stamped now, in the model's order with the batch's automatic records (Gate.Automatic),
 	// though ask stores it only after the message.
 	approval.CreatedAt = time.Now().UTC()
 	approval.Preview = gate.Preview(ctx, t, inv.args, rn.session.Workspace)
-	inv.approval = &approval
+	inv.record = approval
+	inv.approval = &inv.record
 	return true
 }
 
@@ -160,16 +192,22 @@ func (rn *run) ask(ctx context.Context, inv *invocation) {
 	r.gs.Release(context.WithoutCancel(ctx), []gate.Approval{ticket.Approval})
 }
 
-// recordRule records a decision the gate made without a person (gate.Checker.Check) and returns it as
-// recorded (nil when it could not be). A nested call's goes to the background audit writer (see
-// auditLog for why, what durability it has, and how allowed calls are grouped: the record
-// returned then has the group's id); a model-issued call's is stored before the call goes on:
-// with its assistant message when records is not nil, else at once.
-func (rn *run) recordRule(ctx context.Context, a gate.Approval, nested bool, records *[]gate.Approval) *gate.Approval {
+// recordRule records a decision the gate made without a person (gate.Checker.Check) for inv and
+// returns it as recorded (nil when it could not be). A nested call's goes to the background
+// audit writer (see auditLog for why, what durability it has, and how allowed calls are
+// grouped: the record returned then has the group's id), kept in inv.record; a model-issued
+// call's is stored before the call goes on: with its assistant message when records is not
+// nil, else at once.
+func (rn *run) recordRule(ctx context.Context, inv *invocation, a gate.Approval, nested bool, records *[]gate.Approval) *gate.Approval {
 	switch {
 	case nested:
-		a = rn.r.audit.addFor(a, rn.lease)
-		return &a
+		inv.record = a
+		var groups *auditGroups
+		if inv.parent != nil {
+			groups = &inv.parent.groups
+		}
+		rn.r.audit.addTo(&inv.record, &inv.decidedAt, groups, rn.lease)
+		return &inv.record
 	case records != nil:
 		return rn.defer1(a, records)
 	default:
@@ -305,13 +343,9 @@ func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 	}
 	// durationMs is the tool's own time: the wait for a person's decision does not count.
 	inv.start = time.Now()
-	rn.publish(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,
+	rn.publishCall(Event{Type: ToolExecutionStart, SessionID: rn.session.ID, MessageID: inv.messageID,
 		ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Arguments: inv.args,
-		Approval: inv.decision})
-	updates := newThrottle(func(u tool.Update) {
-		rn.publish(Event{Type: ToolExecutionUpdate, SessionID: rn.session.ID, MessageID: inv.messageID,
-			ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: t.Name, Update: &u})
-	})
+		Approval: inv.decision}, inv.liveSlot())
 	inv.execCtx = ctx
 	if inv.inside {
 		// An action of the running parent, now approved: the parent takes it (Authorize). Its
@@ -325,9 +359,10 @@ func (rn *run) execute(ctx context.Context, inv *invocation) tool.Result {
 		inv.status = tool.NestedOK
 		return tool.Result{Content: []tool.Content{tool.Text("Approved: " + inv.requestedBy + " " + inv.call.ParentToolCallID + " goes on with it.")}}
 	}
-	res, err := safeExecute(ctx, t, inv.args, updates.update, &toolContext{rn: rn, inv: inv})
+	inv.tc = toolContext{rn: rn, inv: inv}
+	res, err := safeExecute(ctx, t, inv.args, inv.tc.update, &inv.tc)
 	inv.finished.Store(true)
-	updates.flush()
+	inv.tc.flush()
 	if ctx.Err() != nil && (err != nil || res.IsError) {
 		// Stopped: the call was cancelled, whatever the tool made of its cancellation.
 		res, err = tool.ErrorResult("%s", context.Cause(ctx).Error()), nil
@@ -460,10 +495,47 @@ func (rn *run) isActive(name string) bool {
 	return (*active)[name]
 }
 
-// toolContext is the tool.Context of one running call.
+// toolContext is the tool.Context of one running call, and its onUpdate (update).
 type toolContext struct {
 	rn  *run
 	inv *invocation
+
+	// updates coalesces the call's progress reports into tool_execution_update events: made on
+	// the first report, since most calls make none (issue 35); flushed once execute returns,
+	// when later reports are dropped.
+	mu      sync.Mutex
+	updates *throttle[tool.Update]
+	flushed bool
+}
+
+// update is the onUpdate callback the running call is given.
+func (tc *toolContext) update(u tool.Update) {
+	tc.mu.Lock()
+	if tc.flushed {
+		tc.mu.Unlock()
+		return
+	}
+	if tc.updates == nil {
+		rn, inv := tc.rn, tc.inv
+		tc.updates = newThrottle(func(u tool.Update) {
+			rn.publish(Event{Type: ToolExecutionUpdate, SessionID: rn.session.ID, MessageID: inv.messageID,
+				ToolCallID: inv.call.ID, ParentToolCallID: inv.call.ParentToolCallID, ToolName: inv.tool.Name, Update: &u})
+		})
+	}
+	t := tc.updates
+	tc.mu.Unlock()
+	t.update(u)
+}
+
+// flush publishes the last pending progress report, if any, and drops later ones.
+func (tc *toolContext) flush() {
+	tc.mu.Lock()
+	t := tc.updates
+	tc.flushed = true
+	tc.mu.Unlock()
+	if t != nil {
+		t.flush()
+	}
 }
 
 func (tc *toolContext) ToolCallID() string { return tc.inv.call.ID }
@@ -553,21 +625,25 @@ func (tc *toolContext) nested(ctx context.Context, name string, raw json.RawMess
 		res := tool.ErrorResult("Tool %q cannot call %q: the call %s has already finished", parent.call.Name, name, parent.call.ID)
 		return tool.Outcome{ToolCall: tool.Call{Name: name, ParentToolCallID: parent.call.ID}, Result: res, IsError: true}, &invocation{status: tool.NestedError}
 	}
+	id := childID(parent.call.ID, parent.children.Add(1))
+	child := &invocation{
+		call:      tool.Call{ID: id, ParentToolCallID: parent.call.ID, Name: name, Arguments: raw},
+		messageID: parent.messageID, requestedBy: parent.call.Name, parent: parent,
+	}
 	// Cancelling the parent cancels its nested calls, whatever context the tool passes in; the
 	// nested call's context ends when it returns, so nothing it left running outlives it. A tool
 	// that passes its own context (the usual case) needs no watch on the parent's: it descends
-	// from it.
-	given := ctx
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if parent.execCtx != nil && given != parent.execCtx {
+	// from it, and the call's context is made only if something waits on it (callContext).
+	if given := ctx; parent.execCtx == nil || given == parent.execCtx {
+		child.ctx.Context = given
+		ctx = &child.ctx
+		defer child.ctx.end()
+	} else {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(given)
+		defer cancel(nil)
 		stop := context.AfterFunc(parent.execCtx, func() { cancel(context.Cause(parent.execCtx)) })
 		defer stop()
-	}
-	id := parent.call.ID + "/" + strconv.FormatInt(parent.children.Add(1), 10)
-	child := &invocation{
-		call:      tool.Call{ID: id, ParentToolCallID: parent.call.ID, Name: name, Arguments: raw},
-		messageID: parent.messageID, requestedBy: parent.call.Name,
 	}
 	if mark != nil {
 		mark(child)
@@ -583,7 +659,8 @@ func (tc *toolContext) nested(ctx context.Context, name string, raw json.RawMess
 	default:
 		rn.prepare(ctx, child, true)
 	}
-	res := rn.complete(ctx, child)
+	child.result = rn.complete(ctx, child)
+	res := &child.result
 	// The parent's record keeps the call, bounded; its tool_execution_end carries the entry as
 	// kept, so a live page draws the finished call from the same data a reloaded one does.
 	entry := tool.NestedCall{ID: id, Name: name, Arguments: child.args, Status: child.status,
@@ -600,15 +677,25 @@ func (tc *toolContext) nested(ctx context.Context, name string, raw json.RawMess
 	}
 	entry.Truncated = cut
 	ev := Event{Type: ToolExecutionEnd, SessionID: rn.session.ID, MessageID: child.messageID,
-		ToolCallID: id, ParentToolCallID: parent.call.ID, ToolName: name, Arguments: child.args, Result: &res,
+		ToolCallID: id, ParentToolCallID: parent.call.ID, ToolName: name, Arguments: child.args, Result: res,
 		Approval: child.decision}
-	if kept, ok := parent.nested.add(entry); ok {
-		ev.NestedCall = &kept
+	var ok bool
+	if child.kept, ok = parent.nested.add(entry); ok {
+		ev.NestedCall = &child.kept
 	}
-	rn.publish(ev)
+	rn.publishCall(ev, child.liveSlot())
 	call := child.call
 	call.Arguments = child.args
-	return tool.Outcome{ToolCall: call, Result: res, IsError: res.IsError, DurationMs: res.DurationMs}, child
+	return tool.Outcome{ToolCall: call, Result: *res, IsError: res.IsError, DurationMs: res.DurationMs}, child
+}
+
+// childID is the id of a parent call's n-th nested call, "<parent>/<n>", made with one
+// allocation (the string).
+func childID(parent string, n int64) string {
+	var buf [64]byte
+	b := append(buf[:0], parent...)
+	b = append(b, '/')
+	return string(strconv.AppendInt(b, n, 10))
 }
 
 func marshalArguments(v any) (json.RawMessage, error) {

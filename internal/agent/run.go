@@ -57,6 +57,13 @@ func (rn *run) publish(ev Event) {
 	rn.r.broadcast(ev)
 }
 
+// publishCall is publish for an event of a nested call: slot, its invocation's, is where the
+// call's LiveCall is kept if the event begins it (liveState.applyCall).
+func (rn *run) publishCall(ev Event, slot *LiveCall) {
+	rn.live.applyCall(ev, slot)
+	rn.r.broadcast(ev)
+}
+
 // committed extends the in-memory transcript with an entry the store has just committed. Before
 // the first load (a resumed batch) there is nothing to extend: the load will include it.
 func (rn *run) committed(m Message) {

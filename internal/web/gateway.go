@@ -502,8 +502,10 @@ func gatewayOutcome(res tool.Result, neverRan bool) json.RawMessage {
 }
 
 // lost is told of a queued record of agent session sessionID that could not be stored
-// (agent.Runner.QueueAgentCall): when the session is gone (deleted on another replica), the
-// next call of its client makes a new one.
+// (agent.Runner.QueueAgentCall): when the session is gone, the next call of its client makes a
+// new one. Known gap: a session deleted on another replica is forgotten here when its deletion
+// is relayed (agent.Runner.OnSessionDeleted); a call a rule allows in the relay's lag before
+// that runs, and its record, refused, is only logged.
 func (g *gateway) lost(sessionID string) func(error) {
 	return func(err error) {
 		if apperr.CodeOf(err) == apperr.NotFound {

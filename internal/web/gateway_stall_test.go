@@ -6,9 +6,6 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"countersign/internal/agent"
-	"countersign/internal/store/sqlite"
 )
 
 // A store that hangs on a queued record (a database unreachable, a lock held: the write neither
@@ -16,11 +13,7 @@ import (
 // longer than the log's stall bound, the next call a rule allows is stored before it runs, so it
 // does not run while the store hangs; it runs once the store takes writes again.
 func TestGatewayFailsCallsClosedWhileTheStoreHangsOnAQueuedRecord(t *testing.T) {
-	hs := &heldStore{release: make(chan struct{}), entering: make(chan string, 4)}
-	gs := newGatewayServerWith(t, func(c *agent.Config) {
-		hs.DB = c.Store.(*sqlite.DB)
-		c.Store = hs
-	}, "allow up__read")
+	gs, hs := newHeldGateway(t, "allow up__read")
 	cs := gs.client(t, "hang-test", nil)
 	t.Cleanup(hs.let) // before the client and the servers close (cleanups run last first)
 	read := func(name string) <-chan callAnswer {

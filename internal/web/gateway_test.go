@@ -194,6 +194,30 @@ func (gs *gatewayServer) client(t *testing.T, name string, progress func(*sdk.Pr
 	return cs
 }
 
+// statelessClient connects a go-sdk client named name to base's /mcp speaking the stateless
+// revision 2026-07-28, with a 1 s deadline (?timeout=1).
+func (gs *gatewayServer) statelessClient(t *testing.T, base, name string) *sdk.ClientSession {
+	t.Helper()
+	c := sdk.NewClient(&sdk.Implementation{Name: name, Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: base + "/mcp?timeout=1",
+		HTTPClient: &http.Client{Transport: bearerTransport{gs.token}}}, &sdk.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// deleteR calls up__delete with name "r" through cs.
+func deleteR(t *testing.T, cs *sdk.ClientSession) *sdk.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "r"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 // pendingIn waits for the one pending approval of the connection's agent session sid.
 func (gs *gatewayServer) pendingIn(t *testing.T, sid string) gate.Approval {
 	t.Helper()
@@ -675,25 +699,8 @@ func TestGatewayServesTheStatelessRevisionToo(t *testing.T) {
 func TestGatewayUsesADecisionOnceAcrossARestart(t *testing.T) {
 	gs := newGatewayServer(t)
 	gs.timeout = "1"
-	connect := func(base string) *sdk.ClientSession {
-		t.Helper()
-		c := sdk.NewClient(&sdk.Implementation{Name: "restart-test", Version: "1"}, nil)
-		cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: base + "/mcp?timeout=1",
-			HTTPClient: &http.Client{Transport: bearerTransport{gs.token}}}, &sdk.ClientSessionOptions{ProtocolVersion: "2026-07-28"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
-	}
-	call := func(cs *sdk.ClientSession) *sdk.CallToolResult {
-		t.Helper()
-		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "r"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	connect := func(base string) *sdk.ClientSession { return gs.statelessClient(t, base, "restart-test") }
+	call := func(cs *sdk.ClientSession) *sdk.CallToolResult { return deleteR(t, cs) }
 	a := connect(gs.URL)
 	if res := call(a); !strings.HasPrefix(textOf(res), "Waiting for approval at ") {
 		t.Fatalf("first call: %q", textOf(res))
@@ -784,6 +791,17 @@ type heldStore struct {
 	fail     atomic.Bool // the writes fail, as a full disk's would
 }
 
+// newHeldGateway is newGatewayServer with ruleTexts over a heldStore.
+func newHeldGateway(t *testing.T, ruleTexts ...string) (*gatewayServer, *heldStore) {
+	t.Helper()
+	hs := &heldStore{release: make(chan struct{}), entering: make(chan string, 4)}
+	gs := newGatewayServerWith(t, func(c *agent.Config) {
+		hs.DB = c.Store.(*sqlite.DB)
+		c.Store = hs
+	}, ruleTexts...)
+	return gs, hs
+}
+
 // let releases the held writes (once), and holds no more.
 func (h *heldStore) let() {
 	h.held.Store(false)
@@ -815,11 +833,7 @@ func (h *heldStore) AppendOutsideOutcome(ctx context.Context, sessionID string, 
 // stored; a call that asks a person is stored after the records queued before it, so the
 // transcript keeps the calls' order.
 func TestGatewayAnswersARuleAllowedCallBeforeItsRecordIsStoredAndShowsItOnlyOnceStored(t *testing.T) {
-	hs := &heldStore{release: make(chan struct{}), entering: make(chan string, 4)}
-	gs := newGatewayServerWith(t, func(c *agent.Config) {
-		hs.DB = c.Store.(*sqlite.DB)
-		c.Store = hs
-	}, "allow up__read")
+	gs, hs := newHeldGateway(t, "allow up__read")
 	cs := gs.client(t, "queue-test", nil)
 	t.Cleanup(hs.let) // before the client and the servers close (cleanups run last first)
 	read := func(name string) <-chan callAnswer {
@@ -903,11 +917,7 @@ func TestGatewayAnswersARuleAllowedCallBeforeItsRecordIsStoredAndShowsItOnlyOnce
 // stored before they run, and one the store refuses does not run; once a record is stored again,
 // records are queued again.
 func TestGatewayFailsCallsClosedAfterTheStoreRefusedAQueuedRecord(t *testing.T) {
-	hs := &heldStore{release: make(chan struct{}), entering: make(chan string, 4)}
-	gs := newGatewayServerWith(t, func(c *agent.Config) {
-		hs.DB = c.Store.(*sqlite.DB)
-		c.Store = hs
-	}, "allow up__read")
+	gs, hs := newHeldGateway(t, "allow up__read")
 	cs := gs.client(t, "breaker-test", nil)
 	read := func(name string) (*sdk.CallToolResult, error) {
 		return cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": name}})
@@ -964,11 +974,7 @@ func TestGatewayFailsCallsClosedAfterTheStoreRefusedAQueuedRecord(t *testing.T) 
 // A call stored before it is shown waits only for its own session's queued records: another
 // client's session is not held by this one's record.
 func TestGatewayQueuedRecordsHoldOnlyTheirOwnSession(t *testing.T) {
-	hs := &heldStore{release: make(chan struct{}), entering: make(chan string, 4)}
-	gs := newGatewayServerWith(t, func(c *agent.Config) {
-		hs.DB = c.Store.(*sqlite.DB)
-		c.Store = hs
-	}, "allow up__read")
+	gs, hs := newHeldGateway(t, "allow up__read")
 	held := gs.client(t, "held-client", nil)
 	other := gs.client(t, "other-client", nil)
 	t.Cleanup(hs.let)

@@ -161,9 +161,8 @@ func (l *outsideLog) flushSession(sessionID string) {
 	l.mu.Unlock()
 }
 
-// flush waits until every record queued before it is written (or failed): the barrier that
-// keeps a stored-before-returning write after them, and a shutdown's last step before the store
-// closes.
+// flush waits until every record queued before it is written (or failed), whatever its session:
+// a shutdown's last step before the store closes (Runner.Wait).
 func (l *outsideLog) flush() {
 	l.mu.Lock()
 	target := l.queued

@@ -775,11 +775,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cancel()
 	_ = hs.Shutdown(shutdownCtx)
 	cancelBase()
+	// The runs end, then the records still queued (the gateway's calls a rule allowed, written
+	// after their answer) are written: a budget of its own, not what is left of the handlers'
+	// (a call held for a person may have used all of it).
+	waitCtx, cancelWait := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelWait()
 	done := make(chan struct{})
 	go func() { runner.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-shutdownCtx.Done():
+	case <-waitCtx.Done():
+		log.Warn("shutting down before every run ended and every queued record was written")
 	}
 	return nil
 }

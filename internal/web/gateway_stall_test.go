@@ -56,3 +56,37 @@ func TestGatewayFailsCallsClosedWhileTheStoreHangsOnAQueuedRecord(t *testing.T) 
 		t.Errorf("%d outside calls stored, want 3", len(calls))
 	}
 }
+
+// A graceful shutdown's last wait (agent.Runner.Wait, after the HTTP server stopped) returns only
+// once the records queued after their answers are written: none is lost to the store closing.
+func TestRunnerWaitWritesTheQueuedRecordsFirst(t *testing.T) {
+	gs, hs := newHeldGateway(t, "allow up__read")
+	cs := gs.client(t, "shutdown-test", nil)
+	t.Cleanup(hs.let)
+	hs.held.Store(true)
+	if res := wait(t, callAsync(cs, &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": "last"}})); res.IsError {
+		t.Fatalf("call: %q", textOf(res))
+	}
+	<-hs.entering
+	waited := make(chan struct{})
+	go func() { gs.runner.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("Wait returned while a queued record was still being written")
+	case <-time.After(300 * time.Millisecond):
+	}
+	hs.let()
+	select {
+	case <-waited:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Wait did not return once the record was written")
+	}
+	sess, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, _ := gs.db.OutsideCalls(context.Background(), sess.ID)
+	if len(calls) != 1 || calls[0].Outcome == nil {
+		t.Fatalf("after Wait: %d outside calls (want 1 with its outcome)", len(calls))
+	}
+}

@@ -22,7 +22,10 @@ import (
 // apperr.Invalid for a session that is not an agent session; apperr.NotFound; the store's.
 func (r *Runner) RecordAgentMessage(ctx context.Context, sessionID string, m Message) (_ Message, err error) {
 	defer apperr.Wrap(&err, "RecordAgentMessage(%s)", sessionID)
-	r.outside.flushSession(sessionID) // after its records queued before it (QueueAgentCall)
+	// After its records queued before it (QueueAgentCall).
+	if err := r.outside.flushSession(ctx, sessionID); err != nil {
+		return Message{}, err
+	}
 	if err := r.agentSession(ctx, sessionID); err != nil {
 		return Message{}, err
 	}
@@ -61,7 +64,9 @@ func (r *Runner) RecordAgentCall(ctx context.Context, sess Session, m Message, d
 		m.Timestamp = time.Now().UTC()
 	}
 	decided.Approval.MessageID = m.ID
-	r.outside.flushSession(sessionID) // after its records queued before it (QueueAgentCall)
+	if err := r.outside.flushSession(ctx, sessionID); err != nil { // after its records queued before it
+		return Message{}, err
+	}
 	if _, err := r.cfg.Store.AppendOutsideCall(ctx, sessionID, m, decided.Approval, decided.Call); err != nil {
 		return Message{}, err
 	}
@@ -81,7 +86,10 @@ func (r *Runner) RecordAgentOutcome(ctx context.Context, a gate.Approval, res to
 	defer apperr.Wrap(&err, "RecordAgentOutcome(%s, %s)", a.SessionID, a.ToolCallID)
 	now := time.Now().UTC()
 	m := Message{ID: newID(), Role: ToolResult, ToolCallID: a.ToolCallID, ToolName: a.ToolName, Result: &res, Timestamp: now}
-	r.outside.flushSession(a.SessionID) // after its records queued before it (QueueAgentCall, QueueAgentOutcome)
+	// After its records queued before it (QueueAgentCall, QueueAgentOutcome).
+	if err := r.outside.flushSession(ctx, a.SessionID); err != nil {
+		return err
+	}
 	if _, err := r.cfg.Store.AppendOutsideOutcome(ctx, a.SessionID, m, a.ID, outcome, now); err != nil {
 		return err
 	}

@@ -151,14 +151,28 @@ func (l *outsideLog) queueing() bool {
 }
 
 // flushSession waits until every record of session sessionID queued before it is written (or
-// failed): the barrier that keeps a write stored before returning after them.
-func (l *outsideLog) flushSession(sessionID string) {
+// failed): the barrier that keeps a write stored before returning after them. It returns ctx's
+// error if ctx ends first (the request that waits hung up while the store hangs).
+func (l *outsideLog) flushSession(ctx context.Context, sessionID string) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	target := l.last[sessionID]
+	if l.written >= target {
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	})
+	defer stop()
 	for l.written < target {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		l.cond.Wait()
 	}
-	l.mu.Unlock()
+	return nil
 }
 
 // flush waits until every record queued before it is written (or failed), whatever its session:

@@ -294,12 +294,15 @@ func (r *Runner) DeleteSession(ctx context.Context, sessionID string) (err error
 	}
 	r.deleting[sessionID] = true
 	r.mu.Unlock()
-	r.outside.flushSession(sessionID) // its records queued before now are stored, then deleted with it
 	defer func() {
 		r.mu.Lock()
 		delete(r.deleting, sessionID)
 		r.mu.Unlock()
 	}()
+	// Its records queued before now are stored, then deleted with it.
+	if err := r.outside.flushSession(ctx, sessionID); err != nil {
+		return err
+	}
 	if err := r.cfg.Store.DeleteSession(ctx, sessionID); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -88,5 +89,43 @@ func TestRunnerWaitWritesTheQueuedRecordsFirst(t *testing.T) {
 	calls, _ := gs.db.OutsideCalls(context.Background(), sess.ID)
 	if len(calls) != 1 || calls[0].Outcome == nil {
 		t.Fatalf("after Wait: %d outside calls (want 1 with its outcome)", len(calls))
+	}
+}
+
+// A write that waits for its session's queued records (here a deletion, which stores them first)
+// stops waiting when its request ends while the store hangs, and leaves nothing half done: the
+// session can be deleted once the store takes writes again.
+func TestAWriteWaitingBehindAHeldRecordStopsWhenItsRequestEnds(t *testing.T) {
+	gs, hs := newHeldGateway(t, "allow up__read")
+	cs := gs.client(t, "gives-up", nil)
+	t.Cleanup(hs.let)
+	if res := wait(t, callAsync(cs, &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": "first"}})); res.IsError {
+		t.Fatalf("call: %q", textOf(res))
+	}
+	gs.runner.FlushAgentRecords()
+	sess, err := gs.db.AgentSession(context.Background(), gs.connID, gs.sid(cs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.held.Store(true)
+	if res := wait(t, callAsync(cs, &sdk.CallToolParams{Name: "up__read", Arguments: map[string]any{"name": "held"}})); res.IsError {
+		t.Fatalf("call: %q", textOf(res))
+	}
+	<-hs.entering
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	deleted := make(chan error, 1)
+	go func() { deleted <- gs.runner.DeleteSession(ctx, sess.ID) }()
+	select {
+	case err := <-deleted:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("DeleteSession while its record is held: %v, want the request's deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("DeleteSession still waits for the held record after its request ended")
+	}
+	hs.let()
+	if err := gs.runner.DeleteSession(context.Background(), sess.ID); err != nil {
+		t.Fatalf("DeleteSession once the store takes writes: %v", err)
 	}
 }

@@ -5,6 +5,17 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { OWNER_TOKEN, approvalGroup, loginAt, ownPortBase, startOwnServer, toolCard, transcript } from './helpers';
 
+/** A server of its own at port whose -mcp-config offers bin/mcp-stdioserver as server "stdio". */
+async function startGatewayServer(name: string, port: number) {
+  const stdioserver = path.resolve(__dirname, '../../bin/mcp-stdioserver');
+  expect(fs.existsSync(stdioserver), `${stdioserver} is missing: run make e2e (or make mcp-testserver)`).toBe(true);
+  const root = path.resolve(__dirname, '../.tmp', name);
+  fs.mkdirSync(root, { recursive: true });
+  const config = path.join(root, 'mcp.json');
+  fs.writeFileSync(config, JSON.stringify({ mcpServers: { stdio: { command: stdioserver } } }));
+  return startOwnServer(name, port, ['-mcp-config', config]);
+}
+
 // Issue 31, acceptance 2: a real MCP client nobody here wrote — the official TypeScript SDK
 // (@modelcontextprotocol/sdk 1.32.2) with its Streamable HTTP client — connects to Countersign's
 // /mcp with a connection's token and calls a tool of an upstream stdio server (bin/mcp-stdioserver,
@@ -12,14 +23,7 @@ import { OWNER_TOKEN, approvalGroup, loginAt, ownPortBase, startOwnServer, toolC
 // person approves; the upstream's result reaches the client.
 
 test('the TypeScript SDK calls a gated tool through /mcp; the prompt shows with the client\'s name; Approve returns the upstream\'s result', async ({ page, request }, info) => {
-  const stdioserver = path.resolve(__dirname, '../../bin/mcp-stdioserver');
-  expect(fs.existsSync(stdioserver), `${stdioserver} is missing: run make e2e (or make mcp-testserver)`).toBe(true);
-  const name = `mcp-gateway-${info.workerIndex}-${Date.now()}`;
-  const root = path.resolve(__dirname, '../.tmp', name);
-  fs.mkdirSync(root, { recursive: true });
-  const config = path.join(root, 'mcp.json');
-  fs.writeFileSync(config, JSON.stringify({ mcpServers: { stdio: { command: stdioserver } } }));
-  const srv = await startOwnServer(name, ownPortBase + 130 + (info.workerIndex % 10), ['-mcp-config', config]);
+  const srv = await startGatewayServer(`mcp-gateway-${info.workerIndex}-${Date.now()}`, ownPortBase + 130 + (info.workerIndex % 10));
   let client: Client | undefined;
   try {
     const res = await request.post(`${srv.baseURL}/api/connections`, {
@@ -69,14 +73,7 @@ test('the TypeScript SDK calls a gated tool through /mcp; the prompt shows with 
 // stored right after and only then shown. The page open on the agent session shows the next
 // call and its result live (no reload), in order, and after a reload they are still there.
 test('a call a rule allows through /mcp is answered at once and shown in the page once stored', async ({ page, request }, info) => {
-  const stdioserver = path.resolve(__dirname, '../../bin/mcp-stdioserver');
-  expect(fs.existsSync(stdioserver), `${stdioserver} is missing: run make e2e (or make mcp-testserver)`).toBe(true);
-  const name = `mcp-gateway-rule-${info.workerIndex}-${Date.now()}`;
-  const root = path.resolve(__dirname, '../.tmp', name);
-  fs.mkdirSync(root, { recursive: true });
-  const config = path.join(root, 'mcp.json');
-  fs.writeFileSync(config, JSON.stringify({ mcpServers: { stdio: { command: stdioserver } } }));
-  const srv = await startOwnServer(name, ownPortBase + 140 + (info.workerIndex % 10), ['-mcp-config', config]);
+  const srv = await startGatewayServer(`mcp-gateway-rule-${info.workerIndex}-${Date.now()}`, ownPortBase + 140 + (info.workerIndex % 10));
   let client: Client | undefined;
   try {
     const owner = { Authorization: `Bearer ${OWNER_TOKEN}` };

@@ -55,6 +55,7 @@ test('the TypeScript SDK calls a gated tool through /mcp; the prompt shows with 
     await expect(tc).toContainText('through the gateway');
     const group = approvalGroup(tc, 'stdio__echo');
     await expect(group).toContainText('asks because server stdio is not trusted');
+    await expect(group).toContainText('requested by the MCP client (through /mcp)');
     await group.getByRole('button', { name: 'Approve', exact: true }).click();
 
     const result = await call;

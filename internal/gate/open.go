@@ -17,6 +17,10 @@ import (
 // "stopped waiting" (its instance reads it again).
 const EventAAP = "aap"
 
+// EventToolsCall is the Event of a call an MCP client made through the gateway (SPEC §18 Door 2):
+// the MCP method that asked it.
+const EventToolsCall = "tools/call"
+
 // watcher is one reader watching an approval (Gate.Watch).
 type watcher struct{ ch chan struct{} }
 

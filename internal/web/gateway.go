@@ -330,7 +330,7 @@ func (g *gateway) decideAs(ctx context.Context, sess agent.Session, gs gate.Sess
 	// it is stored first, and a store that refuses it fails the call. One that asks a person is
 	// stored before it is shown.
 	later := queue && g.s.cfg.Runner.AgentRecordsQueued()
-	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: "tools/call", ToolName: t.Name, Input: args, Session: &gs,
+	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: gate.EventToolsCall, ToolName: t.Name, Input: args, Session: &gs,
 		MatchKey: ref.key(), Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: later}
 	oreq.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
 		m := agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,

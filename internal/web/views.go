@@ -440,6 +440,7 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	if oc != nil && oc.Event == gate.EventAAP {
 		b.s.aapPrompt(&av, a.ID)
 	}
+	av.ViaMCP = oc != nil && oc.Event == gate.EventToolsCall
 	if oc != nil && oc.StoppedWaitingAt != nil {
 		av.AgentNote = "The agent stopped waiting for this decision: it went on its own way. A decision now is recorded as too late and not applied."
 	}

@@ -260,7 +260,9 @@ type ApprovalView struct {
 	// ViaAPI: the outside agent asked through the approval API (SPEC §18 Door 3), not its hooks.
 	// AgentSays is its request's agent_reasoning (a claim of the agent's, shown as such) and
 	// ContextJSON its context, as sent; "" when there are none.
-	ViaAPI      bool
+	ViaAPI bool
+	// ViaMCP: an MCP client asked through the gateway (/mcp, SPEC §18 Door 2), not hooks.
+	ViaMCP      bool
 	AgentSays   string
 	ContextJSON string
 	// Deadline is when a pending approval times out (its createdAt plus the server's approval

@@ -51,6 +51,9 @@ type OutsideCall struct {
 	// event that created the call, or of the last that asked again about it while pending); nil
 	// for a call stored without one.
 	Deadline *time.Time
+	// ClaimedAt is when the call's decision was taken to run or refuse it (Door 2,
+	// store.ClaimOutsideCall): a decision is used once; nil before.
+	ClaimedAt *time.Time
 }
 
 // TooLate reports whether a, this call's approval, was decided by a person after the agent

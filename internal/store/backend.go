@@ -103,6 +103,7 @@ type Backend interface {
 	MarkStoppedWaiting(ctx context.Context, approvalID string, at *time.Time) error
 	WaitAgain(ctx context.Context, approvalID string, deadline time.Time) error
 	SetOutsideEditedKey(ctx context.Context, approvalID, key string) error
+	ClaimOutsideCall(ctx context.Context, sessionID, approvalID string, at time.Time) (bool, error)
 	SetOutsideOutcome(ctx context.Context, approvalID string, outcome json.RawMessage, at time.Time) error
 	AppendOutsideOutcome(ctx context.Context, sessionID string, m agent.Message, approvalID string, outcome json.RawMessage, at time.Time) (agent.Entry, error)
 

@@ -36,7 +36,7 @@ func (db *SQL) UpdateAgentSession(ctx context.Context, id string, info agent.Age
 		info.PermissionMode, info.TranscriptPath, info.Model, info.PromptID, info.State, id)
 }
 
-const outsideCallColumns = `approval_id, session_id, tool_use_id, match_key, edited_key, event, editable, stopped_waiting_at, outcome, outcome_at, created_at, deadline`
+const outsideCallColumns = `approval_id, session_id, tool_use_id, match_key, edited_key, event, editable, stopped_waiting_at, outcome, outcome_at, created_at, deadline, claimed_at`
 
 // CreateOutsideCall stores c beside its approval (c.ApprovalID, already stored). A zero
 // CreatedAt is stored as db.Now(). Errors: apperr.Conflict when the approval has one already;
@@ -54,11 +54,11 @@ func (db *SQL) CreateOutsideCall(ctx context.Context, c gate.OutsideCall) (err e
 	return db.outsideCallError(c, err)
 }
 
-const insertOutsideCall = `INSERT INTO outside_calls (` + outsideCallColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const insertOutsideCall = `INSERT INTO outside_calls (` + outsideCallColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func outsideCallArgs(c gate.OutsideCall) []any {
 	return []any{c.ApprovalID, c.SessionID, c.ToolUseID, c.MatchKey, nullString(c.EditedKey), c.Event, c.Editable, nullTime(c.StoppedWaitingAt),
-		nullJSON(c.Outcome), nullTime(c.OutcomeAt), formatTime(c.CreatedAt), nullTime(c.Deadline)}
+		nullJSON(c.Outcome), nullTime(c.OutcomeAt), formatTime(c.CreatedAt), nullTime(c.Deadline), nullTime(c.ClaimedAt)}
 }
 
 // AppendOutsideCall stores, in one transaction, an outside call a rule, the mode or a default
@@ -146,6 +146,19 @@ func (db *SQL) OutsideCallByKey(ctx context.Context, sessionID, key string) (c g
 		return gate.OutsideCall{}, apperr.Errorf(apperr.NotFound, "outside call not found")
 	}
 	return c, err
+}
+
+// ClaimOutsideCall takes the decision of approval approvalID's outside call, in agent session
+// sessionID, to run (or refuse) the call now (Door 2): true for the one request that takes it;
+// false when it was taken before (by another request, on this replica or another: SPEC §16) or
+// the call already has an outcome, or when there is no such call. One conditional update,
+// synced (Durable) before the call runs, so a decision is used once even when two requests find
+// it at the same instant and across a crash. at is stored as claimed_at.
+func (db *SQL) ClaimOutsideCall(ctx context.Context, sessionID, approvalID string, at time.Time) (_ bool, err error) {
+	defer apperr.Wrap(&err, "store.ClaimOutsideCall(%s)", approvalID)
+	n, err := db.exec1(ctx, Durable, `UPDATE outside_calls SET claimed_at = ? WHERE approval_id = ? AND session_id = ?
+		AND claimed_at IS NULL AND outcome IS NULL`, formatTime(at), approvalID, sessionID)
+	return n == 1, err
 }
 
 // SetOutsideEditedKey records the match key of the input a person's edit approved for approval
@@ -259,11 +272,11 @@ func scanOutsideCall(r Row) (gate.OutsideCall, error) {
 		c                  gate.OutsideCall
 		edited             sql.NullString
 		stopped, outcomeAt sql.NullString
-		deadline           sql.NullString
+		deadline, claimed  sql.NullString
 		outcome            sql.NullString
 		created            string
 	)
-	if err := r.Scan(&c.ApprovalID, &c.SessionID, &c.ToolUseID, &c.MatchKey, &edited, &c.Event, &c.Editable, &stopped, &outcome, &outcomeAt, &created, &deadline); err != nil {
+	if err := r.Scan(&c.ApprovalID, &c.SessionID, &c.ToolUseID, &c.MatchKey, &edited, &c.Event, &c.Editable, &stopped, &outcome, &outcomeAt, &created, &deadline, &claimed); err != nil {
 		return gate.OutsideCall{}, err
 	}
 	var err error
@@ -274,6 +287,9 @@ func scanOutsideCall(r Row) (gate.OutsideCall, error) {
 		return c, err
 	}
 	if c.Deadline, err = parseNullTime(deadline); err != nil {
+		return c, err
+	}
+	if c.ClaimedAt, err = parseNullTime(claimed); err != nil {
 		return c, err
 	}
 	c.Outcome, c.EditedKey = rawJSON(outcome), edited.String

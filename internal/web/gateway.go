@@ -305,15 +305,16 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 		if err != nil || v.Outcome == gate.Asked {
 			return v, url, ref, err
 		}
-		used, err := g.usedElsewhere(ctx, v.Approval)
+		used, err := g.claimed(ctx, sess.ID, v.Approval)
 		if err != nil {
 			return gate.OutsideVerdict{}, "", callRef{}, err
 		}
 		if !used {
 			return v, url, ref, nil
 		}
-		// Another replica ran the call on this decision since this one learnt its generation: the
-		// decision is used, and the call is asked as the next generation.
+		// Another request used this decision since this one learnt its generation (another
+		// replica, or the same call in flight twice): it is used, and the call is asked as the
+		// next generation.
 		g.taken(sess.ID, ref)
 		if ref, err = g.ref(ctx, sess.ID, digest); err != nil {
 			return gate.OutsideVerdict{}, "", callRef{}, err
@@ -345,19 +346,18 @@ func (g *gateway) decideAs(ctx context.Context, sess agent.Session, gs gate.Sess
 	return v, later, err
 }
 
-// usedElsewhere reports whether a, the decision a call was given, was found stored and already
-// used: its outside call has an outcome (another replica ran or refused the call on it, SPEC
-// §16), so it is not used again. A decision made for this call now (decided without a person
-// when asked, its record perhaps still queued) is not read.
-func (g *gateway) usedElsewhere(ctx context.Context, a gate.Approval) (bool, error) {
+// claimed takes a, the decision a call was given, to run or refuse the call now, and reports
+// whether it was used already: taken by another request (another replica, SPEC §16, or the same
+// call in flight twice on one decision: both are given it, one runs) or its call has an outcome.
+// One conditional update in the store (ClaimOutsideCall), so a decision is used once. A decision
+// made for this call now (by a rule, the mode or a default when asked, its record perhaps still
+// queued) is this request's alone and is not claimed.
+func (g *gateway) claimed(ctx context.Context, sessionID string, a gate.Approval) (used bool, err error) {
 	if a.ID == "" || a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt) {
 		return false, nil
 	}
-	c, err := g.s.agents.OutsideCall(ctx, a.ID)
-	if apperr.CodeOf(err) == apperr.NotFound {
-		return false, nil
-	}
-	return err == nil && c.Outcome != nil, err
+	ok, err := g.s.agents.ClaimOutsideCall(ctx, sessionID, a.ID, time.Now())
+	return !ok, err
 }
 
 // progress sends notifications/progress every g.every while a call is held, when the client gave
@@ -394,8 +394,8 @@ func (c callRef) key() string { return "g" + strconv.Itoa(c.gen) + "-" + c.diges
 // ref is the call with digest in agent session sessionID as asked now: its generation moves on
 // each time a decision is used (taken), so the same call repeated after its deadline finds the
 // decision, once, and the one after that asks again. The generation is found in the store when
-// this process does not know it: the first whose outside call has no outcome yet and was not
-// decided when it was asked (usedAtOnce).
+// this process does not know it: the first whose outside call has no outcome yet, was not taken
+// (claimed) and was not decided when it was asked (usedAtOnce).
 func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, error) {
 	id := sessionID + "\x00" + digest
 	g.genMu.Lock()
@@ -412,7 +412,7 @@ func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, e
 		if err != nil {
 			return callRef{}, err
 		}
-		if c.Outcome == nil {
+		if c.Outcome == nil && c.ClaimedAt == nil {
 			used, err := g.usedAtOnce(ctx, c)
 			if err != nil {
 				return callRef{}, err

@@ -250,3 +250,68 @@ func TestGatewayUsesAPersonsDecisionOnceAcrossReplicas(t *testing.T) {
 		t.Errorf("upstream ran delete %d times on one approval, want 1", n)
 	}
 }
+
+// TestGatewayTwoReplicasTakingOneDecisionAtOnceRunTheCallOnce: the same call repeated on two
+// replicas at the same instant after a person approved it: both find the decision, one takes it
+// (store.ClaimOutsideCall) and runs, the other is asked anew. Without the claim both ran: the
+// outcome that marks a decision used is written only after the upstream answers.
+func TestGatewayTwoReplicasTakingOneDecisionAtOnceRunTheCallOnce(t *testing.T) {
+	gs := newGatewayServer(t)
+	other := gs.replica(t)
+	here, there := gs.statelessClient(t, gs.URL, "claim-test"), gs.statelessClient(t, other.URL, "claim-test")
+	if res := deleteR(t, here); !strings.HasPrefix(textOf(res), "Waiting for approval at ") {
+		t.Fatalf("first call: %q", textOf(res))
+	}
+	gs.decide(t, gs.pendingIn(t, "client:claim-test"), map[string]any{"decision": "approve"})
+	arrived := make(chan chan struct{}, 2)
+	gs.up.hold.Store(&arrived)
+	p := &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "r"}}
+	ranOnce(t, gs, arrived, callAsync(here, p), callAsync(there, p))
+	gs.pendingIn(t, "client:claim-test") // the one not run is asked anew
+}
+
+// ranOnce checks that of two calls x and y in flight on one decision, one reaches the upstream
+// (held there, through arrived) and the other is answered that it waits for a new approval, and
+// that the one held then returns the upstream's result: the upstream ran it once.
+func ranOnce(t *testing.T, gs *gatewayServer, arrived chan chan struct{}, x, y <-chan callAnswer) {
+	t.Helper()
+	var release chan struct{}
+	select {
+	case release = <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the approved call never reached the upstream")
+	}
+	defer gs.up.hold.Store(nil)
+	var held <-chan callAnswer
+	select {
+	case a := <-x:
+		held = y
+		checkAskedAnew(t, a)
+	case a := <-y:
+		held = x
+		checkAskedAnew(t, a)
+	case again := <-arrived:
+		close(again)
+		close(release)
+		t.Fatal("the upstream ran the call twice on one decision")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second call was never answered")
+	}
+	close(release)
+	if res := wait(t, held); res.IsError || !strings.HasPrefix(structured(t, res), `{"deleted":`) {
+		t.Errorf("the call that took the decision: isError %v %q", res.IsError, textOf(res))
+	}
+	if n := gs.up.deletes.Load(); n != 1 {
+		t.Errorf("upstream ran delete %d times on one decision, want 1", n)
+	}
+}
+
+func checkAskedAnew(t *testing.T, a callAnswer) {
+	t.Helper()
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if !a.res.IsError || !strings.HasPrefix(textOf(a.res), "Waiting for approval at ") {
+		t.Fatalf("the call that did not take the decision: isError %v %q, want it asked anew", a.res.IsError, textOf(a.res))
+	}
+}

@@ -30,11 +30,13 @@ import (
 // Streamable HTTP) reached through the real mcp.Manager.
 
 // upstream is an MCP server with a read-only tool, a destructive one and one whose result breaks
-// its outputSchema; reads and deletes count the runs of read and delete.
+// its outputSchema; reads and deletes count the runs of read and delete. While hold is set, each
+// delete is sent on it when it starts and waits until the channel it sent is closed.
 type upstream struct {
 	*httptest.Server
 	srv            *sdk.Server
 	reads, deletes atomic.Int64
+	hold           atomic.Pointer[chan chan struct{}]
 }
 
 func newUpstream(t *testing.T) *upstream {
@@ -62,6 +64,11 @@ func newUpstream(t *testing.T) *upstream {
 		var in struct{ Name string }
 		_ = json.Unmarshal(req.Params.Arguments, &in)
 		up.deletes.Add(1)
+		if h := up.hold.Load(); h != nil {
+			release := make(chan struct{})
+			*h <- release
+			<-release
+		}
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "deleted " + in.Name}},
 			StructuredContent: map[string]any{"deleted": in.Name}}, nil
 	})
@@ -402,6 +409,27 @@ func TestGatewayAnswersAtTheDeadlineAndTheRepeatedCallFindsTheDecisionOnce(t *te
 	}
 	if n := gs.up.deletes.Load(); n != 1 {
 		t.Errorf("upstream ran delete %d times, want 1", n)
+	}
+}
+
+// TestGatewayRunsTwoIdenticalCallsInFlightOnOneDecisionOnce: the same call twice at once in one
+// session, both held for one approval (the second joins the first's wait, or finds the decision
+// made): once approved, one runs and the other is asked anew (store.ClaimOutsideCall). Without
+// the claim both ran on one approval.
+func TestGatewayRunsTwoIdenticalCallsInFlightOnOneDecisionOnce(t *testing.T) {
+	gs := newGatewayServer(t)
+	gs.timeout = "3"
+	arrived := make(chan chan struct{}, 2)
+	gs.up.hold.Store(&arrived)
+	cs := gs.client(t, "twice-test", nil)
+	p := &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "t"}}
+	first := callAsync(cs, p)
+	a := gs.pendingIn(t, gs.sid(cs))
+	second := callAsync(cs, p)
+	gs.decide(t, a, map[string]any{"decision": "approve"})
+	ranOnce(t, gs, arrived, first, second)
+	if n := gs.pendingIn(t, gs.sid(cs)); n.ID == a.ID {
+		t.Error("the call not run is not asked anew")
 	}
 }
 

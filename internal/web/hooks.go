@@ -34,6 +34,8 @@ type AgentStore interface {
 	OutsideCallByToolUse(ctx context.Context, sessionID, toolUseID string) (gate.OutsideCall, error)
 	// OutsideCallByKey is the session's latest call with the match key; apperr.NotFound (Door 2).
 	OutsideCallByKey(ctx context.Context, sessionID, key string) (gate.OutsideCall, error)
+	// ClaimOutsideCall takes a call's decision to use it, once (Door 2, store.ClaimOutsideCall).
+	ClaimOutsideCall(ctx context.Context, sessionID, approvalID string, at time.Time) (bool, error)
 }
 
 // AgentAuthenticator checks an outside agent's bearer token for a hook kind (SPEC §18

@@ -3,6 +3,9 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,10 +152,42 @@ func testAgentSessionsAndOutsideCalls(t *testing.T, h Harness) {
 	assertEqual(t, "WaitAgain with no deadline stores none", got.Deadline == nil, true)
 	assertEqual(t, "WaitAgain of an unknown call", apperr.CodeOf(db.WaitAgain(ctx, "nope", again)), apperr.NotFound)
 
+	// A decision is taken once (ClaimOutsideCall): of eight requests at the same instant, one.
+	claimedAt := t0.Add(5 * time.Second)
+	var claims atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := db.ClaimOutsideCall(ctx, "as1", "ap2", claimedAt)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				claims.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	assertEqual(t, "requests that took one decision at once", claims.Load(), int32(1))
+	got, _ = db.OutsideCall(ctx, "ap2")
+	if got.ClaimedAt == nil || !got.ClaimedAt.Equal(claimedAt) {
+		t.Fatalf("claimed at %v, want %v", got.ClaimedAt, claimedAt)
+	}
+	for _, c := range []struct{ what, session, approval string }{
+		{"a decision taken before", "as1", "ap2"}, {"another session's call", "as3", "ap1"}, {"an unknown call", "as1", "nope"},
+	} {
+		ok, err := db.ClaimOutsideCall(ctx, c.session, c.approval, claimedAt)
+		assertEqual(t, "ClaimOutsideCall of "+c.what, fmt.Sprint(ok, err), "false <nil>")
+	}
+
 	outcome := json.RawMessage(`{"stdout":"a\nb","stderr":"","interrupted":false}`)
 	if err := db.SetOutsideOutcome(ctx, "ap1", outcome, t0.Add(4*time.Second)); err != nil {
 		t.Fatal(err)
 	}
+	ok, err := db.ClaimOutsideCall(ctx, "as1", "ap1", claimedAt)
+	assertEqual(t, "ClaimOutsideCall of a call with an outcome", fmt.Sprint(ok, err), "false <nil>")
 	got, _ = db.OutsideCall(ctx, "ap1")
 	var o map[string]any
 	if err := json.Unmarshal(got.Outcome, &o); err != nil || o["stdout"] != "a\nb" || got.OutcomeAt == nil {

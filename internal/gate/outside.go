@@ -165,6 +165,11 @@ type OutsideRequest struct {
 	// MatchKey pairs this event with the other event about the same call (hooks.MatchKey):
 	// the person is asked once per call.
 	MatchKey string
+	// Looked says the caller has just read OutsideCallByKey(SessionID, MatchKey) (Door 2's
+	// generation lookup): Prev is the call it found, nil for none, and the gate does not read
+	// it again (one read off a rule-decided call's path, issue 35).
+	Looked bool
+	Prev   *OutsideCall
 	// Deadline is when the agent stops waiting (its hook's timeout minus a margin): the answer
 	// is then no verdict.
 	Deadline time.Time
@@ -200,6 +205,18 @@ type OutsideRequest struct {
 	// call "the agent stopped waiting", and a decision made after it answers the repeated call
 	// instead of being too late.
 	CallsAgain bool
+}
+
+// prevByKey is the session's latest call with the request's match key: the caller's read
+// (OutsideRequest.Looked), else the store's; apperr.NotFound for none.
+func (s *Service) prevByKey(ctx context.Context, os OutsideStore, req OutsideRequest) (OutsideCall, error) {
+	if !req.Looked {
+		return os.OutsideCallByKey(ctx, req.SessionID, req.MatchKey)
+	}
+	if req.Prev == nil {
+		return OutsideCall{}, apperr.Errorf(apperr.NotFound, "outside call not found")
+	}
+	return *req.Prev, nil
 }
 
 // OutsideDecided is an outside call a rule, the mode or a default decided, as the gate hands it
@@ -297,7 +314,7 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 	}
 
 	// Asked before: the same call (the same key, or the same tool_use_id asked again).
-	prev, err := os.OutsideCallByKey(ctx, req.SessionID, req.MatchKey)
+	prev, err := s.prevByKey(ctx, os, req)
 	byToolUse := false
 	if apperr.CodeOf(err) == apperr.NotFound {
 		// Claude Code's `--resume` of a deferred call asks PreToolUse again with the same

@@ -332,7 +332,7 @@ func (g *gateway) decideAs(ctx context.Context, sess agent.Session, gs gate.Sess
 	// stored before it is shown.
 	later := queue && g.s.cfg.Runner.AgentRecordsQueued()
 	oreq := gate.OutsideRequest{SessionID: sess.ID, Event: gate.EventToolsCall, ToolName: t.Name, Input: args, Session: &gs,
-		MatchKey: ref.key(), Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: later}
+		MatchKey: ref.key(), Looked: ref.looked, Prev: ref.prev, Deadline: deadline, Tool: t, CancelOnHangUp: true, CallsAgain: true, Later: later}
 	oreq.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
 		m := agent.Message{Role: agent.Assistant, StopReason: agent.ToolUse,
 			Model: sess.Model, Content: []agent.Block{{Type: "toolCall", ID: callID, Name: t.Name, Arguments: args}}}
@@ -385,6 +385,10 @@ type callRef struct {
 	// its outcome is too, behind it, whatever the log says since (a store that hangs now does
 	// not hold the answer of a call that ran).
 	queued bool
+	// looked says ref has just read the generation's call in the store: prev, nil for none
+	// (passed to the gate, gate.OutsideRequest.Looked, so it does not read it again).
+	looked bool
+	prev   *gate.OutsideCall
 }
 
 // key is the call's match key: the generation first, so the call id the gate makes of it (its
@@ -404,6 +408,7 @@ func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, e
 	if ok {
 		return callRef{digest: digest, gen: n}, nil
 	}
+	var prev *gate.OutsideCall // the call of generation n, as read now; nil: none
 	for ; ; n++ {
 		c, err := g.s.agents.OutsideCallByKey(ctx, sessionID, callRef{digest: digest, gen: n}.key())
 		if apperr.CodeOf(err) == apperr.NotFound {
@@ -418,18 +423,19 @@ func (g *gateway) ref(ctx context.Context, sessionID, digest string) (callRef, e
 				return callRef{}, err
 			}
 			if !used {
+				prev = &c
 				break
 			}
 		}
 	}
 	g.genMu.Lock()
+	defer g.genMu.Unlock()
 	if cur, ok := g.gens[id]; ok && cur > n {
-		n = cur
-	} else {
-		g.keep(id, n)
+		// Another request moved the call on meanwhile: what was read is not this generation's.
+		return callRef{digest: digest, gen: cur}, nil
 	}
-	g.genMu.Unlock()
-	return callRef{digest: digest, gen: n}, nil
+	g.keep(id, n)
+	return callRef{digest: digest, gen: n, looked: true, prev: prev}, nil
 }
 
 // usedAtOnce reports whether outside call c was decided without a person when it was asked (a

@@ -1023,3 +1023,44 @@ func TestGatewayQueuedRecordsHoldOnlyTheirOwnSession(t *testing.T) {
 	gs.decide(t, a, map[string]any{"decision": "deny"})
 	wait(t, asked)
 }
+
+// byKeyCounted counts the gate's reads of an outside call by its match key.
+type byKeyCounted struct {
+	*sqlite.DB
+	reads atomic.Int64
+}
+
+func (b *byKeyCounted) OutsideCallByKey(ctx context.Context, sessionID, key string) (gate.OutsideCall, error) {
+	b.reads.Add(1)
+	return b.DB.OutsideCallByKey(ctx, sessionID, key)
+}
+
+// TestGatewayReadsACallByItsKeyOnceOnItsPath: a rule-allowed call the gateway has not seen is
+// looked up by its match key once — by the gateway's generation lookup, whose read the gate
+// takes (gate.OutsideRequest.Looked) — not twice (issue 35: the read was ~65 µs of the call's
+// path); a repeat, whose generation the gateway knows without reading, is read by the gate.
+func TestGatewayReadsACallByItsKeyOnceOnItsPath(t *testing.T) {
+	counted := &byKeyCounted{}
+	gs := newGatewayServerWith(t, func(c *agent.Config) {
+		counted.DB = c.Store.(*sqlite.DB)
+		c.Store = counted
+	}, "allow up__delete")
+	cs := gs.client(t, "reads-test", nil)
+	call := func() {
+		t.Helper()
+		if res := deleteR(t, cs); res.IsError {
+			t.Fatalf("a rule-allowed call: %q", textOf(res))
+		}
+	}
+	call()
+	if n := counted.reads.Load(); n != 0 {
+		t.Errorf("the gate read a call the gateway had just read %d times, want 0", n)
+	}
+	call()
+	if n := counted.reads.Load(); n != 1 {
+		t.Errorf("the gate's reads after a repeat whose generation was known: %d, want 1", n)
+	}
+	if n := gs.up.deletes.Load(); n != 2 {
+		t.Errorf("upstream ran %d deletes, want 2 (each allowed by the rule)", n)
+	}
+}

@@ -249,19 +249,29 @@ func (db *SQL) SetOutsideOutcome(ctx context.Context, approvalID string, outcome
 // AppendOutsideOutcome stores, in one transaction, m — the call's result as the session shows
 // it, its next entry (AppendEntry) — and outcome, what the agent or the upstream reported, on
 // approval approvalID's outside call (SetOutsideOutcome's row), at at. Not synced, like any
-// transcript entry (SPEC §8): a power loss keeps or drops both. Errors: apperr.Invalid for an
-// outcome that is not JSON; apperr.NotFound for an approval with no outside call or an unknown
-// session; then nothing is stored.
+// transcript entry (SPEC §8): a power loss keeps or drops both. A call's outcome is written once:
+// a second report (an agent's or a proxy's, even at the same instant as the first) never replaces
+// it. Errors: apperr.Invalid for an outcome that is not JSON; apperr.NotFound for an approval
+// with no outside call or an unknown session; apperr.Conflict for a call that has its outcome;
+// then nothing is stored.
 func (db *SQL) AppendOutsideOutcome(ctx context.Context, sessionID string, m agent.Message, approvalID string, outcome json.RawMessage, at time.Time) (e agent.Entry, err error) {
 	defer apperr.Wrap(&err, "store.AppendOutsideOutcome(%s)", approvalID)
 	if !json.Valid(outcome) {
 		return agent.Entry{}, apperr.Errorf(apperr.Invalid, "an outside call's outcome must be JSON")
 	}
 	return db.appendEntry(ctx, sessionID, m, nil, func(tx Querier) error {
-		n, err := db.exec(ctx, tx, `UPDATE outside_calls SET outcome = ?, outcome_at = ? WHERE approval_id = ? AND session_id = ?`,
-			string(outcome), formatTime(at), approvalID, sessionID)
-		if err == nil && n == 0 {
+		n, err := db.exec(ctx, tx, `UPDATE outside_calls SET outcome = ?, outcome_at = ? WHERE approval_id = ? AND session_id = ?
+			AND outcome IS NULL`, string(outcome), formatTime(at), approvalID, sessionID)
+		if err != nil || n == 1 {
+			return err
+		}
+		var one int
+		err = db.queryRow(ctx, tx, `SELECT 1 FROM outside_calls WHERE approval_id = ? AND session_id = ?`, approvalID, sessionID).Scan(&one)
+		switch {
+		case isNoRows(err):
 			return apperr.Errorf(apperr.NotFound, "outside call %s not found in session %s", approvalID, sessionID)
+		case err == nil:
+			return apperr.Errorf(apperr.Conflict, "outside call %s has its outcome already", approvalID)
 		}
 		return err
 	})

@@ -315,3 +315,72 @@ func checkAskedAnew(t *testing.T, a callAnswer) {
 		t.Fatalf("the call that did not take the decision: isError %v %q, want it asked anew", a.res.IsError, textOf(a.res))
 	}
 }
+
+// TestGatewayProxyOutcomeIsStoredOnceWhenReportedTwiceAtOnce: an agent holding mcp-proxy's token
+// reports one allowed call's outcome twice at the same instant, the second a forgery: the first
+// stored stands, the other is refused (409), and the transcript holds one result. Without the
+// write-once outcome both passed the handler's check and the later one replaced the first.
+func TestGatewayProxyOutcomeIsStoredOnceWhenReportedTwiceAtOnce(t *testing.T) {
+	hs := &outcomeHeldStore{release: make(chan struct{}), entering: make(chan struct{}, 4)}
+	gs := newGatewayServerWith(t, func(c *agent.Config) {
+		hs.DB = c.Store.(*sqlite.DB)
+		c.Store = hs
+	}, "allow notes__delete")
+	t.Cleanup(hs.let)
+	tl := `{"name":"delete","inputSchema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}}`
+	_, body := postJSON(t, gs.URL+"/mcp/decide", gs.token, `{"sessionId":"p2","clientInfo":{"name":"c","version":"1"},"server":"notes","tool":`+tl+`,"arguments":{"name":"x"}}`)
+	var d struct{ Decision, ApprovalID string }
+	if err := json.Unmarshal([]byte(body), &d); err != nil || d.Decision != "allow" {
+		t.Fatalf("decide: %s", body)
+	}
+	hs.held.Store(true)
+	type answer struct {
+		text   string
+		status int
+	}
+	answers := make(chan answer, 2)
+	for _, text := range []string{"gone", "forged"} {
+		go func() {
+			st, _ := postJSON(t, gs.URL+"/mcp/outcome", gs.token,
+				`{"sessionId":"p2","approvalId":"`+d.ApprovalID+`","result":{"content":[{"type":"text","text":"`+text+`"}]}}`)
+			answers <- answer{text, st}
+		}()
+	}
+	for range 2 { // both passed the handler's own check and are at the store
+		select {
+		case <-hs.entering:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the two reports never reached the store together")
+		}
+	}
+	hs.let()
+	var stored string
+	for range 2 {
+		a := <-answers
+		switch a.status {
+		case http.StatusOK:
+			stored = a.text
+		case http.StatusConflict:
+		default:
+			t.Errorf("report %q: %d", a.text, a.status)
+		}
+	}
+	if stored == "" {
+		t.Fatal("neither report was stored")
+	}
+	c, err := gs.db.OutsideCall(context.Background(), d.ApprovalID)
+	if err != nil || !strings.Contains(string(c.Outcome), `"`+stored+`"`) {
+		t.Errorf("the stored outcome %s (%v), want the accepted report's %q", c.Outcome, err, stored)
+	}
+	s, _ := gs.db.AgentSession(context.Background(), gs.connID, "proxy:p2")
+	es, _ := gs.db.Entries(context.Background(), s.ID)
+	results := 0
+	for _, e := range es {
+		if e.Message.Role == agent.ToolResult {
+			results++
+		}
+	}
+	if results != 1 {
+		t.Errorf("%d results of the call in its transcript, want 1", results)
+	}
+}

@@ -328,7 +328,17 @@ func (s *Server) recordOutcome(ctx context.Context, sess agent.Session, ev hooks
 	if err != nil {
 		return err
 	}
-	return s.cfg.Runner.RecordAgentOutcome(ctx, a, outcomeResult(ev.ToolResponse), ev.ToolResponse)
+	return firstReport(s.cfg.Runner.RecordAgentOutcome(ctx, a, outcomeResult(ev.ToolResponse), ev.ToolResponse))
+}
+
+// firstReport is err, but nil for apperr.Conflict: a call's outcome is written once (its first
+// report stands, store.AppendOutsideOutcome), and an agent that reports it again (a retried
+// hook) is only answered.
+func firstReport(err error) error {
+	if apperr.CodeOf(err) == apperr.Conflict {
+		return nil
+	}
+	return err
 }
 
 // recordNeverRan stores, for a PermissionDenied, that the call never ran (SPEC §18 "ran …,
@@ -351,7 +361,7 @@ func (s *Server) recordNeverRan(ctx context.Context, sess agent.Session, ev hook
 		return err
 	}
 	res := tool.Result{Content: []tool.Content{{Type: "text", Text: "Never ran: the agent's own permission check denied it (" + reason + ")."}}, IsError: true}
-	return s.cfg.Runner.RecordAgentOutcome(ctx, a, res, outcome)
+	return firstReport(s.cfg.Runner.RecordAgentOutcome(ctx, a, res, outcome))
 }
 
 // outcomeResult is an agent's tool_response as a call's result: the output (stdout and stderr of

@@ -1018,3 +1018,50 @@ func TestARuleAllowedHookCostsOneUnsyncedCommit(t *testing.T) {
 		t.Errorf("the approval's message %s is not in the session's transcript", a.MessageID)
 	}
 }
+
+// TestAPostToolUseReportedAgainIsAnsweredAndNotStored: a call's outcome is written once; a
+// second PostToolUse for the same tool_use_id (a retried hook, or an agent rewriting what it
+// ran) is answered 200 and changes neither the outcome nor the transcript.
+func TestAPostToolUseReportedAgainIsAnsweredAndNotStored(t *testing.T) {
+	hs := newHookServer(t, "allow Bash(touch:*)")
+	kind := hooks.ClaudeCode
+	prompt, _ := payload(t, kind, "http-UserPromptSubmit.body.json")
+	sid := sessionOf(t, prompt)
+	load := func(file string, change func(map[string]any)) []byte {
+		var m map[string]any
+		raw, _ := os.ReadFile(filepath.Join("..", "hooks", "testdata", "claude-code", file))
+		_ = json.Unmarshal(raw, &m)
+		if change != nil {
+			change(m)
+		}
+		return withSession(t, m, sid)
+	}
+	forged := func(m map[string]any) {
+		m["tool_response"] = map[string]any{"stdout": "nothing happened here", "stderr": "", "interrupted": false}
+	}
+	for _, b := range [][]byte{prompt, load("http-PreToolUse.body.json", nil), load("http-PostToolUse.body.json", nil)} {
+		if got := hs.post(t, kind, "", hs.tokens[kind], b); got.status != 200 {
+			t.Fatalf("%s: %+v", b, got)
+		}
+	}
+	sess, err := hs.db.AgentSession(context.Background(), hs.ids[kind], sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, _ := hs.db.Approvals(context.Background(), sess.ID, "")
+	if len(as) != 1 {
+		t.Fatalf("approvals %+v", as)
+	}
+	before, _ := hs.db.OutsideCall(context.Background(), as[0].ID)
+	entries, _ := hs.db.Entries(context.Background(), sess.ID)
+	if got := hs.post(t, kind, "", hs.tokens[kind], load("http-PostToolUse.body.json", forged)); got.status != 200 {
+		t.Fatalf("the second PostToolUse: %+v, want it answered", got)
+	}
+	after, _ := hs.db.OutsideCall(context.Background(), as[0].ID)
+	if before.Outcome == nil || string(after.Outcome) != string(before.Outcome) {
+		t.Errorf("the outcome %s became %s", before.Outcome, after.Outcome)
+	}
+	if again, _ := hs.db.Entries(context.Background(), sess.ID); len(again) != len(entries) {
+		t.Errorf("%d entries after the second report, want %d", len(again), len(entries))
+	}
+}

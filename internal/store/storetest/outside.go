@@ -295,6 +295,11 @@ func testDecidedOutsideCallsInOneTransaction(t *testing.T, h Harness) {
 	assertEqual(t, "an outcome for no outside call", apperr.CodeOf(err), apperr.NotFound)
 	_, err = db.AppendOutsideOutcome(ctx, "as1", agent.Message{ID: "r-y", Role: agent.ToolResult}, "a1", json.RawMessage(`{`), t0)
 	assertEqual(t, "an outcome that is not JSON", apperr.CodeOf(err), apperr.Invalid)
+	// Written once: a second report never replaces the first, nor adds a result.
+	_, err = db.AppendOutsideOutcome(ctx, "as1", agent.Message{ID: "r-z", Role: agent.ToolResult, ToolCallID: "toolu_a1"}, "a1", json.RawMessage(`{"stdout":"forged"}`), t0)
+	assertEqual(t, "a second outcome of a call", apperr.CodeOf(err), apperr.Conflict)
+	c, _ = db.OutsideCall(ctx, "a1")
+	assertEqual(t, "the outcome after a second report", string(c.Outcome), `{"stdout":"ok"}`)
 	entries, _ = db.Entries(ctx, "as1")
 	assertEqual(t, "entries after the refused outcomes", len(entries), 2)
 

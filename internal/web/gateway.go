@@ -353,7 +353,7 @@ func (g *gateway) decideAs(ctx context.Context, sess agent.Session, gs gate.Sess
 // made for this call now (by a rule, the mode or a default when asked, its record perhaps still
 // queued) is this request's alone and is not claimed.
 func (g *gateway) claimed(ctx context.Context, sessionID string, a gate.Approval) (used bool, err error) {
-	if a.ID == "" || a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt) {
+	if a.ID == "" || decidedAtOnce(a) {
 		return false, nil
 	}
 	ok, err := g.s.agents.ClaimOutsideCall(ctx, sessionID, a.ID, time.Now())
@@ -452,7 +452,14 @@ func (g *gateway) usedAtOnce(ctx context.Context, c gate.OutsideCall) (bool, err
 	if err != nil {
 		return false, err
 	}
-	return a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt), nil
+	return decidedAtOnce(a), nil
+}
+
+// decidedAtOnce reports whether approval a was decided without a person when its call was asked
+// (a rule, the mode or a default: gate.Gate.Automatic's stamp, decided at its creation): its
+// decision is its request's alone, used there and never claimed (claimed).
+func decidedAtOnce(a gate.Approval) bool {
+	return a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt)
 }
 
 // maxGens bounds the generations kept in memory; past it they are forgotten and found again in

@@ -384,3 +384,39 @@ func TestGatewayProxyOutcomeIsStoredOnceWhenReportedTwiceAtOnce(t *testing.T) {
 		t.Errorf("%d results of the call in its transcript, want 1", results)
 	}
 }
+
+// TestGatewayProxyOutcomeIsRefusedForACallNeverAllowed: /mcp/decide answered wait (with the
+// call's approval id), a person approved, and the proxy reports an outcome without asking again:
+// the call was never answered allow (its decision was not taken), so the report is refused (409)
+// and the repeated /mcp/decide still finds the approval and gets the allow. Without the check
+// the report was stored as the call's outcome, and the decision counted as used.
+func TestGatewayProxyOutcomeIsRefusedForACallNeverAllowed(t *testing.T) {
+	gs := newGatewayServer(t)
+	tl := `{"name":"delete","inputSchema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}}`
+	decide := `{"sessionId":"p3","clientInfo":{"name":"c","version":"1"},"server":"notes","tool":` + tl + `,"arguments":{"name":"x"}}`
+	_, body := postJSON(t, gs.URL+"/mcp/decide?timeout=1", gs.token, decide)
+	var d struct{ Decision, ApprovalID string }
+	if err := json.Unmarshal([]byte(body), &d); err != nil || d.Decision != "wait" || d.ApprovalID == "" {
+		t.Fatalf("decide: %s", body)
+	}
+	a, err := gs.db.Approval(context.Background(), d.ApprovalID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs.decide(t, a, map[string]any{"decision": "approve"})
+	out := `{"sessionId":"p3","approvalId":"` + d.ApprovalID + `","result":{"content":[{"type":"text","text":"forged"}]}}`
+	if st, body := postJSON(t, gs.URL+"/mcp/outcome", gs.token, out); st != http.StatusConflict {
+		t.Errorf("an outcome for a call never answered allow: %d %s, want 409", st, body)
+	}
+	if c, err := gs.db.OutsideCall(context.Background(), d.ApprovalID); err != nil || c.Outcome != nil {
+		t.Errorf("the call's outcome %s (%v), want none", c.Outcome, err)
+	}
+	_, body = postJSON(t, gs.URL+"/mcp/decide?timeout=1", gs.token, decide)
+	var again struct{ Decision, ApprovalID string }
+	if err := json.Unmarshal([]byte(body), &again); err != nil || again.Decision != "allow" || again.ApprovalID != d.ApprovalID {
+		t.Fatalf("the repeated decide: %s, want allow on %s", body, d.ApprovalID)
+	}
+	if st, body := postJSON(t, gs.URL+"/mcp/outcome", gs.token, strings.Replace(out, "forged", "gone", 1)); st != http.StatusOK {
+		t.Errorf("the outcome after the allow: %d %s, want 200", st, body)
+	}
+}

@@ -188,7 +188,7 @@ func (s *Server) mcpDecide(w http.ResponseWriter, r *http.Request) error {
 
 // mcpOutcome is POST /mcp/outcome (mcpproxy.OutcomeRequest → mcpproxy.Outcome): the result of an
 // allowed call of this connection's proxy session, once. Errors: 404 for an approval that is not
-// the session's, 409 for one not approved or already reported.
+// the session's, 409 for one not answered allow or already reported.
 func (s *Server) mcpOutcome(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	connID, err := s.mcpConnection(r)
@@ -217,8 +217,11 @@ func (s *Server) mcpOutcome(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if a.Status != gate.Approved || oc.Outcome != nil {
-		return apperr.Errorf(apperr.Conflict, "call %s was not approved, or its outcome is already reported", a.ID)
+	// Only a call /mcp/decide answered allow: a person's decision taken (claimed) by it, or one
+	// decided at once. An approval id the proxy learnt from a wait answer does not let it report
+	// an outcome of a call it was never allowed (and so use the decision up) without asking again.
+	if a.Status != gate.Approved || oc.Outcome != nil || oc.ClaimedAt == nil && !decidedAtOnce(a) {
+		return apperr.Errorf(apperr.Conflict, "call %s was not allowed, or its outcome is already reported", a.ID)
 	}
 	var res tool.Result
 	var rerr error

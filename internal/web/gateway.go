@@ -298,8 +298,10 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 	deadline := hookDeadline(time.Now(), info.timeout)
 	stopProgress := progress("waiting for approval: " + url)
 	defer stopProgress()
-	gs := g.s.cfg.Runner.GateSession(sess)
 	for {
+		// The session as of now, each time: a call asked anew after another request took its
+		// decision is judged in the mode the session has then (a switch while it was held applies).
+		gs := g.s.cfg.Runner.GateSession(sess)
 		v, queued, err := g.decideAs(ctx, sess, gs, t, args, ref, deadline, queue)
 		ref.queued = queued
 		if err != nil || v.Outcome == gate.Asked {

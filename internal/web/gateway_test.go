@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -252,10 +253,15 @@ type callAnswer struct {
 	err error
 }
 
+// callAsync calls the tool through cs in a goroutine of its own, with its own copy of params (the
+// go-sdk client writes its _meta: two calls sharing it raced, and the second sent the first's
+// clientInfo).
 func callAsync(cs *sdk.ClientSession, params *sdk.CallToolParams) <-chan callAnswer {
 	got := make(chan callAnswer, 1)
+	p := *params
+	p.Meta = maps.Clone(params.Meta)
 	go func() {
-		res, err := cs.CallTool(context.Background(), params)
+		res, err := cs.CallTool(context.Background(), &p)
 		got <- callAnswer{res, err}
 	}()
 	return got

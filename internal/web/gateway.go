@@ -66,7 +66,8 @@ type gateway struct {
 	mu      sync.Mutex
 	offered map[string]*tool.Tool // the tools the server offers, by name
 	// proxied are the tools of mcp-proxy's wrapped servers (proxyTool), by digest of their
-	// definition; proxiedName the latest of each name.
+	// definition; proxiedName the latest of each name in each proxy's agent session (keyProxied):
+	// a call's outcome is validated against its own proxy's definition, never another's.
 	proxied, proxiedName map[string]*tool.Tool
 
 	genMu sync.Mutex
@@ -298,8 +299,10 @@ func (g *gateway) decide(ctx context.Context, sess agent.Session, t *tool.Tool, 
 	deadline := hookDeadline(time.Now(), info.timeout)
 	stopProgress := progress("waiting for approval: " + url)
 	defer stopProgress()
-	gs := g.s.cfg.Runner.GateSession(sess)
 	for {
+		// The session as of now, each time: a call asked anew after another request took its
+		// decision is judged in the mode the session has then (a switch while it was held applies).
+		gs := g.s.cfg.Runner.GateSession(sess)
 		v, queued, err := g.decideAs(ctx, sess, gs, t, args, ref, deadline, queue)
 		ref.queued = queued
 		if err != nil || v.Outcome == gate.Asked {
@@ -353,7 +356,7 @@ func (g *gateway) decideAs(ctx context.Context, sess agent.Session, gs gate.Sess
 // made for this call now (by a rule, the mode or a default when asked, its record perhaps still
 // queued) is this request's alone and is not claimed.
 func (g *gateway) claimed(ctx context.Context, sessionID string, a gate.Approval) (used bool, err error) {
-	if a.ID == "" || a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt) {
+	if a.ID == "" || decidedAtOnce(a) {
 		return false, nil
 	}
 	ok, err := g.s.agents.ClaimOutsideCall(ctx, sessionID, a.ID, time.Now())
@@ -452,7 +455,14 @@ func (g *gateway) usedAtOnce(ctx context.Context, c gate.OutsideCall) (bool, err
 	if err != nil {
 		return false, err
 	}
-	return a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt), nil
+	return decidedAtOnce(a), nil
+}
+
+// decidedAtOnce reports whether approval a was decided without a person when its call was asked
+// (a rule, the mode or a default: gate.Gate.Automatic's stamp, decided at its creation): its
+// decision is its request's alone, used there and never claimed (claimed).
+func decidedAtOnce(a gate.Approval) bool {
+	return a.Automatic && a.DecidedAt != nil && a.DecidedAt.Equal(a.CreatedAt)
 }
 
 // maxGens bounds the generations kept in memory; past it they are forgotten and found again in

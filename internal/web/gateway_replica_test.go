@@ -15,6 +15,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"countersign/internal/agent"
+	"countersign/internal/connections"
 	"countersign/internal/gate"
 	"countersign/internal/rules"
 	"countersign/internal/store/sqlite"
@@ -382,5 +383,71 @@ func TestGatewayProxyOutcomeIsStoredOnceWhenReportedTwiceAtOnce(t *testing.T) {
 	}
 	if results != 1 {
 		t.Errorf("%d results of the call in its transcript, want 1", results)
+	}
+}
+
+// TestGatewayProxyOutcomeIsRefusedForACallNeverAllowed: /mcp/decide answered wait (with the
+// call's approval id), a person approved, and the proxy reports an outcome without asking again:
+// the call was never answered allow (its decision was not taken), so the report is refused (409)
+// and the repeated /mcp/decide still finds the approval and gets the allow. Without the check
+// the report was stored as the call's outcome, and the decision counted as used.
+func TestGatewayProxyOutcomeIsRefusedForACallNeverAllowed(t *testing.T) {
+	gs := newGatewayServer(t)
+	tl := `{"name":"delete","inputSchema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}}`
+	decide := `{"sessionId":"p3","clientInfo":{"name":"c","version":"1"},"server":"notes","tool":` + tl + `,"arguments":{"name":"x"}}`
+	_, body := postJSON(t, gs.URL+"/mcp/decide?timeout=1", gs.token, decide)
+	var d struct{ Decision, ApprovalID string }
+	if err := json.Unmarshal([]byte(body), &d); err != nil || d.Decision != "wait" || d.ApprovalID == "" {
+		t.Fatalf("decide: %s", body)
+	}
+	a, err := gs.db.Approval(context.Background(), d.ApprovalID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs.decide(t, a, map[string]any{"decision": "approve"})
+	out := `{"sessionId":"p3","approvalId":"` + d.ApprovalID + `","result":{"content":[{"type":"text","text":"forged"}]}}`
+	if st, body := postJSON(t, gs.URL+"/mcp/outcome", gs.token, out); st != http.StatusConflict {
+		t.Errorf("an outcome for a call never answered allow: %d %s, want 409", st, body)
+	}
+	if c, err := gs.db.OutsideCall(context.Background(), d.ApprovalID); err != nil || c.Outcome != nil {
+		t.Errorf("the call's outcome %s (%v), want none", c.Outcome, err)
+	}
+	_, body = postJSON(t, gs.URL+"/mcp/decide?timeout=1", gs.token, decide)
+	var again struct{ Decision, ApprovalID string }
+	if err := json.Unmarshal([]byte(body), &again); err != nil || again.Decision != "allow" || again.ApprovalID != d.ApprovalID {
+		t.Fatalf("the repeated decide: %s, want allow on %s", body, d.ApprovalID)
+	}
+	if st, body := postJSON(t, gs.URL+"/mcp/outcome", gs.token, strings.Replace(out, "forged", "gone", 1)); st != http.StatusOK {
+		t.Errorf("the outcome after the allow: %d %s, want 200", st, body)
+	}
+}
+
+// TestGatewayProxyOutcomeIsValidatedAgainstItsOwnSessionsTool: an allowed call's outcome is
+// validated against the outputSchema of the tool definition its own proxy session sent, never
+// against one another connection sent since under the same "<server>__<tool>" name. Without it a
+// second token holder's definition turned the first call's valid result into an error.
+func TestGatewayProxyOutcomeIsValidatedAgainstItsOwnSessionsTool(t *testing.T) {
+	gs := newGatewayServer(t, "allow notes__delete")
+	_, otherToken, err := gs.conns.Create(context.Background(), "other mcp", connections.MCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := func(output string) string {
+		return `{"name":"delete","inputSchema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]},"outputSchema":` + output + `}`
+	}
+	mine := def(`{"type":"object","properties":{"deleted":{"type":"string"}},"required":["deleted"]}`)
+	_, body := postJSON(t, gs.URL+"/mcp/decide", gs.token, `{"sessionId":"p4","clientInfo":{"name":"c","version":"1"},"server":"notes","tool":`+mine+`,"arguments":{"name":"x"}}`)
+	var d struct{ Decision, ApprovalID string }
+	if err := json.Unmarshal([]byte(body), &d); err != nil || d.Decision != "allow" {
+		t.Fatalf("decide: %s", body)
+	}
+	theirs := def(`{"type":"object","properties":{"never":{"type":"string"}},"required":["never"]}`)
+	if st, body := postJSON(t, gs.URL+"/mcp/decide", otherToken, `{"sessionId":"p4","clientInfo":{"name":"c","version":"1"},"server":"notes","tool":`+theirs+`,"arguments":{"name":"y"}}`); st != http.StatusOK {
+		t.Fatalf("the other connection's decide: %d %s", st, body)
+	}
+	out := `{"sessionId":"p4","approvalId":"` + d.ApprovalID + `","result":{"content":[{"type":"text","text":"gone"}],"structuredContent":{"deleted":"x"}}}`
+	st, body := postJSON(t, gs.URL+"/mcp/outcome", gs.token, out)
+	if st != http.StatusOK || strings.Contains(body, "outputSchema") || !strings.Contains(body, `"deleted"`) {
+		t.Errorf("the outcome: %d %s, want the result as the call's own definition validates it", st, body)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -252,10 +253,15 @@ type callAnswer struct {
 	err error
 }
 
+// callAsync calls the tool through cs in a goroutine of its own, with its own copy of params (the
+// go-sdk client writes its _meta: two calls sharing it raced, and the second sent the first's
+// clientInfo).
 func callAsync(cs *sdk.ClientSession, params *sdk.CallToolParams) <-chan callAnswer {
 	got := make(chan callAnswer, 1)
+	p := *params
+	p.Meta = maps.Clone(params.Meta)
 	go func() {
-		res, err := cs.CallTool(context.Background(), params)
+		res, err := cs.CallTool(context.Background(), &p)
 		got <- callAnswer{res, err}
 	}()
 	return got
@@ -1062,5 +1068,73 @@ func TestGatewayReadsACallByItsKeyOnceOnItsPath(t *testing.T) {
 	}
 	if n := gs.up.deletes.Load(); n != 2 {
 		t.Errorf("upstream ran %d deletes, want 2 (each allowed by the rule)", n)
+	}
+}
+
+// TestGatewayCallAskedAnewAfterItsDecisionWasTakenIsJudgedInTheModeOfNow: two identical calls in
+// flight on one approval; meanwhile the person switched the session to plan mode and made a rule
+// allowing the tool (plan still blocks it: read-only), then approved the held call. One call
+// takes the decision and runs; the other is judged anew as the next generation, in plan mode as
+// it is now: blocked, never run by the rule. Without reading the session's mode again for that
+// judgement it was judged in the mode the call came in (default), and the rule ran it a second
+// time.
+func TestGatewayCallAskedAnewAfterItsDecisionWasTakenIsJudgedInTheModeOfNow(t *testing.T) {
+	gs := newGatewayServer(t)
+	arrived := make(chan chan struct{}, 2)
+	gs.up.hold.Store(&arrived)
+	defer gs.up.hold.Store(nil)
+	waiting := make(chan struct{}, 100)
+	cs := gs.client(t, "mode-now-test", func(p *sdk.ProgressNotificationParams) {
+		if p.ProgressToken == "second" {
+			waiting <- struct{}{}
+		}
+	})
+	first := callAsync(cs, &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "m"}})
+	a := gs.pendingIn(t, gs.sid(cs))
+	p := &sdk.CallToolParams{Name: "up__delete", Arguments: map[string]any{"name": "m"}}
+	p.SetProgressToken("second")
+	second := callAsync(cs, p)
+	select {
+	case <-waiting: // the second call is held on the same approval
+	case <-time.After(15 * time.Second):
+		t.Fatal("the second call was never held")
+	}
+	if err := gs.runner.Gate().SetMode(context.Background(), a.SessionID, gate.ModePlan); err != nil {
+		t.Fatal(err)
+	}
+	rl := gate.Rule{Effect: gate.Effect("allow"), Tool: "up__delete", Scope: gate.ScopeServer, Source: gate.SourceAPI, CreatedBy: "owner"}
+	if _, err := gs.runner.Gate().AddRule(context.Background(), rl); err != nil {
+		t.Fatal(err)
+	}
+	gs.decide(t, a, map[string]any{"decision": "approve"})
+	var release chan struct{}
+	select {
+	case release = <-arrived:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the approved call never reached the upstream")
+	}
+	var held <-chan callAnswer
+	var other callAnswer
+	select {
+	case other = <-first:
+		held = second
+	case other = <-second:
+		held = first
+	case again := <-arrived:
+		close(again)
+		close(release)
+		t.Fatal("the upstream ran the call twice on one approval, the second by a rule plan mode blocks")
+	case <-time.After(15 * time.Second):
+		t.Fatal("the call that did not take the decision was never answered")
+	}
+	close(release)
+	if other.err != nil || !other.res.IsError || !strings.Contains(textOf(other.res), gate.PlanReason) {
+		t.Errorf("the call that did not take the decision: %v %q, want blocked by plan mode", other.err, textOf(other.res))
+	}
+	if res := wait(t, held); res.IsError {
+		t.Errorf("the call that took the decision: %q", textOf(res))
+	}
+	if n := gs.up.deletes.Load(); n != 1 {
+		t.Errorf("upstream ran delete %d times, want 1", n)
 	}
 }

@@ -70,12 +70,29 @@ func (g *gateway) proxyTool(server string, raw json.RawMessage) (*tool.Tool, err
 	g.mu.Lock()
 	if len(g.proxied) >= maxProxyTools {
 		clear(g.proxied)
-		clear(g.proxiedName)
 	}
 	g.proxied[key] = t
-	g.proxiedName[t.Name] = t
 	g.mu.Unlock()
 	return t, nil
+}
+
+// keepProxied makes t the latest definition of its name in agent session sessionID, the one
+// /mcp/outcome validates that session's calls' results against (proxiedIn).
+func (g *gateway) keepProxied(sessionID string, t *tool.Tool) {
+	g.mu.Lock()
+	if len(g.proxiedName) >= maxProxyTools {
+		clear(g.proxiedName)
+	}
+	g.proxiedName[sessionID+"\x00"+t.Name] = t
+	g.mu.Unlock()
+}
+
+// proxiedIn is the latest definition of tool name that agent session sessionID's proxy sent
+// (keepProxied); nil when this process has none.
+func (g *gateway) proxiedIn(sessionID, name string) *tool.Tool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.proxiedName[sessionID+"\x00"+name]
 }
 
 // mcpConnection is the mcp connection r's bearer token names; apperr.Unauthorized otherwise
@@ -159,6 +176,7 @@ func (s *Server) mcpDecide(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	g.keepProxied(sess.ID, t)
 	info := gatewayInfo{connectionID: connID, timeout: timeout, base: s.baseURL(r)}
 	noProgress := func(string) func() { return func() {} }
 	// Stored before the answer (not queued): the proxy reports the allowed call's outcome in a
@@ -188,7 +206,7 @@ func (s *Server) mcpDecide(w http.ResponseWriter, r *http.Request) error {
 
 // mcpOutcome is POST /mcp/outcome (mcpproxy.OutcomeRequest → mcpproxy.Outcome): the result of an
 // allowed call of this connection's proxy session, once. Errors: 404 for an approval that is not
-// the session's, 409 for one not approved or already reported.
+// the session's, 409 for one not answered allow or already reported.
 func (s *Server) mcpOutcome(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	connID, err := s.mcpConnection(r)
@@ -217,8 +235,11 @@ func (s *Server) mcpOutcome(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if a.Status != gate.Approved || oc.Outcome != nil {
-		return apperr.Errorf(apperr.Conflict, "call %s was not approved, or its outcome is already reported", a.ID)
+	// Only a call /mcp/decide answered allow: a person's decision taken (claimed) by it, or one
+	// decided at once. An approval id the proxy learnt from a wait answer does not let it report
+	// an outcome of a call it was never allowed (and so use the decision up) without asking again.
+	if a.Status != gate.Approved || oc.Outcome != nil || oc.ClaimedAt == nil && !decidedAtOnce(a) {
+		return apperr.Errorf(apperr.Conflict, "call %s was not allowed, or its outcome is already reported", a.ID)
 	}
 	var res tool.Result
 	var rerr error
@@ -227,9 +248,7 @@ func (s *Server) mcpOutcome(w http.ResponseWriter, r *http.Request) error {
 	} else if err := json.Unmarshal(req.Result, &res); err != nil {
 		rerr = errors.New("the wrapped server's result is not an MCP CallToolResult: " + err.Error())
 	}
-	s.gateway.mu.Lock()
-	t := s.gateway.proxiedName[a.ToolName]
-	s.gateway.mu.Unlock()
+	t := s.gateway.proxiedIn(sess.ID, a.ToolName)
 	var final tool.Result
 	if t == nil {
 		final = tool.ErrorResult("Countersign no longer knows tool %s's outputSchema (it restarted): the result is not passed on unvalidated", a.ToolName)

@@ -695,7 +695,8 @@ func toResult(res *sdk.CallToolResult) (tool.Result, error) {
 			r.Content = append(r.Content, tool.Text(fmt.Sprintf("[resource link %s: %s]", c.Name, c.URI)))
 		case *sdk.EmbeddedResource:
 			switch {
-			case c.Resource == nil:
+			case c.Resource == nil: // the SDK decodes {"type":"resource"} with no resource
+				r.Content = append(r.Content, tool.Text("[embedded resource with no contents]"))
 			case c.Resource.Text != "":
 				r.Content = append(r.Content, tool.Text(c.Resource.Text))
 			default:

@@ -333,9 +333,9 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 		if a, err = s.store.Approval(ctx, prev.ApprovalID); err != nil {
 			return OutsideVerdict{}, err
 		}
-		if byToolUse && !sameJSON(a.Arguments, req.Input) {
-			// The same tool_use_id with another input is another call: never the decision of
-			// the first.
+		if byToolUse && (a.ToolName != req.ToolName || !sameJSON(a.Arguments, req.Input)) {
+			// The same tool_use_id with another tool or input is another call: never the
+			// decision of the first.
 			err = apperr.Errorf(apperr.NotFound, "another call")
 		}
 	}

@@ -1103,3 +1103,30 @@ func TestAPostToolUseOfAnotherInputIsShownAsSuch(t *testing.T) {
 		}
 	}
 }
+
+// TestTheSameToolUseIDForAnotherToolIsAnotherCall: a PreToolUse asked again under a tool_use_id
+// (Claude Code's --resume, with no prompt_id) gets that call's decision only when it is the same
+// call: another tool with the same input is another call, judged on its own — never given the
+// first's allow (a Read allowed by default is no allow of an MCP tool that deletes the file) nor
+// left out of the session's record.
+func TestTheSameToolUseIDForAnotherToolIsAnotherCall(t *testing.T) {
+	hs := newHookServer(t)
+	kind := hooks.ClaudeCode
+	var m map[string]any
+	raw, _ := os.ReadFile(filepath.Join("..", "hooks", "testdata", "claude-code", "http-PreToolUse.body.json"))
+	_ = json.Unmarshal(raw, &m)
+	sid := "sess-tooluse-" + itoa(sessionSeq.Add(1))
+	m["tool_name"], m["tool_input"] = "Read", map[string]any{"file_path": "/home/dev/ext/proj-cc/main.go"}
+	if got := hs.post(t, kind, "?timeout=1", hs.tokens[kind], withSession(t, m, sid)); !strings.Contains(got.body, `"permissionDecision":"allow"`) {
+		t.Fatalf("Read: %+v, want the read-only default's allow", got)
+	}
+	delete(m, "prompt_id")
+	m["tool_name"] = "mcp__fs__delete_file"
+	if got := hs.post(t, kind, "?timeout=1", hs.tokens[kind], withSession(t, m, sid)); got != want(kind, "PreToolUse", "", "", "") {
+		t.Errorf("another tool under the same tool_use_id: %+v, want no verdict (it asks)", got)
+	}
+	s, _ := hs.db.AgentSession(context.Background(), hs.ids[kind], sid)
+	if as, _ := hs.db.Approvals(context.Background(), s.ID, ""); len(as) != 2 {
+		t.Errorf("%d approvals, want the Read's and the delete's", len(as))
+	}
+}

@@ -308,9 +308,12 @@ func decodeNumbers(b json.RawMessage, v *any) error {
 const maxExactNumber = 400
 
 // exactNumbers is v with each json.Number replaced by its exact value as a string ("n:" and
-// big.Rat's form: "1", "1.0" and "1e0" are all "n:1"), for comparing parsed values.
+// big.Rat's form: "1", "1.0" and "1e0" are all "n:1"), and each string s by "s:" and s, so that
+// no string reads as a number (1 and "n:1" are two values), for comparing parsed values.
 func exactNumbers(v any) any {
 	switch x := v.(type) {
+	case string:
+		return "s:" + x
 	case json.Number:
 		str := string(x)
 		if len(str) <= maxExactNumber {

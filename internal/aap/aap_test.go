@@ -75,6 +75,11 @@ func TestDigestComparesNumbersExactly(t *testing.T) {
 	if a, b, c := digest(`{"n":1}`), digest(`{"n":1.0}`), digest(`{"n":1e0}`); a != b || a != c {
 		t.Error("1, 1.0 and 1e0 have different digests")
 	}
+	// A number is never the string that spells its digest: {"n":"n:1"} is another request than
+	// {"n":1}, whose replay with it would give its decision to other arguments.
+	if digest(`{"n":1}`) == digest(`{"n":"n:1"}`) || digest(`{"n":1e999999999}`) == digest(`{"n":"n:1e999999999"}`) {
+		t.Error("a number and a string have one digest")
+	}
 	// A huge exponent is compared as written, never expanded.
 	if digest(`{"n":1e999999999}`) == digest(`{"n":2e999999999}`) {
 		t.Error("1e999999999 and 2e999999999 have one digest")

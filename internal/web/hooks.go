@@ -272,7 +272,7 @@ func (s *Server) hookVerdict(ctx context.Context, sess agent.Session, ev hooks.E
 			return hooks.Verdict{}, err
 		}
 		req := gate.OutsideRequest{SessionID: sess.ID, Event: string(ev.Name), ToolName: ev.ToolName, Input: ev.ToolInput,
-			ToolUseID: ev.ToolUseID, MatchKey: key, Deadline: deadline, Editable: hooks.CanEdit(ev.Kind, ev.Name)}
+			ToolUseID: ev.ToolUseID, MatchKey: key, Deadline: deadline, Editable: hooks.CanEdit(ev.Kind, ev.Name), Cwd: ev.Cwd}
 		info := s.cfg.Runner.GateSession(sess)
 		req.Session = &info
 		req.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {

@@ -1130,3 +1130,30 @@ func TestTheSameToolUseIDForAnotherToolIsAnotherCall(t *testing.T) {
 		t.Errorf("%d approvals, want the Read's and the delete's", len(as))
 	}
 }
+
+// TestARelativePathIsJudgedFromTheAgentsCwd: a file tool's relative path is the agent's, opened
+// from the cwd its event reports; when that is not the agent session's workspace (the agent
+// changed directory), an allow rule must not judge the path as if it were under the workspace
+// — "README.md" written from a sibling folder is that folder's file, not the workspace's.
+func TestARelativePathIsJudgedFromTheAgentsCwd(t *testing.T) {
+	hs := newHookServer(t, "allow Write(*.md)", "deny Read(secrets/**)")
+	kind := hooks.ClaudeCode
+	pre, _ := payload(t, kind, "http-PreToolUse.body.json") // cwd /home/dev/ext/proj-cc: the workspace
+	sid := sessionOf(t, pre)
+	var m map[string]any
+	_ = json.Unmarshal(pre, &m)
+	m["tool_use_id"], m["tool_name"] = "toolu_rel_1", "Write"
+	m["tool_input"] = map[string]any{"file_path": "README.md", "content": "x"}
+	if got := hs.post(t, kind, "?timeout=1", hs.tokens[kind], withSession(t, m, sid)); !strings.Contains(got.body, `"allow"`) {
+		t.Fatalf("a relative write in the workspace: %+v, want the rule's allow", got)
+	}
+	m["tool_use_id"], m["cwd"] = "toolu_rel_2", "/home/dev/ext/other"
+	if got := hs.post(t, kind, "?timeout=1", hs.tokens[kind], withSession(t, m, sid)); got != want(kind, "PreToolUse", "", "", "") {
+		t.Errorf("a relative write from another cwd: %+v, want no verdict (it asks)", got)
+	}
+	m["tool_use_id"], m["cwd"], m["tool_name"] = "toolu_rel_3", "/home/dev/ext/proj-cc/secrets", "Read"
+	m["tool_input"] = map[string]any{"file_path": "key"}
+	if got := hs.post(t, kind, "?timeout=1", hs.tokens[kind], withSession(t, m, sid)); !strings.Contains(got.body, `"deny"`) {
+		t.Errorf("a relative read of a secret from its folder: %+v, want the rule's deny", got)
+	}
+}

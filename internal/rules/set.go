@@ -513,7 +513,7 @@ func (ev *evaluation) views() []*shellView {
 		ev.shellDone = true
 		cmds, unamb := ev.stringArgs("command")
 		for _, c := range cmds {
-			ev.shells = append(ev.shells, viewShell(c, redirScope{ev.call.Workspace, ev.protected}))
+			ev.shells = append(ev.shells, viewShell(c, redirScope{ev.call.Workspace, ev.protected, ev.call.Cwd, ev.call.CwdUnknown}))
 		}
 		if unamb {
 			ev.covered = make([]*compiled, len(ev.shells[0].cmds))

@@ -1175,3 +1175,39 @@ func TestARelativePathIsJudgedFromTheAgentsCwd(t *testing.T) {
 		}
 	}
 }
+
+// TestAnOutsideCallsCardShowsEveryArgumentThatChangesWhatRuns: a Bash call is drawn as its
+// command and an Edit as a diff — but only when that is all the call does: an argument the view
+// does not draw (Bash's dangerouslyDisableSandbox, Edit's replace_all, or any other the agent's
+// tool reads) must not be hidden from the person deciding; the card then shows the arguments.
+func TestAnOutsideCallsCardShowsEveryArgumentThatChangesWhatRuns(t *testing.T) {
+	hs := newHookServer(t)
+	kind := hooks.ClaudeCode
+	for _, c := range []struct {
+		tool  string
+		input map[string]any
+		want  string
+	}{
+		{"Bash", map[string]any{"command": "git push", "description": "push", "dangerouslyDisableSandbox": true}, "dangerouslyDisableSandbox"},
+		{"Edit", map[string]any{"file_path": "/home/dev/ext/proj-cc/a.go", "old_string": "a", "new_string": "b", "replace_all": true}, "replace_all"},
+		{"Write", map[string]any{"file_path": "/home/dev/ext/proj-cc/a.go", "content": "x", "mode": "0755"}, "0755"},
+	} {
+		pre, _ := payload(t, kind, "http-PreToolUse.body.json")
+		sid := sessionOf(t, pre)
+		var m map[string]any
+		_ = json.Unmarshal(pre, &m)
+		m["tool_name"], m["tool_input"] = c.tool, c.input
+		done := make(chan hookAnswer, 1)
+		go func() { done <- hs.post(t, kind, "?timeout=30", hs.tokens[kind], withSession(t, m, sid)) }()
+		a := hs.pending(t, kind, sid)
+		page := hs.page(t, "/sessions/"+a.SessionID)
+		what, _, _ := strings.Cut(page[strings.Index(page, `data-testid="prompt-what"`)+1:], `data-testid="prompt-`)
+		if !strings.Contains(what, c.want) {
+			t.Errorf("%s %v: the pending card's \"what\" hides %s: %s", c.tool, c.input, c.want, what)
+		}
+		if st := hs.call(t, http.MethodPost, "/api/approvals/"+a.ID+"/decision", map[string]any{"decision": "deny"}, nil); st != http.StatusOK {
+			t.Fatalf("decision: %d", st)
+		}
+		<-done
+	}
+}

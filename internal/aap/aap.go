@@ -26,6 +26,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"countersign/internal/tool"
 )
 
 // MaxBodyBytes bounds a request body (1 MiB): larger is 413 (SPEC §9), never a decision.
@@ -244,7 +246,8 @@ func stripPrefix(s string) string {
 }
 
 // ParseCreate reads a POST /v1/requests body (AAP v1 §4 "Request"; OpenAPI
-// CreateApprovalRequest): unknown fields, a missing tool, arguments that are not an object, a
+// CreateApprovalRequest): unknown fields, a key repeated in any object (as written, escaped or in
+// another case: tool.AmbiguousKey), a missing tool, arguments that are not an object, a
 // timeout that is not a Duration, or a context that is not an object are 400 invalid_request
 // naming the field. It returns the request, its timeout, and the digest of its parsed values
 // (Digest), which decides whether a replay is the same submission.
@@ -252,6 +255,15 @@ func ParseCreate(body []byte) (CreateApprovalRequest, time.Duration, string, *Er
 	var c CreateApprovalRequest
 	if e := DecodeStrict(body, &c); e != nil {
 		return c, 0, "", e
+	}
+	// A key repeated, or in two cases, in any object at any depth reads differently to different
+	// decoders: the rules judge one reading, the tool may run the other (SPEC §14).
+	if v, err := tool.AmbiguousKey(body); err != nil || v != nil {
+		msg := "The body is not valid JSON."
+		if v != nil {
+			msg = fmt.Sprintf("The body at %s: %s.", v.Pointer, strings.TrimSuffix(v.Message, "."))
+		}
+		return c, 0, "", invalid("", "%s", msg)
 	}
 	if e := exactFields(body, "tool", "arguments", "timeout", "agent_reasoning", "context"); e != nil {
 		return c, 0, "", e
@@ -308,9 +320,12 @@ func decodeNumbers(b json.RawMessage, v *any) error {
 const maxExactNumber = 400
 
 // exactNumbers is v with each json.Number replaced by its exact value as a string ("n:" and
-// big.Rat's form: "1", "1.0" and "1e0" are all "n:1"), for comparing parsed values.
+// big.Rat's form: "1", "1.0" and "1e0" are all "n:1"), and each string s by "s:" and s, so that
+// no string reads as a number (1 and "n:1" are two values), for comparing parsed values.
 func exactNumbers(v any) any {
 	switch x := v.(type) {
+	case string:
+		return "s:" + x
 	case json.Number:
 		str := string(x)
 		if len(str) <= maxExactNumber {

@@ -75,6 +75,11 @@ func TestDigestComparesNumbersExactly(t *testing.T) {
 	if a, b, c := digest(`{"n":1}`), digest(`{"n":1.0}`), digest(`{"n":1e0}`); a != b || a != c {
 		t.Error("1, 1.0 and 1e0 have different digests")
 	}
+	// A number is never the string that spells its digest: {"n":"n:1"} is another request than
+	// {"n":1}, whose replay with it would give its decision to other arguments.
+	if digest(`{"n":1}`) == digest(`{"n":"n:1"}`) || digest(`{"n":1e999999999}`) == digest(`{"n":"n:1e999999999"}`) {
+		t.Error("a number and a string have one digest")
+	}
 	// A huge exponent is compared as written, never expanded.
 	if digest(`{"n":1e999999999}`) == digest(`{"n":2e999999999}`) {
 		t.Error("1e999999999 and 2e999999999 have one digest")
@@ -87,7 +92,14 @@ func TestParseCreateRefuses(t *testing.T) {
 		`{"tool":"t","arguments":{},"timeout":"30m","TOOL":"t"}`, `{"tool":"t","arguments":{},"timeout":"30m"}x`,
 		`{"arguments":{},"timeout":"30m"}`, `{"tool":"t","timeout":"30m"}`, `{"tool":"t","arguments":null,"timeout":"30m"}`,
 		`{"tool":"t","arguments":"x","timeout":"30m"}`, `{"tool":"t","arguments":{}}`, `{"tool":1,"arguments":{},"timeout":"30m"}`,
-		`{"tool":"t","arguments":{},"timeout":"30m","context":[]}`} {
+		`{"tool":"t","arguments":{},"timeout":"30m","context":[]}`,
+		// A key twice (or in two cases), at any depth: a rule's `when args.amount < 100` reads the
+		// last, a decoder that keeps the first pays the other (SPEC §14: refused at validation).
+		`{"tool":"pay","arguments":{"amount":5000,"amount":5},"timeout":"30m"}`,
+		`{"tool":"pay","arguments":{"p":{"amount":5000,"amount":5}},"timeout":"30m"}`,
+		`{"tool":"pay","arguments":{"amount":5000,"Amount":5},"timeout":"30m"}`,
+		`{"tool":"pay","tool":"read","arguments":{},"timeout":"30m"}`,
+		`{"tool":"t","arguments":{},"timeout":"30m","context":{"session_id":"a","session_id":"b"}}`} {
 		_, _, _, e := ParseCreate([]byte(body))
 		if e == nil || e.Status != http.StatusBadRequest || aaptest.Validate("ErrorResponse", ErrorBody(e, NewUUID())) != nil {
 			t.Errorf("%s: %v", body, e)

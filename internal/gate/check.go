@@ -80,6 +80,11 @@ type CheckCall struct {
 	// Outside says the call is an outside agent's (SPEC §18; Service.DecideOutside): the rules
 	// read its tool's arguments as that agent writes them (RuleCall.Outside).
 	Outside bool
+	// Cwd is, for an outside call, the agent's working directory as the event that asked
+	// reports it ("" when it does not): RuleCall.Cwd. CwdUnknown says the call's cwd is not
+	// known here (RuleCall.CwdUnknown).
+	Cwd        string
+	CwdUnknown bool
 	// Agent and Connection are an agent session's agent kind and connection id (RuleCall's).
 	Agent, Connection string
 }
@@ -163,7 +168,7 @@ func (ck Checker) check(ctx context.Context, c CheckCall) Decision {
 	var rd RuleDecision
 	if ck.Rules != nil {
 		rd = ck.Rules.Evaluate(RuleCall{Tool: t.Name, Arguments: c.Arguments, Annotations: t.Annotations,
-			Parent: c.Parent, SessionID: c.SessionID, Workspace: c.Workspace, Mode: mode, Outside: c.Outside, Agent: c.Agent, Connection: c.Connection})
+			Parent: c.Parent, SessionID: c.SessionID, Workspace: c.Workspace, Mode: mode, Outside: c.Outside, Cwd: c.Cwd, CwdUnknown: c.CwdUnknown, Agent: c.Agent, Connection: c.Connection})
 	}
 	switch rd.Effect {
 	case Deny:

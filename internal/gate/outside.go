@@ -159,6 +159,9 @@ type OutsideRequest struct {
 	ToolName  string          // the agent's tool: "Bash", "Edit", "mcp__github__create_issue"…
 	Input     json.RawMessage // tool_input, a JSON object
 	ToolUseID string          // "" on a PermissionRequest
+	// Cwd is the agent's working directory as this event reports it (hook events' `cwd`; ""
+	// when not reported): the rules judge a relative file path from there (RuleCall.Cwd).
+	Cwd string
 	// Session, when set, is the session as the caller has just read it (its workspace, mode,
 	// agent and connection): the gate does not read it again. nil: the gate reads it.
 	Session *SessionInfo
@@ -333,9 +336,9 @@ func (s *Service) DecideOutside(ctx context.Context, req OutsideRequest) (v Outs
 		if a, err = s.store.Approval(ctx, prev.ApprovalID); err != nil {
 			return OutsideVerdict{}, err
 		}
-		if byToolUse && !sameJSON(a.Arguments, req.Input) {
-			// The same tool_use_id with another input is another call: never the decision of
-			// the first.
+		if byToolUse && (a.ToolName != req.ToolName || !sameJSON(a.Arguments, req.Input)) {
+			// The same tool_use_id with another tool or input is another call: never the
+			// decision of the first.
 			err = apperr.Errorf(apperr.NotFound, "another call")
 		}
 	}
@@ -444,7 +447,7 @@ func (s *Service) judgeOutside(ctx context.Context, req OutsideRequest, callID s
 		t = outsideTool(sess.Agent, req.ToolName)
 	}
 	d := Checker{Rules: s.rules}.Check(ctx, CheckCall{SessionID: req.SessionID, ToolCallID: callID, Tool: t,
-		Arguments: req.Input, Workspace: sess.Workspace, Mode: s.mode(sess), Outside: true, Agent: sess.Agent, Connection: sess.Connection})
+		Arguments: req.Input, Workspace: sess.Workspace, Mode: s.mode(sess), Outside: true, Cwd: req.Cwd, Agent: sess.Agent, Connection: sess.Connection})
 	j := judgedCall{callID: callID, d: d,
 		base: Approval{SessionID: req.SessionID, ToolCallID: callID, ToolName: req.ToolName, Arguments: req.Input,
 			Annotations: t.Annotations, RequestedBy: RequestedByAgent},

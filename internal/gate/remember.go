@@ -87,7 +87,10 @@ func (s *Service) Release(ctx context.Context, pending []Approval) {
 		d := check.Check(ctx, CheckCall{SessionID: p.SessionID, ToolCallID: p.ToolCallID,
 			ParentToolCallID: p.ParentToolCallID, Parent: parent, Tool: t, Arguments: p.Arguments,
 			Workspace: sess.Workspace, Mode: s.mode(sess), Uncovered: uncovered, Outside: p.RequestedBy == RequestedByAgent,
-			Agent: sess.Agent, Connection: sess.Connection})
+			// A hook agent's call was asked from a cwd it reported then, which is not kept: its
+			// relative paths are not judged again from the workspace (RuleCall.Cwd).
+			CwdUnknown: p.RequestedBy == RequestedByAgent && sess.Agent != APIAgent && sess.Agent != GatewayAgent,
+			Agent:      sess.Agent, Connection: sess.Connection})
 		if d.Outcome != Allowed || d.Source == FromAnnotations {
 			continue // still asks (or would be denied: never retroactively)
 		}

@@ -106,6 +106,15 @@ type RuleCall struct {
 	// agent's cwd, which may not exist here), and Bash's `command` is judged by the text
 	// judge of run_command.
 	Outside bool
+	// Cwd is, for an outside call, the agent's working directory as its event reports it: a
+	// relative `file_path` is opened from there, which may not be Workspace (the agent changed
+	// directory), so it is judged as joined to Cwd. "" when the event reports none (relative
+	// paths are then Workspace's).
+	Cwd string
+	// CwdUnknown says the cwd an outside agent reported when it asked is not known here (a hook
+	// agent's pending call judged again: Service.Release): a relative path then matches no
+	// allow rule.
+	CwdUnknown bool
 	// Agent and Connection are, for an agent session's call, the agent's kind ("claude-code")
 	// and the connection's id; "" otherwise. A rule is limited to them by its `when`
 	// (session.agent, session.connection).

@@ -76,6 +76,23 @@ func lexicalAllowed(p, workspace string, protected []string) (rel string, ok boo
 	return rel, true
 }
 
+// fromCwd is paths, an outside agent's, as it opens them from cwd (RuleCall.Cwd): a relative one
+// joined to cwd — its ".." elements kept, for lexicalAllowed to refuse — and the others as they
+// are; paths itself when cwd is "".
+func fromCwd(paths []string, cwd string) []string {
+	if cwd == "" {
+		return paths
+	}
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		if p != "" && !filepath.IsAbs(p) {
+			p = strings.TrimSuffix(cwd, "/") + "/" + p
+		}
+		out[i] = p
+	}
+	return out
+}
+
 // specKind is how a rule's specifier is matched.
 type specKind uint8
 
@@ -496,7 +513,7 @@ func (ev *evaluation) views() []*shellView {
 		ev.shellDone = true
 		cmds, unamb := ev.stringArgs("command")
 		for _, c := range cmds {
-			ev.shells = append(ev.shells, viewShell(c, redirScope{ev.call.Workspace, ev.protected}))
+			ev.shells = append(ev.shells, viewShell(c, redirScope{ev.call.Workspace, ev.protected, ev.call.Cwd, ev.call.CwdUnknown}))
 		}
 		if unamb {
 			ev.covered = make([]*compiled, len(ev.shells[0].cmds))
@@ -545,8 +562,9 @@ func (ev *evaluation) matchSpec(r *compiled) (ok bool, what string, covers []int
 		key := outsidePathKey(&ev.call)
 		if ev.call.Outside {
 			vals, unamb := ev.stringArgs(key)
+			vals = fromCwd(vals, ev.call.Cwd)
 			if allow {
-				if !unamb || !ev.judgedWhole(key) {
+				if !unamb || !ev.judgedWhole(key) || (ev.call.CwdUnknown && !filepath.IsAbs(vals[0])) {
 					return false, "", nil, nil
 				}
 				rel, ok := lexicalAllowed(vals[0], ev.call.Workspace, ev.protected)

@@ -338,10 +338,30 @@ func parseBash(s string) (*syntax.File, error) {
 const maxReparse = 3
 
 // redirScope is what redirection targets are checked against: the workspace they must stay in
-// (by cleaned path and by real path) and the server's own files they must never reach.
+// (by cleaned path and by real path) and the server's own files they must never reach. cwd is
+// where an outside agent's shell starts (gate.RuleCall.Cwd: relative targets are opened from
+// there; "" for the workspace), and cwdUnknown says that is not known (RuleCall.CwdUnknown: a
+// relative target is then one the rules cannot place).
 type redirScope struct {
-	workspace string
-	protected []string
+	workspace  string
+	protected  []string
+	cwd        string
+	cwdUnknown bool
+}
+
+// from is p, a redirection's or cd's target, as the shell opens it from where it starts: a
+// relative p joined to rs.cwd (its ".." elements kept); why says, for a relative p from a cwd
+// not known, that it cannot be placed.
+func (rs redirScope) from(p string) (placed, why string) {
+	switch {
+	case filepath.IsAbs(p):
+		return p, ""
+	case rs.cwdUnknown:
+		return "", "a relative path from a working directory the rules do not know (" + p + ")"
+	case rs.cwd != "":
+		return strings.TrimSuffix(rs.cwd, "/") + "/" + p, ""
+	}
+	return p, ""
 }
 
 // viewShell parses a command line, as POSIX shell and as bash, and collects its simple
@@ -576,7 +596,11 @@ func dirChange(c simpleCmd, rs redirScope) string {
 	if !t.exact || !(t.val == "." || t.val == ".." || strings.HasPrefix(t.val, "/") || strings.HasPrefix(t.val, "./") || strings.HasPrefix(t.val, "../")) {
 		return "a change of directory the rules cannot follow (" + c.text + "; write ./dir: a shell may look a bare name up in CDPATH)"
 	}
-	pl, err := realpath.Locate(rs.workspace, t.val)
+	target, why := rs.from(t.val)
+	if why != "" {
+		return "a change of directory the rules cannot follow (" + c.text + "): " + why
+	}
+	pl, err := realpath.Locate(rs.workspace, target)
 	if err != nil || !pl.Inside {
 		return "a change of directory outside the workspace (" + c.text + ")"
 	}
@@ -859,7 +883,11 @@ func checkRedirect(r *syntax.Redirect, rs redirScope) string {
 	if w.val == "/dev/null" {
 		return ""
 	}
-	pl, err := realpath.Locate(rs.workspace, w.val)
+	target, why := rs.from(w.val)
+	if why != "" {
+		return "a redirection to " + why
+	}
+	pl, err := realpath.Locate(rs.workspace, target)
 	if err != nil {
 		return "a redirection to a path that cannot be resolved (" + w.val + ": " + err.Error() + ")"
 	}

@@ -272,7 +272,7 @@ func (s *Server) hookVerdict(ctx context.Context, sess agent.Session, ev hooks.E
 			return hooks.Verdict{}, err
 		}
 		req := gate.OutsideRequest{SessionID: sess.ID, Event: string(ev.Name), ToolName: ev.ToolName, Input: ev.ToolInput,
-			ToolUseID: ev.ToolUseID, MatchKey: key, Deadline: deadline, Editable: hooks.CanEdit(ev.Kind, ev.Name)}
+			ToolUseID: ev.ToolUseID, MatchKey: key, Deadline: deadline, Editable: hooks.CanEdit(ev.Kind, ev.Name), Cwd: ev.Cwd}
 		info := s.cfg.Runner.GateSession(sess)
 		req.Session = &info
 		req.Record = func(ctx context.Context, callID string, decided *gate.OutsideDecided) (string, error) {
@@ -328,7 +328,34 @@ func (s *Server) recordOutcome(ctx context.Context, sess agent.Session, ev hooks
 	if err != nil {
 		return err
 	}
-	return firstReport(s.cfg.Runner.RecordAgentOutcome(ctx, a, outcomeResult(ev.ToolResponse), ev.ToolResponse))
+	res := outcomeResult(ev.ToolResponse)
+	if !ranAsDecided(ev, a) {
+		// Another input ran under the call's tool_use_id (another PreToolUse hook rewrote it
+		// after the allow, or the agent ran something else): the card must not show the
+		// decided input with this output as if it had run.
+		what := ev.ToolName + " " + string(ev.ToolInput)
+		if len(what) > maxOutcomeText {
+			what = what[:maxOutcomeText] + "… (cut)"
+		}
+		res.Content = append([]tool.Content{{Type: "text", Text: "Not the call decided: the agent reports it ran " + what + "\n"}}, res.Content...)
+		res.IsError = true
+	}
+	return firstReport(s.cfg.Runner.RecordAgentOutcome(ctx, a, res, ev.ToolResponse))
+}
+
+// ranAsDecided reports whether ev, a PostToolUse, names the call approval a decided: the same
+// tool and the same input (the edit a person approved, when there is one), compared as
+// hooks.CanonicalInput spells them.
+func ranAsDecided(ev hooks.Event, a gate.Approval) bool {
+	if ev.ToolName != a.ToolName {
+		return false
+	}
+	ran, err := hooks.CanonicalInput(ev.Kind, ev.ToolName, ev.ToolInput)
+	if err != nil {
+		return false
+	}
+	decided, err := hooks.CanonicalInput(ev.Kind, a.ToolName, a.EffectiveArguments())
+	return err == nil && string(ran) == string(decided)
 }
 
 // firstReport is err, but nil for apperr.Conflict: a call's outcome is written once (its first

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/a-h/templ"
@@ -94,10 +95,14 @@ func BuiltinRenderers() map[string]Renderer {
 		"failing_tests": {Call: commandsCall},
 		// An outside agent's tools (SPEC §18), as the agent's tool reads them: a Bash command as
 		// a command, an Edit as a diff of old_string and new_string, a Write as the file's
-		// content.
+		// content — each only when its arguments hold nothing else that changes what runs
+		// (drawsAll), or the card would hide it.
 		"Bash": {Call: func(c CallInfo) (templ.Component, error) {
 			var in struct {
 				Command string `json:"command"`
+			}
+			if err := drawsAll(c.Arguments, "command", "description"); err != nil {
+				return nil, err
 			}
 			if err := json.Unmarshal(c.Arguments, &in); err != nil || in.Command == "" {
 				return nil, fmt.Errorf("no command in %s", c.Arguments)
@@ -110,6 +115,9 @@ func BuiltinRenderers() map[string]Renderer {
 				OldString string `json:"old_string"`
 				NewString string `json:"new_string"`
 			}
+			if err := drawsAll(c.Arguments, "file_path", "old_string", "new_string"); err != nil {
+				return nil, err
+			}
 			if err := json.Unmarshal(c.Arguments, &in); err != nil || in.FilePath == "" {
 				return nil, fmt.Errorf("no file_path in %s", c.Arguments)
 			}
@@ -119,6 +127,9 @@ func BuiltinRenderers() map[string]Renderer {
 			var in struct {
 				FilePath string `json:"file_path"`
 				Content  string `json:"content"`
+			}
+			if err := drawsAll(c.Arguments, "file_path", "content"); err != nil {
+				return nil, err
 			}
 			if err := json.Unmarshal(c.Arguments, &in); err != nil || in.FilePath == "" {
 				return nil, fmt.Errorf("no file_path in %s", c.Arguments)
@@ -140,6 +151,24 @@ func BuiltinRenderers() map[string]Renderer {
 			return templates.CodeBlock(render.Markdown(fence + "js\n" + in.Code + "\n" + fence)), nil
 		}},
 	}
+}
+
+// drawsAll is nil when args, an outside agent's call's arguments, hold no member but keys
+// (exactly as spelled; Edit's replace_all when false, its default, too): a view that draws only
+// those shows all the call does. Otherwise it says what the view would hide (the generic view,
+// every argument, is drawn instead): Bash's dangerouslyDisableSandbox, Edit's replace_all, or a
+// member of a later version of the tool.
+func drawsAll(args json.RawMessage, keys ...string) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(args, &m); err != nil {
+		return err
+	}
+	for k, v := range m {
+		if !slices.Contains(keys, k) && !(k == "replace_all" && string(v) == "false") {
+			return fmt.Errorf("the view does not draw %q", k)
+		}
+	}
+	return nil
 }
 
 // writeFileDetails is write_file's result details as it writes them (tools.WriteFileDetails):

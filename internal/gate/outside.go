@@ -54,6 +54,9 @@ type OutsideCall struct {
 	// ClaimedAt is when the call's decision was taken to run or refuse it (Door 2,
 	// store.ClaimOutsideCall): a decision is used once; nil before.
 	ClaimedAt *time.Time
+	// Cwd is the agent's working directory as the event that created the call reported it
+	// (OutsideRequest.Cwd): where its command runs and its relative paths open; "" when none.
+	Cwd string
 }
 
 // TooLate reports whether a, this call's approval, was decided by a person after the agent
@@ -451,7 +454,7 @@ func (s *Service) judgeOutside(ctx context.Context, req OutsideRequest, callID s
 	j := judgedCall{callID: callID, d: d,
 		base: Approval{SessionID: req.SessionID, ToolCallID: callID, ToolName: req.ToolName, Arguments: req.Input,
 			Annotations: t.Annotations, RequestedBy: RequestedByAgent},
-		oc: OutsideCall{SessionID: req.SessionID, ToolUseID: req.ToolUseID, MatchKey: req.MatchKey, Event: req.Event, Editable: req.Editable}}
+		oc: OutsideCall{SessionID: req.SessionID, ToolUseID: req.ToolUseID, MatchKey: req.MatchKey, Event: req.Event, Editable: req.Editable, Cwd: req.Cwd}}
 	if !req.Deadline.IsZero() {
 		dl := req.Deadline.UTC()
 		j.oc.Deadline = &dl

@@ -36,7 +36,7 @@ func (db *SQL) UpdateAgentSession(ctx context.Context, id string, info agent.Age
 		info.PermissionMode, info.TranscriptPath, info.Model, info.PromptID, info.State, id)
 }
 
-const outsideCallColumns = `approval_id, session_id, tool_use_id, match_key, edited_key, event, editable, stopped_waiting_at, outcome, outcome_at, created_at, deadline, claimed_at`
+const outsideCallColumns = `approval_id, session_id, tool_use_id, match_key, edited_key, event, editable, stopped_waiting_at, outcome, outcome_at, created_at, deadline, claimed_at, cwd`
 
 // CreateOutsideCall stores c beside its approval (c.ApprovalID, already stored). A zero
 // CreatedAt is stored as db.Now(). Errors: apperr.Conflict when the approval has one already;
@@ -54,11 +54,11 @@ func (db *SQL) CreateOutsideCall(ctx context.Context, c gate.OutsideCall) (err e
 	return db.outsideCallError(c, err)
 }
 
-const insertOutsideCall = `INSERT INTO outside_calls (` + outsideCallColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const insertOutsideCall = `INSERT INTO outside_calls (` + outsideCallColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func outsideCallArgs(c gate.OutsideCall) []any {
 	return []any{c.ApprovalID, c.SessionID, c.ToolUseID, c.MatchKey, nullString(c.EditedKey), c.Event, c.Editable, nullTime(c.StoppedWaitingAt),
-		nullJSON(c.Outcome), nullTime(c.OutcomeAt), formatTime(c.CreatedAt), nullTime(c.Deadline), nullTime(c.ClaimedAt)}
+		nullJSON(c.Outcome), nullTime(c.OutcomeAt), formatTime(c.CreatedAt), nullTime(c.Deadline), nullTime(c.ClaimedAt), nullString(c.Cwd)}
 }
 
 // AppendOutsideCall stores, in one transaction, an outside call a rule, the mode or a default
@@ -280,13 +280,13 @@ func (db *SQL) AppendOutsideOutcome(ctx context.Context, sessionID string, m age
 func scanOutsideCall(r Row) (gate.OutsideCall, error) {
 	var (
 		c                  gate.OutsideCall
-		edited             sql.NullString
+		edited, cwd        sql.NullString
 		stopped, outcomeAt sql.NullString
 		deadline, claimed  sql.NullString
 		outcome            sql.NullString
 		created            string
 	)
-	if err := r.Scan(&c.ApprovalID, &c.SessionID, &c.ToolUseID, &c.MatchKey, &edited, &c.Event, &c.Editable, &stopped, &outcome, &outcomeAt, &created, &deadline, &claimed); err != nil {
+	if err := r.Scan(&c.ApprovalID, &c.SessionID, &c.ToolUseID, &c.MatchKey, &edited, &c.Event, &c.Editable, &stopped, &outcome, &outcomeAt, &created, &deadline, &claimed, &cwd); err != nil {
 		return gate.OutsideCall{}, err
 	}
 	var err error
@@ -302,7 +302,7 @@ func scanOutsideCall(r Row) (gate.OutsideCall, error) {
 	if c.ClaimedAt, err = parseNullTime(claimed); err != nil {
 		return c, err
 	}
-	c.Outcome, c.EditedKey = rawJSON(outcome), edited.String
+	c.Outcome, c.EditedKey, c.Cwd = rawJSON(outcome), edited.String, cwd.String
 	c.CreatedAt, err = parseTime(created)
 	return c, err
 }

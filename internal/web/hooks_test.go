@@ -1211,3 +1211,41 @@ func TestAnOutsideCallsCardShowsEveryArgumentThatChangesWhatRuns(t *testing.T) {
 		<-done
 	}
 }
+
+// TestAPromptSaysWhereTheAgentRunsTheCall: a call from a working directory other than the
+// session's workspace (the agent changed directory) is asked with that directory in its prompt's
+// "Where" line and under its command — where it runs and its relative paths open — not the
+// workspace alone; a call from the workspace says the workspace, as before.
+func TestAPromptSaysWhereTheAgentRunsTheCall(t *testing.T) {
+	hs := newHookServer(t)
+	kind := hooks.ClaudeCode
+	pre, _ := payload(t, kind, "http-PreToolUse.body.json") // cwd /home/dev/ext/proj-cc: the workspace
+	sid := sessionOf(t, pre)
+	var m map[string]any
+	_ = json.Unmarshal(pre, &m)
+	for i, c := range []struct{ cwd, where, under string }{
+		{"/home/dev/ext/proj-cc", "workspace /home/dev/ext/proj-cc", "/home/dev/ext/proj-cc"},
+		{"/home/dev", "working directory /home/dev (workspace /home/dev/ext/proj-cc)", "/home/dev"},
+	} {
+		m["tool_use_id"], m["cwd"] = "toolu_where_"+itoa(int64(i)), c.cwd
+		m["tool_input"] = map[string]any{"command": "rm -rf build"}
+		done := make(chan hookAnswer, 1)
+		go func() { done <- hs.post(t, kind, "?timeout=30", hs.tokens[kind], withSession(t, m, sid)) }()
+		a := hs.pending(t, kind, sid)
+		page := hs.page(t, "/sessions/"+a.SessionID)
+		if want := `<span class="prompt-label">Where</span> <code>` + c.where + `</code>`; !strings.Contains(page, want) {
+			t.Errorf("from %s: the prompt lacks %q", c.cwd, want)
+		}
+		if want := `in <code>` + c.under + `</code>`; !strings.Contains(page, want) {
+			t.Errorf("from %s: the command is not shown %q", c.cwd, want)
+		}
+		oc, err := hs.db.OutsideCall(context.Background(), a.ID)
+		if err != nil || oc.Cwd != c.cwd {
+			t.Errorf("the outside call's cwd %q (%v), want %q", oc.Cwd, err, c.cwd)
+		}
+		if st := hs.call(t, http.MethodPost, "/api/approvals/"+a.ID+"/decision", map[string]any{"decision": "deny"}, nil); st != http.StatusOK {
+			t.Fatalf("decision: %d", st)
+		}
+		<-done
+	}
+}

@@ -35,6 +35,9 @@ type CallInfo struct {
 	Arguments json.RawMessage
 	// Workspace is the session's workspace folder.
 	Workspace string
+	// Cwd is, for an outside agent's call, the working directory its event reported
+	// (gate.OutsideCall.Cwd), where its command runs; "" otherwise.
+	Cwd string
 	// Result is the call's result once it has one; nil while it waits or runs.
 	Result *tool.Result
 	// Finished is true once the call ended, even when its result body is not at hand (a
@@ -107,7 +110,11 @@ func BuiltinRenderers() map[string]Renderer {
 			if err := json.Unmarshal(c.Arguments, &in); err != nil || in.Command == "" {
 				return nil, fmt.Errorf("no command in %s", c.Arguments)
 			}
-			return templates.RunCommandCall(in.Command, c.Workspace, nil, c.Finished), nil
+			dir := c.Workspace
+			if c.Cwd != "" {
+				dir = c.Cwd // where the agent's shell runs it
+			}
+			return templates.RunCommandCall(in.Command, dir, nil, c.Finished), nil
 		}},
 		"Edit": {Call: func(c CallInfo) (templ.Component, error) {
 			var in struct {

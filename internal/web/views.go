@@ -346,7 +346,11 @@ func (b *builder) card(messageID, toolCallID, parentID, name string, args json.R
 	if appr != nil {
 		preview = appr.Preview
 	}
-	c.CallView = b.callView(name, CallInfo{Arguments: args, Result: res, Finished: res != nil || decided, Preview: preview})
+	var cwd string
+	if c.Approval != nil {
+		cwd = c.Approval.AgentCwd
+	}
+	c.CallView = b.callView(name, CallInfo{Arguments: args, Result: res, Finished: res != nil || decided, Preview: preview, Cwd: cwd})
 	// Nested calls: the stored record once the parent has a result, else the live ones. A
 	// finished nested call is drawn from its record entry either way (live, the entry its
 	// tool_execution_end carried), so a reloaded page shows what a live one showed.
@@ -429,6 +433,9 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 	}
 	if a.Status != gate.Pending {
 		av := approvalView(a, "")
+		if oc != nil {
+			av.AgentCwd = oc.Cwd
+		}
 		if oc != nil && oc.TooLate(a) {
 			// SPEC §18: stored and shown, never sent.
 			av.Outcome += " — too late — not applied (the agent had stopped waiting)"
@@ -445,6 +452,16 @@ func (b *builder) approvalView(a gate.Approval) templates.ApprovalView {
 		av.AgentNote = "The agent stopped waiting for this decision: it went on its own way. A decision now is recorded as too late and not applied."
 	}
 	b.promptContext(&av, a)
+	if oc != nil && oc.Cwd != "" {
+		av.AgentCwd = oc.Cwd
+		if oc.Cwd != b.workspace {
+			// The agent changed directory: its command runs, and its relative paths open, there.
+			av.Where = "working directory " + oc.Cwd
+			if b.workspace != "" {
+				av.Where += " (workspace " + b.workspace + ")"
+			}
+		}
+	}
 	av.Deadline = b.s.cfg.Gate.Deadline(a)
 	switch {
 	case oc != nil && oc.Event == gate.EventAAP && oc.Deadline != nil:

@@ -262,7 +262,10 @@ type ApprovalView struct {
 	// ContextJSON its context, as sent; "" when there are none.
 	ViaAPI bool
 	// ViaMCP: an MCP client asked through the gateway (/mcp, SPEC §18 Door 2), not hooks.
-	ViaMCP      bool
+	ViaMCP bool
+	// AgentCwd is, for an outside agent's call, the working directory its event reported
+	// (gate.OutsideCall.Cwd): where its command runs; "" when none was reported.
+	AgentCwd    string
 	AgentSays   string
 	ContextJSON string
 	// Deadline is when a pending approval times out (its createdAt plus the server's approval

@@ -77,10 +77,11 @@ func testAgentSessionsAndOutsideCalls(t *testing.T, h Harness) {
 	if err := db.CreateApproval(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	// c1 keeps when the agent stops waiting (its hook's deadline); c2 has none (NULL).
+	// c1 keeps when the agent stops waiting (its hook's deadline) and the cwd its event
+	// reported; c2 has neither (NULL).
 	deadline := t0.Add(86 * time.Second)
 	c1 := gate.OutsideCall{ApprovalID: "ap1", SessionID: "as1", ToolUseID: "toolu_1", MatchKey: "sha256:k1", Event: "PreToolUse", Editable: true,
-		CreatedAt: t0.Add(time.Second), Deadline: &deadline}
+		CreatedAt: t0.Add(time.Second), Deadline: &deadline, Cwd: "/w/sub"}
 	c2 := gate.OutsideCall{ApprovalID: "ap2", SessionID: "as1", MatchKey: "sha256:k2", Event: "PermissionRequest", CreatedAt: t0.Add(2 * time.Second)}
 	for _, c := range []gate.OutsideCall{c1, c2} {
 		if err := db.CreateOutsideCall(ctx, c); err != nil {

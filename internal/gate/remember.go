@@ -84,13 +84,16 @@ func (s *Service) Release(ctx context.Context, pending []Approval) {
 			// An action no rule may cover (CheckCall.Uncovered): asked again, it asks again.
 			uncovered = p.AskReason
 		}
+		var cwd string
+		cwdUnknown := false
+		if p.RequestedBy == RequestedByAgent && sess.Agent != APIAgent && sess.Agent != GatewayAgent {
+			// A hook agent's call is judged from the cwd its event reported (RuleCall.Cwd).
+			cwd, cwdUnknown = s.askedFrom(ctx, p.ID)
+		}
 		d := check.Check(ctx, CheckCall{SessionID: p.SessionID, ToolCallID: p.ToolCallID,
 			ParentToolCallID: p.ParentToolCallID, Parent: parent, Tool: t, Arguments: p.Arguments,
 			Workspace: sess.Workspace, Mode: s.mode(sess), Uncovered: uncovered, Outside: p.RequestedBy == RequestedByAgent,
-			// A hook agent's call was asked from a cwd it reported then, which is not kept: its
-			// relative paths are not judged again from the workspace (RuleCall.Cwd).
-			CwdUnknown: p.RequestedBy == RequestedByAgent && sess.Agent != APIAgent && sess.Agent != GatewayAgent,
-			Agent:      sess.Agent, Connection: sess.Connection})
+			Cwd: cwd, CwdUnknown: cwdUnknown, Agent: sess.Agent, Connection: sess.Connection})
 		if d.Outcome != Allowed || d.Source == FromAnnotations {
 			continue // still asks (or would be denied: never retroactively)
 		}
@@ -457,4 +460,20 @@ func (s *Service) FlushRuleHits() {
 	if err := s.rules.Flush(context.Background()); err != nil {
 		s.log.Error("flush rule hits", "err", err)
 	}
+}
+
+// askedFrom is the cwd the event that asked about approval id's outside call reported
+// (OutsideCall.Cwd, "" for none: its relative paths were judged from the workspace), from the
+// store or, while its row is being stored, the held call; unknown when neither has it: its
+// relative paths are then judged as a place the rules do not know (RuleCall.CwdUnknown).
+func (s *Service) askedFrom(ctx context.Context, id string) (cwd string, unknown bool) {
+	if os, ok := s.store.(OutsideStore); ok {
+		if c, err := os.OutsideCall(ctx, id); err == nil {
+			return c.Cwd, false
+		}
+	}
+	if c, ok := s.HeldOutsideCall(id); ok {
+		return c.Cwd, false
+	}
+	return "", true
 }

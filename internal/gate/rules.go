@@ -112,8 +112,8 @@ type RuleCall struct {
 	// paths are then Workspace's).
 	Cwd string
 	// CwdUnknown says the cwd an outside agent reported when it asked is not known here (a hook
-	// agent's pending call judged again: Service.Release): a relative path then matches no
-	// allow rule.
+	// agent's pending call judged again, Service.Release, whose outside call is not found): a
+	// relative path then matches no allow rule.
 	CwdUnknown bool
 	// Agent and Connection are, for an agent session's call, the agent's kind ("claude-code")
 	// and the connection's id; "" otherwise. A rule is limited to them by its `when`

@@ -1249,3 +1249,54 @@ func TestAPromptSaysWhereTheAgentRunsTheCall(t *testing.T) {
 		<-done
 	}
 }
+
+// TestARuleAddedWhileACallWaitsJudgesItFromItsCwd: a rule added while a hook agent's call waits
+// releases it when it covers the call as asked — its relative path placed from the cwd its event
+// reported (kept on its outside call) — and only then: the same rule does not release a call
+// whose path, from its own cwd, is elsewhere.
+func TestARuleAddedWhileACallWaitsJudgesItFromItsCwd(t *testing.T) {
+	hs := newHookServer(t)
+	kind := hooks.ClaudeCode
+	prompt, _ := payload(t, kind, "http-UserPromptSubmit.body.json") // cwd /home/dev/ext/proj-cc: the workspace
+	sid := sessionOf(t, prompt)
+	if got := hs.post(t, kind, "", hs.tokens[kind], prompt); got.status != 200 {
+		t.Fatalf("prompt: %+v", got)
+	}
+	pre, _ := payload(t, kind, "http-PreToolUse.body.json")
+	var m map[string]any
+	_ = json.Unmarshal(pre, &m)
+	m["tool_name"] = "Write"
+	ask := func(id, cwd string) (<-chan hookAnswer, gate.Approval) {
+		m["tool_use_id"], m["cwd"] = id, cwd
+		m["tool_input"] = map[string]any{"file_path": "notes.md", "content": "x"}
+		done := make(chan hookAnswer, 1)
+		body := withSession(t, m, sid)
+		go func() { done <- hs.post(t, kind, "?timeout=30", hs.tokens[kind], body) }()
+		return done, hs.pending(t, kind, sid)
+	}
+	elsewhere, other := ask("toolu_rel_elsewhere", "/home/dev/ext/proj-cc/src")
+	if st := hs.call(t, http.MethodPost, "/api/rules", map[string]any{"text": "Write(docs/*.md)", "effect": "allow", "scope": "server"}, nil); st != http.StatusCreated {
+		t.Fatalf("rule: %d", st)
+	}
+	if a, _ := hs.db.Approval(context.Background(), other.ID); a.Status != gate.Pending {
+		t.Errorf("a write of src/notes.md was released by Write(docs/*.md): %s", a.Status)
+	}
+	if st := hs.call(t, http.MethodPost, "/api/approvals/"+other.ID+"/decision", map[string]any{"decision": "deny"}, nil); st != http.StatusOK {
+		t.Fatalf("decision: %d", st)
+	}
+	<-elsewhere
+	// Asked from docs2/ before a rule covers it, then released when Write(docs2/*.md) is added:
+	// notes.md, from there, is docs2/notes.md.
+	docs, waiting := ask("toolu_rel_docs", "/home/dev/ext/proj-cc/docs2")
+	if st := hs.call(t, http.MethodPost, "/api/rules", map[string]any{"text": "Write(docs2/*.md)", "effect": "allow", "scope": "server"}, nil); st != http.StatusCreated {
+		t.Fatalf("rule: %d", st)
+	}
+	select {
+	case got := <-docs:
+		if !strings.Contains(got.body, `"allow"`) {
+			t.Errorf("the waiting write of docs2/notes.md once Write(docs2/*.md) exists: %+v, want allow", got)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the waiting write of docs2/notes.md was not released by Write(docs2/*.md) (approval %s)", waiting.ID)
+	}
+}

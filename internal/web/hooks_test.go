@@ -150,6 +150,23 @@ func sessionOf(t *testing.T, body []byte) string {
 	return m.SessionID
 }
 
+// held posts body and waits until its call's approval is pending (the page may be read then);
+// it returns the approval and deny, which denies it through the JSON API and waits for the
+// hook's answer.
+func (hs *hookServer) held(t *testing.T, kind hooks.Kind, body []byte) (gate.Approval, func()) {
+	t.Helper()
+	done := make(chan hookAnswer, 1)
+	go func() { done <- hs.post(t, kind, "?timeout=30", hs.tokens[kind], body) }()
+	a := hs.pending(t, kind, sessionOf(t, body))
+	return a, func() {
+		t.Helper()
+		if st := hs.call(t, http.MethodPost, "/api/approvals/"+a.ID+"/decision", map[string]any{"decision": "deny"}, nil); st != http.StatusOK {
+			t.Fatalf("decision: %d", st)
+		}
+		<-done
+	}
+}
+
 // decideAsync posts body and, once its approval is pending, decides it through the JSON API
 // with answer; it returns what the hook got.
 func (hs *hookServer) decideAsync(t *testing.T, kind hooks.Kind, body []byte, answer map[string]any) hookAnswer {
@@ -1197,18 +1214,13 @@ func TestAnOutsideCallsCardShowsEveryArgumentThatChangesWhatRuns(t *testing.T) {
 		var m map[string]any
 		_ = json.Unmarshal(pre, &m)
 		m["tool_name"], m["tool_input"] = c.tool, c.input
-		done := make(chan hookAnswer, 1)
-		go func() { done <- hs.post(t, kind, "?timeout=30", hs.tokens[kind], withSession(t, m, sid)) }()
-		a := hs.pending(t, kind, sid)
+		a, deny := hs.held(t, kind, withSession(t, m, sid))
 		page := hs.page(t, "/sessions/"+a.SessionID)
 		what, _, _ := strings.Cut(page[strings.Index(page, `data-testid="prompt-what"`)+1:], `data-testid="prompt-`)
 		if !strings.Contains(what, c.want) {
 			t.Errorf("%s %v: the pending card's \"what\" hides %s: %s", c.tool, c.input, c.want, what)
 		}
-		if st := hs.call(t, http.MethodPost, "/api/approvals/"+a.ID+"/decision", map[string]any{"decision": "deny"}, nil); st != http.StatusOK {
-			t.Fatalf("decision: %d", st)
-		}
-		<-done
+		deny()
 	}
 }
 
@@ -1229,9 +1241,7 @@ func TestAPromptSaysWhereTheAgentRunsTheCall(t *testing.T) {
 	} {
 		m["tool_use_id"], m["cwd"] = "toolu_where_"+itoa(int64(i)), c.cwd
 		m["tool_input"] = map[string]any{"command": "rm -rf build"}
-		done := make(chan hookAnswer, 1)
-		go func() { done <- hs.post(t, kind, "?timeout=30", hs.tokens[kind], withSession(t, m, sid)) }()
-		a := hs.pending(t, kind, sid)
+		a, deny := hs.held(t, kind, withSession(t, m, sid))
 		page := hs.page(t, "/sessions/"+a.SessionID)
 		if want := `<span class="prompt-label">Where</span> <code>` + c.where + `</code>`; !strings.Contains(page, want) {
 			t.Errorf("from %s: the prompt lacks %q", c.cwd, want)
@@ -1243,10 +1253,7 @@ func TestAPromptSaysWhereTheAgentRunsTheCall(t *testing.T) {
 		if err != nil || oc.Cwd != c.cwd {
 			t.Errorf("the outside call's cwd %q (%v), want %q", oc.Cwd, err, c.cwd)
 		}
-		if st := hs.call(t, http.MethodPost, "/api/approvals/"+a.ID+"/decision", map[string]any{"decision": "deny"}, nil); st != http.StatusOK {
-			t.Fatalf("decision: %d", st)
-		}
-		<-done
+		deny()
 	}
 }
 

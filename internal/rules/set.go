@@ -76,21 +76,30 @@ func lexicalAllowed(p, workspace string, protected []string) (rel string, ok boo
 	return rel, true
 }
 
-// fromCwd is paths, an outside agent's, as it opens them from cwd (RuleCall.Cwd): a relative one
-// joined to cwd — its ".." elements kept, for lexicalAllowed to refuse — and the others as they
-// are; paths itself when cwd is "".
+// fromCwd is paths, an outside agent's, as it opens them from cwd (RuleCall.Cwd, atCwd); paths
+// itself when cwd is "".
 func fromCwd(paths []string, cwd string) []string {
 	if cwd == "" {
 		return paths
 	}
 	out := make([]string, len(paths))
 	for i, p := range paths {
-		if p != "" && !filepath.IsAbs(p) {
-			p = strings.TrimSuffix(cwd, "/") + "/" + p
+		if p != "" {
+			p = atCwd(p, cwd)
 		}
 		out[i] = p
 	}
 	return out
+}
+
+// atCwd is p as a process whose working directory is cwd opens it: a relative p joined to cwd,
+// its ".." elements kept (for lexicalAllowed and realpath.Locate to judge, not to be cleaned
+// away); p itself when it is absolute, or cwd is "".
+func atCwd(p, cwd string) string {
+	if cwd == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return strings.TrimSuffix(cwd, "/") + "/" + p
 }
 
 // specKind is how a rule's specifier is matched.

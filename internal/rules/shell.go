@@ -358,10 +358,8 @@ func (rs redirScope) from(p string) (placed, why string) {
 		return p, ""
 	case rs.cwdUnknown:
 		return "", "a relative path from a working directory the rules do not know (" + p + ")"
-	case rs.cwd != "":
-		return strings.TrimSuffix(rs.cwd, "/") + "/" + p, ""
 	}
-	return p, ""
+	return atCwd(p, rs.cwd), ""
 }
 
 // viewShell parses a command line, as POSIX shell and as bash, and collects its simple

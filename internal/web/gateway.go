@@ -66,7 +66,7 @@ type gateway struct {
 	mu      sync.Mutex
 	offered map[string]*tool.Tool // the tools the server offers, by name
 	// proxied are the tools of mcp-proxy's wrapped servers (proxyTool), by digest of their
-	// definition; proxiedName the latest of each name in each proxy's agent session (keyProxied):
+	// definition; proxiedName the latest of each name in each proxy's agent session (keepProxied):
 	// a call's outcome is validated against its own proxy's definition, never another's.
 	proxied, proxiedName map[string]*tool.Tool
 
